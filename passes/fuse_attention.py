@@ -1,0 +1,291 @@
+"""fuse-attention: scaled dot-product attention with its head split/merge becomes `Attention`.
+
+Anchored on Softmax over the last axis of a rank-4 tensor [B, H, Sq, Sk]:
+
+1. scores: walking back from the Softmax through Mul/Div by scalars (the scale), Add of a
+   mask-class bias, Where(mask-class condition, ·, fill) down to MatMul(q', kᵀ');
+2. q', k', v': walking back through scalar Mul/Div (q and k each scaled, the SDPA form) and
+   layout ops (Reshape, Transpose, Split, Slice) to a source [B, S, N]; the layout chain is
+   *evaluated on an index tensor*, and must equal "heads h·dh columns from an offset" — so any
+   order of Reshape/Transpose/Split (one Gemm+Split, three MatMuls, every K-transpose form)
+   matches;
+3. the mask: every bias or condition is evaluated, as a function of the graph's mask input,
+   on probe masks; it must mean "causal and/or key padding" (mask[b, key] == 0 drops a key);
+   anything else (ALiBi, relative biases) is not fused;
+4. after Softmax an optional IsNaN/Where clean-up, MatMul with v', and a layout chain that
+   must equal merging the heads back to [B, S, H·dh].
+Intermediates may not escape the region. The mask subgraph is left for dead-code removal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from wsecc.ir.core import DType, Graph, Node, Op, Value
+from wsecc.ir.rewrite import (
+    LAYOUT,
+    GraphView,
+    NoMatch,
+    Replacement,
+    eval_nodes,
+    make_node,
+    origin_of,
+    rewrite_nodes,
+    scalar,
+)
+from wsecc.ir.rules import split_heads
+from wsecc.passes.context import PassContext
+
+VERY_NEGATIVE = -1000.0  # an additive bias at or below this masks the key out
+
+
+@dataclass
+class _Scores:
+    matmul: Node
+    scale: float
+    terms: list[tuple[str, Value, float]]  # ("add", bias, 0) | ("where_keep"/"where_drop", cond, fill)
+    nodes: list[Node]
+
+
+def _walk_scores(view: GraphView, v: Value, mask_class) -> _Scores:  # type: ignore[no-untyped-def]
+    scale, terms, nodes = 1.0, [], []
+    while True:
+        n = view.prod(v)
+        if n is None:
+            raise NoMatch("scores do not come from a MatMul")
+        nodes.append(n)
+        if n.op is Op.MATMUL:
+            return _Scores(n, scale, terms, nodes[:-1])
+        if n.op in (Op.MUL, Op.DIV) and scalar(n.inputs[1]) is not None:
+            s = scalar(n.inputs[1])
+            assert s is not None
+            scale = scale * s if n.op is Op.MUL else scale / s
+            v = n.inputs[0]
+        elif n.op is Op.ADD and mask_class(n.inputs[1]):
+            terms.append(("add", n.inputs[1], 0.0))
+            v = n.inputs[0]
+        elif n.op is Op.ADD and mask_class(n.inputs[0]):
+            terms.append(("add", n.inputs[0], 0.0))
+            v = n.inputs[1]
+        elif n.op is Op.WHERE and mask_class(n.inputs[0]):
+            if scalar(n.inputs[2]) is not None and not n.inputs[1].is_const:
+                terms.append(("where_keep", n.inputs[0], scalar(n.inputs[2]) or 0.0))
+                v = n.inputs[1]
+            elif scalar(n.inputs[1]) is not None and not n.inputs[2].is_const:
+                terms.append(("where_drop", n.inputs[0], scalar(n.inputs[1]) or 0.0))
+                v = n.inputs[2]
+            else:
+                raise NoMatch("Where in the scores is not a masked fill")
+        else:
+            raise NoMatch(f"{n.op.name} {n.name!r} in the scores is not a scale or a mask")
+
+
+def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float]:
+    """Walk back through layout ops and scalar scales to the value they rearrange."""
+    chain: list[Node] = []
+    scale = 1.0
+    while True:
+        n = view.prod(v)
+        if n is None:
+            return v, chain[::-1], scale
+        if n.op in LAYOUT:
+            chain.append(n)
+            v = n.inputs[0]
+        elif n.op in (Op.MUL, Op.DIV) and scalar(n.inputs[1]) is not None and not n.inputs[0].is_const:
+            s = scalar(n.inputs[1])
+            assert s is not None
+            scale = scale * s if n.op is Op.MUL else scale / s
+            chain.append(n)
+            v = n.inputs[0]
+        else:
+            return v, chain[::-1], scale
+
+
+def _head_offset(src: Value, chain: list[Node], target: Value, h: int, dh: int, transposed: bool) -> int:
+    """The column offset at which `chain` takes heads out of `src`, or NoMatch."""
+    if src.type.rank != 3:
+        raise NoMatch(f"head source {src.name!r} is not [B, S, N]")
+    iota = np.arange(src.type.size, dtype=np.int64).reshape(src.type.shape)
+    layout = [n for n in chain if n.op in LAYOUT]
+    got = eval_nodes(layout, {src: iota})[target] if layout else iota
+    first = int(got.reshape(-1)[0])
+    off = first % src.type.shape[-1]
+    if src.type.shape[-1] < off + h * dh:
+        raise NoMatch("head columns run past the source")
+    want = split_heads(iota, off, h, dh)
+    if transposed:
+        want = want.transpose(0, 1, 3, 2)
+    if got.shape != want.shape or not np.array_equal(got, want):
+        raise NoMatch(f"layout from {src.name!r} does not split heads")
+    return off
+
+
+def _merge_heads(view: GraphView, o: Value, inside: set[Node]) -> tuple[Value, list[Node], bool]:
+    """Follow o [B, H, S, dh] through single-user layout ops to its [B, S, H·dh] (or [B·S, H·dh]) form."""
+    b, h, s, dh = o.type.shape
+    iota = np.arange(o.type.size, dtype=np.int64).reshape(o.type.shape)
+    merged = iota.transpose(0, 2, 1, 3).reshape(b, s, h * dh)
+    chain: list[Node] = []
+    v = o
+    while True:
+        u = view.sole_user(v)
+        if u is None or u.op not in (Op.TRANSPOSE, Op.RESHAPE):
+            raise NoMatch("attention output is not merged back to [B, S, H·dh]")
+        chain.append(u)
+        v = u.output
+        got = eval_nodes(chain, {o: iota})[v]
+        if got.shape == merged.shape and np.array_equal(got, merged):
+            return v, chain, False
+        if got.shape == (b * s, h * dh) and np.array_equal(got, merged.reshape(b * s, h * dh)):
+            return v, chain, True
+        if len(chain) > 4:
+            raise NoMatch("attention output layout not recognised")
+
+
+def _mask_semantics(
+    view: GraphView, terms: list[tuple[str, Value, float]], shape: tuple[int, int, int, int]
+) -> tuple[bool, Value | None, float]:
+    """(causal, key-padding mask input or None, fill) that the mask terms implement."""
+    b, _, sq, sk = shape
+    inputs = set().union(*(view.input_ancestors(t[1]) for t in terms)) if terms else set()
+    if len(inputs) > 1:
+        raise NoMatch(f"mask depends on several inputs {sorted(v.name for v in inputs)}")
+    mask_in = next(iter(inputs), None)
+    if mask_in is not None and mask_in.type.shape != (b, sk):
+        raise NoMatch(f"mask input {mask_in.name!r} is not [B, S]")
+    nodes = sorted({n for _, v, _ in terms for n in view.ancestors(v)}, key=view.index.__getitem__)
+    fills = [f for kind, _, f in terms if kind != "add"]
+
+    def keep_for(mask: np.ndarray | None) -> np.ndarray:
+        env = {mask_in: mask.astype(mask_in.type.dtype.numpy)} if mask_in is not None and mask is not None else {}
+        vals = eval_nodes(nodes, env)
+        keep = np.ones((b, 1, sq, sk), dtype=bool)
+        for kind, v, _ in terms:
+            a = v.const if v.is_const else vals[v]
+            assert a is not None
+            if kind == "add":
+                a = a.astype(np.float64)
+                if np.any((a < 0) & (a > VERY_NEGATIVE)) or np.any(a > 0):
+                    raise NoMatch("additive bias is not a mask (values between 0 and -1000)")
+                fills.append(float(a.min()) if a.size else 0.0)
+                kept = a == 0
+            else:
+                kept = a.astype(bool) if kind == "where_keep" else ~a.astype(bool)
+            keep &= np.broadcast_to(kept, keep.shape) if kept.ndim <= 4 else kept
+        return keep
+
+    try:
+        base = keep_for(np.ones((b, sk), np.int64))
+    except NoMatch:
+        raise
+    except Exception as e:
+        raise NoMatch(f"mask subgraph could not be evaluated: {e}") from None
+    tril = np.tril(np.ones((sq, sk), dtype=bool), k=sk - sq)
+    if np.array_equal(base, np.broadcast_to(tril, base.shape)):
+        causal = True
+    elif base.all():
+        causal = False
+    else:
+        raise NoMatch("mask with an all-ones input is neither full nor causal")
+    if mask_in is not None:
+        rng = np.random.default_rng(0)
+        for _ in range(3):
+            m = (rng.random((b, sk)) > 0.3).astype(np.int64)
+            m[:, 0] = 1
+            want = base & (m != 0)[:, None, None, :]
+            if not np.array_equal(keep_for(m), want):
+                raise NoMatch("mask does not mean 'key padding' (mask[b, key] == 0 drops the key)")
+    finite = [f for f in fills if f < 0]
+    fill = min(finite) if finite else -np.inf
+    return causal, mask_in, float(max(fill, np.finfo(np.float32).min) if np.isfinite(fill) else fill)
+
+
+def _match(view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
+    x = sm.inputs[0]
+    if x.type.rank != 4 or sm.attr("axis") != 3:
+        raise NoMatch("not a softmax over the last axis of [B, H, Sq, Sk]")
+    token_inputs = _token_inputs(view)
+
+    def mask_class(v: Value) -> bool:
+        if v.is_const:
+            return True
+        if view.input_ancestors(v) & token_inputs:
+            return False
+        return not any(n.op in (Op.MATMUL, Op.LINEAR, Op.EMBEDDING, Op.SOFTMAX) for n in view.ancestors(v))
+
+    sc = _walk_scores(view, x, mask_class)
+    qv, kv = sc.matmul.inputs
+    b, h, sq, sk = x.type.shape
+    if qv.type.rank != 4 or kv.type.rank != 4:
+        raise NoMatch("q·kᵀ operands are not rank 4")
+    dh = qv.type.shape[-1]
+    q_src, q_chain, q_scale = _layout_source(view, qv)
+    k_src, k_chain, k_scale = _layout_source(view, kv)
+    q_off = _head_offset(q_src, q_chain, qv, h, dh, transposed=False)
+    k_off = _head_offset(k_src, k_chain, kv, h, dh, transposed=True)
+    # after softmax: optional NaN clean-up, then p·v
+    p, post = sm.output, []
+    nan_to_zero = False
+    u = view.sole_user(p)
+    if u is not None and u.op is Op.ISNAN:
+        users = view.users.get(p, [])
+        wh = [w for w in users if w.op is Op.WHERE]
+        if len(users) != 2 or len(wh) != 1 or wh[0].inputs[0] is not u.output or scalar(wh[0].inputs[1]) != 0.0:
+            raise NoMatch("IsNaN after softmax is not the NaN→0 clean-up")
+        post, p, nan_to_zero = [u, wh[0]], wh[0].output, True
+    elif u is None:
+        users = view.users.get(p, [])
+        isn = [w for w in users if w.op is Op.ISNAN]
+        wh = [w for w in users if w.op is Op.WHERE]
+        if len(users) == 2 and len(isn) == 1 and len(wh) == 1 and wh[0].inputs[0] is isn[0].output and scalar(wh[0].inputs[1]) == 0.0:
+            post, p, nan_to_zero = [isn[0], wh[0]], wh[0].output, True
+    pv = view.sole_user(p)
+    if pv is None or pv.op is not Op.MATMUL or pv.inputs[0] is not p:
+        raise NoMatch("softmax output does not feed a MatMul with v")
+    v_src, v_chain, v_scale = _layout_source(view, pv.inputs[1])
+    if v_scale != 1.0:
+        raise NoMatch("v is scaled")
+    v_off = _head_offset(v_src, v_chain, pv.inputs[1], h, dh, transposed=False)
+    region = set(sc.nodes) | {sc.matmul, sm, pv} | set(post) | set(q_chain) | set(k_chain) | set(v_chain)
+    out, out_chain, flat = _merge_heads(view, pv.output, region)
+    region |= set(out_chain)
+    internal = [v for n in region for v in n.outputs if v is not out]
+    leak = view.escapes(internal, region)
+    if leak is not None:
+        raise NoMatch(f"intermediate {leak.name!r} is used outside the attention")
+    causal, mask_in, fill = _mask_semantics(view, sc.terms, (b, h, sq, sk))
+    attrs = {
+        "num_heads": h, "head_dim": dh, "q_offset": q_off, "k_offset": k_off, "v_offset": v_off,
+        "scale": float(np.float32(sc.scale * q_scale * k_scale)), "causal": causal,
+        "mask": "key_padding" if mask_in is not None else "none", "fill": fill, "nan_to_zero": nan_to_zero,
+    }  # fmt: skip
+    origin = origin_of(sorted(region, key=view.index.__getitem__))
+    ins = [q_src, k_src, v_src] + ([mask_in] if mask_in is not None else [])
+    if flat:
+        att = make_node(Op.ATTENTION, ins, f"{out.name}/attn", origin, **attrs)
+        new = [att, make_node(Op.RESHAPE, [att.output], out.name, origin, shape=out.type.shape)]
+    else:
+        new = [make_node(Op.ATTENTION, ins, out.name, origin, **attrs)]
+    return Replacement(new, {out: new[-1].output}), region
+
+
+def _token_inputs(view: GraphView) -> set[Value]:
+    """Graph inputs used as indices into constant float tables (token / type ids)."""
+    out = set()
+    ins = set(view.graph.inputs)
+    for n in view.graph.nodes:
+        if n.op is Op.EMBEDDING:
+            for ids in n.inputs[0::2]:
+                out |= view.input_ancestors(ids) & ins
+        elif n.op is Op.GATHER and n.inputs[0].is_const and n.inputs[0].type.dtype.is_float:
+            out |= view.input_ancestors(n.inputs[1]) & ins
+    return {v for v in out if v.type.dtype in (DType.INT64, DType.INT32)}
+
+
+def fuse_attention(graph: Graph, ctx: PassContext) -> Graph:
+    g, misses = rewrite_nodes(graph, _match, anchor_ops=frozenset({Op.SOFTMAX}))
+    for m in misses:
+        ctx.note("fuse-attention", m)
+    return g

@@ -1,0 +1,126 @@
+"""fuse-layernorm: any subgraph computing LayerNorm over the last axis becomes `LayerNorm`;
+a residual `Add(a, b)` feeding it becomes its skip input.
+
+Anchored on ReduceMean(x) over the last axis, the pass tries regions from x to each candidate
+output (elementwise ops and ReduceMean only, other operands constant, no escaping
+intermediates) and evaluates them on probe rows: the region is a LayerNorm when
+f(x) = (x − mean)/√(var + ε)·γ + β for ε one of its scalar constants and γ, β recovered from
+two probes (then snapped to the region's own constant vectors when they agree). This covers
+PyTorch's decomposed form (Pow 2 or Mul(d, d), Div or Mul(Reciprocal)), duplicated Subs, and
+the TF/Keras form `x·γ·rsqrt + (β − mean·γ·rsqrt)`. Native LayerNormalization arrives fused.
+Then `LayerNorm(Add(a, b)) -> LayerNorm(a, skip=b)` (emitting the sum when it is used on).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from wsecc.ir.core import Graph, Node, Op, Value
+from wsecc.ir.rewrite import (
+    ELEMENTWISE,
+    GraphView,
+    NoMatch,
+    Replacement,
+    eval_nodes,
+    forward_candidates,
+    make_node,
+    origin_of,
+    region_between,
+    rewrite_nodes,
+)
+from wsecc.passes.context import PassContext
+
+_ALLOWED = ELEMENTWISE | {Op.REDUCE_MEAN}
+_ROWS = 8
+
+
+def _normalize(x: np.ndarray, eps: float) -> np.ndarray:
+    x = x.astype(np.float64)
+    d = x - x.mean(-1, keepdims=True)
+    return d / np.sqrt((d * d).mean(-1, keepdims=True) + eps)
+
+
+def _snap(vec: np.ndarray, region: list[Node], d: int, name: str) -> Value:
+    for n in region:
+        for v in n.inputs:
+            if v.is_const and v.type.size == d and v.const is not None:
+                c = v.const.reshape(-1).astype(np.float64)
+                if np.allclose(c, vec, rtol=1e-4, atol=1e-6):
+                    return v if v.type.rank == 1 else Value.constant(f"{v.name}.1d", v.const.reshape(-1))
+    return Value.constant(name, vec.astype(np.float32))
+
+
+def _fit(region: list[Node], x: Value) -> tuple[Value, Value, float] | None:
+    """(γ, β, ε) when the region computes LayerNorm of x, else None."""
+    d = x.type.shape[-1]
+    rng = np.random.default_rng(0)
+    lead = (1,) * (x.type.rank - 2) + (_ROWS,)  # same rank as x: reduce axes stay valid
+    probes = [(rng.standard_normal((_ROWS, d)) * (1.5 + i) + 0.3 * i).astype(np.float32) for i in range(3)]
+    try:
+        outs = [eval_nodes(region, {x: p.reshape(lead + (d,))})[region[-1].outputs[0]] for p in probes]
+    except Exception:
+        return None
+    if any(y.size != _ROWS * d for y in outs):
+        return None
+    ys = [y.reshape(_ROWS, d).astype(np.float64) for y in outs]
+    eps_candidates = sorted(
+        {abs(float(v.const.reshape(-1)[0])) for n in region for v in n.inputs if v.is_const and v.type.size == 1 and v.const is not None and 0 < abs(float(v.const.reshape(-1)[0])) < 1e-2}
+    ) or [0.0]
+    for eps in eps_candidates:
+        n0, n1, n2 = (_normalize(p, eps) for p in probes)
+        den = n0 - n1
+        row = np.argmax(np.abs(den), axis=0)
+        cols = np.arange(d)
+        gamma = (ys[0] - ys[1])[row, cols] / den[row, cols]
+        beta = (ys[0] - gamma * n0).mean(0)
+        pred = n2 * gamma + beta
+        if np.max(np.abs(pred - ys[2])) <= 1e-4 * max(1.0, float(np.max(np.abs(ys[2])))):
+            return _snap(gamma, region, d, f"{x.name}/ln_gamma"), _snap(beta, region, d, f"{x.name}/ln_beta"), eps
+    return None
+
+
+def _match(view: GraphView, mean: Node) -> tuple[Replacement, set[Node]]:
+    x = mean.inputs[0]
+    if mean.attr("axes") != (x.type.rank - 1,) or not mean.attr("keepdims") or not x.type.dtype.is_float:
+        raise NoMatch("not a mean over the last axis")
+    best = None
+    for y in forward_candidates(view, mean, _ALLOWED, 10):
+        region = region_between(view, x, y, _ALLOWED)
+        if region is None or mean not in region or (best and len(region) <= len(best[0])):
+            continue
+        if view.escapes([v for n in region if n is not y for v in n.outputs], set(region)):
+            continue
+        fit = _fit(region, x)
+        if fit is not None:
+            best = (region, fit)
+    if best is None:
+        raise NoMatch("no region from it computes LayerNorm")
+    region, (gamma, beta, eps) = best
+    out = region[-1].outputs[0]
+    new = make_node(Op.LAYER_NORM, [x, gamma, beta], out.name, origin_of(region), epsilon=eps, has_skip=False)
+    return Replacement([new], {out: new.output}), set(region)
+
+
+def _residual(view: GraphView, ln: Node) -> tuple[Replacement, set[Node]]:
+    if ln.attr("has_skip"):
+        raise NoMatch("already has a skip input")
+    add = view.prod(ln.inputs[0], Op.ADD)
+    if add is None or any(v.is_const for v in add.inputs) or add.inputs[0].type != add.inputs[1].type:
+        raise NoMatch("input is not a residual Add of two activations")
+    s = add.output
+    emit_sum = view.escapes([s], {ln}) is not None
+    names = [ln.output.name] + ([s.name] if emit_sum else [])
+    attrs = dict(ln.attr_dict, has_skip=True, emit_sum=emit_sum)
+    new = make_node(Op.LAYER_NORM, [add.inputs[0], add.inputs[1], ln.inputs[1], ln.inputs[2]], ln.output.name, origin_of([add, ln]), out_names=names, **attrs)
+    mapping = {ln.output: new.outputs[0]}
+    if emit_sum:
+        mapping[s] = new.outputs[1]
+    return Replacement([new], mapping), {add, ln}
+
+
+def fuse_layernorm(graph: Graph, ctx: PassContext) -> Graph:
+    g, misses = rewrite_nodes(graph, _match, anchor_ops=frozenset({Op.REDUCE_MEAN}))
+    for m in misses:
+        ctx.note("fuse-layernorm", m)
+    g, _ = rewrite_nodes(g, _residual, anchor_ops=frozenset({Op.LAYER_NORM}))
+    return g

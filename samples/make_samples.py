@@ -1,0 +1,405 @@
+"""Regenerate the committed sample ONNX exports: ``python samples/make_samples.py``.
+
+Needs ``pip install -e '.[export]'`` (torch 2.13.0 CPU and transformers). Nothing is downloaded:
+every model is built from a transformers config with random weights, and then EVERY parameter
+is perturbed by N(0, 0.02) from a fixed seed. Without the perturbation every bias is 0 and every
+LayerNorm is the identity, and value-dependent folding in the exporters (dynamo drops an all-zero
+Gemm ``C``) produces graphs that no trained checkpoint ever gives.
+
+This module is also the export recipe shared by ``tests/hf_exports.py`` (the tiny models of
+eight Hugging Face families) and ``bench/export_models.py`` (real-size shapes): building a
+perturbed model, exporting it with the legacy TorchScript exporter or the dynamo exporter, and
+checking the export against torch with onnxruntime.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+import transformers
+
+SAMPLES_DIR = Path(__file__).resolve().parent
+SEED = 0
+PERTURB_STD = 0.02
+EXPORTERS = ("legacy14", "legacy17", "dynamo")
+# Shapes every export is checked at: (batch, sequence, right-pad the last row by 4 tokens).
+CHECK_SHAPES = ((2, 16, True), (1, 7, False))
+MAX_ABS_DIFF = 1e-4
+
+
+@dataclass(frozen=True)
+class Family:
+    """A transformers model class with a config, and the graph signature it is exported with.
+
+    ``outputs`` maps each output name to the names of its dynamic dims, in order.
+    """
+
+    model_class: str
+    config_class: str
+    config: Mapping[str, object]
+    inputs: tuple[str, ...]
+    outputs: Mapping[str, tuple[str, ...]]
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config["vocab_size"])
+
+
+_GPT2_TINY = dict(
+    n_layer=2,
+    n_embd=64,
+    n_head=4,
+    n_inner=256,
+    vocab_size=1000,
+    n_positions=128,
+    use_cache=False,
+    bos_token_id=0,  # the default 50256 is outside the tiny vocabulary
+    eos_token_id=0,
+)
+_BERT_TINY = dict(
+    num_hidden_layers=2,
+    hidden_size=64,
+    num_attention_heads=4,
+    intermediate_size=256,
+    vocab_size=1000,
+    max_position_embeddings=128,
+)
+_LM = {"logits": ("batch", "sequence")}
+_HIDDEN = {"last_hidden_state": ("batch", "sequence")}
+_HIDDEN_POOLED = {"last_hidden_state": ("batch", "sequence"), "pooler_output": ("batch",)}
+_IDS_MASK = ("input_ids", "attention_mask")
+_IDS_MASK_TYPES = ("input_ids", "attention_mask", "token_type_ids")
+
+# The tiny models: 2 layers, width 64, 4 heads, FFN 256, vocab 1000, 128 positions.
+FAMILIES: dict[str, Family] = {
+    "gpt2lm": Family("GPT2LMHeadModel", "GPT2Config", _GPT2_TINY, _IDS_MASK, _LM),
+    "gpt2": Family("GPT2Model", "GPT2Config", _GPT2_TINY, _IDS_MASK, _HIDDEN),
+    "gptneo": Family(
+        "GPTNeoForCausalLM",
+        "GPTNeoConfig",
+        dict(
+            num_layers=2,
+            hidden_size=64,
+            num_heads=4,
+            intermediate_size=256,
+            vocab_size=1000,
+            max_position_embeddings=128,
+            # Layer 0 global, layer 1 local. A window of 8 is shorter than the check sequence
+            # (16), so the sliding-window mask really changes the result.
+            attention_types=[[["global", "local"], 1]],
+            window_size=8,
+            use_cache=False,
+        ),
+        _IDS_MASK,
+        _LM,
+    ),
+    "opt": Family(
+        "OPTForCausalLM",
+        "OPTConfig",
+        dict(
+            num_hidden_layers=2,
+            hidden_size=64,
+            num_attention_heads=4,
+            ffn_dim=256,
+            vocab_size=1000,
+            max_position_embeddings=128,
+            word_embed_proj_dim=64,
+            use_cache=False,
+        ),
+        _IDS_MASK,
+        _LM,
+    ),
+    "bert": Family("BertModel", "BertConfig", _BERT_TINY, _IDS_MASK_TYPES, _HIDDEN_POOLED),
+    "bertseq": Family(
+        "BertForSequenceClassification",
+        "BertConfig",
+        dict(_BERT_TINY, num_labels=2),
+        _IDS_MASK_TYPES,
+        {"logits": ("batch",)},
+    ),
+    "distilbert": Family(
+        "DistilBertModel",
+        "DistilBertConfig",
+        dict(
+            n_layers=2,
+            dim=64,
+            n_heads=4,
+            hidden_dim=256,
+            vocab_size=1000,
+            max_position_embeddings=128,
+        ),
+        _IDS_MASK,
+        _HIDDEN,
+    ),
+    "roberta": Family(
+        "RobertaModel",
+        "RobertaConfig",
+        # RoBERTa numbers positions from padding_idx + 1 = 2, so 128 tokens need 130 rows
+        # (roberta-base has 514 for 512 tokens).
+        dict(_BERT_TINY, max_position_embeddings=130),
+        _IDS_MASK,
+        _HIDDEN_POOLED,
+    ),
+}
+
+# The committed samples: file stem -> family.
+SAMPLES = {"gpt2": "gpt2lm", "bert": "bertseq"}
+SAMPLE_MAX_BYTES = 2 * 1024 * 1024
+
+
+class _NamedOutputs(torch.nn.Module):
+    """Calls a transformers model with positional inputs and returns the named outputs in order.
+
+    Both exporters then see a plain tensors-in, tuple-out forward with the graph signature.
+    """
+
+    def __init__(self, model: torch.nn.Module, inputs: tuple[str, ...], outputs: tuple[str, ...]):
+        super().__init__()
+        self.model = model
+        self.input_names = inputs
+        self.output_names = outputs
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        given = dict(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        )
+        result = self.model(**{name: given[name] for name in self.input_names}, return_dict=True)
+        return tuple(result[name] for name in self.output_names)
+
+
+def perturb_(model: torch.nn.Module, seed: int = SEED) -> None:
+    """Add N(0, PERTURB_STD) noise to every parameter, in place (tied weights once)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            noise = torch.randn(param.shape, generator=generator, dtype=param.dtype)
+            param.add_(PERTURB_STD * noise)
+
+
+def build_model(
+    model_class: str, config_class: str, config: Mapping[str, object], seed: int = SEED
+) -> torch.nn.Module:
+    """A random-weight, perturbed transformers model in eval mode with eager attention."""
+    torch.manual_seed(seed)
+    cfg = getattr(transformers, config_class)(**config)
+    model = getattr(transformers, model_class)._from_config(cfg, attn_implementation="eager")
+    perturb_(model, seed + 1)
+    return model.eval()
+
+
+def build_family(family: Family, seed: int = SEED) -> _NamedOutputs:
+    model = build_model(family.model_class, family.config_class, family.config, seed)
+    # eval() on the wrapper too: the legacy exporter restores the wrapper's training flag after
+    # export, recursively, which would switch dropout on in the inner model.
+    return _NamedOutputs(model, family.inputs, tuple(family.outputs)).eval()
+
+
+def make_inputs(
+    family: Family, batch: int, sequence: int, pad_last_row: bool, seed: int = SEED
+) -> dict[str, torch.Tensor]:
+    """int64 inputs; with ``pad_last_row`` the last row's mask ends in 4 zeros (right padding).
+
+    Token ids start at 3 so that no id is a pad/bos/eos token of any family.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, family.vocab_size, (batch, sequence), generator=generator)
+    mask = torch.ones(batch, sequence, dtype=torch.int64)
+    if pad_last_row:
+        mask[-1, -4:] = 0
+    tensors = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "token_type_ids": (torch.arange(sequence) >= sequence // 2).long().expand(batch, -1),
+    }
+    return {name: tensors[name].contiguous() for name in family.inputs}
+
+
+def export_onnx(
+    module: _NamedOutputs,
+    example: Mapping[str, torch.Tensor],
+    output_dims: Mapping[str, tuple[str, ...]],
+    path: Path,
+    exporter: str,
+) -> None:
+    """Export ``module`` to ``path`` with one of EXPORTERS; batch and sequence are dynamic.
+
+    Weights are inline unless the exporter moves them out (dynamo above 1.5 GB, legacy above the
+    2 GB protobuf limit); then they are in one file ``<path>.data`` in the same folder (the
+    dynamo exporter's convention; the legacy exporter's one file per tensor is packed into it).
+    """
+    path = Path(path)
+    args = tuple(example.values())
+    input_names = list(example)
+    output_names = list(output_dims)
+    with warnings.catch_warnings():
+        # Deprecation and tracer warnings that are expected and documented in samples/README.md.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", "Exporting aten::index operator of advanced indexing")
+        warnings.filterwarnings("ignore", "# The axis name: ")
+        if exporter.startswith("legacy"):
+            _export_legacy(module, args, input_names, output_dims, path, int(exporter[6:]))
+        elif exporter == "dynamo":
+            batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+            program = torch.onnx.export(
+                module,
+                args,
+                dynamo=True,
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_shapes={name: {0: batch, 1: sequence} for name in example},
+            )
+            # The stack traces name files on this machine (/work/..., site-packages); dropping
+            # them makes the output independent of where the script and venv live.
+            for node in program.model.graph.all_nodes():
+                node.metadata_props.pop("pkg.torch.onnx.stack_trace", None)
+            program.save(path)
+        else:
+            raise ValueError(f"unknown exporter {exporter!r}; expected one of {EXPORTERS}")
+
+
+def _export_legacy(
+    module: torch.nn.Module,
+    args: tuple[torch.Tensor, ...],
+    input_names: list[str],
+    output_dims: Mapping[str, tuple[str, ...]],
+    path: Path,
+    opset: int,
+) -> None:
+    # Exported into a scratch folder because a model over 2 GB comes out as one file per tensor.
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch:
+        scratch_path = Path(scratch) / path.name
+        torch.onnx.export(
+            module,
+            args,
+            str(scratch_path),
+            dynamo=False,
+            opset_version=opset,
+            input_names=input_names,
+            output_names=list(output_dims),
+            dynamic_axes={
+                **{name: {0: "batch", 1: "sequence"} for name in input_names},
+                **{name: dict(enumerate(dims)) for name, dims in output_dims.items()},
+            },
+        )
+        if any(p != scratch_path for p in Path(scratch).iterdir()):
+            _pack_external_data(scratch_path, f"{path.name}.data")
+        for produced in Path(scratch).iterdir():
+            produced.replace(path.parent / produced.name)
+
+
+def _pack_external_data(model_path: Path, data_name: str) -> None:
+    """Stream the legacy exporter's one-file-per-tensor weights into the single file data_name."""
+    folder = model_path.parent
+    model = onnx.load(str(model_path), load_external_data=False)
+    offset = 0
+    with open(folder / data_name, "wb") as data:
+        for tensor in model.graph.initializer:
+            if not onnx.external_data_helper.uses_external_data(tensor):
+                continue
+            source = folder / onnx.external_data_helper.ExternalDataInfo(tensor).location
+            with open(source, "rb") as chunk:
+                shutil.copyfileobj(chunk, data, 1 << 24)
+            length = source.stat().st_size
+            onnx.external_data_helper.set_external_data(tensor, data_name, offset, length)
+            offset += length
+            source.unlink()
+    onnx.save(model, str(model_path))
+    leftover = sorted(
+        p.name for p in folder.iterdir() if p.name not in (model_path.name, data_name)
+    )
+    if leftover:
+        raise RuntimeError(f"external data outside the initializers: {leftover}")
+
+
+def max_abs_diffs(
+    module: _NamedOutputs, path: Path, inputs: Mapping[str, torch.Tensor]
+) -> dict[str, float]:
+    """Max |torch - onnxruntime| per output, with ORT graph optimizations disabled."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    got = session.run(module.output_names, {k: v.numpy() for k, v in inputs.items()})
+    with torch.no_grad():
+        want = module(*inputs.values())
+    return {
+        name: float(np.max(np.abs(g - w.numpy())))
+        for name, g, w in zip(module.output_names, got, want, strict=True)
+    }
+
+
+def check_export(
+    module: _NamedOutputs,
+    family: Family,
+    path: Path,
+    shapes: tuple[tuple[int, int, bool], ...] = CHECK_SHAPES,
+) -> list[tuple[tuple[int, int, bool], float]]:
+    """Compare ``path`` with torch at ``shapes``; raise if any output differs by MAX_ABS_DIFF."""
+    results = []
+    for batch, sequence, padded in shapes:
+        diffs = max_abs_diffs(module, path, make_inputs(family, batch, sequence, padded, SEED + 2))
+        worst = max(diffs.values())
+        if not worst < MAX_ABS_DIFF:
+            raise AssertionError(
+                f"{path.name} at batch {batch}, sequence {sequence}: {diffs} >= {MAX_ABS_DIFF}"
+            )
+        results.append(((batch, sequence, padded), worst))
+    return results
+
+
+def op_counts(path: Path) -> dict[str, int]:
+    model = onnx.load(str(path), load_external_data=False)
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def main(out_dir: Path = SAMPLES_DIR) -> None:
+    versions = (torch.__version__, transformers.__version__, onnx.__version__)
+    print("torch {}, transformers {}, onnx {}".format(*versions))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stem, family_name in SAMPLES.items():
+        family = FAMILIES[family_name]
+        module = build_family(family)
+        example = make_inputs(family, 2, 16, pad_last_row=True)
+        for exporter in EXPORTERS:
+            suffix = "dynamo" if exporter == "dynamo" else f"legacy_op{exporter[6:]}"
+            path = out_dir / f"{stem}_{suffix}.onnx"
+            export_onnx(module, example, family.outputs, path, exporter)
+            onnx.checker.check_model(str(path), full_check=True)
+            size = path.stat().st_size
+            if size > SAMPLE_MAX_BYTES or path.with_name(f"{path.name}.data").exists():
+                raise AssertionError(f"{path.name} is not one file under 2 MB ({size} bytes)")
+            model = onnx.load(str(path))
+            opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+            counts = op_counts(path)
+            diffs = ", ".join(
+                f"(b{b},s{s}{',padded' if p else ''}) {d:.1e}"
+                for (b, s, p), d in check_export(module, family, path)
+            )
+            print(
+                f"{path.name}: opset {opset}, IR {model.ir_version}, {sum(counts.values())} nodes, "
+                f"{size} bytes; max |torch - ORT| {diffs}"
+            )
+            print(f"    ops: {counts}")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else SAMPLES_DIR)

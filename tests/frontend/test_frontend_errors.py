@@ -1,0 +1,166 @@
+"""Bad input: one line on stderr, exit code 2, no traceback — for each way a file can be bad."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from wsecc.cli import main
+
+SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "gpt2_legacy_op17.onnx"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    err = capsys.readouterr().err
+    return code, err
+
+
+def assert_one_line_error(code: int, err: str, *needles: str) -> None:
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def _linear_model(initializer: TensorProto, extra_nodes: list[onnx.NodeProto] | None = None) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("MatMul", ["x", initializer.name], ["y"], name="mm")] + (extra_nodes or [])
+    g = helper.make_graph(nodes, "g", [x], [y], [initializer])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _external_model(tmp: Path, location: str) -> Path:
+    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    for k, val in (("location", location), ("offset", "0"), ("length", "48")):
+        w.external_data.add(key=k, value=val)
+    path = tmp / "m.onnx"
+    onnx.save_model(_linear_model(w), str(path))
+    return path
+
+
+def test_truncated_file(tmp_path, capsys):
+    p = tmp_path / "t.onnx"
+    p.write_bytes(SAMPLE.read_bytes()[:4000])
+    assert_one_line_error(*run_cli(capsys, "check", str(p)), "not a valid ONNX file")
+
+
+def test_not_onnx(tmp_path, capsys):
+    p = tmp_path / "x.onnx"
+    p.write_text("hello, I am not a model\n")
+    assert_one_line_error(*run_cli(capsys, "compile", str(p), "-o", str(tmp_path / "out")), "x.onnx")
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_file(tmp_path, capsys):
+    assert_one_line_error(*run_cli(capsys, "check", str(tmp_path / "nope.onnx")), "no such file")
+
+
+def test_unsupported_ops_are_all_listed(tmp_path, capsys):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [
+        helper.make_node("Sin", ["x"], ["a"], name="sin_1"),
+        helper.make_node("Cos", ["a"], ["b"], name="cos_1"),
+        helper.make_node("FooBar", ["b"], ["y"], name="foo_1", domain="custom.x"),
+    ]
+    m = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom.x", 1)],
+    )
+    p = tmp_path / "u.onnx"
+    onnx.save_model(m, str(p))
+    code, err = run_cli(capsys, "check", str(p))
+    assert_one_line_error(code, err, "3 unsupported ops", "Sin 'sin_1'", "Cos 'cos_1'", "FooBar (custom.x) 'foo_1'")
+
+
+def test_unbound_dims_are_all_listed(tmp_path, capsys):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["weird_a", "weird_b"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    p = tmp_path / "d.onnx"
+    onnx.save_model(m, str(p))
+    assert_one_line_error(*run_cli(capsys, "check", str(p)), "weird_a (at x[0])", "weird_b (at x[1])", "--dim")
+    assert main(["check", str(p), "--dim", "weird_a=2", "--dim", "weird_b=3"]) == 0
+
+
+def test_external_data_through_dotdot(tmp_path, capsys):
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 48)
+    sub = tmp_path / "m"
+    sub.mkdir()
+    p = _external_model(sub, "../secret.bin")
+    assert_one_line_error(*run_cli(capsys, "check", str(p)), "leaves the model folder through '..'")
+
+
+def test_external_data_absolute(tmp_path, capsys):
+    p = _external_model(tmp_path, "/etc/passwd")
+    assert_one_line_error(*run_cli(capsys, "check", str(p)), "is absolute")
+
+
+def test_external_data_symlink_and_parent_symlink(tmp_path, capsys):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "w.bin").write_bytes(b"\0" * 48)
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    os.symlink(outside / "w.bin", model_dir / "link.bin")
+    os.symlink(outside, model_dir / "dirlink")
+    p = _external_model(model_dir, "link.bin")
+    assert_one_line_error(*run_cli(capsys, "check", str(p)), "link.bin is a symlink")
+    p = _external_model(model_dir, "dirlink/w.bin")
+    assert_one_line_error(*run_cli(capsys, "check", str(p)), "dirlink is a symlink")
+
+
+def test_external_data_hardlink(tmp_path, capsys):
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"\0" * 48)
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    os.link(outside, model_dir / "hard.bin")
+    p = _external_model(model_dir, "hard.bin")
+    assert_one_line_error(*run_cli(capsys, "check", str(p)), "hard links")
+
+
+def test_external_data_inside_folder_loads(tmp_path, capsys):
+    (tmp_path / "w.bin").write_bytes(np.ones((4, 3), np.float32).tobytes())
+    p = _external_model(tmp_path, "w.bin")
+    assert main(["check", str(p), "--batch", "2"]) == 0
+
+
+def test_absurd_declared_tensor(tmp_path, capsys):
+    t = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1 << 20, 1 << 20])
+    t.raw_data = b"\0" * 16
+    p = tmp_path / "big.onnx"
+    onnx.save_model(_linear_model(t), str(p))
+    assert_one_line_error(*run_cli(capsys, "check", str(p)), "refusing to allocate")
+
+
+def test_negative_dim(tmp_path, capsys):
+    t = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4, -3])
+    p = tmp_path / "neg.onnx"
+    onnx.save_model(_linear_model(t), str(p))
+    assert_one_line_error(*run_cli(capsys, "check", str(p)), "negative dim")
+
+
+def test_past_inputs_are_refused(capsys):
+    from conftest import corpus_file
+
+    p = corpus_file("gpt2_past.onnx")
+    assert_one_line_error(*run_cli(capsys, "check", str(p)), "past key/value inputs", "past_0")
+
+
+def test_common_dim_names_bind():
+    from wsecc.frontend.onnx import BATCH_NAMES, SEQ_NAMES
+
+    assert {"batch", "batch_size"} <= BATCH_NAMES
+    assert {"sequence", "sequence_length", "seq_len"} <= SEQ_NAMES

@@ -1,0 +1,254 @@
+"""The `wsecc` command line.
+
+Errors in the user's input print one line on stderr and exit with code 2 (a traceback only
+with --debug); outputs are written to a temporary folder and moved into place at the end, so
+a failed or interrupted compile leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from wsecc import __version__
+from wsecc.errors import WseccError
+
+EXAMPLES = """examples:
+  wsecc compile samples/gpt2_legacy_op17.onnx --seq 32
+  wsecc inspect samples/bert_dynamo.onnx --batch 2 --seq 16 --json
+  wsecc check model.onnx --dim past_sequence_length=0
+"""
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="path to an .onnx file")
+    p.add_argument("--batch", type=int, default=None, help="bind the batch dim (default 1)")
+    p.add_argument("--seq", type=int, default=None, help="bind the sequence dim (default: from the graph, else 128)")
+    p.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="bind any symbolic dim by name (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def _parse_dims(items: Sequence[str]) -> dict[str, int]:
+    dims = {}
+    for it in items:
+        name, sep, val = it.partition("=")
+        if not sep or not name:
+            raise WseccError(f"--dim {it!r}: expected NAME=VALUE")
+        try:
+            dims[name] = int(val)
+        except ValueError:
+            raise WseccError(f"--dim {it!r}: VALUE must be an integer") from None
+    return dims
+
+
+def _import(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from wsecc.frontend.onnx import import_model
+
+    for flag in ("batch", "seq"):
+        v = getattr(args, flag)
+        if v is not None and v <= 0:
+            raise WseccError(f"--{flag} must be a positive integer, got {v}")
+    return import_model(
+        args.model,
+        batch=args.batch if args.batch is not None else 1,
+        seq=args.seq if args.seq is not None else 128,
+        dims=_parse_dims(args.dim),
+    )
+
+
+def _fuse(graph, args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from wsecc.passes import DEFAULT_PIPELINE, PassContext
+    from wsecc.pm import PassManager
+
+    pm = PassManager(
+        DEFAULT_PIPELINE,
+        print_after_all=getattr(args, "print_after_all", False),
+        dump_dir=Path(args.dump_dir) if getattr(args, "dump_dir", None) else None,
+    )
+    ctx = PassContext()
+    fused, records = pm.run(graph, ctx)
+    return fused, records, ctx
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from wsecc.analysis import batch_size, flops, fused_ops, param_count
+
+    graph, info = _import(args)
+    fused, records, _ = _fuse(graph, args)
+    out = {
+        "model": str(args.model),
+        "bindings": info.bindings,
+        "params": param_count(fused),
+        "flops_per_sample": flops(fused) // batch_size(fused),
+        "ops_raw": info.raw_ops,
+        "ops_after": fused.op_histogram(),
+        "fused": [{"op": f["op"], "onnx_nodes": f["onnx_nodes"]} for f in fused_ops(fused)],
+        "unsupported": [],
+    }
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{args.model}: {sum(info.raw_ops.values())} ONNX nodes, bindings {info.bindings}")
+    print(f"params {out['params']:,}   FLOPs/sample {out['flops_per_sample']:,}")
+    print("ops (raw):   " + ", ".join(f"{k} {v}" for k, v in info.raw_ops.items()))
+    print("ops (fused): " + ", ".join(f"{k} {v}" for k, v in fused.op_histogram().items()))
+    for f in out["fused"]:  # type: ignore[attr-defined]
+        nodes = f["onnx_nodes"]
+        print(f"  {f['op']:<11} <- {len(nodes)} ONNX nodes: {', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Does it load, bind and convert? Lists unsupported ops and unbound dims in one error."""
+    from wsecc.frontend.onnx import check_past_inputs, load_model, resolve_bindings, unsupported_ops
+
+    model = load_model(args.model)
+    check_past_inputs(model)
+    problems = []
+    bad = unsupported_ops(model)
+    if bad:
+        problems.append(f"{len(bad)} unsupported ops: " + ", ".join(bad))
+    try:
+        resolve_bindings(model, args.batch or 1, args.seq or 128, _parse_dims(args.dim))
+    except WseccError as e:
+        problems.append(str(e))
+    if problems:
+        raise WseccError("; ".join(problems))
+    graph, info = _import(args)
+    fused, _, _ = _fuse(graph, args)
+    result = {"model": str(args.model), "ok": True, "bindings": info.bindings, "ops_after": fused.op_histogram()}
+    print(json.dumps(result, indent=1) if args.json else f"{args.model}: ok ({len(fused.nodes)} ops after fusion)")
+    return 0
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from wsecc.analysis import batch_size, flops, fused_ops, param_count
+    from wsecc.ir.printer import format_graph
+
+    model = Path(args.model)
+    out_dir = Path(args.out) if args.out else Path(f"{model.stem}.wsecc")
+    say = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr))
+    t0 = time.perf_counter()
+    graph, info = _import(args)
+    say(f"frontend   {len(graph.nodes)} ops after folding, bindings {info.bindings} ({time.perf_counter() - t0:.2f} s)")
+    fused, records, _ = _fuse(graph, args)
+    for r in records:
+        say(f"pass       {r.name:<15} {r.nodes_before:>5} -> {r.nodes_after:<5} ops ({r.seconds * 1e3:.0f} ms)")
+    report: dict[str, Any] = {
+        "schema": "wsecc.report/1",
+        "wsecc": __version__,
+        "model": {
+            "path": str(model),
+            "sha256": _sha256(model),
+            "params": param_count(fused),
+            "flops_per_sample": flops(fused) // batch_size(fused),
+        },
+        "bindings": info.bindings,
+        "passes": [{"name": r.name, "seconds": r.seconds} for r in records],
+        "ops_after": fused.op_histogram(),
+        "fused": fused_ops(fused),
+        "stages_not_yet_built": ["lower", "size", "place", "route", "simulate"],
+    }
+    _write_atomically(out_dir, {"report.json": json.dumps(report, indent=1) + "\n", "fused.ir.txt": format_graph(fused)})
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        say(f"wrote      {out_dir}/report.json, {out_dir}/fused.ir.txt")
+        print(f"{model.name}: {len(fused.nodes)} fused ops "
+              f"({', '.join(f'{k} {v}' for k, v in fused.op_histogram().items())}); "
+              f"params {report['model']['params']:,}; FLOPs/sample {report['model']['flops_per_sample']:,}")
+    return 0
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_atomically(out_dir: Path, files: dict[str, str]) -> None:
+    """Write into a temporary sibling folder, then move it into place in one rename."""
+    out_dir = out_dir.resolve()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="wsecc",
+        description="Compile ONNX transformer graphs for a wafer-scale dataflow engine.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"wsecc {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("compile", help="run every built stage on a model and write the output folder")
+    _add_model_args(c)
+    c.add_argument("--out", "-o", default=None, help="output folder (default MODEL_STEM.wsecc/)")
+    c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
+    c.add_argument("--dump-dir", default=None, help="write the IR after every pass into DIR")
+    c.set_defaults(fn=cmd_compile)
+
+    i = sub.add_parser("inspect", help="op histograms, parameters, FLOPs and fused ops")
+    _add_model_args(i)
+    i.set_defaults(fn=cmd_inspect)
+
+    k = sub.add_parser("check", help="does it load, bind and convert? (all problems in one error)")
+    _add_model_args(k)
+    k.set_defaults(fn=cmd_check)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except WseccError as e:
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        print(f"wsecc: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("wsecc: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug in wsecc, not in the input: still one line unless --debug
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        msg = str(e).splitlines()[0] if str(e) else ""
+        print(f"wsecc: internal error: {type(e).__name__}: {msg} (rerun with --debug)", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,961 @@
+"""The ONNX frontend — the only module that imports `onnx`.
+
+    load_model(path)            hardened read: external data confined to the model's folder
+    bind_dims(model, ...)       every symbolic input dim bound to an int, or one error naming all
+    fold(model)                 constants and shape subgraphs folded by onnxscript's optimizer
+    to_graph(model)             ONNX -> wsecc Graph; one error lists every unsupported op
+    import_model(path, ...)     all four, in that order
+
+Security rules for external data (see reference/onnx-exports.md §4.3): a relative location only;
+no `..`; every path component below the model folder must not be a symlink; the resolved file
+must lie inside the model folder, be a regular file with a single hard link, and hold
+`offset + length` bytes where `length` equals the tensor's declared size. Declared tensor sizes
+are checked against a cap before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from wsecc.errors import FrontendError
+from wsecc.ir.core import DType, Graph, IRError, Node, Op, TensorType, Value, make_attrs
+from wsecc.ir.rules import infer_types
+
+MAX_TENSOR_BYTES = 16 << 30  # one tensor: larger than any weight of a model that fits a wafer
+MAX_MODEL_BYTES = 64 << 30
+FOLD_LIMIT = 1 << 16  # elements: operands of shape arithmetic the converter folds itself
+
+BATCH_NAMES = frozenset({"batch", "batch_size", "batchsize", "bs", "n", "b", "batch_dim"})
+SEQ_NAMES = frozenset(
+    {
+        "sequence",
+        "sequence_length",
+        "sequence_len",
+        "seq",
+        "seq_len",
+        "seq_length",
+        "seqlen",
+        "s",
+        "length",
+        "max_seq_len",
+        "num_tokens",
+        "tokens",
+        "input_length",
+    }
+)
+
+_DTYPES = {
+    TensorProto.FLOAT: DType.FLOAT32,
+    TensorProto.FLOAT16: DType.FLOAT16,
+    TensorProto.DOUBLE: DType.FLOAT64,
+    TensorProto.INT64: DType.INT64,
+    TensorProto.INT32: DType.INT32,
+    TensorProto.INT8: DType.INT8,
+    TensorProto.UINT8: DType.UINT8,
+    TensorProto.BOOL: DType.BOOL,
+}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the frontend learned about the file: opsets, bindings, input/output names."""
+
+    path: str
+    opset: int
+    producer: str
+    bindings: dict[str, int] = field(default_factory=dict)
+    raw_ops: dict[str, int] = field(default_factory=dict)
+
+
+# ================================================================ loading
+
+
+def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """Read an ONNX file safely (see the module docstring). Raises FrontendError."""
+    p = Path(path)
+    if not p.exists():
+        raise FrontendError(f"{p}: no such file")
+    if not p.is_file():
+        raise FrontendError(f"{p}: not a regular file")
+    if p.stat().st_size > MAX_MODEL_BYTES:
+        raise FrontendError(f"{p}: file is larger than {MAX_MODEL_BYTES >> 30} GiB")
+    try:
+        model = onnx.load(str(p), load_external_data=False)
+    except Exception as e:  # protobuf raises DecodeError, RuntimeError, ... on garbage
+        raise FrontendError(
+            f"{p}: not a valid ONNX file ({type(e).__name__}); is it truncated or corrupt?"
+        ) from None
+    if model.ir_version <= 0 or not model.opset_import or not model.graph.node:
+        raise FrontendError(f"{p}: not an ONNX model (no ir_version, opset_import or graph nodes)")
+    base = p.resolve().parent
+    for t in _all_tensors(model.graph):
+        _check_declared_size(t, p)
+        if t.data_location == TensorProto.EXTERNAL:
+            _load_external(t, base, p)
+    return model
+
+
+def _all_tensors(g: onnx.GraphProto) -> list[TensorProto]:
+    out = list(g.initializer)
+    out += [s.values for s in g.sparse_initializer]
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR:
+                out.append(a.t)
+            elif a.type == onnx.AttributeProto.GRAPH:
+                out += _all_tensors(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for sg in a.graphs:
+                    out += _all_tensors(sg)
+    return out
+
+
+def _declared_bytes(t: TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        if d < 0:
+            raise FrontendError(f"tensor {t.name!r} declares a negative dim {list(t.dims)}")
+        n *= d
+        if n > MAX_TENSOR_BYTES:
+            break
+    try:
+        item = helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        raise FrontendError(f"tensor {t.name!r} has unknown data_type {t.data_type}") from None
+    return n * item
+
+
+def _check_declared_size(t: TensorProto, path: Path) -> None:
+    nbytes = _declared_bytes(t)
+    if nbytes > MAX_TENSOR_BYTES:
+        raise FrontendError(
+            f"{path.name}: tensor {t.name!r} declares dims {list(t.dims)} "
+            f"(over {MAX_TENSOR_BYTES >> 30} GiB); refusing to allocate it"
+        )
+    if t.data_location != TensorProto.EXTERNAL and t.HasField("raw_data"):
+        if len(t.raw_data) != nbytes:
+            raise FrontendError(
+                f"{path.name}: tensor {t.name!r} holds {len(t.raw_data)} bytes "
+                f"but its dims {list(t.dims)} need {nbytes}"
+            )
+
+
+def _load_external(t: TensorProto, base: Path, path: Path) -> None:
+    info = {e.key: e.value for e in t.external_data}
+    loc = info.get("location", "")
+    where = f"{path.name}: external data of tensor {t.name!r}"
+    if not loc:
+        raise FrontendError(f"{where} has no location")
+    rel = Path(loc)
+    if rel.is_absolute() or loc.startswith(("/", "\\")) or (len(loc) > 1 and loc[1] == ":"):
+        raise FrontendError(f"{where}: location {loc!r} is absolute; it must be inside the model folder")
+    if ".." in rel.parts:
+        raise FrontendError(f"{where}: location {loc!r} leaves the model folder through '..'")
+    cur = base
+    for part in rel.parts:
+        cur = cur / part
+        if cur.is_symlink():
+            raise FrontendError(f"{where}: {cur.relative_to(base)} is a symlink; refusing to follow it")
+    target = cur.resolve()
+    if base not in target.parents:
+        raise FrontendError(f"{where}: location {loc!r} resolves outside the model folder")
+    try:
+        fd = os.open(target, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as e:
+        raise FrontendError(f"{where}: cannot open {loc!r} ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise FrontendError(f"{where}: {loc!r} is not a regular file")
+        if st.st_nlink > 1:
+            raise FrontendError(f"{where}: {loc!r} has {st.st_nlink} hard links; refusing it")
+        try:
+            offset = int(info.get("offset", "0"))
+            want = _declared_bytes(t)
+            length = int(info.get("length", str(want)))
+        except ValueError:
+            raise FrontendError(f"{where}: offset/length are not integers") from None
+        if offset < 0 or length != want:
+            raise FrontendError(f"{where}: length {length} differs from the declared {want} bytes")
+        if offset + length > st.st_size:
+            raise FrontendError(
+                f"{where}: needs bytes {offset}..{offset + length} but {loc!r} has {st.st_size}"
+            )
+        f.seek(offset)
+        t.raw_data = f.read(length)
+    del t.external_data[:]
+    t.data_location = TensorProto.DEFAULT
+
+
+# ================================================================ binding
+
+
+def symbolic_dims(model: onnx.ModelProto) -> dict[str, list[str]]:
+    """Symbolic dim name -> the 'input[axis]' places it appears (unnamed dims get a place name)."""
+    inits = {i.name for i in model.graph.initializer}
+    out: dict[str, list[str]] = {}
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        for ax, d in enumerate(inp.type.tensor_type.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                continue
+            name = d.dim_param or f"{inp.name}[{ax}]"
+            out.setdefault(name, []).append(f"{inp.name}[{ax}]")
+    return out
+
+
+def check_past_inputs(model: onnx.ModelProto) -> None:
+    inits = {i.name for i in model.graph.initializer}
+    past = [
+        i.name
+        for i in model.graph.input
+        if i.name not in inits and ("past" in i.name.lower() or "cache" in i.name.lower())
+    ]
+    if past:
+        raise FrontendError(
+            f"graph has past key/value inputs ({', '.join(past[:4])}{', ...' if len(past) > 4 else ''}): "
+            "decoder-with-past graphs are not supported; export without use_cache (no past inputs)"
+        )
+
+
+def resolve_bindings(
+    model: onnx.ModelProto,
+    batch: int | None = None,
+    seq: int | None = None,
+    dims: Mapping[str, int] | None = None,
+) -> dict[str, int]:
+    """Map every symbolic input dim to a value, or raise one error naming all unbound dims."""
+    dims = dict(dims or {})
+    bound: dict[str, int] = {}
+    unbound: list[str] = []
+    for name, places in symbolic_dims(model).items():
+        key = name.lower()
+        if name in dims:
+            bound[name] = dims[name]
+        elif batch is not None and key in BATCH_NAMES:
+            bound[name] = batch
+        elif seq is not None and key in SEQ_NAMES:
+            bound[name] = seq
+        else:
+            unbound.append(f"{name} (at {', '.join(places)})")
+    if unbound:
+        raise FrontendError(
+            "unbound dims: " + "; ".join(unbound) + " — bind them with --batch N, --seq N "
+            "or --dim NAME=VALUE"
+        )
+    for name, v in bound.items():
+        if not isinstance(v, int) or v <= 0:
+            raise FrontendError(f"dim {name} must be bound to a positive integer, got {v!r}")
+    return bound
+
+
+def bind_dims(model: onnx.ModelProto, bindings: Mapping[str, int]) -> onnx.ModelProto:
+    """A copy of `model` whose input dims are static; stale value_info and output dims dropped."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    inits = {i.name for i in m.graph.initializer}
+    for inp in m.graph.input:
+        if inp.name in inits:
+            continue
+        for ax, d in enumerate(inp.type.tensor_type.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                continue
+            name = d.dim_param or f"{inp.name}[{ax}]"
+            d.Clear()
+            d.dim_value = bindings[name]
+    del m.graph.value_info[:]
+    for out in m.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    # Initializers listed as graph inputs (old exporters) are constants, not inputs.
+    keep = [i for i in m.graph.input if i.name not in inits]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    return m
+
+
+# ================================================================ folding
+
+
+def fold(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Fold constants and shape subgraphs with onnxscript's optimizer (shapes must be static)."""
+    import onnxscript.optimizer
+
+    try:
+        return onnxscript.optimizer.optimize(
+            model,
+            num_iterations=3,
+            onnx_shape_inference=_proto_bytes(model) < (1 << 30),
+            # Small inputs only: shape arithmetic folds, but a lookup into a weight table (the
+            # position embedding at constant positions) must stay a lookup, not a new constant.
+            input_size_limit=1024,
+            output_size_limit=1 << 20,
+        )
+    except Exception as e:  # the optimizer raises a variety of errors on hostile graphs
+        raise FrontendError(f"constant folding failed: {type(e).__name__}: {e}".splitlines()[0]) from None
+
+
+def _proto_bytes(model: onnx.ModelProto) -> int:
+    return sum(len(t.raw_data) for t in model.graph.initializer) + 1024
+
+
+# ================================================================ conversion
+
+
+class _Converter:
+    """Walks ONNX nodes in topological order, emitting IR nodes with static types."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.opset = {o.domain or "": o.version for o in model.opset_import}
+        self.env: dict[str, Value] = {}
+        self.nodes: list[Node] = []
+        self.used_names: set[str] = set()
+        self.onnx_node: onnx.NodeProto | None = None
+
+    # -- values
+    def fresh(self, base: str) -> str:
+        name, i = base, 0
+        while name in self.used_names:
+            i += 1
+            name = f"{base}.{i}"
+        self.used_names.add(name)
+        return name
+
+    def const(self, arr: np.ndarray, base: str = "const") -> Value:
+        arr = np.asarray(arr)
+        if arr.dtype == np.float64 and base.startswith("const"):
+            arr = arr.astype(np.float32)
+        return Value.constant(self.fresh(base), arr)
+
+    def get(self, name: str) -> Value:
+        if name not in self.env:
+            raise FrontendError(f"value {name!r} is used but never defined (dangling input)")
+        return self.env[name]
+
+    def const_input(self, n: onnx.NodeProto, i: int, what: str) -> np.ndarray | None:
+        if i >= len(n.input) or not n.input[i]:
+            return None
+        v = self.get(n.input[i])
+        if not v.is_const:
+            raise FrontendError(
+                f"{n.op_type} node {n.name!r}: its {what} input is not constant after binding "
+                "the dims; this graph needs dynamic shapes, which wsecc does not support"
+            )
+        return v.const
+
+    # -- emission
+    def emit(
+        self,
+        op: Op,
+        inputs: Sequence[Value],
+        attrs: Mapping[str, Any] | None = None,
+        out_names: Sequence[str] | None = None,
+        n_out: int | None = None,
+    ) -> list[Value]:
+        a = make_attrs(attrs)
+        try:
+            types = infer_types(op, [v.type for v in inputs], dict(a))
+        except (IRError, KeyError, TypeError, ValueError) as e:
+            where = self.onnx_node.name if self.onnx_node is not None else "?"
+            raise FrontendError(f"node {where!r} ({op.name}): {e}") from None
+        names = list(out_names or [])
+        base = (self.onnx_node.name if self.onnx_node is not None else op.value) or op.value
+        outs = []
+        for i, t in enumerate(types):
+            nm = names[i] if i < len(names) and names[i] else f"{base}:{i}"
+            outs.append(Value(self.fresh(nm), t))
+        origin = (self.onnx_node.name,) if self.onnx_node is not None and self.onnx_node.name else ()
+        self.nodes.append(Node(op, tuple(inputs), tuple(outs), a, outs[0].name, origin))
+        return outs
+
+    def _fold_small(self, mark: int, outs: list[Value]) -> list[Value]:
+        """Evaluate just-emitted nodes whose operands are all small constants.
+
+        The optimizer folds nearly all shape arithmetic; what it leaves (it skips some
+        Where/Equal/ConstantOfShape chains) must still become constants, because shape operands
+        of Reshape/Expand/Slice have to be static here.
+        """
+        new = self.nodes[mark:]
+        small = all(
+            v.is_const and v.type.size <= (64 if v.type.dtype.is_float else FOLD_LIMIT)
+            for n in new
+            for v in n.inputs
+        )  # integer shape arithmetic and scalar fills; never a lookup into a weight table
+        if not new or not small:
+            return outs
+        from wsecc.ir.rules import evaluate_op
+
+        folded: dict[Value, Value] = {}
+        for n in new:
+            args = [folded.get(v, v).const for v in n.inputs]
+            results = evaluate_op(n.op, args, n.attr_dict)  # type: ignore[arg-type]
+            for v, r in zip(n.outputs, results, strict=True):
+                folded[v] = Value.constant(v.name, np.asarray(r, v.type.dtype.numpy).reshape(v.type.shape))
+        del self.nodes[mark:]
+        return [folded.get(v, v) for v in outs]
+
+    def bind(self, n: onnx.NodeProto, values: Sequence[Value]) -> None:
+        for name, v in zip(n.output, values, strict=False):
+            if name:
+                self.env[name] = v
+
+    # -- the walk
+    def run(self) -> Graph:
+        g = self.model.graph
+        for t in g.initializer:
+            self.env[t.name] = Value.constant(self.fresh(t.name), numpy_helper.to_array(t))
+        inputs = []
+        for inp in g.input:
+            if inp.name in self.env:
+                continue
+            tt = inp.type.tensor_type
+            if tt.elem_type not in _DTYPES:
+                raise FrontendError(f"input {inp.name!r} has unsupported element type {tt.elem_type}")
+            shape = tuple(d.dim_value for d in tt.shape.dim)
+            v = Value(self.fresh(inp.name), TensorType(_DTYPES[tt.elem_type], shape))
+            self.env[inp.name] = v
+            inputs.append(v)
+        order = _topological(g)
+        unsupported = unsupported_ops(self.model)
+        if unsupported:
+            raise FrontendError(f"{len(unsupported)} unsupported ops: " + ", ".join(unsupported))
+        for n in order:
+            self.onnx_node = n
+            mark = len(self.nodes)
+            outs = CONVERTERS[_key(n)](self, n, _attrs(n))
+            self.bind(n, self._fold_small(mark, outs))
+        self.onnx_node = None
+        outputs = []
+        for o in g.output:
+            v = self.get(o.name)
+            if v.is_const or v in outputs or v in inputs:
+                v = self.emit(Op.IDENTITY, [v], out_names=[o.name])[0]
+            outputs.append(v)
+        return _rename_outputs(Graph(tuple(inputs), tuple(outputs), tuple(self.nodes), g.name or "main"), [o.name for o in g.output])
+
+
+def _rename_outputs(g: Graph, names: list[str]) -> Graph:
+    """Graph outputs keep their ONNX names (they are what users and onnxruntime call them)."""
+    taken = {v.name for n in g.nodes for v in n.outputs} | {v.name for v in g.inputs}
+    mapping: dict[Value, Value] = {}
+    for v, want in zip(g.outputs, names, strict=True):
+        if v.name != want and want not in taken:
+            mapping[v] = Value(want, v.type)
+    if not mapping:
+        return g
+    nodes = []
+    for n in g.nodes:
+        ins = tuple(mapping.get(v, v) for v in n.inputs)
+        outs = tuple(mapping.get(v, v) for v in n.outputs)
+        nodes.append(Node(n.op, ins, outs, n.attrs, n.name, n.origin))
+    return Graph(g.inputs, tuple(mapping.get(v, v) for v in g.outputs), tuple(nodes), g.name)
+
+
+def _topological(g: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """Nodes in a topological order (ONNX requires one; onnxruntime re-sorts; we do too)."""
+    produced = {o: i for i, n in enumerate(g.node) for o in n.output if o}
+    seen_out: set[str] = set()
+    for n in g.node:
+        for o in n.output:
+            if o and o in seen_out:
+                raise FrontendError(f"value {o!r} is produced by two nodes (duplicate name)")
+            seen_out.add(o)
+    state = [0] * len(g.node)
+    order: list[onnx.NodeProto] = []
+    for root in range(len(g.node)):
+        if state[root]:
+            continue
+        stack = [(root, 0)]
+        while stack:
+            i, k = stack.pop()
+            if k == 0:
+                if state[i] == 2:
+                    continue
+                state[i] = 1
+            deps = [produced[x] for x in g.node[i].input if x in produced]
+            if k < len(deps):
+                stack.append((i, k + 1))
+                j = deps[k]
+                if state[j] == 1:
+                    raise FrontendError(f"graph has a cycle through node {g.node[j].name!r}")
+                if state[j] == 0:
+                    stack.append((j, 0))
+            else:
+                state[i] = 2
+                order.append(g.node[i])
+    return order
+
+
+def _attrs(n: onnx.NodeProto) -> dict[str, Any]:
+    out = {}
+    for a in n.attribute:
+        try:
+            v = helper.get_attribute_value(a)
+        except Exception:
+            raise FrontendError(f"node {n.name!r}: attribute {a.name!r} is malformed") from None
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        out[a.name] = v
+    return out
+
+
+# ---------------------------------------------------------------- converters
+
+Converter = Callable[[_Converter, onnx.NodeProto, dict[str, Any]], list[Value]]
+CONVERTERS: dict[tuple[str, str], Converter] = {}
+
+
+def _conv(*names: str, domain: str = "") -> Callable[[Converter], Converter]:
+    def deco(fn: Converter) -> Converter:
+        for nm in names:
+            CONVERTERS[(domain, nm)] = fn
+        return fn
+
+    return deco
+
+
+def _ins(c: _Converter, n: onnx.NodeProto) -> list[Value]:
+    return [c.get(x) for x in n.input if x]
+
+
+def _attr_int(a: dict[str, Any], key: str, default: int) -> int:
+    v = a.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise FrontendError(f"attribute {key!r} must be an int, got {type(v).__name__}")
+    return v
+
+
+_SIMPLE: dict[str, Op] = {
+    "Add": Op.ADD, "Sub": Op.SUB, "Mul": Op.MUL, "Div": Op.DIV, "Pow": Op.POW,
+    "And": Op.AND, "Or": Op.OR, "Xor": Op.XOR, "Equal": Op.EQUAL, "Less": Op.LESS,
+    "LessOrEqual": Op.LESS_EQUAL, "Greater": Op.GREATER, "GreaterOrEqual": Op.GREATER_EQUAL,
+    "Neg": Op.NEG, "Abs": Op.ABS, "Sqrt": Op.SQRT, "Reciprocal": Op.RECIPROCAL, "Exp": Op.EXP,
+    "Log": Op.LOG, "Erf": Op.ERF, "Tanh": Op.TANH, "Sigmoid": Op.SIGMOID, "Relu": Op.RELU,
+    "Not": Op.NOT, "IsNaN": Op.ISNAN, "IsInf": Op.ISINF, "Identity": Op.IDENTITY,
+    "Where": Op.WHERE, "MatMul": Op.MATMUL,
+}  # fmt: skip
+
+
+@_conv(*_SIMPLE)
+def _simple(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    return c.emit(_SIMPLE[n.op_type], _ins(c, n), out_names=n.output)
+
+
+@_conv("Max", "Min", "Sum")
+def _variadic(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    op = {"Max": Op.MAX, "Min": Op.MIN, "Sum": Op.ADD}[n.op_type]
+    xs = _ins(c, n)
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = c.emit(op, [acc, x])[0]
+    if len(xs) == 1:
+        acc = c.emit(Op.IDENTITY, [acc])[0]
+    return [acc]
+
+
+@_conv("Mod")
+def _mod(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    return c.emit(Op.MOD, _ins(c, n), {"fmod": bool(a.get("fmod", 0))}, n.output)
+
+
+@_conv("Dropout")
+def _dropout(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    if len(n.output) > 1 and n.output[1]:
+        raise FrontendError(f"Dropout {n.name!r}: its mask output is used; training graphs are not supported")
+    return c.emit(Op.DROPOUT, [c.get(n.input[0])], out_names=n.output)
+
+
+@_conv("Cast")
+def _cast(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    to = a.get("to")
+    if to not in _DTYPES:
+        raise FrontendError(f"Cast {n.name!r}: unsupported target type {to}")
+    return c.emit(Op.CAST, [c.get(n.input[0])], {"to": _DTYPES[to].value}, n.output)
+
+
+@_conv("CastLike")
+def _cast_like(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    x, like = c.get(n.input[0]), c.get(n.input[1])
+    return c.emit(Op.CAST, [x], {"to": like.type.dtype.value}, n.output)
+
+
+@_conv("Constant")
+def _constant(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    if "value" in a:
+        arr = numpy_helper.to_array(a["value"])
+    elif "value_float" in a:
+        arr = np.array(a["value_float"], np.float32)
+    elif "value_floats" in a:
+        arr = np.array(a["value_floats"], np.float32)
+    elif "value_int" in a:
+        arr = np.array(a["value_int"], np.int64)
+    elif "value_ints" in a:
+        arr = np.array(a["value_ints"], np.int64)
+    else:
+        raise FrontendError(f"Constant {n.name!r}: unsupported value attribute {sorted(a)}")
+    return [Value.constant(c.fresh(n.output[0]), arr)]
+
+
+@_conv("Shape")
+def _shape(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    shape = np.array(c.get(n.input[0]).type.shape, np.int64)
+    r = len(shape)
+    start, end = a.get("start", 0), a.get("end", r)
+    return [Value.constant(c.fresh(n.output[0]), shape[slice(*slice(start, end).indices(r))])]
+
+
+@_conv("Size")
+def _size(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    return [Value.constant(c.fresh(n.output[0]), np.array(c.get(n.input[0]).type.size, np.int64))]
+
+
+@_conv("ConstantOfShape")
+def _constant_of_shape(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    shape = c.const_input(n, 0, "shape")
+    fill = numpy_helper.to_array(a["value"]) if "value" in a else np.zeros(1, np.float32)
+    shape_t = tuple(int(d) for d in np.asarray(shape).reshape(-1))
+    if any(d < 0 for d in shape_t) or int(np.prod(shape_t, dtype=np.float64)) * fill.itemsize > MAX_TENSOR_BYTES:
+        raise FrontendError(f"ConstantOfShape {n.name!r}: absurd shape {shape_t}")
+    return [Value.constant(c.fresh(n.output[0]), np.full(shape_t, fill.reshape(-1)[0], fill.dtype))]
+
+
+@_conv("Range")
+def _range(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    start, limit, delta = (c.const_input(n, i, w) for i, w in enumerate(("start", "limit", "delta")))
+    arr = np.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype)  # type: ignore[union-attr]
+    return [Value.constant(c.fresh(n.output[0]), arr)]
+
+
+@_conv("Gemm")
+def _gemm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    attrs = {
+        "alpha": float(a.get("alpha", 1.0)),
+        "beta": float(a.get("beta", 1.0)),
+        "trans_a": bool(a.get("transA", 0)),
+        "trans_b": bool(a.get("transB", 0)),
+    }
+    return c.emit(Op.GEMM, _ins(c, n), attrs, n.output)
+
+
+@_conv("Einsum")
+def _einsum(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    return c.emit(Op.EINSUM, _ins(c, n), {"equation": a["equation"].replace(" ", "")}, n.output)
+
+
+def _reshape_to(c: _Converter, n: onnx.NodeProto, x: Value, shape: Sequence[int]) -> list[Value]:
+    return c.emit(Op.RESHAPE, [x], {"shape": tuple(int(d) for d in shape)}, n.output)
+
+
+@_conv("Reshape")
+def _reshape(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    x = c.get(n.input[0])
+    want = [int(d) for d in np.asarray(c.const_input(n, 1, "shape")).reshape(-1)]
+    allowzero = a.get("allowzero", 0)
+    shape = [x.type.shape[i] if (d == 0 and not allowzero) else d for i, d in enumerate(want)]
+    if shape.count(-1) > 1 or any(d < -1 for d in shape):
+        raise FrontendError(f"Reshape {n.name!r}: invalid target shape {want}")
+    if -1 in shape:
+        known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+        if known == 0 or x.type.size % known:
+            raise FrontendError(f"Reshape {n.name!r}: cannot reshape {x.type.shape} to {want}")
+        shape[shape.index(-1)] = x.type.size // known
+    return _reshape_to(c, n, x, shape)
+
+
+@_conv("Flatten")
+def _flatten(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    x = c.get(n.input[0])
+    ax = a.get("axis", 1) % (x.type.rank + 1) if x.type.rank else 0
+    lead = int(np.prod(x.type.shape[:ax], dtype=np.int64))
+    return _reshape_to(c, n, x, [lead, x.type.size // max(lead, 1) if lead else 0])
+
+
+def _axes(c: _Converter, n: onnx.NodeProto, a: dict[str, Any], idx: int) -> list[int] | None:
+    if "axes" in a:
+        return [int(v) for v in a["axes"]]
+    arr = c.const_input(n, idx, "axes")
+    return None if arr is None else [int(v) for v in np.asarray(arr).reshape(-1)]
+
+
+@_conv("Squeeze")
+def _squeeze(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    x = c.get(n.input[0])
+    r = x.type.rank
+    axes = _axes(c, n, a, 1)
+    drop = {ax % r for ax in axes} if axes is not None else {i for i, d in enumerate(x.type.shape) if d == 1}
+    if any(x.type.shape[i] != 1 for i in drop):
+        raise FrontendError(f"Squeeze {n.name!r}: axes {sorted(drop)} of {x.type.shape} are not 1")
+    return _reshape_to(c, n, x, [d for i, d in enumerate(x.type.shape) if i not in drop])
+
+
+@_conv("Unsqueeze")
+def _unsqueeze(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    x = c.get(n.input[0])
+    axes = _axes(c, n, a, 1) or []
+    r = x.type.rank + len(axes)
+    ins = sorted(ax % r for ax in axes)
+    shape = list(x.type.shape)
+    for ax in ins:
+        shape.insert(ax, 1)
+    return _reshape_to(c, n, x, shape)
+
+
+@_conv("Transpose")
+def _transpose(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    x = c.get(n.input[0])
+    perm = tuple(a.get("perm", range(x.type.rank - 1, -1, -1)))
+    return c.emit(Op.TRANSPOSE, [x], {"perm": perm}, n.output)
+
+
+@_conv("Expand")
+def _expand(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    shape = tuple(int(d) for d in np.asarray(c.const_input(n, 1, "shape")).reshape(-1))
+    return c.emit(Op.EXPAND, [c.get(n.input[0])], {"shape": shape}, n.output)
+
+
+@_conv("Tile")
+def _tile(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    reps = tuple(int(d) for d in np.asarray(c.const_input(n, 1, "repeats")).reshape(-1))
+    return c.emit(Op.TILE, [c.get(n.input[0])], {"repeats": reps}, n.output)
+
+
+@_conv("Concat")
+def _concat(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    xs = [v for v in _ins(c, n) if v.type.size or v.type.rank != 1]
+    return c.emit(Op.CONCAT, xs, {"axis": _attr_int(a, "axis", 0)}, n.output)
+
+
+@_conv("Slice")
+def _slice(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    x = c.get(n.input[0])
+    if "starts" in a:  # opset < 10
+        starts, ends = list(a["starts"]), list(a["ends"])
+        axes = list(a.get("axes", range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts = [int(v) for v in np.asarray(c.const_input(n, 1, "starts")).reshape(-1)]
+        ends = [int(v) for v in np.asarray(c.const_input(n, 2, "ends")).reshape(-1)]
+        ax = c.const_input(n, 3, "axes")
+        axes = list(range(len(starts))) if ax is None else [int(v) for v in ax.reshape(-1)]
+        st = c.const_input(n, 4, "steps")
+        steps = [1] * len(starts) if st is None else [int(v) for v in st.reshape(-1)]
+    r = x.type.rank
+    attrs = {"starts": tuple(starts), "ends": tuple(ends), "axes": tuple(ax % r for ax in axes), "steps": tuple(steps)}
+    return c.emit(Op.SLICE, [x], attrs, n.output)
+
+
+@_conv("Split")
+def _split(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    x = c.get(n.input[0])
+    ax = _attr_int(a, "axis", 0) % x.type.rank
+    dim = x.type.shape[ax]
+    sizes: list[int] | None = None
+    if "split" in a:
+        sizes = [int(v) for v in a["split"]]
+    elif len(n.input) > 1 and n.input[1]:
+        sizes = [int(v) for v in np.asarray(c.const_input(n, 1, "split")).reshape(-1)]
+    if sizes is None:
+        k = a.get("num_outputs", len(n.output))
+        chunk = -(-dim // k)
+        sizes = [min(chunk, dim - i * chunk) for i in range(k)]
+    return c.emit(Op.SPLIT, [x], {"axis": ax, "sizes": tuple(sizes)}, n.output)
+
+
+@_conv("Gather")
+def _gather(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    data, idx = c.get(n.input[0]), c.get(n.input[1])
+    ax = _attr_int(a, "axis", 0) % max(data.type.rank, 1)
+    return c.emit(Op.GATHER, [data, idx], {"axis": ax}, n.output)
+
+
+@_conv("GatherND")
+def _gather_nd(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    return c.emit(Op.GATHER_ND, _ins(c, n), {"batch_dims": _attr_int(a, "batch_dims", 0)}, n.output)
+
+
+@_conv("ReduceMean", "ReduceSum", "ReduceMax")
+def _reduce(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    op = {"ReduceMean": Op.REDUCE_MEAN, "ReduceSum": Op.REDUCE_SUM, "ReduceMax": Op.REDUCE_MAX}[n.op_type]
+    x = c.get(n.input[0])
+    axes = _axes(c, n, a, 1)
+    if not axes:
+        if a.get("noop_with_empty_axes", 0):
+            return c.emit(Op.IDENTITY, [x], out_names=n.output)
+        axes = list(range(x.type.rank))
+    attrs = {"axes": tuple(sorted(ax % x.type.rank for ax in axes)), "keepdims": bool(a.get("keepdims", 1))}
+    return c.emit(op, [x], attrs, n.output)
+
+
+@_conv("CumSum")
+def _cumsum(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    x = c.get(n.input[0])
+    ax = int(np.asarray(c.const_input(n, 1, "axis")).reshape(-1)[0]) % x.type.rank
+    attrs = {"axis": ax, "exclusive": bool(a.get("exclusive", 0)), "reverse": bool(a.get("reverse", 0))}
+    return c.emit(Op.CUMSUM, [x], attrs, n.output)
+
+
+@_conv("Softmax")
+def _softmax(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    x = c.get(n.input[0])
+    legacy = c.opset.get("", 13) < 13
+    ax = _attr_int(a, "axis", 1 if legacy else -1) % x.type.rank
+    if legacy and ax != x.type.rank - 1:
+        raise FrontendError(f"Softmax {n.name!r}: opset<13 softmax over axis {ax} of rank {x.type.rank} (2-D coercion) is not supported")
+    return c.emit(Op.SOFTMAX, [x], {"axis": ax}, n.output)
+
+
+@_conv("LayerNormalization")
+def _layer_norm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    x, gamma = c.get(n.input[0]), c.get(n.input[1])
+    if _attr_int(a, "axis", -1) % x.type.rank != x.type.rank - 1:
+        raise FrontendError(f"LayerNormalization {n.name!r}: only the last axis is supported")
+    if any(o for o in n.output[1:]):
+        raise FrontendError(f"LayerNormalization {n.name!r}: mean/inv-std outputs are not supported")
+    beta = c.get(n.input[2]) if len(n.input) > 2 and n.input[2] else c.const(np.zeros(gamma.type.shape, gamma.type.dtype.numpy), "zero_beta")
+    return c.emit(Op.LAYER_NORM, [x, gamma, beta], {"epsilon": float(a.get("epsilon", 1e-5)), "has_skip": False}, n.output[:1])
+
+
+@_conv("Gelu")
+@_conv("Gelu", domain="com.microsoft")
+def _gelu(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    return c.emit(Op.GELU, [c.get(n.input[0])], {"approximate": a.get("approximate", "none")}, n.output)
+
+
+# ---------------------------------------------------------------- com.microsoft contrib ops
+
+
+@_conv("FastGelu", "BiasGelu", domain="com.microsoft")
+def _bias_gelu(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    xs = _ins(c, n)
+    x = c.emit(Op.ADD, xs)[0] if len(xs) == 2 else xs[0]
+    approx = "tanh" if n.op_type == "FastGelu" else "none"
+    return c.emit(Op.GELU, [x], {"approximate": approx}, n.output)
+
+
+@_conv("SkipLayerNormalization", domain="com.microsoft")
+def _skip_layer_norm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    x, skip, gamma = c.get(n.input[0]), c.get(n.input[1]), c.get(n.input[2])
+    beta = c.get(n.input[3]) if len(n.input) > 3 and n.input[3] else c.const(np.zeros(gamma.type.shape, np.float32), "zero_beta")
+    if len(n.input) > 4 and n.input[4]:
+        x = c.emit(Op.ADD, [x, c.get(n.input[4])])[0]
+    if any(len(n.output) > i and n.output[i] for i in (1, 2)):
+        raise FrontendError(f"SkipLayerNormalization {n.name!r}: mean/inv-std outputs are not supported")
+    emit_sum = len(n.output) > 3 and bool(n.output[3])
+    outs = c.emit(Op.LAYER_NORM, [x, skip, gamma, beta], {"epsilon": float(a.get("epsilon", 1e-12)), "has_skip": True, "emit_sum": emit_sum}, [n.output[0]] + ([n.output[3]] if emit_sum else []))
+    return [outs[0], outs[0], outs[0], outs[1]] if emit_sum else outs
+
+
+@_conv("EmbedLayerNormalization", domain="com.microsoft")
+def _embed_layer_norm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    def opt(i: int) -> Value | None:
+        return c.get(n.input[i]) if len(n.input) > i and n.input[i] else None
+
+    ids, seg_ids, word, pos, seg, gamma, beta = (opt(i) for i in range(7))
+    mask, pos_ids = opt(7), opt(8)
+    assert ids is not None and word is not None and pos is not None and gamma is not None and beta is not None
+    b, s = ids.type.shape
+    if pos_ids is None:
+        pos_ids = c.const(np.broadcast_to(np.arange(s, dtype=np.int32), (b, s)).copy(), "position_ids")
+    pairs = [ids, word, pos_ids, pos] + ([seg_ids, seg] if seg_ids is not None and seg is not None else [])
+    emb = c.emit(Op.EMBEDDING, pairs)[0]
+    y = c.emit(Op.LAYER_NORM, [emb, gamma, beta], {"epsilon": float(a.get("epsilon", 1e-12)), "has_skip": False}, [n.output[0]])[0]
+    if mask is not None:
+        mask_index = c.emit(Op.REDUCE_SUM, [c.emit(Op.CAST, [mask], {"to": "i32"})[0]], {"axes": (1,), "keepdims": False})[0]
+    else:
+        mask_index = c.const(np.full((b,), s, np.int32), "mask_index")
+    return [y, mask_index, emb]
+
+
+@_conv("Attention", domain="com.microsoft")
+def _ms_attention(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    if len(n.input) > 4 and n.input[4]:
+        raise FrontendError(f"Attention {n.name!r} has a past input: decoder-with-past graphs are not supported")
+    if any(len(n.input) > i and n.input[i] for i in (5, 6, 7)) or (len(n.output) > 1 and n.output[1]):
+        raise FrontendError(f"Attention {n.name!r}: attention_bias/past/present operands are not supported")
+    x, w, bias = c.get(n.input[0]), c.get(n.input[1]), c.get(n.input[2])
+    heads = _attr_int(a, "num_heads", 0)
+    sizes = list(a.get("qkv_hidden_sizes", [w.type.shape[1] // 3] * 3))
+    if len(set(sizes)) != 1 or sizes[0] % max(heads, 1):
+        raise FrontendError(f"Attention {n.name!r}: unequal qkv_hidden_sizes {sizes} are not supported")
+    d = sizes[0]
+    dh = d // heads
+    qkv = c.emit(Op.LINEAR, [x, w, bias], {"activation": "none", "has_bias": True})[0]
+    mask = c.get(n.input[3]) if len(n.input) > 3 and n.input[3] else None
+    kind = "none"
+    if mask is not None:
+        kind = {1: "key_length", 2: "key_padding"}.get(mask.type.rank, "")
+        if not kind:
+            raise FrontendError(f"Attention {n.name!r}: a {mask.type.rank}-D mask_index is not supported")
+    scale = float(a.get("scale", 0.0)) or 1.0 / float(np.sqrt(dh))
+    attrs = {
+        "num_heads": heads, "head_dim": dh, "q_offset": 0, "k_offset": d, "v_offset": 2 * d,
+        "scale": scale, "causal": bool(a.get("unidirectional", 0)), "mask": kind,
+        "fill": float(a.get("mask_filter_value", -10000.0)), "nan_to_zero": False,
+    }  # fmt: skip
+    return c.emit(Op.ATTENTION, [qkv, qkv, qkv] + ([mask] if mask is not None else []), attrs, n.output[:1])
+
+
+# ================================================================ entry point
+
+
+def to_graph(model: onnx.ModelProto) -> Graph:
+    """Convert a bound, folded model to the wsecc Graph (raises FrontendError)."""
+    return _Converter(model).run()
+
+
+def raw_op_histogram(model: onnx.ModelProto) -> dict[str, int]:
+    hist: dict[str, int] = {}
+    for n in model.graph.node:
+        key = n.op_type if not n.domain or n.domain == "ai.onnx" else f"{n.domain}.{n.op_type}"
+        hist[key] = hist.get(key, 0) + 1
+    return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def import_model(
+    path: str | os.PathLike[str],
+    *,
+    batch: int | None = None,
+    seq: int | None = None,
+    dims: Mapping[str, int] | None = None,
+) -> tuple[Graph, ModelInfo]:
+    """Load, bind, fold and convert. Returns the graph and what was learned on the way."""
+    model = load_model(path)
+    check_past_inputs(model)
+    bindings = resolve_bindings(model, batch, seq, dims)
+    bound = bind_dims(model, bindings)
+    folded = fold(bound)
+    graph = to_graph(folded)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    info = ModelInfo(
+        path=str(path),
+        opset=opset,
+        producer=f"{model.producer_name} {model.producer_version}".strip(),
+        bindings=bindings,
+        raw_ops=raw_op_histogram(model),
+    )
+    return graph, info
+
+
+def unsupported_ops(model: onnx.ModelProto) -> list[str]:
+    """Every node whose (domain, op_type) has no converter, as 'OpType 'node-name''."""
+    return sorted(
+        {
+            f"{n.op_type}{'' if not n.domain else ' (' + n.domain + ')'} {n.name!r}"
+            for n in model.graph.node
+            if _key(n) not in CONVERTERS
+        }
+    )
+
+
+def _key(n: onnx.NodeProto) -> tuple[str, str]:
+    return ("" if n.domain in ("", "ai.onnx") else n.domain, n.op_type)

@@ -1,0 +1,117 @@
+"""Numerics against onnxruntime: reference runs, generated inputs, error metrics.
+
+Metrics, per output: max_abs_err = max|y − r|; max_rel_err = max|y − r| / max|r| (relative to
+the reference's largest magnitude, so near-zero entries do not make it meaningless); PCC, the
+Pearson correlation of the flattened tensors.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from wsecc.ir.core import DType, Graph, Op, Value
+
+# Documented tolerances per precision (see docs): fp32 must match onnxruntime to 1e-5 relative.
+TOLERANCE = {"fp32": {"max_rel_err": 1e-5}, "mixed": {"pcc": 0.999, "max_rel_err": 3e-2}, "fp16": {"pcc": 0.99, "max_rel_err": 1e-1}}
+
+
+@dataclass(frozen=True)
+class OutputError:
+    name: str
+    max_abs_err: float
+    max_rel_err: float
+    pcc: float
+    passed: bool
+
+
+def compare(name: str, got: np.ndarray, ref: np.ndarray, precision: str = "fp32") -> OutputError:
+    g = np.asarray(got, np.float64).reshape(-1)
+    r = np.asarray(ref, np.float64).reshape(-1)
+    if g.shape != r.shape:
+        return OutputError(name, float("inf"), float("inf"), 0.0, False)
+    if g.size == 0:
+        return OutputError(name, 0.0, 0.0, 1.0, True)
+    finite = np.isfinite(r) & np.isfinite(g)
+    same_nonfinite = bool(np.all((np.isfinite(r) == np.isfinite(g)) & (finite | (g == r) | (np.isnan(g) & np.isnan(r)))))
+    diff = np.abs(g[finite] - r[finite]) if finite.any() else np.zeros(1)
+    scale = float(np.max(np.abs(r[finite]))) if finite.any() else 1.0
+    abs_err = float(diff.max())
+    rel_err = abs_err / scale if scale > 0 else abs_err
+    if finite.sum() > 1 and np.std(g[finite]) > 0 and np.std(r[finite]) > 0:
+        pcc = float(np.corrcoef(g[finite], r[finite])[0, 1])
+    else:
+        pcc = 1.0 if abs_err == 0 else 0.0
+    tol = TOLERANCE[precision]
+    passed = same_nonfinite and rel_err <= tol["max_rel_err"] and pcc >= tol.get("pcc", -1.0)
+    return OutputError(name, abs_err, rel_err, pcc, passed)
+
+
+def vocab_sizes(graph: Graph) -> dict[str, int]:
+    """For each integer graph input used as gather indices into a table, the table's rows."""
+    out: dict[str, int] = {}
+    inputs = {v for v in graph.inputs}
+    for n in graph.nodes:
+        pairs: list[tuple[Value, Value]] = []
+        if n.op is Op.GATHER and n.attr("axis") == 0:
+            pairs = [(n.inputs[1], n.inputs[0])]
+        elif n.op is Op.EMBEDDING:
+            pairs = list(zip(n.inputs[0::2], n.inputs[1::2], strict=True))
+        for ids, table in pairs:
+            src = _through_casts(graph, ids)
+            if src in inputs and table.is_const:
+                out[src.name] = min(out.get(src.name, 1 << 62), table.type.shape[0])
+    return out
+
+
+def _through_casts(graph: Graph, v: Value) -> Value:
+    prod = graph.producers()
+    while v in prod and prod[v].op in (Op.CAST, Op.RESHAPE, Op.IDENTITY):
+        v = prod[v].inputs[0]
+    return v
+
+
+def make_inputs(graph: Graph, *, seed: int = 0, padded: bool = True) -> dict[str, np.ndarray]:
+    """Inputs for a numerics run: token ids within the vocabulary; masks 1 with, when `padded`,
+    the last row right-padded by a quarter of the sequence; float inputs N(0, 1)."""
+    rng = np.random.default_rng(seed)
+    vocab = vocab_sizes(graph)
+    feeds: dict[str, np.ndarray] = {}
+    for v in graph.inputs:
+        shape, dt = v.type.shape, v.type.dtype
+        lname = v.name.lower()
+        if dt.is_float:
+            feeds[v.name] = rng.standard_normal(shape).astype(dt.numpy)
+        elif "mask" in lname:
+            m = np.ones(shape, dt.numpy)
+            if padded and len(shape) == 2 and shape[1] > 1:
+                m[-1, shape[1] - max(1, shape[1] // 4) :] = 0
+            feeds[v.name] = m
+        elif "type" in lname or "segment" in lname:
+            hi = vocab.get(v.name, 2)
+            feeds[v.name] = rng.integers(0, hi, shape).astype(dt.numpy)
+        elif "position" in lname and len(shape) == 2:
+            feeds[v.name] = np.broadcast_to(np.arange(shape[1]), shape).astype(dt.numpy)
+        elif dt is DType.BOOL:
+            feeds[v.name] = np.ones(shape, bool)
+        else:
+            hi = vocab.get(v.name, 100)
+            feeds[v.name] = rng.integers(0, hi, shape).astype(dt.numpy)
+    return feeds
+
+
+def ort_run(path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run the ORIGINAL file in onnxruntime (graph optimizations off) — the reference."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    wanted = {i.name for i in sess.get_inputs()}
+    outs = sess.run(names, {k: v for k, v in feeds.items() if k in wanted})
+    return dict(zip(names, outs, strict=True))
