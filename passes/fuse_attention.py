@@ -10,7 +10,8 @@ Anchored on Softmax over the last axis of a rank-4 tensor [B, H, Sq, Sk]:
    order of Reshape/Transpose/Split (one Gemm+Split, three MatMuls, every K-transpose form)
    matches;
 3. the mask: every bias or condition is evaluated, as a function of the graph's mask input,
-   on probe masks; it must mean "causal and/or key padding" (mask[b, key] == 0 drops a key);
+   on probe masks; it must mean "causal (optionally within a sliding window) and/or key
+   padding" (mask[b, key] == 0 drops a key);
    anything else (ALiBi, relative biases) is not fused;
 4. after Softmax an optional IsNaN/Where clean-up, MatMul with v', and a layout chain that
    must equal merging the heads back to [B, S, H·dh].
@@ -108,8 +109,13 @@ def _head_offset(src: Value, chain: list[Node], target: Value, h: int, dh: int, 
     if src.type.rank != 3:
         raise NoMatch(f"head source {src.name!r} is not [B, S, N]")
     iota = np.arange(src.type.size, dtype=np.int64).reshape(src.type.shape)
-    layout = [n for n in chain if n.op in LAYOUT]
-    got = eval_nodes(layout, {src: iota})[target] if layout else iota
+    vals: dict[Value, np.ndarray] = {src: iota}
+    for n in chain:  # scalar scales pass indices through unchanged
+        if n.op in LAYOUT:
+            vals.update(eval_nodes([n], vals))
+        else:
+            vals[n.output] = vals[n.inputs[0]]
+    got = vals[target]
     first = int(got.reshape(-1)[0])
     off = first % src.type.shape[-1]
     if src.type.shape[-1] < off + h * dh:
@@ -146,8 +152,8 @@ def _merge_heads(view: GraphView, o: Value, inside: set[Node]) -> tuple[Value, l
 
 def _mask_semantics(
     view: GraphView, terms: list[tuple[str, Value, float]], shape: tuple[int, int, int, int]
-) -> tuple[bool, Value | None, float]:
-    """(causal, key-padding mask input or None, fill) that the mask terms implement."""
+) -> tuple[bool, int, Value | None, float]:
+    """(causal, window, key-padding mask input or None, fill) that the mask terms implement."""
     b, _, sq, sk = shape
     inputs = set().union(*(view.input_ancestors(t[1]) for t in terms)) if terms else set()
     if len(inputs) > 1:
@@ -183,12 +189,17 @@ def _mask_semantics(
     except Exception as e:
         raise NoMatch(f"mask subgraph could not be evaluated: {e}") from None
     tril = np.tril(np.ones((sq, sk), dtype=bool), k=sk - sq)
+    window = 0
     if np.array_equal(base, np.broadcast_to(tril, base.shape)):
         causal = True
     elif base.all():
         causal = False
     else:
-        raise NoMatch("mask with an all-ones input is neither full nor causal")
+        window = int(base[0, 0, -1].sum())  # keys the last query sees: a sliding window?
+        banded = tril & np.triu(np.ones((sq, sk), dtype=bool), k=sk - sq - window + 1)
+        if window == 0 or not np.array_equal(base, np.broadcast_to(banded, base.shape)):
+            raise NoMatch("mask with an all-ones input is neither full, causal nor a causal window")
+        causal = True
     if mask_in is not None:
         rng = np.random.default_rng(0)
         for _ in range(3):
@@ -199,7 +210,8 @@ def _mask_semantics(
                 raise NoMatch("mask does not mean 'key padding' (mask[b, key] == 0 drops the key)")
     finite = [f for f in fills if f < 0]
     fill = min(finite) if finite else -np.inf
-    return causal, mask_in, float(max(fill, np.finfo(np.float32).min) if np.isfinite(fill) else fill)
+    fill = float(max(fill, np.finfo(np.float32).min) if np.isfinite(fill) else fill)
+    return causal, window, mask_in, fill
 
 
 def _match(view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
@@ -255,10 +267,10 @@ def _match(view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
     leak = view.escapes(internal, region)
     if leak is not None:
         raise NoMatch(f"intermediate {leak.name!r} is used outside the attention")
-    causal, mask_in, fill = _mask_semantics(view, sc.terms, (b, h, sq, sk))
+    causal, window, mask_in, fill = _mask_semantics(view, sc.terms, (b, h, sq, sk))
     attrs = {
         "num_heads": h, "head_dim": dh, "q_offset": q_off, "k_offset": k_off, "v_offset": v_off,
-        "scale": float(np.float32(sc.scale * q_scale * k_scale)), "causal": causal,
+        "scale": float(np.float32(sc.scale * q_scale * k_scale)), "causal": causal, "window": window,
         "mask": "key_padding" if mask_in is not None else "none", "fill": fill, "nan_to_zero": nan_to_zero,
     }  # fmt: skip
     origin = origin_of(sorted(region, key=view.index.__getitem__))
@@ -272,16 +284,23 @@ def _match(view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
 
 
 def _token_inputs(view: GraphView) -> set[Value]:
-    """Graph inputs used as indices into constant float tables (token / type ids)."""
-    out = set()
-    ins = set(view.graph.inputs)
+    """Graph inputs that are themselves indices into constant float tables (token / type ids).
+
+    Only Cast/Reshape may stand between: OPT computes positions from the attention mask with
+    CumSum, and that does not make the mask a token input."""
+    idx: list[Value] = []
     for n in view.graph.nodes:
         if n.op is Op.EMBEDDING:
-            for ids in n.inputs[0::2]:
-                out |= view.input_ancestors(ids) & ins
+            idx += n.inputs[0::2]
         elif n.op is Op.GATHER and n.inputs[0].is_const and n.inputs[0].type.dtype.is_float:
-            out |= view.input_ancestors(n.inputs[1]) & ins
-    return {v for v in out if v.type.dtype in (DType.INT64, DType.INT32)}
+            idx.append(n.inputs[1])
+    out = set()
+    for v in idx:
+        while (p := view.prod(v, Op.CAST, Op.RESHAPE, Op.IDENTITY)) is not None:
+            v = p.inputs[0]
+        if v in view.graph.inputs and v.type.dtype in (DType.INT64, DType.INT32):
+            out.add(v)
+    return out
 
 
 def fuse_attention(graph: Graph, ctx: PassContext) -> Graph:

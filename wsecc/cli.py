@@ -24,7 +24,8 @@ from wsecc.errors import WseccError
 
 EXAMPLES = """examples:
   wsecc compile samples/gpt2_legacy_op17.onnx --seq 32
-  wsecc inspect samples/bert_dynamo.onnx --batch 2 --seq 16 --json
+  wsecc inspect samples/bert_dynamo.onnx --batch 2 --seq 16 --target wse2 --json
+  wsecc targets
   wsecc check model.onnx --dim past_sequence_length=0
 """
 
@@ -42,6 +43,11 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def _add_target_args(p: argparse.ArgumentParser, default: str | None = "wse2") -> None:
+    p.add_argument("--target", default=default, help="built-in target name or a path to a target TOML (see `wsecc targets`)")
+    p.add_argument("--precision", default="mixed", choices=("fp32", "mixed", "fp16"), help="storage/compute precision (default mixed)")
 
 
 def _parse_dims(items: Sequence[str]) -> dict[str, int]:
@@ -86,11 +92,61 @@ def _fuse(graph, args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return fused, records, ctx
 
 
+def _lower_and_size(fused, args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from wsecc.kernels import size_regions
+    from wsecc.passes.lower import lower_to_kernels
+    from wsecc.targets import load_target
+
+    target = load_target(args.target)
+    kg = lower_to_kernels(fused)
+    return target, kg, size_regions(kg, target, args.precision)
+
+
+def _kernel_rows(kg, sizing) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    rows = []
+    for k in kg.kernels:
+        ks = sizing.kernel(k.name)
+        rows.append({
+            "name": k.name, "kind": k.kind.value, "pes": ks.h * ks.w, "region": {"w": ks.w, "h": ks.h},
+            "sram_bytes_per_pe": ks.sram.total, "cycles_per_sample": ks.cycles_per_sample,
+            "onnx_nodes": list(k.provenance),
+        })  # fmt: skip
+    return rows
+
+
+def _sizing_summary(sizing) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    return {
+        "bottleneck": sizing.bottleneck,
+        "balance": sizing.balance,
+        "pes_used": sizing.pes_used,
+        "fabric_fraction": sizing.fabric_fraction,
+        "max_sram_bytes_per_pe": sizing.max_sram_per_pe,
+        "samples_per_s": sizing.samples_per_s,
+        "tokens_per_s": sizing.tokens_per_s,
+        "ceiling_samples_per_s": sizing.ceiling_samples_per_s,
+    }
+
+
+def cmd_targets(args: argparse.Namespace) -> int:
+    from wsecc.targets import list_targets, load_target
+
+    targets = [load_target(n) for n in list_targets()]
+    if args.json:
+        print(json.dumps([{"name": t.name, "summary": t.summary(), "usable_pes": t.usable_pes, "color_budget": t.color_budget} for t in targets], indent=1))
+    else:
+        for t in targets:
+            print(t.summary())
+    return 0
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from wsecc.analysis import batch_size, flops, fused_ops, param_count
 
     graph, info = _import(args)
     fused, records, _ = _fuse(graph, args)
+    sizing = None
+    if args.target:
+        _, kg, sizing = _lower_and_size(fused, args)
     out = {
         "model": str(args.model),
         "bindings": info.bindings,
@@ -101,6 +157,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "fused": [{"op": f["op"], "onnx_nodes": f["onnx_nodes"]} for f in fused_ops(fused)],
         "unsupported": [],
     }
+    if sizing is not None:
+        out["kernels"] = _kernel_rows(kg, sizing)
+        out["sizing"] = _sizing_summary(sizing)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
@@ -111,6 +170,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for f in out["fused"]:  # type: ignore[attr-defined]
         nodes = f["onnx_nodes"]
         print(f"  {f['op']:<11} <- {len(nodes)} ONNX nodes: {', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}")
+    if sizing is not None:
+        print(f"\n{'kernel':<22} {'kind':<12} {'PEs':>8} {'region':>11} {'SRAM B/PE':>10} {'cycles/sample':>14}  ONNX nodes")
+        for r in out["kernels"]:  # type: ignore[attr-defined]
+            reg = f"{r['region']['h']}x{r['region']['w']}"
+            nodes = r["onnx_nodes"]
+            print(f"{r['name']:<22} {r['kind']:<12} {r['pes']:>8,} {reg:>11} {r['sram_bytes_per_pe']:>10,} {r['cycles_per_sample']:>14,.0f}  {nodes[0] if nodes else ''}{' ...' if len(nodes) > 1 else ''}")
+        print(sizing.summary())
     return 0
 
 
@@ -150,6 +216,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     fused, records, _ = _fuse(graph, args)
     for r in records:
         say(f"pass       {r.name:<15} {r.nodes_before:>5} -> {r.nodes_after:<5} ops ({r.seconds * 1e3:.0f} ms)")
+    t1 = time.perf_counter()
+    target, kg, sizing = _lower_and_size(fused, args)
+    say(f"lower      {len(kg.kernels)} kernels, {len(kg.flows)} flows")
+    say(f"size       {sizing.summary()} ({time.perf_counter() - t1:.2f} s)")
     report: dict[str, Any] = {
         "schema": "wsecc.report/1",
         "wsecc": __version__,
@@ -163,16 +233,29 @@ def cmd_compile(args: argparse.Namespace) -> int:
         "passes": [{"name": r.name, "seconds": r.seconds} for r in records],
         "ops_after": fused.op_histogram(),
         "fused": fused_ops(fused),
-        "stages_not_yet_built": ["lower", "size", "place", "route", "simulate"],
+        "target": {"name": target.name, "fabric": {"width": target.fabric.program_width, "height": target.fabric.program_height}},
+        "precision": args.precision,
+        "kernels": _kernel_rows(kg, sizing),
+        "sizing": _sizing_summary(sizing),
+        "stages_not_yet_built": ["place", "route", "simulate"],
     }
-    _write_atomically(out_dir, {"report.json": json.dumps(report, indent=1) + "\n", "fused.ir.txt": format_graph(fused)})
+    _write_atomically(
+        out_dir,
+        {
+            "report.json": json.dumps(report, indent=1) + "\n",
+            "fused.ir.txt": format_graph(fused),
+            "kernels.json": json.dumps(kg.to_json(), indent=1) + "\n",
+            "sizing.json": json.dumps(sizing.to_json(), indent=1) + "\n",
+        },
+    )
     if args.json:
         print(json.dumps(report, indent=1))
     else:
-        say(f"wrote      {out_dir}/report.json, {out_dir}/fused.ir.txt")
+        say(f"wrote      {out_dir}/ (report.json, fused.ir.txt, kernels.json, sizing.json)")
         print(f"{model.name}: {len(fused.nodes)} fused ops "
               f"({', '.join(f'{k} {v}' for k, v in fused.op_histogram().items())}); "
               f"params {report['model']['params']:,}; FLOPs/sample {report['model']['flops_per_sample']:,}")
+        print(sizing.summary())
     return 0
 
 
@@ -214,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compile", help="run every built stage on a model and write the output folder")
     _add_model_args(c)
+    _add_target_args(c)
     c.add_argument("--out", "-o", default=None, help="output folder (default MODEL_STEM.wsecc/)")
     c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--dump-dir", default=None, help="write the IR after every pass into DIR")
@@ -221,7 +305,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("inspect", help="op histograms, parameters, FLOPs and fused ops")
     _add_model_args(i)
+    _add_target_args(i, default=None)
     i.set_defaults(fn=cmd_inspect)
+
+    t = sub.add_parser("targets", help="list the built-in targets with their key figures")
+    t.add_argument("--json", action="store_true")
+    t.add_argument("--debug", action="store_true")
+    t.set_defaults(fn=cmd_targets)
 
     k = sub.add_parser("check", help="does it load, bind and convert? (all problems in one error)")
     _add_model_args(k)
@@ -232,9 +322,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from wsecc.kernels import KernelGraphError, SizingError
+    from wsecc.targets import TargetError
+
     try:
         return int(args.fn(args))
-    except WseccError as e:
+    except (WseccError, TargetError, KernelGraphError, SizingError) as e:
         if getattr(args, "debug", False):
             traceback.print_exc()
         print(f"wsecc: error: {e}", file=sys.stderr)

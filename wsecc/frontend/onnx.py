@@ -778,6 +778,13 @@ def _gather(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     return c.emit(Op.GATHER, [data, idx], {"axis": ax}, n.output)
 
 
+@_conv("GatherElements")
+def _gather_elements(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    data = c.get(n.input[0])
+    ax = _attr_int(a, "axis", 0) % max(data.type.rank, 1)
+    return c.emit(Op.GATHER_ELEMENTS, _ins(c, n), {"axis": ax}, n.output)
+
+
 @_conv("GatherND")
 def _gather_nd(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     return c.emit(Op.GATHER_ND, _ins(c, n), {"batch_dims": _attr_int(a, "batch_dims", 0)}, n.output)

@@ -158,6 +158,7 @@ class Op(enum.Enum):
     SPLIT = "split"
     GATHER = "gather"
     GATHER_ND = "gather_nd"
+    GATHER_ELEMENTS = "gather_elements"
     TILE = "tile"
     # reductions and normalisations
     REDUCE_MEAN = "reduce_mean"

@@ -281,6 +281,22 @@ def _gather_nd_impl(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     return [out.reshape(idx.shape[:-1] + data.shape[k:])]
 
 
+def _gather_elements_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
+    data, idx = ts
+    if data.rank != idx.rank:
+        raise IRError("gather_elements operands must have the same rank")
+    return [TensorType(data.dtype, idx.shape)]
+
+
+def _gather_elements_impl(xs: Arrays, a: Attrs) -> list[np.ndarray]:
+    data, idx = xs
+    ax = _axis(a["axis"], data.ndim)
+    n = data.shape[ax]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise IRError(f"gather_elements index out of range [{-n}, {n})")
+    return [np.take_along_axis(data, np.where(idx < 0, idx + n, idx), axis=ax)]
+
+
 def _tile_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     return [TensorType(ts[0].dtype, tuple(d * r for d, r in zip(ts[0].shape, a["repeats"], strict=True)))]
 
@@ -429,6 +445,8 @@ def attention_keep(a: Attrs, b: int, sq: int, sk: int, mask: np.ndarray | None) 
     keep = np.ones((b, 1, sq, sk), dtype=bool)
     if a["causal"]:
         keep &= np.tril(np.ones((sq, sk), dtype=bool), k=sk - sq)[None, None]
+    if a.get("window", 0):
+        keep &= np.triu(np.ones((sq, sk), dtype=bool), k=sk - sq - a["window"] + 1)[None, None]
     if a["mask"] == "key_padding":
         keep &= (mask != 0)[:, None, None, :]
     elif a["mask"] == "key_length":
@@ -446,7 +464,8 @@ def attention(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     """Multi-head attention over per-head column blocks of q/k/v sources.
 
     q = heads(q_src[..., q_offset:]), likewise k and v; scores = scale·q·kᵀ; positions not
-    kept (causal: key > query; key_padding: mask[b, key] == 0; key_length: key ≥ len[b]) are
+    kept (causal: key > query; window w: key ≤ query − w, GPT-Neo's local attention;
+    key_padding: mask[b, key] == 0; key_length: key ≥ len[b]) are
     *replaced* by `fill` (exporters' −∞, finfo.min or −10000); p = softmax(scores); with
     `nan_to_zero`, NaN rows (all keys masked with −∞) become 0; out = merge_heads(p·v).
     """
@@ -546,6 +565,7 @@ RULES: dict[Op, Rule] = {
     Op.SPLIT: Rule(1, 1, _split_infer, _split_impl),
     Op.GATHER: Rule(2, 2, _gather_infer, _gather_impl),
     Op.GATHER_ND: Rule(2, 2, _gather_nd_infer, _gather_nd_impl),
+    Op.GATHER_ELEMENTS: Rule(2, 2, _gather_elements_infer, _gather_elements_impl),
     Op.TILE: Rule(1, 1, _tile_infer, lambda xs, a: [np.tile(xs[0], a["repeats"])]),
     Op.REDUCE_MEAN: _reduce(np.mean),
     Op.REDUCE_SUM: _reduce(np.sum),

@@ -1,0 +1,29 @@
+"""Wafer targets: one TOML file per target, every number with its source, and the `Target` type.
+
+from wsecc.targets import load_target
+t = load_target("wse2")          # or a path to your own .toml
+t.usable_pes, t.peak_flops_per_s("mixed"), t.color_budget
+"""
+
+from wsecc.targets.target import (
+    PRECISIONS,
+    Target,
+    TargetError,
+    check_precision,
+    list_targets,
+    load_target,
+    parse_target,
+)
+
+DEFAULT_TARGET = "wse2"
+
+__all__ = [
+    "DEFAULT_TARGET",
+    "PRECISIONS",
+    "Target",
+    "TargetError",
+    "check_precision",
+    "list_targets",
+    "load_target",
+    "parse_target",
+]

@@ -1,0 +1,157 @@
+"""Cost models against small cases worked by hand from the docstring formulas.
+
+All on tiny32 (WSE-2 per-PE numbers) in mixed precision unless stated:
+sb = 2, ab = 4 bytes; f = 4 flop/cycle; v = 1 op/cycle; L = 4 B/cycle; reserve R = 8192 B;
+chunk c = min(8, tokens).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from wsecc.targets import load_target
+
+from wsecc.kernels import COST_MODELS, Kernel, KernelKind, kernel_cost
+from wsecc.kernels.costs import breakpoints, cdiv
+
+TINY = load_target("tiny32")
+
+
+def test_every_kind_has_a_cost_model() -> None:
+    assert set(COST_MODELS) == set(KernelKind)
+
+
+def test_linear_on_4x4_by_hand() -> None:
+    k = Kernel(
+        "fc",
+        KernelKind.LINEAR,
+        dict(tokens=16, K=64, N=32, has_bias=True, activation="gelu_tanh", residual=True),
+    )
+    c = kernel_cost(k, 4, 4, "mixed", TINY)
+    # kh = 64/4 = 16, nw = 32/4 = 8, own = cdiv(8, 4) = 2, c = 8, red = 1
+    assert c.sram.weights == (16 * 8 + 2) * 2 == 260  # tile + bias slice, fp16
+    # 2 c kh sb + 2 c nw ab + 2 c own sb = 512 + 512 + 64
+    assert c.sram.buffers == 2 * 8 * 16 * 2 + 2 * 8 * 8 * 4 + 2 * 8 * 2 * 2 == 1088
+    assert (c.sram.kv, c.sram.reserve, c.sram.total) == (0, 8192, 260 + 1088 + 8192)
+    # MACs cdiv(2 M kh nw, f) = 4096 / 4; epilogue M own (bias 1 + gelu_tanh 15 + residual 1) / v
+    assert c.compute_cycles == 2 * 16 * 16 * 8 // 4 + 16 * 2 * 17 == 1024 + 544 == 1568
+    # lanes: input M kh sb / L = 128, partial sums M nw ab / L = 128, output M nw sb / L = 64
+    assert c.link_cycles == 128
+    assert c.cycles_per_sample == 1568
+    assert (c.in_bytes_per_sample, c.out_bytes_per_sample) == (16 * 64 * 2 + 16 * 32 * 2, 1024)
+
+
+def test_linear_on_one_row_has_no_reduction_lane() -> None:
+    k = Kernel(
+        "fc",
+        KernelKind.LINEAR,
+        dict(tokens=16, K=64, N=32, has_bias=False, activation="", residual=False),
+    )
+    c = kernel_cost(k, 1, 4, "fp16", TINY)
+    # fp16: sb = ab = 2, f = 8, v = 4; kh = 64, nw = 8: MACs 2 x 16 x 64 x 8 / 8 = 2048
+    assert c.compute_cycles == 2048
+    # lanes: input 16 x 64 x 2 / 4 = 512; no partial sums (h = 1); output 16 x 8 x 2 / 4 = 64
+    assert c.link_cycles == 512
+    assert c.sram.weights == 64 * 8 * 2
+
+
+def test_attention_2_heads_by_hand() -> None:
+    k = Kernel(
+        "attn",
+        KernelKind.ATTENTION,
+        dict(seq=16, heads=2, head_dim=8, causal=True, padding_mask=False),
+    )
+    c = kernel_cost(k, 4, 2, "mixed", TINY)
+    # hw = cdiv(2, 2) = 1 head per column, g = 1, sq = 16 queries, sh = 16/4 = 4 keys per PE
+    assert c.sram.kv == 1 * 1 * 4 * (2 * 8 * 2) == 128  # one K/V set (causal)
+    # query chunk 2 c hw d sb + scores c sh ab + partials 2 c hw (d + 2) ab = 256 + 128 + 640
+    assert c.sram.buffers == 2 * 8 * 8 * 2 + 8 * 4 * 4 + 2 * 8 * 10 * 4 == 1024
+    # row 0 holds keys 0, 4, 8, 12: 16 + 12 + 8 + 4 = 40 pairs = cdiv(sq (sh + 1), 2)
+    pairs = 16 + 12 + 8 + 4
+    assert pairs == cdiv(16 * 5, 2) == 40
+    # Q K^T + P V: 4 d pairs / f = 320; softmax 11 ops x 40 = 440; merge + normalise
+    # hw sq (2 (d + 2) + d) = 16 x 28 = 448
+    assert c.compute_cycles == 4 * 8 * 40 // 4 + 11 * 40 + 16 * (2 * 10 + 8) == 1208
+    # lanes: query 16 x 8 x 2 / 4 = 64; K/V 2 x 4 x 2 x 8 x 2 / 4 = 64; partials 16 x 10 x 4 / 4
+    assert c.link_cycles == 160
+
+
+def test_bidirectional_attention_double_buffers_kv() -> None:
+    k = Kernel(
+        "attn",
+        KernelKind.ATTENTION,
+        dict(seq=16, heads=2, head_dim=8, causal=False, padding_mask=True),
+    )
+    c = kernel_cost(k, 4, 2, "mixed", TINY)
+    assert c.sram.kv == 2 * 1 * 4 * (2 * 8 * 2 + 2) == 272  # 2 sets of K, V and the mask
+    pairs = 16 * 4  # every query meets every key on the PE
+    assert c.compute_cycles == 4 * 8 * pairs // 4 + 12 * pairs + 16 * 28
+
+
+def test_attention_query_groups_when_wider_than_heads() -> None:
+    k = Kernel(
+        "attn",
+        KernelKind.ATTENTION,
+        dict(seq=16, heads=2, head_dim=8, causal=False, padding_mask=False),
+    )
+    narrow, wide = (kernel_cost(k, 4, w, "mixed", TINY) for w in (2, 4))
+    # w = 4 = 2 heads x g = 2 groups: each column sees half the queries, same K/V per PE
+    assert wide.sram.kv == narrow.sram.kv
+    assert wide.compute_cycles == 4 * 8 * 32 // 4 + 11 * 32 + 8 * 28
+
+
+def test_layernorm_with_residual_by_hand() -> None:
+    k = Kernel("ln", KernelKind.LAYERNORM, dict(rows=16, dim=32, has_residual=True))
+    c = kernel_cost(k, 2, 4, "mixed", TINY)
+    # dw = 32/4 = 8 features per column, mr = 16/2 = 8 rows per PE, c = 8
+    assert c.sram.weights == 2 * 8 * 2 == 32  # gamma, beta
+    # 2 c dw sb (inputs 2 + outputs 2) + c stats ab = 1024 + 64
+    assert c.sram.buffers == 2 * 8 * 8 * 2 * 4 + 8 * 2 * 4 == 1088
+    assert c.compute_cycles == 8 * 8 * (6 + 1) == 448  # mr dw (LAYERNORM_OPS + residual) / v
+    # lanes: in = out = 16 x 8 x 2 x 2 / 4 = 128; row all-reduce 2 x 8 x 2 x 4 / 4 = 32
+    assert c.link_cycles == 128
+    assert c.cycles_per_sample == 448
+
+
+def test_embedding_by_hand() -> None:
+    k = Kernel("emb", KernelKind.EMBEDDING, dict(vocab=1000, dim=64, rows=16, n_tables=2))
+    c = kernel_cost(k, 8, 4, "mixed", TINY)
+    # vh = 125 table rows, dw = 16 features per PE
+    assert c.sram.weights == 125 * 16 * 2
+    assert c.sram.buffers == 2 * 8 * 2 * 4 + 2 * 8 * 16 * 2
+    assert c.compute_cycles == 16 * 2 * 16  # worst case: all lookups on one PE row
+    assert c.link_cycles == max(16 * 2 * 4 // 4, 16 * 16 * 2 // 4) == 128
+
+
+def test_region_must_be_positive() -> None:
+    k = Kernel("sm", KernelKind.SOFTMAX, dict(rows=4, dim=4))
+    with pytest.raises(ValueError, match="region 0x3"):
+        kernel_cost(k, 0, 3, "mixed", TINY)
+
+
+def test_breakpoints_are_the_useful_split_sizes() -> None:
+    # every v gives a distinct tile size cdiv(12, v), and no smaller v gives the same one
+    assert breakpoints(12, 100) == [1, 2, 3, 4, 6, 12]
+    assert breakpoints(12, 5) == [1, 2, 3, 4]
+    tiles = [cdiv(50257, v) for v in breakpoints(50257, 750)]
+    assert len(set(tiles)) == len(tiles)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 300),
+    st.integers(1, 300),
+    st.integers(1, 32),
+    st.integers(1, 32),
+    st.sampled_from(["fp32", "mixed", "fp16"]),
+)
+def test_linear_tiles_cover_the_weights(K: int, N: int, h: int, w: int, precision: str) -> None:
+    k = Kernel(
+        "fc",
+        KernelKind.LINEAR,
+        dict(tokens=4, K=K, N=N, has_bias=False, activation="", residual=False),
+    )
+    c = kernel_cost(k, h, w, precision, TINY)
+    assert c.sram.weights * h * w >= k.weight_bytes(precision)
+    assert c.compute_cycles * h * w * TINY.flops_per_cycle[precision] >= k.flops_per_sample

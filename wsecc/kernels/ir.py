@@ -1,0 +1,531 @@
+"""Kernel-level IR: kernels (work placed on one region of PEs) and flows (activations between them).
+
+A `KernelGraph` is what lowering produces from the fused tensor Graph and what sizing, placement
+and routing consume. Everything is *per sample*: one sample is one sequence of
+`tokens_per_sample` tokens; a batch is a stream of samples through the pipeline, so the batch size
+changes throughput and latency but no kernel's shape, work or SRAM.
+
+Kernels
+    `Kernel(name, kind, params, provenance)`. `kind` is a `KernelKind`; `params` holds plain
+    ints/floats/bools/strs whose names and types are fixed per kind by `KIND_SPECS` (the table the
+    verifier checks against). Work (`flops_per_sample`) and resident weights (`weight_elems`) are
+    derived from the params by the same table, so lowering states shapes once and every consumer
+    agrees on the numbers. Weight *bytes* depend on the precision chosen at sizing:
+    `kernel.weight_bytes("mixed")`.
+
+Flows
+    `Flow(src, dst, elems_per_sample, elem_type, src_edge, dst_edge, name)`. `elem_type` is `act`
+    (an activation, stored in the precision's storage type) or a fixed type (`i32`, `f32`, `f16`),
+    so `flow.bytes_per_sample(precision)` is exact. Token ids travel as `i32`: vocabularies are
+    far below 2**31, so the ONNX int64 ids are narrowed on the host.
+
+Region edges (`src_edge`, `dst_edge` in N/S/E/W)
+    Which edge of its region a flow leaves or enters, so the router knows where lanes start and
+    end. Each kind has a default pair in `KIND_SPECS` (see `wsecc.kernels.costs` for why):
+    matmul-like kinds (linear, lm_head) and embedding take input on W (K split over rows) and emit
+    on S (N split over columns); row-wise kinds (layernorm, softmax, elementwise) take input on N
+    and emit on S (the feature dim split over columns); attention takes queries on N, keys/values on
+    W, and emits on S. Graph inputs enter on the W edge and outputs leave on the E edge of the
+    program rectangle: the host-I/O channels sit on the West and East edges (wafer-facts §7).
+    `Flow.between` fills the defaults; lowering overrides `dst_edge` where a second input has its
+    own edge (attention K/V enter on W; a linear's residual enters on S, where its outputs are
+    finished).
+
+Graph inputs and outputs
+    `Port`s, named like kernels (all names distinct). A flow's `src` is a kernel or an input port;
+    its `dst` a kernel or an output port. In `as_networkx()` ports are nodes with `role` 'input' or
+    'output'; kernels have role 'kernel'.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import networkx as nx
+
+Scalar = int | float | bool | str
+Params = Mapping[str, Any]  # values are Scalars, checked per kind by the verifier
+EDGES: tuple[str, ...] = ("N", "S", "E", "W")
+
+
+class KernelGraphError(ValueError):
+    """A malformed kernel graph; the message names the offending kernel, port or flow."""
+
+
+class KernelKind(enum.StrEnum):
+    LINEAR = "linear"
+    ATTENTION = "attention"
+    LAYERNORM = "layernorm"
+    SOFTMAX = "softmax"
+    ELEMENTWISE = "elementwise"
+    EMBEDDING = "embedding"
+    LM_HEAD = "lm_head"
+    GENERIC = "generic"
+
+
+# --- precisions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How a precision stores tensors and accumulates sums, in bytes per element."""
+
+    name: str
+    storage_bytes: int
+    accum_bytes: int
+
+
+PRECISION_TABLE: Mapping[str, Precision] = MappingProxyType(
+    {
+        "fp32": Precision("fp32", storage_bytes=4, accum_bytes=4),
+        "mixed": Precision("mixed", storage_bytes=2, accum_bytes=4),
+        "fp16": Precision("fp16", storage_bytes=2, accum_bytes=2),
+    }
+)
+
+
+def precision(name: str) -> Precision:
+    if name not in PRECISION_TABLE:
+        raise ValueError(
+            f"unknown precision {name!r} (expected one of {', '.join(PRECISION_TABLE)})"
+        )
+    return PRECISION_TABLE[name]
+
+
+ELEM_TYPE_BYTES: Mapping[str, int | None] = MappingProxyType(
+    {"act": None, "i32": 4, "f32": 4, "f16": 2}  # None: the precision's storage type
+)
+
+
+def elem_bytes(elem_type: str, precision_name: str) -> int:
+    fixed = ELEM_TYPE_BYTES[elem_type]
+    return precision(precision_name).storage_bytes if fixed is None else fixed
+
+
+# --- per-element operation counts ----------------------------------------------------------------
+# Vector ops per element, the unit the cost models charge at `vector_ops_per_cycle`. Add, mul,
+# max and moves are 1. No transcendental or divide appears in the WSE-2 SIMD table (wafer-facts
+# §3.1), so TRANSCENDENTAL_OPS is our estimate: range reduction (2) + a degree-5 polynomial in
+# Horner form (5) + scaling (1) = 8. Composite ops are written out as sums.
+
+TRANSCENDENTAL_OPS = 8
+
+ELEMENTWISE_OPS: Mapping[str, int] = MappingProxyType(
+    {
+        "add": 1,
+        "sub": 1,
+        "mul": 1,
+        "neg": 1,
+        "max": 1,
+        "min": 1,
+        "relu": 1,
+        "where": 1,
+        "copy": 1,
+        "cast": 1,
+        "div": TRANSCENDENTAL_OPS,  # reciprocal by Newton iterations, then a multiply
+        "exp": TRANSCENDENTAL_OPS,
+        "tanh": TRANSCENDENTAL_OPS,
+        "erf": TRANSCENDENTAL_OPS,
+        "sqrt": TRANSCENDENTAL_OPS,
+        "sigmoid": TRANSCENDENTAL_OPS + 2,  # 1 / (1 + exp(-x))
+        # 0.5 x (1 + tanh(c (x + 0.044715 x^3))): x^3 2, fma 1, scale 1, tanh, +1 1, 0.5 x 2
+        "gelu_tanh": TRANSCENDENTAL_OPS + 7,
+        # 0.5 x (1 + erf(x / sqrt 2)): scale 1, erf, +1 1, 0.5 x 2
+        "gelu_erf": TRANSCENDENTAL_OPS + 4,
+    }
+)
+
+ACTIVATIONS: Mapping[str, int] = MappingProxyType(
+    {
+        "": 0,
+        "relu": 1,
+        "gelu_tanh": ELEMENTWISE_OPS["gelu_tanh"],
+        "gelu_erf": ELEMENTWISE_OPS["gelu_erf"],
+        "tanh": TRANSCENDENTAL_OPS,  # BERT's pooler
+    }
+)
+"""Linear epilogue activations and their vector ops per output element."""
+
+LAYERNORM_OPS = 6
+"""Per element: sum x (1), sum x^2 (1 FMA), x - mean (1), * rstd (1), * gamma (1), + beta (1)."""
+
+SOFTMAX_OPS = 3 + TRANSCENDENTAL_OPS + 1
+"""Per element: running max (1), x - max (1), exp (8), running sum (1), * 1/sum (1) = 12."""
+
+SCORE_OPS = 3 + TRANSCENDENTAL_OPS
+"""Per attention score: running max (1), s - max (1), exp (8), running sum (1) = 11.
+The 1/sqrt(d) scale is folded into Q; a padding mask adds 1 op (an add) per score."""
+
+
+def attention_pairs(seq: int, causal: bool) -> int:
+    """(query, key) pairs of one head: seq^2, or seq (seq + 1) / 2 under a causal mask."""
+    return seq * (seq + 1) // 2 if causal else seq * seq
+
+
+# --- per-kind specs ------------------------------------------------------------------------------
+
+_PARAM_CHECKS: Mapping[str, tuple[Callable[[Any], bool], str]] = MappingProxyType(
+    {
+        "int+": (lambda v: type(v) is int and v > 0, "a positive int"),
+        "int0": (lambda v: type(v) is int and v >= 0, "an int >= 0"),
+        "bool": (lambda v: type(v) is bool, "a bool"),
+        "str": (lambda v: type(v) is str, "a str"),
+    }
+)
+
+
+def _no_check(p: Params) -> str:
+    return ""
+
+
+def _one_of(param: str, table: Mapping[str, int]) -> Callable[[Params], str]:
+    def check(p: Params) -> str:
+        if p[param] in table:
+            return ""
+        return f"{param} {p[param]!r} is not one of {', '.join(repr(k) for k in table)}"
+
+    return check
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """What a kernel kind requires and how its work and weights follow from its params."""
+
+    params: Mapping[str, str]  # name -> check tag in _PARAM_CHECKS
+    flops: Callable[[Params], int]  # per sample; vector ops count as flops
+    weight_elems: Callable[[Params], int]  # resident weight elements
+    in_edge: str
+    out_edge: str
+    check: Callable[[Params], str] = _no_check  # '' or why the params are invalid
+
+
+def _linear_flops(p: Params) -> int:
+    epilogue = int(p["has_bias"]) + int(p["residual"]) + ACTIVATIONS[str(p["activation"])]
+    return int(2 * p["tokens"] * p["K"] * p["N"] + p["tokens"] * p["N"] * epilogue)
+
+
+def _attention_flops(p: Params) -> int:
+    heads, seq, d = int(p["heads"]), int(p["seq"]), int(p["head_dim"])
+    per_pair = 4 * d + SCORE_OPS + int(p["padding_mask"])  # QK^T 2d, PV 2d, softmax
+    return heads * attention_pairs(seq, bool(p["causal"])) * per_pair + heads * seq * d
+
+
+KIND_SPECS: Mapping[KernelKind, KindSpec] = MappingProxyType(
+    {
+        # y[M,N] = act(x[M,K] W[K,N] + b) + residual
+        KernelKind.LINEAR: KindSpec(
+            params={
+                "tokens": "int+",
+                "K": "int+",
+                "N": "int+",
+                "has_bias": "bool",
+                "activation": "str",
+                "residual": "bool",
+            },
+            flops=_linear_flops,
+            weight_elems=lambda p: p["K"] * p["N"] + int(p["has_bias"]) * p["N"],
+            in_edge="W",
+            out_edge="S",
+            check=_one_of("activation", ACTIVATIONS),
+        ),
+        # softmax(Q K^T / sqrt(d) + mask) V over `heads` heads; projections are linear kernels
+        KernelKind.ATTENTION: KindSpec(
+            params={
+                "seq": "int+",
+                "heads": "int+",
+                "head_dim": "int+",
+                "causal": "bool",
+                "padding_mask": "bool",
+            },
+            flops=_attention_flops,
+            weight_elems=lambda p: 0,
+            in_edge="N",
+            out_edge="S",
+        ),
+        # y = LN(x + r) (and x + r as a second output when has_residual)
+        KernelKind.LAYERNORM: KindSpec(
+            params={"rows": "int+", "dim": "int+", "has_residual": "bool"},
+            flops=lambda p: p["rows"] * p["dim"] * (LAYERNORM_OPS + int(p["has_residual"])),
+            weight_elems=lambda p: 2 * p["dim"],
+            in_edge="N",
+            out_edge="S",
+        ),
+        KernelKind.SOFTMAX: KindSpec(
+            params={"rows": "int+", "dim": "int+"},
+            flops=lambda p: p["rows"] * p["dim"] * SOFTMAX_OPS,
+            weight_elems=lambda p: 0,
+            in_edge="N",
+            out_edge="S",
+        ),
+        # out[rows, dim] = op(in_1, ..., in_inputs)
+        KernelKind.ELEMENTWISE: KindSpec(
+            params={"rows": "int+", "dim": "int+", "op": "str", "inputs": "int+"},
+            flops=lambda p: p["rows"] * p["dim"] * ELEMENTWISE_OPS[str(p["op"])],
+            weight_elems=lambda p: 0,
+            in_edge="N",
+            out_edge="S",
+            check=_one_of("op", ELEMENTWISE_OPS),
+        ),
+        # out[t] = sum over n_tables lookups of table[id]; vocab = rows of all tables together
+        KernelKind.EMBEDDING: KindSpec(
+            params={"vocab": "int+", "dim": "int+", "rows": "int+", "n_tables": "int+"},
+            flops=lambda p: p["rows"] * p["dim"] * (p["n_tables"] - 1),
+            weight_elems=lambda p: p["vocab"] * p["dim"],
+            in_edge="W",
+            out_edge="S",
+        ),
+        # logits[rows, vocab] = x[rows, K] W[K, vocab]; tied: W is the embedding table
+        KernelKind.LM_HEAD: KindSpec(
+            params={"rows": "int+", "K": "int+", "vocab": "int+", "tied": "bool"},
+            flops=lambda p: 2 * p["rows"] * p["K"] * p["vocab"],
+            weight_elems=lambda p: p["K"] * p["vocab"],
+            in_edge="W",
+            out_edge="S",
+        ),
+        # anything else: its work, weights and largest activation given directly
+        KernelKind.GENERIC: KindSpec(
+            params={"op": "str", "flops": "int0", "weight_elems": "int0", "elements": "int+"},
+            flops=lambda p: int(p["flops"]),
+            weight_elems=lambda p: int(p["weight_elems"]),
+            in_edge="W",
+            out_edge="S",
+        ),
+    }
+)
+
+
+# --- the IR -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One unit of work that gets its own region. `params` is read-only after construction."""
+
+    name: str
+    kind: KernelKind
+    params: Params = field(hash=False)
+    provenance: tuple[str, ...] = ()  # the ONNX node names it came from
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", KernelKind(self.kind))
+        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        object.__setattr__(self, "provenance", tuple(self.provenance))
+
+    @property
+    def spec(self) -> KindSpec:
+        return KIND_SPECS[self.kind]
+
+    @property
+    def flops_per_sample(self) -> int:
+        return int(self.spec.flops(self.params))
+
+    @property
+    def weight_elems(self) -> int:
+        """Weight elements resident in this kernel's region (tied tables included: see
+        `KernelGraph.unique_weight_elems`)."""
+        return int(self.spec.weight_elems(self.params))
+
+    def weight_bytes(self, precision_name: str) -> int:
+        return self.weight_elems * precision(precision_name).storage_bytes
+
+    def describe(self) -> str:
+        return f"kernel {self.name!r} ({self.kind.value})"
+
+    def verify(self) -> None:
+        """Raise KernelGraphError naming this kernel if its params do not match its kind."""
+        if not self.name:
+            raise KernelGraphError(f"kernel with empty name ({self.kind.value})")
+        expected = self.spec.params
+        for key in sorted(expected.keys() - self.params.keys()):
+            raise KernelGraphError(f"{self.describe()}: missing param {key!r}")
+        for key in sorted(self.params.keys() - expected.keys()):
+            raise KernelGraphError(f"{self.describe()}: unknown param {key!r}")
+        for key, tag in expected.items():
+            ok, word = _PARAM_CHECKS[tag]
+            if not ok(self.params[key]):
+                raise KernelGraphError(
+                    f"{self.describe()}: param {key!r} must be {word}, got {self.params[key]!r}"
+                )
+        reason = self.spec.check(self.params)
+        if reason:
+            raise KernelGraphError(f"{self.describe()}: {reason}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind.value,
+            "params": dict(self.params),
+            "provenance": list(self.provenance),
+        }
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> Kernel:
+        return Kernel(d["name"], KernelKind(d["kind"]), d["params"], tuple(d.get("provenance", ())))
+
+
+@dataclass(frozen=True)
+class Port:
+    """A graph input or output: what the host sends or receives per sample."""
+
+    name: str
+    elems_per_sample: int
+    elem_type: str = "act"
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Activations moving from `src` (kernel or input port) to `dst` (kernel or output port)."""
+
+    src: str
+    dst: str
+    elems_per_sample: int
+    elem_type: str = "act"
+    src_edge: str = "S"
+    dst_edge: str = "W"
+    name: str = ""  # the tensor it carries, for messages
+
+    def bytes_per_sample(self, precision_name: str) -> int:
+        return self.elems_per_sample * elem_bytes(self.elem_type, precision_name)
+
+    @staticmethod
+    def between(
+        src: Kernel | Port,
+        dst: Kernel | Port,
+        elems_per_sample: int,
+        *,
+        elem_type: str = "act",
+        name: str = "",
+        dst_edge: str | None = None,
+    ) -> Flow:
+        """A flow with the edges of its endpoints' kinds (ports: in on W, out on E)."""
+        src_edge = src.spec.out_edge if isinstance(src, Kernel) else "W"
+        default_dst = dst.spec.in_edge if isinstance(dst, Kernel) else "E"
+        return Flow(
+            src.name, dst.name, elems_per_sample, elem_type, src_edge, dst_edge or default_dst, name
+        )
+
+
+@dataclass(frozen=True)
+class KernelGraph:
+    """Kernels in topological order, the flows between them, and the graph's ports."""
+
+    name: str
+    tokens_per_sample: int
+    kernels: tuple[Kernel, ...]
+    flows: tuple[Flow, ...]
+    inputs: tuple[Port, ...] = ()
+    outputs: tuple[Port, ...] = ()
+
+    def __post_init__(self) -> None:
+        for attr in ("kernels", "flows", "inputs", "outputs"):
+            object.__setattr__(self, attr, tuple(getattr(self, attr)))
+
+    def kernel(self, name: str) -> Kernel:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+    @property
+    def flops_per_sample(self) -> int:
+        return sum(k.flops_per_sample for k in self.kernels)
+
+    def unique_weight_elems(self) -> int:
+        """Model parameters, a tied LM head counted once (its table is the embedding's).
+        Each region still holds its own copy: see `Kernel.weight_elems`."""
+        tied = KernelKind.LM_HEAD
+        return sum(
+            k.weight_elems for k in self.kernels if not (k.kind is tied and k.params["tied"])
+        )
+
+    def verify(self) -> None:
+        """Raise KernelGraphError naming the first offending kernel, port or flow."""
+        if type(self.tokens_per_sample) is not int or self.tokens_per_sample <= 0:
+            raise KernelGraphError(
+                f"graph {self.name!r}: tokens_per_sample must be a positive int, "
+                f"got {self.tokens_per_sample!r}"
+            )
+        seen: set[str] = set()
+        names = [p.name for p in self.inputs] + [k.name for k in self.kernels]
+        for name in names + [p.name for p in self.outputs]:
+            if name in seen:
+                raise KernelGraphError(f"duplicate name {name!r}")
+            seen.add(name)
+        for k in self.kernels:
+            k.verify()
+        for port in (*self.inputs, *self.outputs):
+            if port.elem_type not in ELEM_TYPE_BYTES or port.elems_per_sample <= 0:
+                raise KernelGraphError(f"port {port.name!r}: bad elem_type or size")
+        order = {k.name: i for i, k in enumerate(self.kernels)}
+        sources = {p.name: -1 for p in self.inputs} | order
+        sinks = order | {p.name: len(order) for p in self.outputs}
+        for f in self.flows:
+            self._verify_flow(f, sources, sinks)
+        used_in = {f.dst for f in self.flows}
+        used_out = {f.src for f in self.flows}
+        for k in self.kernels:
+            if k.name not in used_in:
+                raise KernelGraphError(f"{k.describe()}: no incoming flow")
+            if k.name not in used_out:
+                raise KernelGraphError(f"{k.describe()}: no outgoing flow")
+        for port in self.outputs:
+            if port.name not in used_in:
+                raise KernelGraphError(f"output {port.name!r}: no flow reaches it")
+
+    @staticmethod
+    def _verify_flow(f: Flow, sources: Mapping[str, int], sinks: Mapping[str, int]) -> None:
+        what = f"flow {f.src!r} -> {f.dst!r}"
+        if f.src not in sources:
+            raise KernelGraphError(f"{what}: unknown source {f.src!r}")
+        if f.dst not in sinks:
+            raise KernelGraphError(f"{what}: unknown destination {f.dst!r}")
+        if sources[f.src] >= sinks[f.dst]:
+            raise KernelGraphError(f"{what}: goes backwards (kernels must be in topological order)")
+        if type(f.elems_per_sample) is not int or f.elems_per_sample <= 0:
+            raise KernelGraphError(f"{what}: elems_per_sample must be a positive int")
+        if f.elem_type not in ELEM_TYPE_BYTES:
+            raise KernelGraphError(f"{what}: unknown elem_type {f.elem_type!r}")
+        if f.src_edge not in EDGES or f.dst_edge not in EDGES:
+            raise KernelGraphError(f"{what}: edges must be one of N, S, E, W")
+
+    def as_networkx(self) -> nx.MultiDiGraph:
+        """Nodes: kernels (attr `kernel`) and ports (attr `port`), each with `role`; one edge
+        per flow (attr `flow`), keyed by the flow's index."""
+        g = nx.MultiDiGraph(name=self.name)
+        for p in self.inputs:
+            g.add_node(p.name, role="input", port=p)
+        for k in self.kernels:
+            g.add_node(k.name, role="kernel", kernel=k)
+        for p in self.outputs:
+            g.add_node(p.name, role="output", port=p)
+        for i, f in enumerate(self.flows):
+            g.add_edge(f.src, f.dst, key=i, flow=f)
+        return g
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "tokens_per_sample": self.tokens_per_sample,
+            "kernels": [k.to_json() for k in self.kernels],
+            "flows": [asdict(f) for f in self.flows],
+            "inputs": [asdict(p) for p in self.inputs],
+            "outputs": [asdict(p) for p in self.outputs],
+        }
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> KernelGraph:
+        """Load and verify."""
+        kg = KernelGraph(
+            name=d["name"],
+            tokens_per_sample=d["tokens_per_sample"],
+            kernels=tuple(Kernel.from_json(k) for k in d["kernels"]),
+            flows=tuple(Flow(**f) for f in d["flows"]),
+            inputs=tuple(Port(**p) for p in d.get("inputs", ())),
+            outputs=tuple(Port(**p) for p in d.get("outputs", ())),
+        )
+        kg.verify()
+        return kg

@@ -1,0 +1,494 @@
+"""Sizing: a region shape (h x w PEs) per kernel, balancing the pipeline under SRAM and area.
+
+The problem. In the layer-pipelined model (ARCHITECTURE §3) every kernel owns a rectangle and the
+steady-state rate is set by the slowest stage. `size_regions` chooses (h_k, w_k) per kernel to
+
+    minimise  T = max_k cycles_k(h_k, w_k)                  cycles per sample of the slowest stage
+    s.t.      sram_k(h_k, w_k) <= target.sram.bytes_per_pe  on every PE (the cost model's fullest)
+              h_k <= program_height, w_k <= program_width
+              sum_k h_k w_k <= fill x usable_pes            room left for the placer to pack
+
+The algorithm. Each kernel's candidate shapes (the cost model's menu of useful row and column
+counts, preferring aspect ratios <= max_aspect) are costed once. The ones that fit SRAM, sorted
+by cycles, give a staircase min_area_k(T): the smallest fitting area with cycles <= T. The sum
+over kernels is non-increasing in T, so a binary search over the candidates' cycle values finds
+the smallest T whose areas fit the budget; each kernel then takes its smallest shape within T.
+Over the menu this is optimal for the max-stage objective: any assignment with a smaller
+bottleneck T' would need sum_k min_area_k(T') <= budget, which the search rejected.
+
+The bound. `Sizing.ceiling_samples_per_s` is the compute-bound ceiling the search balances toward:
+every usable PE busy on the FMAC path,
+
+    ceiling = clock_hz x usable_pes x flops_per_cycle[precision] / flops_per_sample
+
+(vector ops counted as flops); `efficiency` is the sized throughput over it.
+
+`work_proportional_sizing` is the baseline: areas proportional to flops, same SRAM rule.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from types import MappingProxyType
+from typing import Any
+
+from wsecc.kernels.costs import (
+    DEFAULT_CHUNK_TOKENS,
+    CostContext,
+    KernelCost,
+    SramBreakdown,
+    cost_model,
+)
+from wsecc.kernels.ir import Kernel, KernelGraph
+from wsecc.targets import Target, check_precision
+
+DEFAULT_FILL = 0.85
+DEFAULT_MAX_ASPECT = 16.0
+DEFAULT_ALT_TOLERANCE = 0.05
+DEFAULT_MAX_ALTERNATIVES = 4
+
+
+class SizingError(ValueError):
+    """The model cannot be sized on this target; one line naming the kernel(s) and the shortfall."""
+
+
+@dataclass(frozen=True)
+class KernelSizing:
+    """One kernel's region: shape (h rows x w columns), SRAM on its fullest PE, stage cycles, and
+    alternative shapes (h, w) for the placer: cycles within the stage time, area within a few %."""
+
+    name: str
+    kind: str
+    h: int
+    w: int
+    sram: SramBreakdown
+    compute_cycles: int
+    link_cycles: int
+    alternatives: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def pes(self) -> int:
+        return self.h * self.w
+
+    @property
+    def cycles_per_sample(self) -> int:
+        return max(self.compute_cycles, self.link_cycles)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["alternatives"] = [list(a) for a in self.alternatives]
+        return d
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> KernelSizing:
+        return KernelSizing(
+            name=d["name"],
+            kind=d["kind"],
+            h=d["h"],
+            w=d["w"],
+            sram=SramBreakdown(**d["sram"]),
+            compute_cycles=d["compute_cycles"],
+            link_cycles=d["link_cycles"],
+            alternatives=tuple((a[0], a[1]) for a in d["alternatives"]),
+        )
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """Region shapes for every kernel of a graph on a target, and what they achieve."""
+
+    strategy: str  # "balanced" (size_regions) or "work-proportional"
+    graph: str
+    target: str
+    precision: str
+    fill: float
+    chunk_tokens: int
+    clock_hz: float
+    usable_pes: int
+    sram_bytes_per_pe: int
+    tokens_per_sample: int
+    flops_per_sample: int
+    peak_flops_per_cycle: int  # usable_pes x flops_per_cycle[precision]
+    kernels: tuple[KernelSizing, ...]
+
+    def kernel(self, name: str) -> KernelSizing:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+    @property
+    def stage_cycles(self) -> int:
+        """Cycles per sample of the slowest stage: the pipeline's steady-state period."""
+        return max(k.cycles_per_sample for k in self.kernels)
+
+    @property
+    def bottleneck(self) -> str:
+        return max(self.kernels, key=lambda k: k.cycles_per_sample).name
+
+    @property
+    def balance(self) -> float:
+        """max / mean stage cycles: 1.0 is a perfectly balanced pipeline."""
+        mean = sum(k.cycles_per_sample for k in self.kernels) / len(self.kernels)
+        return self.stage_cycles / mean
+
+    @property
+    def pes_used(self) -> int:
+        return sum(k.pes for k in self.kernels)
+
+    @property
+    def fabric_fraction(self) -> float:
+        return self.pes_used / self.usable_pes
+
+    @property
+    def max_sram_per_pe(self) -> int:
+        return max(k.sram.total for k in self.kernels)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.clock_hz / self.stage_cycles
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.samples_per_s * self.tokens_per_sample
+
+    @property
+    def ceiling_samples_per_s(self) -> float:
+        """Compute-bound ceiling: clock x usable PEs x flops/cycle/PE / flops per sample."""
+        return self.clock_hz * self.peak_flops_per_cycle / self.flops_per_sample
+
+    @property
+    def ceiling_tokens_per_s(self) -> float:
+        return self.ceiling_samples_per_s * self.tokens_per_sample
+
+    @property
+    def efficiency(self) -> float:
+        return self.samples_per_s / self.ceiling_samples_per_s
+
+    def summary(self) -> str:
+        return (
+            f"{self.graph} on {self.target} ({self.precision}, {self.strategy}): "
+            f"{len(self.kernels)} kernels, {self.pes_used:,} PEs "
+            f"({self.fabric_fraction:.1%} of {self.usable_pes:,}), max SRAM "
+            f"{self.max_sram_per_pe:,}/{self.sram_bytes_per_pe:,} B/PE; bottleneck "
+            f"{self.bottleneck} at {self.stage_cycles:,} cycles/sample, balance {self.balance:.2f}; "
+            f"{self.samples_per_s:,.2f} samples/s = {self.tokens_per_s:,.0f} tokens/s "
+            f"(ceiling {self.ceiling_samples_per_s:,.2f} samples/s, {self.efficiency:.0%})"
+        )
+
+    def verify(self) -> None:
+        """Raise SizingError naming the first kernel whose region is empty or overfills a PE,
+        or if the regions together exceed fill x usable PEs."""
+        for k in self.kernels:
+            if k.h < 1 or k.w < 1:
+                raise SizingError(f"kernel {k.name!r}: region {k.h}x{k.w} is empty")
+            if k.sram.total > self.sram_bytes_per_pe:
+                raise SizingError(
+                    f"kernel {k.name!r}: {k.sram.total:,} B/PE exceeds {self.sram_bytes_per_pe:,}"
+                )
+        if self.pes_used > self.fill * self.usable_pes:
+            raise SizingError(
+                f"regions use {self.pes_used:,} PEs, more than fill {self.fill} x "
+                f"{self.usable_pes:,} usable"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if k != "kernels"}
+        d["kernels"] = [k.to_json() for k in self.kernels]
+        return d
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> Sizing:
+        """Load and verify."""
+        scalars = {k: v for k, v in d.items() if k != "kernels"}
+        sizing = Sizing(**scalars, kernels=tuple(KernelSizing.from_json(k) for k in d["kernels"]))
+        sizing.verify()
+        return sizing
+
+
+# --- candidates --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Menu:
+    """A kernel's fitting candidate shapes and its min-area-within-cycles staircase."""
+
+    fitting: tuple[KernelCost, ...]  # by (area, cycles)
+    stair_cycles: tuple[int, ...]  # ascending
+    stair: tuple[KernelCost, ...]  # stair[i]: min area among fitting with cycles <= stair_cycles[i]
+
+    def within(self, T: int) -> KernelCost | None:
+        """The smallest fitting shape with cycles <= T (None if there is none)."""
+        i = bisect.bisect_right(self.stair_cycles, T)
+        return self.stair[i - 1] if i else None
+
+    @property
+    def smallest(self) -> KernelCost:
+        return self.stair[-1]
+
+
+def _aspect(c: KernelCost) -> float:
+    return max(c.h, c.w) / min(c.h, c.w)
+
+
+def _menu(costs: Sequence[KernelCost], sram_limit: int, max_aspect: float) -> _Menu | None:
+    """The fitting shapes (aspect <= max_aspect if any such fits), or None if none fits."""
+    fitting = [c for c in costs if c.sram.total <= sram_limit]
+    if not fitting:
+        return None
+    preferred = [c for c in fitting if _aspect(c) <= max_aspect] or fitting
+    stair: list[KernelCost] = []
+    for c in sorted(preferred, key=lambda c: (c.cycles_per_sample, c.area)):
+        if not stair or c.area < stair[-1].area:
+            stair.append(c)
+    return _Menu(
+        tuple(sorted(preferred, key=lambda c: (c.area, c.cycles_per_sample))),
+        tuple(c.cycles_per_sample for c in stair),
+        tuple(stair),
+    )
+
+
+def _all_costs(kernel: Kernel, ctx: CostContext) -> list[KernelCost]:
+    fab = ctx.target.fabric
+    model = cost_model(kernel.kind)
+    rows, cols = model.shapes(kernel.params, fab.program_height, fab.program_width)
+    return [model.cost(kernel.params, h, w, ctx) for h in rows for w in cols]
+
+
+def _signature(kernel: Kernel) -> tuple[Any, ...]:
+    return (kernel.kind, tuple(sorted(kernel.params.items())))
+
+
+_Choice = list[tuple[Kernel, _Menu]]
+
+
+def _menus(kg: KernelGraph, ctx: CostContext, max_aspect: float) -> _Choice:
+    """Every kernel with its menu; kernels of equal kind and params share one evaluation.
+    Raises SizingError naming the kernels no shape of which fits a PE."""
+    limit = ctx.target.sram.bytes_per_pe
+    memo: dict[tuple[Any, ...], tuple[list[KernelCost], _Menu | None]] = {}
+    menus: _Choice = []
+    failing: list[tuple[Kernel, list[KernelCost]]] = []
+    for k in kg.kernels:
+        key = _signature(k)
+        if key not in memo:
+            costs = _all_costs(k, ctx)
+            memo[key] = (costs, _menu(costs, limit, max_aspect))
+        costs, menu = memo[key]
+        if menu is None:
+            failing.append((k, costs))
+        else:
+            menus.append((k, menu))
+    if failing:
+        raise _sram_error(kg, ctx, failing)
+    return menus
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+_REMEDIES: Mapping[str, str] = MappingProxyType(
+    {
+        "kv": "a shorter sequence (K/V grow with it)",
+        "weights": "weight streaming (planned)",
+        "buffers": "a smaller chunk_tokens",
+    }
+)
+
+
+def _help(component: str, precision: str) -> str:
+    wider = ["fp16 or mixed storage (half of fp32)"] if precision == "fp32" else []
+    return ", ".join([_REMEDIES[component], *wider, "a bigger target"])
+
+
+def _sram_error(
+    kg: KernelGraph, ctx: CostContext, failing: Sequence[tuple[Kernel, list[KernelCost]]]
+) -> SizingError:
+    """No shape of these kernels fits a PE: name each distinct one with its best shape's need."""
+    groups: dict[tuple[Any, ...], list[Kernel]] = {}
+    best: dict[tuple[Any, ...], KernelCost] = {}
+    for kernel, costs in failing:
+        key = _signature(kernel)
+        groups.setdefault(key, []).append(kernel)
+        best[key] = min(costs, key=lambda c: c.sram.total)
+    parts = []
+    for key, kernels in list(groups.items())[:3]:
+        c, k = best[key], kernels[0]
+        more = f", {len(kernels) - 1} more like it" if len(kernels) > 1 else ""
+        sram = c.sram.as_dict()
+        breakdown = ", ".join(f"{n} {v:,}" for n, v in sram.items() if v)
+        dominant = max(_REMEDIES, key=lambda n: sram[n])
+        parts.append(
+            f"kernel {k.name!r} ({k.kind.value}{more}) needs {c.sram.total:,} B/PE at best "
+            f"({c.h}x{c.w}: "
+            f"{breakdown}); would help: {_help(dominant, ctx.precision)}"
+        )
+    rest = len(groups) - 3
+    tail = f"; and {rest} more distinct kernels" if rest > 0 else ""
+    return SizingError(
+        f"cannot size {kg.name!r} on {ctx.target.name} ({ctx.precision}): no region shape fits "
+        f"{ctx.target.sram.bytes_per_pe:,} B/PE: " + "; ".join(parts) + tail
+    )
+
+
+def _area_error(
+    kg: KernelGraph, ctx: CostContext, menus: _Choice, budget: int, fill: float
+) -> SizingError:
+    by_size = sorted(menus, key=lambda km: -km[1].smallest.area)
+    need = sum(m.smallest.area for _, m in menus)
+    largest = ", ".join(f"{k.name!r} {m.smallest.area:,}" for k, m in by_size[:3])
+    weights = sum(k.weight_bytes(ctx.precision) for k in kg.kernels)
+    per_pe = weights // ctx.target.usable_pes
+    return SizingError(
+        f"cannot size {kg.name!r} on {ctx.target.name} ({ctx.precision}): its kernels need "
+        f"{need:,} PEs at their smallest fitting shapes but fill {fill} x "
+        f"{ctx.target.usable_pes:,} usable PEs = {budget:,} (largest: {largest}); weights alone "
+        f"are {weights:,} B = {per_pe:,} B/PE vs {ctx.target.sram_budget_bytes:,} B/PE of data "
+        f"SRAM; would help: {_help('weights', ctx.precision)}"
+    )
+
+
+# --- strategies ----------------------------------------------------------------------------------
+
+
+def _prepare(
+    kg: KernelGraph,
+    target: Target,
+    precision: str,
+    fill: float,
+    chunk_tokens: int,
+    max_aspect: float,
+) -> tuple[CostContext, _Choice, int]:
+    kg.verify()
+    check_precision(precision)
+    if not 0 < fill <= 1:
+        raise ValueError(f"fill must be in (0, 1], got {fill}")
+    ctx = CostContext(target, precision, chunk_tokens)
+    menus = _menus(kg, ctx, max_aspect)
+    budget = math.floor(fill * target.usable_pes)
+    if sum(m.smallest.area for _, m in menus) > budget:
+        raise _area_error(kg, ctx, menus, budget, fill)
+    return ctx, menus, budget
+
+
+def size_regions(
+    kg: KernelGraph,
+    target: Target,
+    precision: str,
+    *,
+    fill: float = DEFAULT_FILL,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    max_aspect: float = DEFAULT_MAX_ASPECT,
+    alt_tolerance: float = DEFAULT_ALT_TOLERANCE,
+    max_alternatives: int = DEFAULT_MAX_ALTERNATIVES,
+) -> Sizing:
+    """Region shapes minimising the slowest stage's cycles per sample (see the module doc).
+
+    Verifies the graph first. Guarantees: every PE within target.sram.bytes_per_pe, every region
+    within the program rectangle, total area within fill x usable PEs. Raises SizingError (one
+    line) when no assignment exists.
+    """
+    ctx, menus, budget = _prepare(kg, target, precision, fill, chunk_tokens, max_aspect)
+
+    def area_at(T: int) -> int:
+        picks = [m.within(T) for _, m in menus]
+        return sum(p.area if p else budget + 1 for p in picks)
+
+    levels = sorted({c for _, m in menus for c in m.stair_cycles})
+    lo, hi = 0, len(levels) - 1  # levels[hi]: every kernel's smallest shape, known to fit
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if area_at(levels[mid]) <= budget:
+            hi = mid
+        else:
+            lo = mid + 1
+    choice = [(k, m, m.within(levels[lo]) or m.smallest) for k, m in menus]
+    return _sizing("balanced", kg, ctx, fill, choice, alt_tolerance, max_alternatives)
+
+
+def work_proportional_sizing(
+    kg: KernelGraph,
+    target: Target,
+    precision: str,
+    *,
+    fill: float = DEFAULT_FILL,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    max_aspect: float = DEFAULT_MAX_ASPECT,
+) -> Sizing:
+    """Baseline: kernel k gets area a_k = budget x flops_k / sum flops, i.e. its fastest fitting
+    shape with area <= a_k (its smallest fitting shape if none is that small)."""
+    ctx, menus, budget = _prepare(kg, target, precision, fill, chunk_tokens, max_aspect)
+    total = kg.flops_per_sample
+    choice = []
+    for k, m in menus:
+        share = budget * k.flops_per_sample / total
+        within = [c for c in m.fitting if c.area <= share]
+        best = min(within, key=lambda c: (c.cycles_per_sample, c.area)) if within else m.smallest
+        choice.append((k, m, best))
+    return _sizing("work-proportional", kg, ctx, fill, choice, 0.0, 0)
+
+
+def _alternatives(
+    menu: _Menu, chosen: KernelCost, T: int, tolerance: float, limit: int
+) -> tuple[tuple[int, int], ...]:
+    """Other shapes for the placer: cycles <= T, area within `tolerance` above the chosen one,
+    aspect ratios (h / w) at least 10% apart, smallest area first."""
+    picked: list[tuple[int, int]] = []
+    ratios = [chosen.h / chosen.w]
+    start = bisect.bisect_left([c.area for c in menu.fitting], chosen.area)
+    for c in menu.fitting[start:]:
+        if len(picked) >= limit or c.area > chosen.area * (1 + tolerance):
+            break
+        r = c.h / c.w
+        if c.cycles_per_sample <= T and all(abs(math.log(r / q)) > math.log(1.1) for q in ratios):
+            picked.append((c.h, c.w))
+            ratios.append(r)
+    return tuple(picked)
+
+
+def _sizing(
+    strategy: str,
+    kg: KernelGraph,
+    ctx: CostContext,
+    fill: float,
+    choice: Sequence[tuple[Kernel, _Menu, KernelCost]],
+    alt_tolerance: float,
+    max_alternatives: int,
+) -> Sizing:
+    T = max(c.cycles_per_sample for _, _, c in choice)
+    memo: dict[tuple[int, int, int], tuple[tuple[int, int], ...]] = {}
+    kernels = []
+    for k, m, c in choice:
+        key = (id(m), c.h, c.w)  # kernels sharing a menu and a shape share alternatives
+        if key not in memo:
+            memo[key] = _alternatives(m, c, T, alt_tolerance, max_alternatives)
+        kernels.append(
+            KernelSizing(
+                name=k.name,
+                kind=k.kind.value,
+                h=c.h,
+                w=c.w,
+                sram=c.sram,
+                compute_cycles=c.compute_cycles,
+                link_cycles=c.link_cycles,
+                alternatives=memo[key],
+            )
+        )
+    target = ctx.target
+    return Sizing(
+        strategy=strategy,
+        graph=kg.name,
+        target=target.name,
+        precision=ctx.precision,
+        fill=fill,
+        chunk_tokens=ctx.chunk_tokens,
+        clock_hz=target.clock.hz,
+        usable_pes=target.usable_pes,
+        sram_bytes_per_pe=target.sram.bytes_per_pe,
+        tokens_per_sample=kg.tokens_per_sample,
+        flops_per_sample=kg.flops_per_sample,
+        peak_flops_per_cycle=target.usable_pes * target.flops_per_cycle[ctx.precision],
+        kernels=tuple(kernels),
+    )
