@@ -82,10 +82,18 @@ def _fuse(graph, args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from wsecc.passes import DEFAULT_PIPELINE, PassContext
     from wsecc.pm import PassManager
 
+    numerics = None
+    if getattr(args, "check_each_pass", False):
+        from wsecc.numerics import make_inputs, ort_run
+        from wsecc.pm import NumericsCheck
+
+        feeds = make_inputs(graph)
+        numerics = NumericsCheck(feeds, ort_run(args.model, feeds))
     pm = PassManager(
         DEFAULT_PIPELINE,
         print_after_all=getattr(args, "print_after_all", False),
         dump_dir=Path(args.dump_dir) if getattr(args, "dump_dir", None) else None,
+        numerics=numerics,
     )
     ctx = PassContext()
     fused, records = pm.run(graph, ctx)
@@ -210,6 +218,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     model = Path(args.model)
     out_dir = Path(args.out) if args.out else Path(f"{model.stem}.wsecc")
     say = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr))
+    from wsecc.targets import load_target
+
+    load_target(args.target)  # a bad --target fails before the slow stages
     t0 = time.perf_counter()
     graph, info = _import(args)
     say(f"frontend   {len(graph.nodes)} ops after folding, bindings {info.bindings} ({time.perf_counter() - t0:.2f} s)")
@@ -301,6 +312,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", "-o", default=None, help="output folder (default MODEL_STEM.wsecc/)")
     c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--dump-dir", default=None, help="write the IR after every pass into DIR")
+    c.add_argument(
+        "--check-each-pass",
+        action="store_true",
+        help="after every pass, compare the reference interpreter with onnxruntime on the original file",
+    )
     c.set_defaults(fn=cmd_compile)
 
     i = sub.add_parser("inspect", help="op histograms, parameters, FLOPs and fused ops")

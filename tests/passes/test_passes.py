@@ -1,0 +1,241 @@
+"""Each pass and rule: IR text in, IR text out — plus a case where the rule must not fire."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from wsecc.interp import run
+from wsecc.ir.printer import format_graph, parse_graph
+from wsecc.ir.verify import verify
+from wsecc.passes import PASSES, PassContext
+
+
+def apply(name: str, text: str) -> tuple[str, PassContext]:
+    ctx = PassContext()
+    g = parse_graph(text)
+    verify(g)
+    out = PASSES[name](g, ctx)
+    verify(out)
+    # the pass computes the same function
+    rng = np.random.default_rng(0)
+    feeds = {v.name: rng.standard_normal(v.type.shape).astype(v.type.dtype.numpy) for v in g.inputs if v.type.dtype.is_float}
+    feeds |= {v.name: np.ones(v.type.shape, v.type.dtype.numpy) for v in g.inputs if not v.type.dtype.is_float}
+    a, b = run(g, feeds), run(out, feeds)
+    for k in a:
+        np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6)
+    return format_graph(out), ctx
+
+
+def body(text: str) -> list[str]:
+    """The node lines of a printed graph, constants and names left out."""
+    return [ln.strip().split(" name=")[0] for ln in text.splitlines() if " = " in ln and " = const " not in ln]
+
+
+def test_canonicalize_drops_identity_orders_operands_folds_weight_transpose():
+    out, _ = apply(
+        "canonicalize",
+        """graph g(%x: f32[2,3]) {
+          %w = const f32[2,3] [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+          %b = const f32[2] [0.5, -0.5]
+          %wt: f32[3,2] = transpose(%w) {'perm': (1, 0)}
+          %i: f32[2,3] = identity(%x)
+          %m: f32[2,2] = matmul(%i, %wt)
+          %y: f32[2,2] = add(%b, %m)
+          return %y
+        }""",
+    )
+    assert body(out) == ["%m: f32[2,2] = matmul(%x, %wt)", "%y: f32[2,2] = add(%m, %b)"]
+    assert "%wt = const f32[3,2] [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]" in out
+
+
+def test_canonicalize_rewrites_gemm():
+    out, _ = apply(
+        "canonicalize",
+        """graph g(%x: f32[2,3]) {
+          %w = const f32[2,3] [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+          %c = const f32[2] [0.5, -0.5]
+          %y: f32[2,2] = gemm(%x, %w, %c) {'alpha': 1.0, 'beta': 1.0, 'trans_a': False, 'trans_b': True}
+          return %y
+        }""",
+    )
+    assert body(out) == ["%y/mm: f32[2,2] = matmul(%x, %w.T)", "%y: f32[2,2] = add(%y/mm, %c)"]
+
+
+LINEAR_IN = """graph g(%x: f32[2,4,3]) {
+  %w = const f32[3,2] [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+  %b = const f32[2] [0.5, -0.5]
+  %m: f32[2,4,2] = matmul(%x, %w)
+  %y: f32[2,4,2] = add(%m, %b)
+  return %y
+}"""
+
+
+def test_fuse_linear():
+    out, _ = apply("fuse-linear", LINEAR_IN)
+    assert body(out) == ["%y: f32[2,4,2] = linear(%x, %w, %b) {'activation': 'none', 'has_bias': True}"]
+
+
+def test_fuse_linear_does_not_fire_on_activation_matmul():
+    out, ctx = apply("fuse-linear", LINEAR_IN.replace("%x: f32[2,4,3]) {", "%x: f32[2,4,3], %w2: f32[3,2]) {").replace("matmul(%x, %w)", "matmul(%x, %w2)"))
+    assert "linear(" not in out
+    assert any("weight is not a constant matrix" in n for n in ctx.notes)
+
+
+GELU_ERF = """graph g(%x: f32[4,8]) {
+  %s2 = const f32[] 1.4142135381698608
+  %one = const f32[] 1.0
+  %half = const f32[] 0.5
+  %d: f32[4,8] = div(%x, %s2)
+  %e: f32[4,8] = erf(%d)
+  %a: f32[4,8] = add(%e, %one)
+  %m: f32[4,8] = mul(%x, %a)
+  %y: f32[4,8] = mul(%m, %half)
+  return %y
+}"""
+
+
+def test_fuse_gelu_erf_form():
+    out, _ = apply("fuse-gelu", GELU_ERF)
+    assert body(out) == ["%y: f32[4,8] = gelu(%x) {'approximate': 'none'}"]
+
+
+def test_fuse_gelu_tanh_form_with_x_times_x_times_x():
+    out, _ = apply(
+        "fuse-gelu",
+        """graph g(%x: f32[4,8]) {
+          %c = const f32[] 0.044714998453855515
+          %k = const f32[] 0.7978845834732056
+          %one = const f32[] 1.0
+          %half = const f32[] 0.5
+          %x2: f32[4,8] = mul(%x, %x)
+          %x3: f32[4,8] = mul(%x2, %x)
+          %t0: f32[4,8] = mul(%x3, %c)
+          %t1: f32[4,8] = add(%x, %t0)
+          %t2: f32[4,8] = mul(%t1, %k)
+          %t3: f32[4,8] = tanh(%t2)
+          %t4: f32[4,8] = add(%t3, %one)
+          %hx: f32[4,8] = mul(%x, %half)
+          %y: f32[4,8] = mul(%hx, %t4)
+          return %y
+        }""",
+    )
+    assert body(out) == ["%y: f32[4,8] = gelu(%x) {'approximate': 'tanh'}"]
+
+
+def test_fuse_gelu_does_not_fire_when_the_function_differs():
+    out, ctx = apply("fuse-gelu", GELU_ERF.replace("1.4142135381698608", "1.5"))
+    assert "gelu(" not in out
+    assert any("no region around it computes GELU" in n for n in ctx.notes)
+
+
+def test_gelu_folds_into_linear_epilogue():
+    text = LINEAR_IN.replace("return %y", "%z: f32[2,4,2] = tanh(%y)\n  return %z")
+    lin, _ = apply("fuse-linear", text)
+    out, _ = apply("fuse-gelu", lin)
+    assert body(out) == ["%z: f32[2,4,2] = linear(%x, %w, %b) {'activation': 'tanh', 'has_bias': True}"]
+
+
+LAYERNORM = """graph g(%a: f32[2,3,4], %r: f32[2,3,4]) {
+  %two = const f32[] 2.0
+  %eps = const f32[] 9.999999747378752e-06
+  %gamma = const f32[4] [1.0, 2.0, 0.5, 1.5]
+  %beta = const f32[4] [0.1, 0.0, -0.2, 0.3]
+  %x: f32[2,3,4] = add(%a, %r)
+  %mean: f32[2,3,1] = reduce_mean(%x) {'axes': (2,), 'keepdims': True}
+  %d: f32[2,3,4] = sub(%x, %mean)
+  %p: f32[2,3,4] = pow(%d, %two)
+  %var: f32[2,3,1] = reduce_mean(%p) {'axes': (2,), 'keepdims': True}
+  %ve: f32[2,3,1] = add(%var, %eps)
+  %sd: f32[2,3,1] = sqrt(%ve)
+  %n: f32[2,3,4] = div(%d, %sd)
+  %g: f32[2,3,4] = mul(%n, %gamma)
+  %y: f32[2,3,4] = add(%g, %beta)
+  %z: f32[2,3,4] = add(%y, %x)
+  return %z
+}"""
+
+
+def test_fuse_layernorm_decomposed_with_residual_sum_used_on():
+    out, _ = apply("fuse-layernorm", LAYERNORM)
+    assert body(out) == [
+        "%y: f32[2,3,4], %x: f32[2,3,4] = layer_norm(%a, %r, %gamma, %beta) "
+        "{'emit_sum': True, 'epsilon': 9.999999747378752e-06, 'has_skip': True}",
+        "%z: f32[2,3,4] = add(%y, %x)",
+    ]
+
+
+def test_fuse_layernorm_does_not_fire_over_another_axis():
+    text = LAYERNORM.replace("'axes': (2,)", "'axes': (1,)").replace("f32[2,3,1]", "f32[2,1,4]")
+    out, ctx = apply("fuse-layernorm", text)
+    assert "layer_norm(" not in out
+    assert any("not a mean over the last axis" in n for n in ctx.notes)
+
+
+def _attention_text(bias: str) -> str:
+    # B=1, S=4, 2 heads of 2: q, k, v are slices of a packed [1, 4, 12] input
+    return f"""graph g(%qkv: f32[1,4,12], %mask: i64[1,4]) {{
+      %scale = const f32[] 0.7071067690849304
+      %one = const f32[] 1.0
+      %neg = const f32[] {bias}
+      %q0: f32[1,4,4], %k0: f32[1,4,4], %v0: f32[1,4,4] = split(%qkv) {{'axis': 2, 'sizes': (4, 4, 4)}}
+      %q1: f32[1,4,2,2] = reshape(%q0) {{'shape': (1, 4, 2, 2)}}
+      %q: f32[1,2,4,2] = transpose(%q1) {{'perm': (0, 2, 1, 3)}}
+      %k1: f32[1,4,2,2] = reshape(%k0) {{'shape': (1, 4, 2, 2)}}
+      %kt: f32[1,2,2,4] = transpose(%k1) {{'perm': (0, 2, 3, 1)}}
+      %v1: f32[1,4,2,2] = reshape(%v0) {{'shape': (1, 4, 2, 2)}}
+      %v: f32[1,2,4,2] = transpose(%v1) {{'perm': (0, 2, 1, 3)}}
+      %s: f32[1,2,4,4] = matmul(%q, %kt)
+      %ss: f32[1,2,4,4] = mul(%s, %scale)
+      %m1: i64[1,1,1,4] = reshape(%mask) {{'shape': (1, 1, 1, 4)}}
+      %mf: f32[1,1,1,4] = cast(%m1) {{'to': 'f32'}}
+      %inv: f32[1,1,1,4] = sub(%one, %mf)
+      %bias: f32[1,1,1,4] = mul(%inv, %neg)
+      %sb: f32[1,2,4,4] = add(%ss, %bias)
+      %p: f32[1,2,4,4] = softmax(%sb) {{'axis': 3}}
+      %o: f32[1,2,4,2] = matmul(%p, %v)
+      %ot: f32[1,4,2,2] = transpose(%o) {{'perm': (0, 2, 1, 3)}}
+      %y: f32[1,4,4] = reshape(%ot) {{'shape': (1, 4, 4)}}
+      return %y
+    }}"""
+
+
+def test_fuse_attention_classic_bert_mask():
+    out, _ = apply("fuse-attention", _attention_text("-10000.0"))
+    assert body(out) == [
+        "%y: f32[1,4,4] = attention(%qkv, %qkv, %qkv, %mask) {'causal': False, 'fill': -10000.0, "
+        "'head_dim': 2, 'k_offset': 4, 'mask': 'key_padding', 'nan_to_zero': False, 'num_heads': 2, "
+        "'q_offset': 0, 'scale': 0.7071067690849304, 'v_offset': 8, 'window': 0}"
+    ]
+
+
+def test_fuse_attention_does_not_fire_on_a_soft_bias():
+    out, ctx = apply("fuse-attention", _attention_text("-3.0"))
+    assert "attention(" not in out
+    assert any("additive bias is not a mask" in n for n in ctx.notes)
+
+
+def test_fuse_embedding_and_lm_head():
+    text = """graph g(%ids: i64[1,3]) {
+      %wte = const f32[4,2] [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]]
+      %wpe = const f32[3,2] [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]
+      %pos = const i64[1,3] [[0, 1, 2]]
+      %head = const f32[2,4] [[1.0, 3.0, 5.0, 7.0], [2.0, 4.0, 6.0, 8.0]]
+      %t: f32[1,3,2] = gather(%wte, %ids) {'axis': 0}
+      %p: f32[1,3,2] = gather(%wpe, %pos) {'axis': 0}
+      %h: f32[1,3,2] = add(%t, %p)
+      %logits: f32[1,3,4] = linear(%h, %head) {'activation': 'none', 'has_bias': False}
+      return %logits
+    }"""
+    emb, _ = apply("fuse-embedding", text)
+    assert body(emb)[0] == "%h: f32[1,3,2] = embedding(%ids, %wte, %pos, %wpe)"
+    out, _ = apply("fuse-lm-head", emb)
+    assert body(out)[1] == "%logits: f32[1,3,4] = lm_head(%h, %head) {'activation': 'none', 'has_bias': False, 'tied': True}"
+
+
+@pytest.mark.parametrize("name", sorted(PASSES))
+def test_every_pass_is_a_pure_function_of_its_input(name):
+    g = parse_graph(LINEAR_IN)
+    before = format_graph(g, full=True)
+    PASSES[name](g, PassContext())
+    assert format_graph(g, full=True) == before
