@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from wsecc.ir.core import Graph
 from wsecc.passes.canonicalize import canonicalize
 from wsecc.passes.context import PassContext
 from wsecc.passes.fuse_attention import fuse_attention
@@ -14,6 +13,8 @@ from wsecc.passes.fuse_gelu import fuse_gelu
 from wsecc.passes.fuse_layernorm import fuse_layernorm
 from wsecc.passes.fuse_linear import fuse_linear
 from wsecc.passes.fuse_lm_head import fuse_lm_head
+
+from wsecc.ir.core import Graph
 
 Pass = Callable[[Graph, PassContext], Graph]
 

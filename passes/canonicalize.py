@@ -15,11 +15,11 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+from wsecc.passes.context import PassContext
 
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import COMMUTATIVE, Replacement, apply, make_node
 from wsecc.ir.rules import evaluate_op
-from wsecc.passes.context import PassContext
 
 _FOLDABLE = frozenset({Op.TRANSPOSE, Op.RESHAPE, Op.CAST, Op.EXPAND, Op.SLICE, Op.CONCAT})
 
@@ -32,7 +32,11 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
         if not v.is_const or v.type.size < 2:
             return v
         assert v.const is not None
-        key = (str(v.const.dtype), v.const.shape, hashlib.sha1(np.ascontiguousarray(v.const).tobytes()).hexdigest())
+        key = (
+            str(v.const.dtype),
+            v.const.shape,
+            hashlib.sha1(np.ascontiguousarray(v.const).tobytes()).hexdigest(),
+        )
         return consts.setdefault(key, v)
 
     outputs = set(graph.outputs)
@@ -59,7 +63,14 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
         if n.op in COMMUTATIVE and len(ins) == 2 and ins[0].is_const and not ins[1].is_const:
             ins = [ins[1], ins[0]]
         if any(a is not b for a, b in zip(ins, n.inputs, strict=True)):
-            new = Node(n.op, tuple(ins), tuple(Value(v.name, v.type) for v in n.outputs), n.attrs, n.name, n.origin)
+            new = Node(
+                n.op,
+                tuple(ins),
+                tuple(Value(v.name, v.type) for v in n.outputs),
+                n.attrs,
+                n.name,
+                n.origin,
+            )
             reps.append(Replacement([new], dict(zip(n.outputs, new.outputs, strict=True))))
     return apply(graph, reps)
 
@@ -85,7 +96,9 @@ def _gemm_to_matmul(n: Node, ins: list[Value]) -> Replacement:
     y = nodes[-1].output
     if alpha != 1.0:
         a = Value.constant(f"{out.name}/alpha", np.array(alpha, out.type.dtype.numpy))
-        nodes.append(make_node(Op.MUL, [y, a], out.name if len(ins) == 2 else f"{out.name}/scaled", n.origin))
+        nodes.append(
+            make_node(Op.MUL, [y, a], out.name if len(ins) == 2 else f"{out.name}/scaled", n.origin)
+        )
         y = nodes[-1].output
     if len(ins) == 3:
         c = ins[2]

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from wsecc.passes.context import PassContext
 
 from wsecc.ir.core import DType, Graph, Node, Op, Value
 from wsecc.ir.rewrite import (
@@ -37,7 +38,6 @@ from wsecc.ir.rewrite import (
     scalar,
 )
 from wsecc.ir.rules import split_heads
-from wsecc.passes.context import PassContext
 
 VERY_NEGATIVE = -1000.0  # an additive bias at or below this masks the key out
 
@@ -46,7 +46,9 @@ VERY_NEGATIVE = -1000.0  # an additive bias at or below this masks the key out
 class _Scores:
     matmul: Node
     scale: float
-    terms: list[tuple[str, Value, float]]  # ("add", bias, 0) | ("where_keep"/"where_drop", cond, fill)
+    terms: list[
+        tuple[str, Value, float]
+    ]  # ("add", bias, 0) | ("where_keep"/"where_drop", cond, fill)
     nodes: list[Node]
 
 
@@ -94,7 +96,11 @@ def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float]
         if n.op in LAYOUT:
             chain.append(n)
             v = n.inputs[0]
-        elif n.op in (Op.MUL, Op.DIV) and scalar(n.inputs[1]) is not None and not n.inputs[0].is_const:
+        elif (
+            n.op in (Op.MUL, Op.DIV)
+            and scalar(n.inputs[1]) is not None
+            and not n.inputs[0].is_const
+        ):
             s = scalar(n.inputs[1])
             assert s is not None
             scale = scale * s if n.op is Op.MUL else scale / s
@@ -104,7 +110,9 @@ def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float]
             return v, chain[::-1], scale
 
 
-def _head_offset(src: Value, chain: list[Node], target: Value, h: int, dh: int, transposed: bool) -> int:
+def _head_offset(
+    src: Value, chain: list[Node], target: Value, h: int, dh: int, transposed: bool
+) -> int:
     """The column offset at which `chain` takes heads out of `src`, or NoMatch."""
     if src.type.rank != 3:
         raise NoMatch(f"head source {src.name!r} is not [B, S, N]")
@@ -165,7 +173,11 @@ def _mask_semantics(
     fills = [f for kind, _, f in terms if kind != "add"]
 
     def keep_for(mask: np.ndarray | None) -> np.ndarray:
-        env = {mask_in: mask.astype(mask_in.type.dtype.numpy)} if mask_in is not None and mask is not None else {}
+        env = (
+            {mask_in: mask.astype(mask_in.type.dtype.numpy)}
+            if mask_in is not None and mask is not None
+            else {}
+        )
         vals = eval_nodes(nodes, env)
         keep = np.ones((b, 1, sq, sk), dtype=bool)
         for kind, v, _ in terms:
@@ -225,7 +237,9 @@ def _match(view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
             return True
         if view.input_ancestors(v) & token_inputs:
             return False
-        return not any(n.op in (Op.MATMUL, Op.LINEAR, Op.EMBEDDING, Op.SOFTMAX) for n in view.ancestors(v))
+        return not any(
+            n.op in (Op.MATMUL, Op.LINEAR, Op.EMBEDDING, Op.SOFTMAX) for n in view.ancestors(v)
+        )
 
     sc = _walk_scores(view, x, mask_class)
     qv, kv = sc.matmul.inputs
@@ -244,14 +258,25 @@ def _match(view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
     if u is not None and u.op is Op.ISNAN:
         users = view.users.get(p, [])
         wh = [w for w in users if w.op is Op.WHERE]
-        if len(users) != 2 or len(wh) != 1 or wh[0].inputs[0] is not u.output or scalar(wh[0].inputs[1]) != 0.0:
+        if (
+            len(users) != 2
+            or len(wh) != 1
+            or wh[0].inputs[0] is not u.output
+            or scalar(wh[0].inputs[1]) != 0.0
+        ):
             raise NoMatch("IsNaN after softmax is not the NaN→0 clean-up")
         post, p, nan_to_zero = [u, wh[0]], wh[0].output, True
     elif u is None:
         users = view.users.get(p, [])
         isn = [w for w in users if w.op is Op.ISNAN]
         wh = [w for w in users if w.op is Op.WHERE]
-        if len(users) == 2 and len(isn) == 1 and len(wh) == 1 and wh[0].inputs[0] is isn[0].output and scalar(wh[0].inputs[1]) == 0.0:
+        if (
+            len(users) == 2
+            and len(isn) == 1
+            and len(wh) == 1
+            and wh[0].inputs[0] is isn[0].output
+            and scalar(wh[0].inputs[1]) == 0.0
+        ):
             post, p, nan_to_zero = [isn[0], wh[0]], wh[0].output, True
     pv = view.sole_user(p)
     if pv is None or pv.op is not Op.MATMUL or pv.inputs[0] is not p:
@@ -260,7 +285,9 @@ def _match(view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
     if v_scale != 1.0:
         raise NoMatch("v is scaled")
     v_off = _head_offset(v_src, v_chain, pv.inputs[1], h, dh, transposed=False)
-    region = set(sc.nodes) | {sc.matmul, sm, pv} | set(post) | set(q_chain) | set(k_chain) | set(v_chain)
+    region = (
+        set(sc.nodes) | {sc.matmul, sm, pv} | set(post) | set(q_chain) | set(k_chain) | set(v_chain)
+    )
     out, out_chain, flat = _merge_heads(view, pv.output, region)
     region |= set(out_chain)
     internal = [v for n in region for v in n.outputs if v is not out]

@@ -7,14 +7,20 @@ Position ids that folded to constants stay constant operands.
 
 from __future__ import annotations
 
+from wsecc.passes.context import PassContext
+
 from wsecc.ir.core import Graph, Node, Op
 from wsecc.ir.rewrite import GraphView, NoMatch, Replacement, make_node, origin_of, rewrite_nodes
-from wsecc.passes.context import PassContext
 
 
 def _gather(view: GraphView, n: Node) -> tuple[Replacement, set[Node]]:
     table, ids = n.inputs
-    if n.attr("axis") != 0 or not table.is_const or table.type.rank != 2 or not table.type.dtype.is_float:
+    if (
+        n.attr("axis") != 0
+        or not table.is_const
+        or table.type.rank != 2
+        or not table.type.dtype.is_float
+    ):
         raise NoMatch("not a lookup in a constant float table")
     new = make_node(Op.EMBEDDING, [ids, table], n.output.name, n.origin)
     return Replacement([new], {n.output: new.output}), {n}

@@ -13,6 +13,7 @@ has no other user (Tanh is BERT's pooler).
 from __future__ import annotations
 
 import numpy as np
+from wsecc.passes.context import PassContext
 
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import (
@@ -28,7 +29,6 @@ from wsecc.ir.rewrite import (
     rewrite_nodes,
 )
 from wsecc.ir.rules import gelu
-from wsecc.passes.context import PassContext
 
 _PROBE = np.linspace(-6.0, 6.0, 601, dtype=np.float32)
 _REFS = {a: gelu(_PROBE, a) for a in ("none", "tanh")}

@@ -14,6 +14,7 @@ Then `LayerNorm(Add(a, b)) -> LayerNorm(a, skip=b)` (emitting the sum when it is
 from __future__ import annotations
 
 import numpy as np
+from wsecc.passes.context import PassContext
 
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import (
@@ -28,7 +29,6 @@ from wsecc.ir.rewrite import (
     region_between,
     rewrite_nodes,
 )
-from wsecc.passes.context import PassContext
 
 _ALLOWED = ELEMENTWISE | {Op.REDUCE_MEAN}
 _ROWS = 8
@@ -46,7 +46,11 @@ def _snap(vec: np.ndarray, region: list[Node], d: int, name: str) -> Value:
             if v.is_const and v.type.size == d and v.const is not None:
                 c = v.const.reshape(-1).astype(np.float64)
                 if np.allclose(c, vec, rtol=1e-4, atol=1e-6):
-                    return v if v.type.rank == 1 else Value.constant(f"{v.name}.1d", v.const.reshape(-1))
+                    return (
+                        v
+                        if v.type.rank == 1
+                        else Value.constant(f"{v.name}.1d", v.const.reshape(-1))
+                    )
     return Value.constant(name, vec.astype(np.float32))
 
 
@@ -55,16 +59,28 @@ def _fit(region: list[Node], x: Value) -> tuple[Value, Value, float] | None:
     d = x.type.shape[-1]
     rng = np.random.default_rng(0)
     lead = (1,) * (x.type.rank - 2) + (_ROWS,)  # same rank as x: reduce axes stay valid
-    probes = [(rng.standard_normal((_ROWS, d)) * (1.5 + i) + 0.3 * i).astype(np.float32) for i in range(3)]
+    probes = [
+        (rng.standard_normal((_ROWS, d)) * (1.5 + i) + 0.3 * i).astype(np.float32) for i in range(3)
+    ]
     try:
-        outs = [eval_nodes(region, {x: p.reshape(lead + (d,))})[region[-1].outputs[0]] for p in probes]
+        outs = [
+            eval_nodes(region, {x: p.reshape(lead + (d,))})[region[-1].outputs[0]] for p in probes
+        ]
     except Exception:
         return None
     if any(y.size != _ROWS * d for y in outs):
         return None
     ys = [y.reshape(_ROWS, d).astype(np.float64) for y in outs]
     eps_candidates = sorted(
-        {abs(float(v.const.reshape(-1)[0])) for n in region for v in n.inputs if v.is_const and v.type.size == 1 and v.const is not None and 0 < abs(float(v.const.reshape(-1)[0])) < 1e-2}
+        {
+            abs(float(v.const.reshape(-1)[0]))
+            for n in region
+            for v in n.inputs
+            if v.is_const
+            and v.type.size == 1
+            and v.const is not None
+            and 0 < abs(float(v.const.reshape(-1)[0])) < 1e-2
+        }
     ) or [0.0]
     for eps in eps_candidates:
         n0, n1, n2 = (_normalize(p, eps) for p in probes)
@@ -75,13 +91,21 @@ def _fit(region: list[Node], x: Value) -> tuple[Value, Value, float] | None:
         beta = (ys[0] - gamma * n0).mean(0)
         pred = n2 * gamma + beta
         if np.max(np.abs(pred - ys[2])) <= 1e-4 * max(1.0, float(np.max(np.abs(ys[2])))):
-            return _snap(gamma, region, d, f"{x.name}/ln_gamma"), _snap(beta, region, d, f"{x.name}/ln_beta"), eps
+            return (
+                _snap(gamma, region, d, f"{x.name}/ln_gamma"),
+                _snap(beta, region, d, f"{x.name}/ln_beta"),
+                eps,
+            )
     return None
 
 
 def _match(view: GraphView, mean: Node) -> tuple[Replacement, set[Node]]:
     x = mean.inputs[0]
-    if mean.attr("axes") != (x.type.rank - 1,) or not mean.attr("keepdims") or not x.type.dtype.is_float:
+    if (
+        mean.attr("axes") != (x.type.rank - 1,)
+        or not mean.attr("keepdims")
+        or not x.type.dtype.is_float
+    ):
         raise NoMatch("not a mean over the last axis")
     best = None
     for y in forward_candidates(view, mean, _ALLOWED, 10):
@@ -97,7 +121,9 @@ def _match(view: GraphView, mean: Node) -> tuple[Replacement, set[Node]]:
         raise NoMatch("no region from it computes LayerNorm")
     region, (gamma, beta, eps) = best
     out = region[-1].outputs[0]
-    new = make_node(Op.LAYER_NORM, [x, gamma, beta], out.name, origin_of(region), epsilon=eps, has_skip=False)
+    new = make_node(
+        Op.LAYER_NORM, [x, gamma, beta], out.name, origin_of(region), epsilon=eps, has_skip=False
+    )
     return Replacement([new], {out: new.output}), set(region)
 
 
@@ -105,13 +131,24 @@ def _residual(view: GraphView, ln: Node) -> tuple[Replacement, set[Node]]:
     if ln.attr("has_skip"):
         raise NoMatch("already has a skip input")
     add = view.prod(ln.inputs[0], Op.ADD)
-    if add is None or any(v.is_const for v in add.inputs) or add.inputs[0].type != add.inputs[1].type:
+    if (
+        add is None
+        or any(v.is_const for v in add.inputs)
+        or add.inputs[0].type != add.inputs[1].type
+    ):
         raise NoMatch("input is not a residual Add of two activations")
     s = add.output
     emit_sum = view.escapes([s], {ln}) is not None
     names = [ln.output.name] + ([s.name] if emit_sum else [])
     attrs = dict(ln.attr_dict, has_skip=True, emit_sum=emit_sum)
-    new = make_node(Op.LAYER_NORM, [add.inputs[0], add.inputs[1], ln.inputs[1], ln.inputs[2]], ln.output.name, origin_of([add, ln]), out_names=names, **attrs)
+    new = make_node(
+        Op.LAYER_NORM,
+        [add.inputs[0], add.inputs[1], ln.inputs[1], ln.inputs[2]],
+        ln.output.name,
+        origin_of([add, ln]),
+        out_names=names,
+        **attrs,
+    )
     mapping = {ln.output: new.outputs[0]}
     if emit_sum:
         mapping[s] = new.outputs[1]

@@ -8,9 +8,10 @@ Reshapes disappear. The MatMul output must not be used elsewhere when a bias is 
 
 from __future__ import annotations
 
+from wsecc.passes.context import PassContext
+
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import GraphView, NoMatch, Replacement, make_node, origin_of, rewrite_nodes
-from wsecc.passes.context import PassContext
 
 
 def _bias(view: GraphView, y: Value) -> tuple[Node, Value] | None:
@@ -35,7 +36,11 @@ def _match(view: GraphView, mm: Node) -> tuple[Replacement, set[Node]]:
     if bias is not None:
         add, bval = bias
         assert bval.const is not None
-        b = bval if bval.type.rank == 1 else Value.constant(f"{bval.name}.1d", bval.const.reshape(-1))
+        b = (
+            bval
+            if bval.type.rank == 1
+            else Value.constant(f"{bval.name}.1d", bval.const.reshape(-1))
+        )
         nodes.append(add)
         out = add.output
     # Conv1D-as-Gemm: Reshape([B,S,K] -> [B·S,K]) -> Linear -> Reshape back to [B,S,N].
@@ -53,7 +58,9 @@ def _match(view: GraphView, mm: Node) -> tuple[Replacement, set[Node]]:
         nodes.append(rout)
         out = rout.output
     ins = [x, w] + ([b] if b is not None else [])
-    new = make_node(Op.LINEAR, ins, out.name, origin_of(nodes), activation="none", has_bias=b is not None)
+    new = make_node(
+        Op.LINEAR, ins, out.name, origin_of(nodes), activation="none", has_bias=b is not None
+    )
     return Replacement([new], {out: new.output}), set(nodes)
 
 

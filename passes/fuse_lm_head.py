@@ -8,10 +8,10 @@ equal to the transpose of that table is the tied head of GPT-style models (`tied
 from __future__ import annotations
 
 import numpy as np
+from wsecc.passes.context import PassContext
 
 from wsecc.ir.core import Graph, Node, Op
 from wsecc.ir.rewrite import GraphView, NoMatch, Replacement, make_node, rewrite_nodes
-from wsecc.passes.context import PassContext
 
 
 def _match(view: GraphView, lin: Node) -> tuple[Replacement, set[Node]]:
@@ -23,13 +23,23 @@ def _match(view: GraphView, lin: Node) -> tuple[Replacement, set[Node]]:
         raise NoMatch("output width is not the vocabulary size")
     v = lin.output
     r = view.sole_user(v)
-    if v not in view.outputs and not (r is not None and r.op is Op.RESHAPE and r.output in view.outputs):
+    if v not in view.outputs and not (
+        r is not None and r.op is Op.RESHAPE and r.output in view.outputs
+    ):
         raise NoMatch("does not feed a graph output")
     tied = any(
         t.type.shape == w.type.shape[::-1] and np.array_equal(t.const, w.const.T)  # type: ignore[union-attr]
         for t in tables
     )
-    new = make_node(Op.LM_HEAD, list(lin.inputs), v.name, lin.origin, activation="none", has_bias=lin.attr("has_bias"), tied=tied)
+    new = make_node(
+        Op.LM_HEAD,
+        list(lin.inputs),
+        v.name,
+        lin.origin,
+        activation="none",
+        has_bias=lin.attr("has_bias"),
+        tied=tied,
+    )
     return Replacement([new], {v: new.output}), {lin}
 
 

@@ -16,13 +16,39 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from wsecc.ir.core import DType, Graph, Node, Op, Value
-from wsecc.kernels import Flow, Kernel, KernelGraph, KernelKind, Port
 from wsecc.passes.context import PassContext
 
-_VIEW_OPS = frozenset({Op.RESHAPE, Op.TRANSPOSE, Op.SPLIT, Op.SLICE, Op.EXPAND, Op.CAST, Op.IDENTITY, Op.DROPOUT})
-_ACTIVATION = {"none": "", "relu": "relu", "tanh": "tanh", "gelu": "gelu_erf", "gelu_tanh": "gelu_tanh"}
-_ELEMENTWISE = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.WHERE, Op.GELU, Op.TANH, Op.RELU, Op.SIGMOID, Op.NEG, Op.EXP, Op.SQRT})
+from wsecc.ir.core import DType, Graph, Node, Op, Value
+from wsecc.kernels import Flow, Kernel, KernelGraph, KernelKind, Port
+
+_VIEW_OPS = frozenset(
+    {Op.RESHAPE, Op.TRANSPOSE, Op.SPLIT, Op.SLICE, Op.EXPAND, Op.CAST, Op.IDENTITY, Op.DROPOUT}
+)
+_ACTIVATION = {
+    "none": "",
+    "relu": "relu",
+    "tanh": "tanh",
+    "gelu": "gelu_erf",
+    "gelu_tanh": "gelu_tanh",
+}
+_ELEMENTWISE = frozenset(
+    {
+        Op.ADD,
+        Op.SUB,
+        Op.MUL,
+        Op.DIV,
+        Op.MAX,
+        Op.MIN,
+        Op.WHERE,
+        Op.GELU,
+        Op.TANH,
+        Op.RELU,
+        Op.SIGMOID,
+        Op.NEG,
+        Op.EXP,
+        Op.SQRT,
+    }
+)
 
 
 def _rows(v: Value, batch: int) -> int:
@@ -54,12 +80,21 @@ def _linear(n: Node, b: int) -> tuple[KernelKind, dict[str, object]]:
 
 def _lm_head(n: Node, b: int) -> tuple[KernelKind, dict[str, object]]:
     x, w = n.inputs[0], n.inputs[1]
-    return KernelKind.LM_HEAD, {"rows": _rows(x, b), "K": w.type.shape[0], "vocab": w.type.shape[1], "tied": bool(n.attr("tied"))}
+    return KernelKind.LM_HEAD, {
+        "rows": _rows(x, b),
+        "K": w.type.shape[0],
+        "vocab": w.type.shape[1],
+        "tied": bool(n.attr("tied")),
+    }
 
 
 def _layernorm(n: Node, b: int) -> tuple[KernelKind, dict[str, object]]:
     x = n.inputs[0]
-    return KernelKind.LAYERNORM, {"rows": _rows(x, b), "dim": x.type.shape[-1], "has_residual": bool(n.attr("has_skip"))}
+    return KernelKind.LAYERNORM, {
+        "rows": _rows(x, b),
+        "dim": x.type.shape[-1],
+        "has_residual": bool(n.attr("has_skip")),
+    }
 
 
 def _attention(n: Node, b: int) -> tuple[KernelKind, dict[str, object]]:
@@ -119,7 +154,10 @@ def lower_to_kernels(graph: Graph, ctx: PassContext | None = None) -> KernelGrap
     kernel_of: dict[Node, Kernel] = {}
     kernels: list[Kernel] = []
     used: set[str] = set()
-    ports_in = {v: Port(v.name, max(1, v.type.size // b), "act" if v.type.dtype.is_float else "i32") for v in graph.inputs}
+    ports_in = {
+        v: Port(v.name, max(1, v.type.size // b), "act" if v.type.dtype.is_float else "i32")
+        for v in graph.inputs
+    }
     for n in graph.nodes:
         if n.op in _VIEW_OPS:
             continue
@@ -156,15 +194,25 @@ def lower_to_kernels(graph: Graph, ctx: PassContext | None = None) -> KernelGrap
                 continue
             seen.add(key)
             elem = "act" if v.type.dtype.is_float else "i32"
-            flows.append(Flow.between(src, k, max(1, v.type.size // b), elem_type=elem, name=name, dst_edge=edge))
+            flows.append(
+                Flow.between(
+                    src, k, max(1, v.type.size // b), elem_type=elem, name=name, dst_edge=edge
+                )
+            )
     outputs = []
     for v in graph.outputs:
-        port = Port(v.name, max(1, v.type.size // b), "act" if v.type.dtype in (DType.FLOAT32, DType.FLOAT16) else "i32")
+        port = Port(
+            v.name,
+            max(1, v.type.size // b),
+            "act" if v.type.dtype in (DType.FLOAT32, DType.FLOAT16) else "i32",
+        )
         outputs.append(port)
         src = source(v)
         if src is not None:
             flows.append(Flow.between(src, port, port.elems_per_sample, name=v.name))
     seq = graph.inputs[0].type.shape[1] if graph.inputs and graph.inputs[0].type.rank > 1 else 1
-    kg = KernelGraph(graph.name, seq, tuple(kernels), tuple(flows), tuple(ports_in.values()), tuple(outputs))
+    kg = KernelGraph(
+        graph.name, seq, tuple(kernels), tuple(flows), tuple(ports_in.values()), tuple(outputs)
+    )
     kg.verify()
     return kg

@@ -317,7 +317,10 @@ def _pack_external_data(model_path: Path, data_name: str) -> None:
             with open(source, "rb") as chunk:
                 shutil.copyfileobj(chunk, data, 1 << 24)
             length = source.stat().st_size
-            onnx.external_data_helper.set_external_data(tensor, data_name, offset, length)
+            del tensor.external_data[:]  # set_external_data() wants raw_data, absent here
+            for key, value in (("location", data_name), ("offset", offset), ("length", length)):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, str(value)
             offset += length
             source.unlink()
     onnx.save(model, str(model_path))

@@ -14,33 +14,100 @@ from wsecc.cli import main
 
 def test_compile_writes_report(tmp_path, capsys):
     out = tmp_path / "o"
-    assert main(["compile", str(SAMPLES / "gpt2_legacy_op17.onnx"), "--seq", "16", "-o", str(out), "--check-each-pass"]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                str(SAMPLES / "gpt2_legacy_op17.onnx"),
+                "--seq",
+                "16",
+                "-o",
+                str(out),
+                "--check-each-pass",
+            ]
+        )
+        == 0
+    )
     report = json.loads((out / "report.json").read_text())
     assert report["schema"] == "wsecc.report/1"
     assert report["bindings"] == {"batch": 1, "sequence": 16}
     assert [p["name"] for p in report["passes"]][0] == "canonicalize"
-    assert {k["kind"] for k in report["kernels"]} >= {"embedding", "linear", "attention", "layernorm", "lm_head"}
+    assert {k["kind"] for k in report["kernels"]} >= {
+        "embedding",
+        "linear",
+        "attention",
+        "layernorm",
+        "lm_head",
+    }
     assert report["sizing"]["pes_used"] == sum(k["pes"] for k in report["kernels"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]  # no temporary folder left behind
 
 
 def test_compile_dump_dir_has_one_file_per_pass(tmp_path):
     dump = tmp_path / "dump"
-    assert main(["compile", str(SAMPLES / "bert_dynamo.onnx"), "--seq", "8", "-o", str(tmp_path / "o"), "--dump-dir", str(dump)]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                str(SAMPLES / "bert_dynamo.onnx"),
+                "--seq",
+                "8",
+                "-o",
+                str(tmp_path / "o"),
+                "--dump-dir",
+                str(dump),
+            ]
+        )
+        == 0
+    )
     names = sorted(p.name for p in dump.iterdir())
     assert names[0] == "00-input.txt" and names[1] == "01-canonicalize.txt" and len(names) == 8
 
 
 def test_inspect_json_keys(capsys):
-    assert main(["inspect", str(SAMPLES / "bert_legacy_op17.onnx"), "--batch", "2", "--seq", "16", "--target", "wse2", "--json"]) == 0
+    assert (
+        main(
+            [
+                "inspect",
+                str(SAMPLES / "bert_legacy_op17.onnx"),
+                "--batch",
+                "2",
+                "--seq",
+                "16",
+                "--target",
+                "wse2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
-    assert {"params", "flops_per_sample", "ops_raw", "ops_after", "fused", "unsupported", "kernels", "sizing"} <= d.keys()
+    assert {
+        "params",
+        "flops_per_sample",
+        "ops_raw",
+        "ops_after",
+        "fused",
+        "unsupported",
+        "kernels",
+        "sizing",
+    } <= d.keys()
     assert d["unsupported"] == []
     assert d["ops_raw"]["MatMul"] == 16 and d["ops_after"]["ATTENTION"] == 2
     assert all({"op", "onnx_nodes"} <= f.keys() and f["onnx_nodes"] for f in d["fused"])
     k = d["kernels"][0]
-    assert {"name", "kind", "pes", "region", "sram_bytes_per_pe", "cycles_per_sample", "onnx_nodes"} <= k.keys()
-    assert {"bottleneck", "balance", "pes_used", "fabric_fraction", "ceiling_samples_per_s"} <= d["sizing"].keys()
+    assert {
+        "name",
+        "kind",
+        "pes",
+        "region",
+        "sram_bytes_per_pe",
+        "cycles_per_sample",
+        "onnx_nodes",
+    } <= k.keys()
+    assert {"bottleneck", "balance", "pes_used", "fabric_fraction", "ceiling_samples_per_s"} <= d[
+        "sizing"
+    ].keys()
 
 
 def test_model_that_cannot_fit_is_a_clear_error(tmp_path):
@@ -49,7 +116,11 @@ def test_model_that_cannot_fit_is_a_clear_error(tmp_path):
 
     text = (Path(load_target.__code__.co_filename).parent / "tiny32.toml").read_text()
     toml = tmp_path / "tight.toml"
-    toml.write_text(text.replace("bytes_per_pe = 49152", "bytes_per_pe = 8320").replace('name = "tiny32"', 'name = "tight"'))
+    toml.write_text(
+        text.replace("bytes_per_pe = 49152", "bytes_per_pe = 8320").replace(
+            'name = "tiny32"', 'name = "tight"'
+        )
+    )
     r = subprocess.run(
         [sys.executable, "-m", "wsecc.cli", "compile", str(SAMPLES / "gpt2_dynamo.onnx"), "--seq", "512",
          "--target", str(toml), "-o", str(tmp_path / "o")],
@@ -72,7 +143,11 @@ def test_targets_lists_builtins(capsys):
 def test_only_the_frontend_and_numerics_import_onnx():
     root = Path(__file__).resolve().parents[1]
     allowed_onnx = {"wsecc/frontend/onnx.py", "wsecc/numerics.py"}
-    for path in list((root / "wsecc").rglob("*.py")) + list((root / "passes").rglob("*.py")) + list((root / "targets").rglob("*.py")):
+    for path in (
+        list((root / "wsecc").rglob("*.py"))
+        + list((root / "passes").rglob("*.py"))
+        + list((root / "targets").rglob("*.py"))
+    ):
         rel = path.relative_to(root).as_posix()
         text = path.read_text()
         if rel not in allowed_onnx:

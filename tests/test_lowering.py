@@ -6,13 +6,13 @@ import functools
 
 import pytest
 from conftest import SAMPLES
+from wsecc.passes import DEFAULT_PIPELINE
+from wsecc.passes.lower import lower_to_kernels
+from wsecc.targets import load_target
 
 from wsecc.frontend.onnx import import_model
 from wsecc.kernels import KernelKind, size_regions, work_proportional_sizing
-from wsecc.passes import DEFAULT_PIPELINE
-from wsecc.passes.lower import lower_to_kernels
 from wsecc.pm import PassManager
-from wsecc.targets import load_target
 
 SAMPLE_FILES = sorted(p.name for p in SAMPLES.glob("*.onnx"))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ORT_CORPUS, SAMPLES
+from wsecc.passes import DEFAULT_PIPELINE
 
 from wsecc.analysis import param_count
 from wsecc.frontend.onnx import import_model
@@ -20,7 +21,6 @@ from wsecc.interp import run
 from wsecc.ir.core import Op
 from wsecc.ir.verify import verify
 from wsecc.numerics import compare, make_inputs, ort_run
-from wsecc.passes import DEFAULT_PIPELINE
 from wsecc.pm import NumericsCheck, PassManager
 
 SAMPLE_FILES = sorted(p.name for p in SAMPLES.glob("*.onnx"))
@@ -73,7 +73,9 @@ def test_samples_fuse_to_the_expected_ops(name):
     assert all(n.attr("mask") == "key_padding" for n in attn)
     if name.startswith("gpt2"):
         assert hist["LM_HEAD"] == 1
-        assert sum(n.attr("activation") == "gelu_tanh" for n in fused.nodes if n.op is Op.LINEAR) == 2
+        assert (
+            sum(n.attr("activation") == "gelu_tanh" for n in fused.nodes if n.op is Op.LINEAR) == 2
+        )
     else:
         assert sum(n.attr("activation") == "gelu" for n in fused.nodes if n.op is Op.LINEAR) == 2
 
@@ -84,12 +86,17 @@ def test_gpt2_param_count_matches_formula(name):
     graph, _ = import_model(SAMPLES / name, batch=1, seq=8)
     fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
     V, d, P, L = 1000, 64, 128, 2
-    assert param_count(graph) == param_count(fused) == V * d + P * d + L * (12 * d * d + 13 * d) + 2 * d
+    assert (
+        param_count(graph)
+        == param_count(fused)
+        == V * d + P * d + L * (12 * d * d + 13 * d) + 2 * d
+    )
 
 
 def test_numerics_check_names_the_diverging_pass(monkeypatch):
     """Break a pass on purpose: the PassManager names it and the first op that diverges."""
     import wsecc.passes as passes_pkg
+
     from wsecc.pm import PassError
 
     path = SAMPLES / "bert_dynamo.onnx"
@@ -103,13 +110,22 @@ def test_numerics_check_names_the_diverging_pass(monkeypatch):
         from wsecc.ir.core import Node
 
         nodes = [
-            Node(n.op, n.inputs, n.outputs, tuple((k, "relu" if k == "activation" and v == "gelu" else v) for k, v in n.attrs), n.name, n.origin)
+            Node(
+                n.op,
+                n.inputs,
+                n.outputs,
+                tuple((k, "relu" if k == "activation" and v == "gelu" else v) for k, v in n.attrs),
+                n.name,
+                n.origin,
+            )
             for n in g.nodes
         ]
         return g.replace(nodes)
 
     monkeypatch.setitem(passes_pkg.PASSES, "fuse-gelu", broken)
-    with pytest.raises(PassError, match=r"numerics diverge after pass fuse-gelu: .*first divergent op: .*linear\("):
+    with pytest.raises(
+        PassError, match=r"numerics diverge after pass fuse-gelu: .*first divergent op: .*linear\("
+    ):
         PassManager(DEFAULT_PIPELINE, numerics=NumericsCheck(feeds, ref)).run(graph)
 
 
@@ -118,7 +134,9 @@ HF = pytest.importorskip  # alias for readability below
 
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "ones"])
 @pytest.mark.parametrize("exporter", ["legacy14", "legacy17", "dynamo"])
-@pytest.mark.parametrize("family", ["gpt2lm", "gpt2", "gptneo", "opt", "bert", "bertseq", "distilbert", "roberta"])
+@pytest.mark.parametrize(
+    "family", ["gpt2lm", "gpt2", "gptneo", "opt", "bert", "bertseq", "distilbert", "roberta"]
+)
 def test_hf_exports_fuse_and_match(family, exporter, padded):
     from hf_exports import export_path
 

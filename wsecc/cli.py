@@ -33,7 +33,12 @@ EXAMPLES = """examples:
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="path to an .onnx file")
     p.add_argument("--batch", type=int, default=None, help="bind the batch dim (default 1)")
-    p.add_argument("--seq", type=int, default=None, help="bind the sequence dim (default: from the graph, else 128)")
+    p.add_argument(
+        "--seq",
+        type=int,
+        default=None,
+        help="bind the sequence dim (default: from the graph, else 128)",
+    )
     p.add_argument(
         "--dim",
         action="append",
@@ -46,8 +51,17 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_target_args(p: argparse.ArgumentParser, default: str | None = "wse2") -> None:
-    p.add_argument("--target", default=default, help="built-in target name or a path to a target TOML (see `wsecc targets`)")
-    p.add_argument("--precision", default="mixed", choices=("fp32", "mixed", "fp16"), help="storage/compute precision (default mixed)")
+    p.add_argument(
+        "--target",
+        default=default,
+        help="built-in target name or a path to a target TOML (see `wsecc targets`)",
+    )
+    p.add_argument(
+        "--precision",
+        default="mixed",
+        choices=("fp32", "mixed", "fp16"),
+        help="storage/compute precision (default mixed)",
+    )
 
 
 def _parse_dims(items: Sequence[str]) -> dict[str, int]:
@@ -140,7 +154,20 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
     targets = [load_target(n) for n in list_targets()]
     if args.json:
-        print(json.dumps([{"name": t.name, "summary": t.summary(), "usable_pes": t.usable_pes, "color_budget": t.color_budget} for t in targets], indent=1))
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": t.name,
+                        "summary": t.summary(),
+                        "usable_pes": t.usable_pes,
+                        "color_budget": t.color_budget,
+                    }
+                    for t in targets
+                ],
+                indent=1,
+            )
+        )
     else:
         for t in targets:
             print(t.summary())
@@ -177,13 +204,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print("ops (fused): " + ", ".join(f"{k} {v}" for k, v in fused.op_histogram().items()))
     for f in out["fused"]:  # type: ignore[attr-defined]
         nodes = f["onnx_nodes"]
-        print(f"  {f['op']:<11} <- {len(nodes)} ONNX nodes: {', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}")
+        print(
+            f"  {f['op']:<11} <- {len(nodes)} ONNX nodes: {', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}"
+        )
     if sizing is not None:
-        print(f"\n{'kernel':<22} {'kind':<12} {'PEs':>8} {'region':>11} {'SRAM B/PE':>10} {'cycles/sample':>14}  ONNX nodes")
+        print(
+            f"\n{'kernel':<22} {'kind':<12} {'PEs':>8} {'region':>11} {'SRAM B/PE':>10} {'cycles/sample':>14}  ONNX nodes"
+        )
         for r in out["kernels"]:  # type: ignore[attr-defined]
             reg = f"{r['region']['h']}x{r['region']['w']}"
             nodes = r["onnx_nodes"]
-            print(f"{r['name']:<22} {r['kind']:<12} {r['pes']:>8,} {reg:>11} {r['sram_bytes_per_pe']:>10,} {r['cycles_per_sample']:>14,.0f}  {nodes[0] if nodes else ''}{' ...' if len(nodes) > 1 else ''}")
+            print(
+                f"{r['name']:<22} {r['kind']:<12} {r['pes']:>8,} {reg:>11} {r['sram_bytes_per_pe']:>10,} {r['cycles_per_sample']:>14,.0f}  {nodes[0] if nodes else ''}{' ...' if len(nodes) > 1 else ''}"
+            )
         print(sizing.summary())
     return 0
 
@@ -206,8 +239,17 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise WseccError("; ".join(problems))
     graph, info = _import(args)
     fused, _, _ = _fuse(graph, args)
-    result = {"model": str(args.model), "ok": True, "bindings": info.bindings, "ops_after": fused.op_histogram()}
-    print(json.dumps(result, indent=1) if args.json else f"{args.model}: ok ({len(fused.nodes)} ops after fusion)")
+    result = {
+        "model": str(args.model),
+        "ok": True,
+        "bindings": info.bindings,
+        "ops_after": fused.op_histogram(),
+    }
+    print(
+        json.dumps(result, indent=1)
+        if args.json
+        else f"{args.model}: ok ({len(fused.nodes)} ops after fusion)"
+    )
     return 0
 
 
@@ -223,10 +265,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
     load_target(args.target)  # a bad --target fails before the slow stages
     t0 = time.perf_counter()
     graph, info = _import(args)
-    say(f"frontend   {len(graph.nodes)} ops after folding, bindings {info.bindings} ({time.perf_counter() - t0:.2f} s)")
+    say(
+        f"frontend   {len(graph.nodes)} ops after folding, bindings {info.bindings} ({time.perf_counter() - t0:.2f} s)"
+    )
     fused, records, _ = _fuse(graph, args)
     for r in records:
-        say(f"pass       {r.name:<15} {r.nodes_before:>5} -> {r.nodes_after:<5} ops ({r.seconds * 1e3:.0f} ms)")
+        say(
+            f"pass       {r.name:<15} {r.nodes_before:>5} -> {r.nodes_after:<5} ops ({r.seconds * 1e3:.0f} ms)"
+        )
     t1 = time.perf_counter()
     target, kg, sizing = _lower_and_size(fused, args)
     say(f"lower      {len(kg.kernels)} kernels, {len(kg.flows)} flows")
@@ -244,7 +290,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
         "passes": [{"name": r.name, "seconds": r.seconds} for r in records],
         "ops_after": fused.op_histogram(),
         "fused": fused_ops(fused),
-        "target": {"name": target.name, "fabric": {"width": target.fabric.program_width, "height": target.fabric.program_height}},
+        "target": {
+            "name": target.name,
+            "fabric": {
+                "width": target.fabric.program_width,
+                "height": target.fabric.program_height,
+            },
+        },
         "precision": args.precision,
         "kernels": _kernel_rows(kg, sizing),
         "sizing": _sizing_summary(sizing),
@@ -263,9 +315,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=1))
     else:
         say(f"wrote      {out_dir}/ (report.json, fused.ir.txt, kernels.json, sizing.json)")
-        print(f"{model.name}: {len(fused.nodes)} fused ops "
-              f"({', '.join(f'{k} {v}' for k, v in fused.op_histogram().items())}); "
-              f"params {report['model']['params']:,}; FLOPs/sample {report['model']['flops_per_sample']:,}")
+        print(
+            f"{model.name}: {len(fused.nodes)} fused ops "
+            f"({', '.join(f'{k} {v}' for k, v in fused.op_histogram().items())}); "
+            f"params {report['model']['params']:,}; FLOPs/sample {report['model']['flops_per_sample']:,}"
+        )
         print(sizing.summary())
     return 0
 
@@ -306,7 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"wsecc {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    c = sub.add_parser("compile", help="run every built stage on a model and write the output folder")
+    c = sub.add_parser(
+        "compile", help="run every built stage on a model and write the output folder"
+    )
     _add_model_args(c)
     _add_target_args(c)
     c.add_argument("--out", "-o", default=None, help="output folder (default MODEL_STEM.wsecc/)")
@@ -355,7 +411,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "debug", False):
             traceback.print_exc()
         msg = str(e).splitlines()[0] if str(e) else ""
-        print(f"wsecc: internal error: {type(e).__name__}: {msg} (rerun with --debug)", file=sys.stderr)
+        print(
+            f"wsecc: internal error: {type(e).__name__}: {msg} (rerun with --debug)",
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -16,7 +16,11 @@ import numpy as np
 from wsecc.ir.core import DType, Graph, Op, Value
 
 # Documented tolerances per precision (see docs): fp32 must match onnxruntime to 1e-5 relative.
-TOLERANCE = {"fp32": {"max_rel_err": 1e-5}, "mixed": {"pcc": 0.999, "max_rel_err": 3e-2}, "fp16": {"pcc": 0.99, "max_rel_err": 1e-1}}
+TOLERANCE = {
+    "fp32": {"max_rel_err": 1e-5},
+    "mixed": {"pcc": 0.999, "max_rel_err": 3e-2},
+    "fp16": {"pcc": 0.99, "max_rel_err": 1e-1},
+}
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,11 @@ def compare(name: str, got: np.ndarray, ref: np.ndarray, precision: str = "fp32"
     if g.size == 0:
         return OutputError(name, 0.0, 0.0, 1.0, True)
     finite = np.isfinite(r) & np.isfinite(g)
-    same_nonfinite = bool(np.all((np.isfinite(r) == np.isfinite(g)) & (finite | (g == r) | (np.isnan(g) & np.isnan(r)))))
+    same_nonfinite = bool(
+        np.all(
+            (np.isfinite(r) == np.isfinite(g)) & (finite | (g == r) | (np.isnan(g) & np.isnan(r)))
+        )
+    )
     diff = np.abs(g[finite] - r[finite]) if finite.any() else np.zeros(1)
     scale = float(np.max(np.abs(r[finite]))) if finite.any() else 1.0
     abs_err = float(diff.max())

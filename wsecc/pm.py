@@ -83,7 +83,9 @@ class PassManager:
             if self.on_pass is not None:
                 self.on_pass(rec)
             if self.print_after_all:
-                self.out.write(f"// ----- IR after {name} ({dt * 1e3:.1f} ms)\n{format_graph(graph)}")
+                self.out.write(
+                    f"// ----- IR after {name} ({dt * 1e3:.1f} ms)\n{format_graph(graph)}"
+                )
             if self.dump_dir is not None:
                 (self.dump_dir / f"{i:02d}-{name}.txt").write_text(format_graph(graph))
             if self.numerics is not None:
@@ -128,7 +130,9 @@ def _first_divergent(
     return None
 
 
-def run_pipeline(graph: Graph, pipeline: Sequence[str] | None = None, **kwargs: object) -> tuple[Graph, list[PassRecord]]:
+def run_pipeline(
+    graph: Graph, pipeline: Sequence[str] | None = None, **kwargs: object
+) -> tuple[Graph, list[PassRecord]]:
     from wsecc.passes import DEFAULT_PIPELINE
 
     return PassManager(pipeline or DEFAULT_PIPELINE, **kwargs).run(graph)  # type: ignore[arg-type]

@@ -30,10 +30,14 @@ def assert_one_line_error(code: int, err: str, *needles: str) -> None:
         assert n in lines[0], lines[0]
 
 
-def _linear_model(initializer: TensorProto, extra_nodes: list[onnx.NodeProto] | None = None) -> onnx.ModelProto:
+def _linear_model(
+    initializer: TensorProto, extra_nodes: list[onnx.NodeProto] | None = None
+) -> onnx.ModelProto:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    nodes = [helper.make_node("MatMul", ["x", initializer.name], ["y"], name="mm")] + (extra_nodes or [])
+    nodes = [helper.make_node("MatMul", ["x", initializer.name], ["y"], name="mm")] + (
+        extra_nodes or []
+    )
     g = helper.make_graph(nodes, "g", [x], [y], [initializer])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -58,7 +62,9 @@ def test_truncated_file(tmp_path, capsys):
 def test_not_onnx(tmp_path, capsys):
     p = tmp_path / "x.onnx"
     p.write_text("hello, I am not a model\n")
-    assert_one_line_error(*run_cli(capsys, "compile", str(p), "-o", str(tmp_path / "out")), "x.onnx")
+    assert_one_line_error(
+        *run_cli(capsys, "compile", str(p), "-o", str(tmp_path / "out")), "x.onnx"
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -81,16 +87,23 @@ def test_unsupported_ops_are_all_listed(tmp_path, capsys):
     p = tmp_path / "u.onnx"
     onnx.save_model(m, str(p))
     code, err = run_cli(capsys, "check", str(p))
-    assert_one_line_error(code, err, "3 unsupported ops", "Sin 'sin_1'", "Cos 'cos_1'", "FooBar (custom.x) 'foo_1'")
+    assert_one_line_error(
+        code, err, "3 unsupported ops", "Sin 'sin_1'", "Cos 'cos_1'", "FooBar (custom.x) 'foo_1'"
+    )
 
 
 def test_unbound_dims_are_all_listed(tmp_path, capsys):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["weird_a", "weird_b"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    m = helper.make_model(
+        helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
     p = tmp_path / "d.onnx"
     onnx.save_model(m, str(p))
-    assert_one_line_error(*run_cli(capsys, "check", str(p)), "weird_a (at x[0])", "weird_b (at x[1])", "--dim")
+    assert_one_line_error(
+        *run_cli(capsys, "check", str(p)), "weird_a (at x[0])", "weird_b (at x[1])", "--dim"
+    )
     assert main(["check", str(p), "--dim", "weird_a=2", "--dim", "weird_b=3"]) == 0
 
 

@@ -27,7 +27,14 @@ def small_graph() -> Graph:
         (x,),
         (z,),
         (
-            Node(Op.LINEAR, (x, w, b), (y,), make_attrs({"activation": "gelu", "has_bias": True}), "lin", ("/MatMul", "/Add")),
+            Node(
+                Op.LINEAR,
+                (x, w, b),
+                (y,),
+                make_attrs({"activation": "gelu", "has_bias": True}),
+                "lin",
+                ("/MatMul", "/Add"),
+            ),
             Node(Op.SOFTMAX, (y,), (z,), make_attrs({"axis": 1}), "sm"),
         ),
     )
@@ -52,7 +59,12 @@ def test_round_trip_keeps_odd_names_and_infinite_attrs():
             (y,),
             (
                 Node(Op.RESHAPE, (x,), (q,), make_attrs({"shape": (1, 2, 4)})),
-                Node(Op.REDUCE_SUM, (q,), (y,), make_attrs({"axes": (0,), "keepdims": False, "note": float("-inf")})),
+                Node(
+                    Op.REDUCE_SUM,
+                    (q,),
+                    (y,),
+                    make_attrs({"axes": (0,), "keepdims": False, "note": float("-inf")}),
+                ),
             ),
         )
     )
@@ -65,14 +77,20 @@ def test_round_trip_keeps_odd_names_and_infinite_attrs():
 def test_verifier_rejects_use_before_definition():
     x, y, z = v("x", 2), v("y", 2), v("z", 2)
     g = Graph((x,), (z,), (Node(Op.ADD, (x, y), (z,)), Node(Op.NEG, (x,), (y,))))
-    with pytest.raises(VerificationError, match=r"operand %y is used before it is defined\n  at: %z: f32\[2\] = add\(%x, %y\)"):
+    with pytest.raises(
+        VerificationError,
+        match=r"operand %y is used before it is defined\n  at: %z: f32\[2\] = add\(%x, %y\)",
+    ):
         verify(g)
 
 
 def test_verifier_rejects_wrong_output_type():
     x, y = v("x", 2, 3), v("y", 3, 2)
     g = Graph((x,), (y,), (Node(Op.NEG, (x,), (y,)),))
-    with pytest.raises(VerificationError, match=r"NEG output types \['f32\[3,2\]'\] differ from inferred \['f32\[2,3\]'\]"):
+    with pytest.raises(
+        VerificationError,
+        match=r"NEG output types \['f32\[3,2\]'\] differ from inferred \['f32\[2,3\]'\]",
+    ):
         verify(g)
 
 
@@ -90,7 +108,9 @@ def test_verifier_rejects_double_definition_and_duplicate_names():
 def test_verifier_rejects_bad_operands():
     x, w, y = v("x", 2, 4), v("w", 5, 3), v("y", 2, 3)
     g = Graph((x, w), (y,), (Node(Op.MATMUL, (x, w), (y,)),))
-    with pytest.raises(VerificationError, match=r"MATMUL: matmul inner dims differ: \(2, 4\) x \(5, 3\)"):
+    with pytest.raises(
+        VerificationError, match=r"MATMUL: matmul inner dims differ: \(2, 4\) x \(5, 3\)"
+    ):
         verify(g)
     g = Graph((x,), (y,), (Node(Op.ADD, (x,), (y,)),))
     with pytest.raises(VerificationError, match=r"ADD: ADD takes 2..2 operands, got 1"):
@@ -121,7 +141,10 @@ def test_interpreter_attention_matches_manual_computation():
     g = Graph((x, m), (o,), (Node(Op.ATTENTION, (x, x, x, m), (o,), attrs),))
     verify(g)
     got = run(g, {"qkv": qkv, "mask": mask})["o"]
-    q, k, vv = (qkv[..., i * h * dh : (i + 1) * h * dh].reshape(b, s, h, dh).transpose(0, 2, 1, 3) for i in range(3))
+    q, k, vv = (
+        qkv[..., i * h * dh : (i + 1) * h * dh].reshape(b, s, h, dh).transpose(0, 2, 1, 3)
+        for i in range(3)
+    )
     sc = q @ k.transpose(0, 1, 3, 2) * 0.5
     keep = np.tril(np.ones((s, s), bool))[None, None] & (mask != 0)[:, None, None, :]
     sc = np.where(keep, sc, -1e4)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from wsecc.passes import PASSES, PassContext
 
 from wsecc.interp import run
 from wsecc.ir.printer import format_graph, parse_graph
 from wsecc.ir.verify import verify
-from wsecc.passes import PASSES, PassContext
 
 
 def apply(name: str, text: str) -> tuple[str, PassContext]:
@@ -19,8 +19,16 @@ def apply(name: str, text: str) -> tuple[str, PassContext]:
     verify(out)
     # the pass computes the same function
     rng = np.random.default_rng(0)
-    feeds = {v.name: rng.standard_normal(v.type.shape).astype(v.type.dtype.numpy) for v in g.inputs if v.type.dtype.is_float}
-    feeds |= {v.name: np.ones(v.type.shape, v.type.dtype.numpy) for v in g.inputs if not v.type.dtype.is_float}
+    feeds = {
+        v.name: rng.standard_normal(v.type.shape).astype(v.type.dtype.numpy)
+        for v in g.inputs
+        if v.type.dtype.is_float
+    }
+    feeds |= {
+        v.name: np.ones(v.type.shape, v.type.dtype.numpy)
+        for v in g.inputs
+        if not v.type.dtype.is_float
+    }
     a, b = run(g, feeds), run(out, feeds)
     for k in a:
         np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6)
@@ -29,7 +37,11 @@ def apply(name: str, text: str) -> tuple[str, PassContext]:
 
 def body(text: str) -> list[str]:
     """The node lines of a printed graph, constants and names left out."""
-    return [ln.strip().split(" name=")[0] for ln in text.splitlines() if " = " in ln and " = const " not in ln]
+    return [
+        ln.strip().split(" name=")[0]
+        for ln in text.splitlines()
+        if " = " in ln and " = const " not in ln
+    ]
 
 
 def test_canonicalize_drops_identity_orders_operands_folds_weight_transpose():
@@ -73,11 +85,18 @@ LINEAR_IN = """graph g(%x: f32[2,4,3]) {
 
 def test_fuse_linear():
     out, _ = apply("fuse-linear", LINEAR_IN)
-    assert body(out) == ["%y: f32[2,4,2] = linear(%x, %w, %b) {'activation': 'none', 'has_bias': True}"]
+    assert body(out) == [
+        "%y: f32[2,4,2] = linear(%x, %w, %b) {'activation': 'none', 'has_bias': True}"
+    ]
 
 
 def test_fuse_linear_does_not_fire_on_activation_matmul():
-    out, ctx = apply("fuse-linear", LINEAR_IN.replace("%x: f32[2,4,3]) {", "%x: f32[2,4,3], %w2: f32[3,2]) {").replace("matmul(%x, %w)", "matmul(%x, %w2)"))
+    out, ctx = apply(
+        "fuse-linear",
+        LINEAR_IN.replace("%x: f32[2,4,3]) {", "%x: f32[2,4,3], %w2: f32[3,2]) {").replace(
+            "matmul(%x, %w)", "matmul(%x, %w2)"
+        ),
+    )
     assert "linear(" not in out
     assert any("weight is not a constant matrix" in n for n in ctx.notes)
 
@@ -133,7 +152,9 @@ def test_gelu_folds_into_linear_epilogue():
     text = LINEAR_IN.replace("return %y", "%z: f32[2,4,2] = tanh(%y)\n  return %z")
     lin, _ = apply("fuse-linear", text)
     out, _ = apply("fuse-gelu", lin)
-    assert body(out) == ["%z: f32[2,4,2] = linear(%x, %w, %b) {'activation': 'tanh', 'has_bias': True}"]
+    assert body(out) == [
+        "%z: f32[2,4,2] = linear(%x, %w, %b) {'activation': 'tanh', 'has_bias': True}"
+    ]
 
 
 LAYERNORM = """graph g(%a: f32[2,3,4], %r: f32[2,3,4]) {
@@ -230,7 +251,10 @@ def test_fuse_embedding_and_lm_head():
     emb, _ = apply("fuse-embedding", text)
     assert body(emb)[0] == "%h: f32[1,3,2] = embedding(%ids, %wte, %pos, %wpe)"
     out, _ = apply("fuse-lm-head", emb)
-    assert body(out)[1] == "%logits: f32[1,3,4] = lm_head(%h, %head) {'activation': 'none', 'has_bias': False, 'tied': True}"
+    assert (
+        body(out)[1]
+        == "%logits: f32[1,3,4] = lm_head(%h, %head) {'activation': 'none', 'has_bias': False, 'tied': True}"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(PASSES))

@@ -157,14 +157,18 @@ def _load_external(t: TensorProto, base: Path, path: Path) -> None:
         raise FrontendError(f"{where} has no location")
     rel = Path(loc)
     if rel.is_absolute() or loc.startswith(("/", "\\")) or (len(loc) > 1 and loc[1] == ":"):
-        raise FrontendError(f"{where}: location {loc!r} is absolute; it must be inside the model folder")
+        raise FrontendError(
+            f"{where}: location {loc!r} is absolute; it must be inside the model folder"
+        )
     if ".." in rel.parts:
         raise FrontendError(f"{where}: location {loc!r} leaves the model folder through '..'")
     cur = base
     for part in rel.parts:
         cur = cur / part
         if cur.is_symlink():
-            raise FrontendError(f"{where}: {cur.relative_to(base)} is a symlink; refusing to follow it")
+            raise FrontendError(
+                f"{where}: {cur.relative_to(base)} is a symlink; refusing to follow it"
+            )
     target = cur.resolve()
     if base not in target.parents:
         raise FrontendError(f"{where}: location {loc!r} resolves outside the model folder")
@@ -301,7 +305,9 @@ def fold(model: onnx.ModelProto) -> onnx.ModelProto:
             output_size_limit=1 << 20,
         )
     except Exception as e:  # the optimizer raises a variety of errors on hostile graphs
-        raise FrontendError(f"constant folding failed: {type(e).__name__}: {e}".splitlines()[0]) from None
+        raise FrontendError(
+            f"constant folding failed: {type(e).__name__}: {e}".splitlines()[0]
+        ) from None
 
 
 def _proto_bytes(model: onnx.ModelProto) -> int:
@@ -374,7 +380,9 @@ class _Converter:
         for i, t in enumerate(types):
             nm = names[i] if i < len(names) and names[i] else f"{base}:{i}"
             outs.append(Value(self.fresh(nm), t))
-        origin = (self.onnx_node.name,) if self.onnx_node is not None and self.onnx_node.name else ()
+        origin = (
+            (self.onnx_node.name,) if self.onnx_node is not None and self.onnx_node.name else ()
+        )
         self.nodes.append(Node(op, tuple(inputs), tuple(outs), a, outs[0].name, origin))
         return outs
 
@@ -400,7 +408,9 @@ class _Converter:
             args = [folded.get(v, v).const for v in n.inputs]
             results = evaluate_op(n.op, args, n.attr_dict)  # type: ignore[arg-type]
             for v, r in zip(n.outputs, results, strict=True):
-                folded[v] = Value.constant(v.name, np.asarray(r, v.type.dtype.numpy).reshape(v.type.shape))
+                folded[v] = Value.constant(
+                    v.name, np.asarray(r, v.type.dtype.numpy).reshape(v.type.shape)
+                )
         del self.nodes[mark:]
         return [folded.get(v, v) for v in outs]
 
@@ -420,7 +430,9 @@ class _Converter:
                 continue
             tt = inp.type.tensor_type
             if tt.elem_type not in _DTYPES:
-                raise FrontendError(f"input {inp.name!r} has unsupported element type {tt.elem_type}")
+                raise FrontendError(
+                    f"input {inp.name!r} has unsupported element type {tt.elem_type}"
+                )
             shape = tuple(d.dim_value for d in tt.shape.dim)
             v = Value(self.fresh(inp.name), TensorType(_DTYPES[tt.elem_type], shape))
             self.env[inp.name] = v
@@ -441,7 +453,10 @@ class _Converter:
             if v.is_const or v in outputs or v in inputs:
                 v = self.emit(Op.IDENTITY, [v], out_names=[o.name])[0]
             outputs.append(v)
-        return _rename_outputs(Graph(tuple(inputs), tuple(outputs), tuple(self.nodes), g.name or "main"), [o.name for o in g.output])
+        return _rename_outputs(
+            Graph(tuple(inputs), tuple(outputs), tuple(self.nodes), g.name or "main"),
+            [o.name for o in g.output],
+        )
 
 
 def _rename_outputs(g: Graph, names: list[str]) -> Graph:
@@ -571,7 +586,9 @@ def _mod(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
 @_conv("Dropout")
 def _dropout(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     if len(n.output) > 1 and n.output[1]:
-        raise FrontendError(f"Dropout {n.name!r}: its mask output is used; training graphs are not supported")
+        raise FrontendError(
+            f"Dropout {n.name!r}: its mask output is used; training graphs are not supported"
+        )
     return c.emit(Op.DROPOUT, [c.get(n.input[0])], out_names=n.output)
 
 
@@ -624,14 +641,19 @@ def _constant_of_shape(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> l
     shape = c.const_input(n, 0, "shape")
     fill = numpy_helper.to_array(a["value"]) if "value" in a else np.zeros(1, np.float32)
     shape_t = tuple(int(d) for d in np.asarray(shape).reshape(-1))
-    if any(d < 0 for d in shape_t) or int(np.prod(shape_t, dtype=np.float64)) * fill.itemsize > MAX_TENSOR_BYTES:
+    if (
+        any(d < 0 for d in shape_t)
+        or int(np.prod(shape_t, dtype=np.float64)) * fill.itemsize > MAX_TENSOR_BYTES
+    ):
         raise FrontendError(f"ConstantOfShape {n.name!r}: absurd shape {shape_t}")
     return [Value.constant(c.fresh(n.output[0]), np.full(shape_t, fill.reshape(-1)[0], fill.dtype))]
 
 
 @_conv("Range")
 def _range(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
-    start, limit, delta = (c.const_input(n, i, w) for i, w in enumerate(("start", "limit", "delta")))
+    start, limit, delta = (
+        c.const_input(n, i, w) for i, w in enumerate(("start", "limit", "delta"))
+    )
     arr = np.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype)  # type: ignore[union-attr]
     return [Value.constant(c.fresh(n.output[0]), arr)]
 
@@ -692,7 +714,11 @@ def _squeeze(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]
     x = c.get(n.input[0])
     r = x.type.rank
     axes = _axes(c, n, a, 1)
-    drop = {ax % r for ax in axes} if axes is not None else {i for i, d in enumerate(x.type.shape) if d == 1}
+    drop = (
+        {ax % r for ax in axes}
+        if axes is not None
+        else {i for i, d in enumerate(x.type.shape) if d == 1}
+    )
     if any(x.type.shape[i] != 1 for i in drop):
         raise FrontendError(f"Squeeze {n.name!r}: axes {sorted(drop)} of {x.type.shape} are not 1")
     return _reshape_to(c, n, x, [d for i, d in enumerate(x.type.shape) if i not in drop])
@@ -750,7 +776,12 @@ def _slice(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
         st = c.const_input(n, 4, "steps")
         steps = [1] * len(starts) if st is None else [int(v) for v in st.reshape(-1)]
     r = x.type.rank
-    attrs = {"starts": tuple(starts), "ends": tuple(ends), "axes": tuple(ax % r for ax in axes), "steps": tuple(steps)}
+    attrs = {
+        "starts": tuple(starts),
+        "ends": tuple(ends),
+        "axes": tuple(ax % r for ax in axes),
+        "steps": tuple(steps),
+    }
     return c.emit(Op.SLICE, [x], attrs, n.output)
 
 
@@ -792,14 +823,19 @@ def _gather_nd(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Valu
 
 @_conv("ReduceMean", "ReduceSum", "ReduceMax")
 def _reduce(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
-    op = {"ReduceMean": Op.REDUCE_MEAN, "ReduceSum": Op.REDUCE_SUM, "ReduceMax": Op.REDUCE_MAX}[n.op_type]
+    op = {"ReduceMean": Op.REDUCE_MEAN, "ReduceSum": Op.REDUCE_SUM, "ReduceMax": Op.REDUCE_MAX}[
+        n.op_type
+    ]
     x = c.get(n.input[0])
     axes = _axes(c, n, a, 1)
     if not axes:
         if a.get("noop_with_empty_axes", 0):
             return c.emit(Op.IDENTITY, [x], out_names=n.output)
         axes = list(range(x.type.rank))
-    attrs = {"axes": tuple(sorted(ax % x.type.rank for ax in axes)), "keepdims": bool(a.get("keepdims", 1))}
+    attrs = {
+        "axes": tuple(sorted(ax % x.type.rank for ax in axes)),
+        "keepdims": bool(a.get("keepdims", 1)),
+    }
     return c.emit(op, [x], attrs, n.output)
 
 
@@ -807,7 +843,11 @@ def _reduce(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
 def _cumsum(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     x = c.get(n.input[0])
     ax = int(np.asarray(c.const_input(n, 1, "axis")).reshape(-1)[0]) % x.type.rank
-    attrs = {"axis": ax, "exclusive": bool(a.get("exclusive", 0)), "reverse": bool(a.get("reverse", 0))}
+    attrs = {
+        "axis": ax,
+        "exclusive": bool(a.get("exclusive", 0)),
+        "reverse": bool(a.get("reverse", 0)),
+    }
     return c.emit(Op.CUMSUM, [x], attrs, n.output)
 
 
@@ -817,7 +857,9 @@ def _softmax(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]
     legacy = c.opset.get("", 13) < 13
     ax = _attr_int(a, "axis", 1 if legacy else -1) % x.type.rank
     if legacy and ax != x.type.rank - 1:
-        raise FrontendError(f"Softmax {n.name!r}: opset<13 softmax over axis {ax} of rank {x.type.rank} (2-D coercion) is not supported")
+        raise FrontendError(
+            f"Softmax {n.name!r}: opset<13 softmax over axis {ax} of rank {x.type.rank} (2-D coercion) is not supported"
+        )
     return c.emit(Op.SOFTMAX, [x], {"axis": ax}, n.output)
 
 
@@ -827,15 +869,28 @@ def _layer_norm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Val
     if _attr_int(a, "axis", -1) % x.type.rank != x.type.rank - 1:
         raise FrontendError(f"LayerNormalization {n.name!r}: only the last axis is supported")
     if any(o for o in n.output[1:]):
-        raise FrontendError(f"LayerNormalization {n.name!r}: mean/inv-std outputs are not supported")
-    beta = c.get(n.input[2]) if len(n.input) > 2 and n.input[2] else c.const(np.zeros(gamma.type.shape, gamma.type.dtype.numpy), "zero_beta")
-    return c.emit(Op.LAYER_NORM, [x, gamma, beta], {"epsilon": float(a.get("epsilon", 1e-5)), "has_skip": False}, n.output[:1])
+        raise FrontendError(
+            f"LayerNormalization {n.name!r}: mean/inv-std outputs are not supported"
+        )
+    beta = (
+        c.get(n.input[2])
+        if len(n.input) > 2 and n.input[2]
+        else c.const(np.zeros(gamma.type.shape, gamma.type.dtype.numpy), "zero_beta")
+    )
+    return c.emit(
+        Op.LAYER_NORM,
+        [x, gamma, beta],
+        {"epsilon": float(a.get("epsilon", 1e-5)), "has_skip": False},
+        n.output[:1],
+    )
 
 
 @_conv("Gelu")
 @_conv("Gelu", domain="com.microsoft")
 def _gelu(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
-    return c.emit(Op.GELU, [c.get(n.input[0])], {"approximate": a.get("approximate", "none")}, n.output)
+    return c.emit(
+        Op.GELU, [c.get(n.input[0])], {"approximate": a.get("approximate", "none")}, n.output
+    )
 
 
 # ---------------------------------------------------------------- com.microsoft contrib ops
@@ -852,13 +907,24 @@ def _bias_gelu(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Valu
 @_conv("SkipLayerNormalization", domain="com.microsoft")
 def _skip_layer_norm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     x, skip, gamma = c.get(n.input[0]), c.get(n.input[1]), c.get(n.input[2])
-    beta = c.get(n.input[3]) if len(n.input) > 3 and n.input[3] else c.const(np.zeros(gamma.type.shape, np.float32), "zero_beta")
+    beta = (
+        c.get(n.input[3])
+        if len(n.input) > 3 and n.input[3]
+        else c.const(np.zeros(gamma.type.shape, np.float32), "zero_beta")
+    )
     if len(n.input) > 4 and n.input[4]:
         x = c.emit(Op.ADD, [x, c.get(n.input[4])])[0]
     if any(len(n.output) > i and n.output[i] for i in (1, 2)):
-        raise FrontendError(f"SkipLayerNormalization {n.name!r}: mean/inv-std outputs are not supported")
+        raise FrontendError(
+            f"SkipLayerNormalization {n.name!r}: mean/inv-std outputs are not supported"
+        )
     emit_sum = len(n.output) > 3 and bool(n.output[3])
-    outs = c.emit(Op.LAYER_NORM, [x, skip, gamma, beta], {"epsilon": float(a.get("epsilon", 1e-12)), "has_skip": True, "emit_sum": emit_sum}, [n.output[0]] + ([n.output[3]] if emit_sum else []))
+    outs = c.emit(
+        Op.LAYER_NORM,
+        [x, skip, gamma, beta],
+        {"epsilon": float(a.get("epsilon", 1e-12)), "has_skip": True, "emit_sum": emit_sum},
+        [n.output[0]] + ([n.output[3]] if emit_sum else []),
+    )
     return [outs[0], outs[0], outs[0], outs[1]] if emit_sum else outs
 
 
@@ -869,15 +935,34 @@ def _embed_layer_norm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> li
 
     ids, seg_ids, word, pos, seg, gamma, beta = (opt(i) for i in range(7))
     mask, pos_ids = opt(7), opt(8)
-    assert ids is not None and word is not None and pos is not None and gamma is not None and beta is not None
+    assert (
+        ids is not None
+        and word is not None
+        and pos is not None
+        and gamma is not None
+        and beta is not None
+    )
     b, s = ids.type.shape
     if pos_ids is None:
-        pos_ids = c.const(np.broadcast_to(np.arange(s, dtype=np.int32), (b, s)).copy(), "position_ids")
-    pairs = [ids, word, pos_ids, pos] + ([seg_ids, seg] if seg_ids is not None and seg is not None else [])
+        pos_ids = c.const(
+            np.broadcast_to(np.arange(s, dtype=np.int32), (b, s)).copy(), "position_ids"
+        )
+    pairs = [ids, word, pos_ids, pos] + (
+        [seg_ids, seg] if seg_ids is not None and seg is not None else []
+    )
     emb = c.emit(Op.EMBEDDING, pairs)[0]
-    y = c.emit(Op.LAYER_NORM, [emb, gamma, beta], {"epsilon": float(a.get("epsilon", 1e-12)), "has_skip": False}, [n.output[0]])[0]
+    y = c.emit(
+        Op.LAYER_NORM,
+        [emb, gamma, beta],
+        {"epsilon": float(a.get("epsilon", 1e-12)), "has_skip": False},
+        [n.output[0]],
+    )[0]
     if mask is not None:
-        mask_index = c.emit(Op.REDUCE_SUM, [c.emit(Op.CAST, [mask], {"to": "i32"})[0]], {"axes": (1,), "keepdims": False})[0]
+        mask_index = c.emit(
+            Op.REDUCE_SUM,
+            [c.emit(Op.CAST, [mask], {"to": "i32"})[0]],
+            {"axes": (1,), "keepdims": False},
+        )[0]
     else:
         mask_index = c.const(np.full((b,), s, np.int32), "mask_index")
     return [y, mask_index, emb]
@@ -886,14 +971,22 @@ def _embed_layer_norm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> li
 @_conv("Attention", domain="com.microsoft")
 def _ms_attention(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     if len(n.input) > 4 and n.input[4]:
-        raise FrontendError(f"Attention {n.name!r} has a past input: decoder-with-past graphs are not supported")
-    if any(len(n.input) > i and n.input[i] for i in (5, 6, 7)) or (len(n.output) > 1 and n.output[1]):
-        raise FrontendError(f"Attention {n.name!r}: attention_bias/past/present operands are not supported")
+        raise FrontendError(
+            f"Attention {n.name!r} has a past input: decoder-with-past graphs are not supported"
+        )
+    if any(len(n.input) > i and n.input[i] for i in (5, 6, 7)) or (
+        len(n.output) > 1 and n.output[1]
+    ):
+        raise FrontendError(
+            f"Attention {n.name!r}: attention_bias/past/present operands are not supported"
+        )
     x, w, bias = c.get(n.input[0]), c.get(n.input[1]), c.get(n.input[2])
     heads = _attr_int(a, "num_heads", 0)
     sizes = list(a.get("qkv_hidden_sizes", [w.type.shape[1] // 3] * 3))
     if len(set(sizes)) != 1 or sizes[0] % max(heads, 1):
-        raise FrontendError(f"Attention {n.name!r}: unequal qkv_hidden_sizes {sizes} are not supported")
+        raise FrontendError(
+            f"Attention {n.name!r}: unequal qkv_hidden_sizes {sizes} are not supported"
+        )
     d = sizes[0]
     dh = d // heads
     qkv = c.emit(Op.LINEAR, [x, w, bias], {"activation": "none", "has_bias": True})[0]
@@ -902,14 +995,18 @@ def _ms_attention(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[V
     if mask is not None:
         kind = {1: "key_length", 2: "key_padding"}.get(mask.type.rank, "")
         if not kind:
-            raise FrontendError(f"Attention {n.name!r}: a {mask.type.rank}-D mask_index is not supported")
+            raise FrontendError(
+                f"Attention {n.name!r}: a {mask.type.rank}-D mask_index is not supported"
+            )
     scale = float(a.get("scale", 0.0)) or 1.0 / float(np.sqrt(dh))
     attrs = {
         "num_heads": heads, "head_dim": dh, "q_offset": 0, "k_offset": d, "v_offset": 2 * d,
         "scale": scale, "causal": bool(a.get("unidirectional", 0)), "mask": kind,
         "fill": float(a.get("mask_filter_value", -10000.0)), "nan_to_zero": False,
     }  # fmt: skip
-    return c.emit(Op.ATTENTION, [qkv, qkv, qkv] + ([mask] if mask is not None else []), attrs, n.output[:1])
+    return c.emit(
+        Op.ATTENTION, [qkv, qkv, qkv] + ([mask] if mask is not None else []), attrs, n.output[:1]
+    )
 
 
 # ================================================================ entry point

@@ -268,4 +268,6 @@ class Graph:
         nodes: Iterable[Node],
         outputs: tuple[Value, ...] | None = None,
     ) -> Graph:
-        return Graph(self.inputs, self.outputs if outputs is None else outputs, tuple(nodes), self.name)
+        return Graph(
+            self.inputs, self.outputs if outputs is None else outputs, tuple(nodes), self.name
+        )

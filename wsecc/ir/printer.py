@@ -150,7 +150,7 @@ def _parse_node(ln: str, env: dict[str, Value]) -> Node:
     name, origin = "", ()
     if rest.startswith("{"):
         depth, i = 0, 0
-        for i, ch in enumerate(rest):
+        for i, ch in enumerate(rest):  # noqa: B007 (i is the end index)
             depth += ch == "{"
             depth -= ch == "}"
             if depth == 0:

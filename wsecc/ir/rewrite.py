@@ -194,7 +194,12 @@ def rewrite_nodes(graph: Graph, rule, *, anchor_ops: frozenset[Op]) -> tuple[Gra
 
 
 def make_node(
-    op: Op, ins: Sequence[Value], name: str, origin: Sequence[str], out_names: Sequence[str] = (), **attrs: object
+    op: Op,
+    ins: Sequence[Value],
+    name: str,
+    origin: Sequence[str],
+    out_names: Sequence[str] = (),
+    **attrs: object,
 ) -> Node:
     """A node with inferred output types; outputs are named `out_names` (default: `name`)."""
     from wsecc.ir.core import make_attrs
@@ -240,7 +245,9 @@ def region_between(
     return sorted(seen, key=view.index.__getitem__)
 
 
-def forward_candidates(view: GraphView, start: Node, allowed: frozenset[Op], depth: int) -> list[Node]:
+def forward_candidates(
+    view: GraphView, start: Node, allowed: frozenset[Op], depth: int
+) -> list[Node]:
     """Nodes reachable from `start` through `allowed` ops within `depth` steps, nearest first."""
     out: list[Node] = []
     frontier = [start]

@@ -298,7 +298,11 @@ def _gather_elements_impl(xs: Arrays, a: Attrs) -> list[np.ndarray]:
 
 
 def _tile_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
-    return [TensorType(ts[0].dtype, tuple(d * r for d, r in zip(ts[0].shape, a["repeats"], strict=True)))]
+    return [
+        TensorType(
+            ts[0].dtype, tuple(d * r for d, r in zip(ts[0].shape, a["repeats"], strict=True))
+        )
+    ]
 
 
 # ---------------------------------------------------------------- reductions
@@ -525,10 +529,20 @@ RULES: dict[Op, Rule] = {
     Op.SUB: _binary(np.subtract),
     Op.MUL: _binary(np.multiply),
     Op.DIV: _binary(_div),
-    Op.POW: Rule(2, 2, lambda ts, a: [TensorType(ts[0].dtype, _bcast(ts))], lambda xs, a: [_pow(xs[0], xs[1])]),
+    Op.POW: Rule(
+        2,
+        2,
+        lambda ts, a: [TensorType(ts[0].dtype, _bcast(ts))],
+        lambda xs, a: [_pow(xs[0], xs[1])],
+    ),
     Op.MAX: _binary(np.maximum),
     Op.MIN: _binary(np.minimum),
-    Op.MOD: Rule(2, 2, lambda ts, a: [TensorType(_same_dtype(ts), _bcast(ts))], lambda xs, a: [_mod(xs[0], xs[1], a.get("fmod", False))]),
+    Op.MOD: Rule(
+        2,
+        2,
+        lambda ts, a: [TensorType(_same_dtype(ts), _bcast(ts))],
+        lambda xs, a: [_mod(xs[0], xs[1], a.get("fmod", False))],
+    ),
     Op.AND: _binary(np.logical_and, boolean_out=True),
     Op.OR: _binary(np.logical_or, boolean_out=True),
     Op.XOR: _binary(np.logical_xor, boolean_out=True),
@@ -556,11 +570,23 @@ RULES: dict[Op, Rule] = {
     Op.WHERE: Rule(3, 3, _where_infer, lambda xs, a: [np.where(xs[0], xs[1], xs[2])]),
     Op.MATMUL: Rule(2, 2, _matmul_infer, lambda xs, a: [_matmul(xs[0], xs[1])]),
     Op.GEMM: Rule(2, 3, _gemm_infer, _gemm_impl),
-    Op.EINSUM: Rule(1, 8, _einsum_infer, lambda xs, a: [np.einsum(a["equation"], *xs).astype(xs[0].dtype)]),
+    Op.EINSUM: Rule(
+        1, 8, _einsum_infer, lambda xs, a: [np.einsum(a["equation"], *xs).astype(xs[0].dtype)]
+    ),
     Op.RESHAPE: Rule(1, 1, _reshape_infer, lambda xs, a: [xs[0].reshape(a["shape"])]),
     Op.TRANSPOSE: Rule(1, 1, _transpose_infer, lambda xs, a: [np.transpose(xs[0], a["perm"])]),
-    Op.EXPAND: Rule(1, 1, _expand_infer, lambda xs, a: [np.broadcast_to(xs[0], np.broadcast_shapes(xs[0].shape, a["shape"])).copy()]),
-    Op.CONCAT: Rule(1, 1 << 16, _concat_infer, lambda xs, a: [np.concatenate(xs, axis=_axis(a["axis"], xs[0].ndim))]),
+    Op.EXPAND: Rule(
+        1,
+        1,
+        _expand_infer,
+        lambda xs, a: [np.broadcast_to(xs[0], np.broadcast_shapes(xs[0].shape, a["shape"])).copy()],
+    ),
+    Op.CONCAT: Rule(
+        1,
+        1 << 16,
+        _concat_infer,
+        lambda xs, a: [np.concatenate(xs, axis=_axis(a["axis"], xs[0].ndim))],
+    ),
     Op.SLICE: Rule(1, 1, _slice_infer, lambda xs, a: [xs[0][_slice_index(xs[0].shape, a)]]),
     Op.SPLIT: Rule(1, 1, _split_infer, _split_impl),
     Op.GATHER: Rule(2, 2, _gather_infer, _gather_impl),
@@ -571,7 +597,12 @@ RULES: dict[Op, Rule] = {
     Op.REDUCE_SUM: _reduce(np.sum),
     Op.REDUCE_MAX: _reduce(np.max),
     Op.CUMSUM: Rule(1, 1, _same, _cumsum_impl),
-    Op.SOFTMAX: Rule(1, 1, _same, lambda xs, a: [softmax(xs[0], _axis(a["axis"], xs[0].ndim)).astype(xs[0].dtype)]),
+    Op.SOFTMAX: Rule(
+        1,
+        1,
+        _same,
+        lambda xs, a: [softmax(xs[0], _axis(a["axis"], xs[0].ndim)).astype(xs[0].dtype)],
+    ),
     Op.LINEAR: Rule(2, 3, _linear_infer, linear),
     Op.LM_HEAD: Rule(2, 3, _linear_infer, linear),
     Op.LAYER_NORM: Rule(3, 4, _layer_norm_infer, layer_norm),
