@@ -165,11 +165,15 @@ def test_negative_dim(tmp_path, capsys):
     assert_one_line_error(*run_cli(capsys, "check", str(p)), "negative dim")
 
 
-def test_past_inputs_are_refused(capsys):
+@pytest.mark.parametrize(
+    "name",
+    ["gpt2_past.onnx", "gpt2_megatron.onnx", "gpt2_megatron_opt_skiplayernorm.onnx", "gpt2_attention_opt_skiplayernorm.onnx"],
+)
+def test_past_inputs_are_refused(capsys, name):
     from conftest import corpus_file
 
-    p = corpus_file("gpt2_past.onnx")
-    assert_one_line_error(*run_cli(capsys, "check", str(p)), "past key/value inputs", "past_0")
+    p = corpus_file(name)
+    assert_one_line_error(*run_cli(capsys, "compile", str(p), "-o", "/nonexistent/x"), "past key/value inputs", "export without use_cache")
 
 
 def test_common_dim_names_bind():
