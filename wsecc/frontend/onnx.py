@@ -264,9 +264,11 @@ def resolve_bindings(
 
 
 def bind_dims(model: onnx.ModelProto, bindings: Mapping[str, int]) -> onnx.ModelProto:
-    """A copy of `model` whose input dims are static; stale value_info and output dims dropped."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
+    """Make `model`'s input dims static, in place (no copy of the weights), and return it.
+
+    Stale value_info and output shapes are dropped; initializers that old exporters also list
+    as graph inputs become plain constants."""
+    m = model
     inits = {i.name for i in m.graph.initializer}
     for inp in m.graph.input:
         if inp.name in inits:
@@ -280,7 +282,6 @@ def bind_dims(model: onnx.ModelProto, bindings: Mapping[str, int]) -> onnx.Model
     del m.graph.value_info[:]
     for out in m.graph.output:
         out.type.tensor_type.ClearField("shape")
-    # Initializers listed as graph inputs (old exporters) are constants, not inputs.
     keep = [i for i in m.graph.input if i.name not in inits]
     del m.graph.input[:]
     m.graph.input.extend(keep)
@@ -291,27 +292,64 @@ def bind_dims(model: onnx.ModelProto, bindings: Mapping[str, int]) -> onnx.Model
 
 
 def fold(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Fold constants and shape subgraphs with onnxscript's optimizer (shapes must be static)."""
+    """Fold constants and shape subgraphs with onnxscript's optimizer (shapes must be static).
+
+    Weights take no part in shape arithmetic, so the optimizer sees them as typed graph inputs
+    and they are put back afterwards: it never copies gigabytes of parameters, and a lookup
+    into a weight table (the position embedding at constant positions) stays a lookup rather
+    than becoming a new constant.
+    """
     import onnxscript.optimizer
 
+    m = _without_weights(model)
+    weights = {t.name: t for t in model.graph.initializer if _elems(t) > _WEIGHT_ELEMS}
     try:
-        return onnxscript.optimizer.optimize(
-            model,
+        folded = onnxscript.optimizer.optimize(
+            m,
             num_iterations=3,
-            onnx_shape_inference=_proto_bytes(model) < (1 << 30),
-            # Small inputs only: shape arithmetic folds, but a lookup into a weight table (the
-            # position embedding at constant positions) must stay a lookup, not a new constant.
-            input_size_limit=1024,
+            onnx_shape_inference=True,
+            input_size_limit=_WEIGHT_ELEMS,
             output_size_limit=1 << 20,
         )
     except Exception as e:  # the optimizer raises a variety of errors on hostile graphs
         raise FrontendError(
             f"constant folding failed: {type(e).__name__}: {e}".splitlines()[0]
         ) from None
+    keep = [i for i in folded.graph.input if i.name not in weights]
+    used = {x for n in folded.graph.node for x in n.input} | {o.name for o in folded.graph.output}
+    del folded.graph.input[:]
+    folded.graph.input.extend(keep)
+    folded.graph.initializer.extend(t for name, t in weights.items() if name in used)
+    return folded
 
 
-def _proto_bytes(model: onnx.ModelProto) -> int:
-    return sum(len(t.raw_data) for t in model.graph.initializer) + 1024
+_WEIGHT_ELEMS = 1024  # initializers larger than this are weights, not shape data
+
+
+def _elems(t: TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        n *= d
+    return n
+
+
+def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy whose large initializers are typed graph inputs instead (no data copied)."""
+    m = onnx.ModelProto()
+    small = [t for t in model.graph.initializer if _elems(t) <= _WEIGHT_ELEMS]
+    big = [t for t in model.graph.initializer if _elems(t) > _WEIGHT_ELEMS]
+    graph = model.graph
+    saved = list(graph.initializer)
+    del graph.initializer[:]
+    try:
+        m.CopyFrom(model)
+    finally:
+        graph.initializer.extend(saved)
+    m.graph.initializer.extend(small)
+    m.graph.input.extend(
+        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in big
+    )
+    return m
 
 
 # ================================================================ conversion
@@ -423,7 +461,7 @@ class _Converter:
     def run(self) -> Graph:
         g = self.model.graph
         for t in g.initializer:
-            self.env[t.name] = Value.constant(self.fresh(t.name), numpy_helper.to_array(t))
+            self.env[t.name] = Value.constant(self.fresh(t.name), _array(t))
         inputs = []
         for inp in g.input:
             if inp.name in self.env:
@@ -457,6 +495,14 @@ class _Converter:
             Graph(tuple(inputs), tuple(outputs), tuple(self.nodes), g.name or "main"),
             [o.name for o in g.output],
         )
+
+
+def _array(t: TensorProto) -> np.ndarray:
+    """The tensor's data; raw little-endian bytes are viewed, not copied again."""
+    if t.HasField("raw_data") and t.data_type in _DTYPES and t.data_type != TensorProto.BOOL:
+        dt = _DTYPES[t.data_type].numpy.newbyteorder("<")
+        return np.frombuffer(t.raw_data, dtype=dt).reshape(tuple(t.dims))
+    return numpy_helper.to_array(t)
 
 
 def _rename_outputs(g: Graph, names: list[str]) -> Graph:
@@ -1036,17 +1082,17 @@ def import_model(
     model = load_model(path)
     check_past_inputs(model)
     bindings = resolve_bindings(model, batch, seq, dims)
-    bound = bind_dims(model, bindings)
-    folded = fold(bound)
-    graph = to_graph(folded)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     info = ModelInfo(
         path=str(path),
-        opset=opset,
+        opset=next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0),
         producer=f"{model.producer_name} {model.producer_version}".strip(),
         bindings=bindings,
         raw_ops=raw_op_histogram(model),
     )
+    folded = fold(bind_dims(model, bindings))
+    del model  # the weights now live in `folded` only
+    graph = to_graph(folded)
+    del folded.graph.initializer[:]  # and now in the graph's constants only
     return graph, info
 
 
