@@ -7,9 +7,9 @@ Coordinates are integer PE units on the *usable* fabric: x grows east (columns),
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from collections.abc import Mapping
 from typing import Any
 
 
@@ -289,9 +289,7 @@ def validate_placement(problem: PlacementProblem, placement: Placement) -> list[
         if pin is not None and r != pin:
             out.append(f"kernel '{k.name}' at {_fmt_rect(r)} is pinned at {_fmt_rect(pin)}")
         elif pin is None and (r.w, r.h) not in k.shapes:
-            out.append(
-                f"kernel '{k.name}' has shape {r.w}x{r.h}, allowed: {_fmt_shapes(k.shapes)}"
-            )
+            out.append(f"kernel '{k.name}' has shape {r.w}x{r.h}, allowed: {_fmt_shapes(k.shapes)}")
         if r.w <= 0 or r.h <= 0 or r.x < 0 or r.y < 0 or r.x + r.w > W or r.y + r.h > H:
             out.append(f"kernel '{k.name}' at {_fmt_rect(r)} leaves the {W}x{H} fabric")
     placed = sorted((r.x, r.y, n) for n, r in rects.items() if n in known)
@@ -302,15 +300,12 @@ def validate_placement(problem: PlacementProblem, placement: Placement) -> list[
             if rb.x >= ra.x + ra.w:
                 break
             if ra.overlaps(rb):
-                out.append(
-                    f"kernels '{a}' at {_fmt_rect(ra)} and '{b}' at {_fmt_rect(rb)} overlap"
-                )
+                out.append(f"kernels '{a}' at {_fmt_rect(ra)} and '{b}' at {_fmt_rect(rb)} overlap")
     if not out:
         expected = weighted_wirelength(problem, rects)
         if abs(expected - placement.objective) > 1e-6 * max(1.0, abs(expected)):
             out.append(
-                f"objective {placement.objective} differs from the recomputed wirelength "
-                f"{expected}"
+                f"objective {placement.objective} differs from the recomputed wirelength {expected}"
             )
     return out
 

@@ -1,0 +1,94 @@
+"""Greedy placer: always legal on chain/transformer instances, clear errors when it cannot fit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from wsecc.place.greedy import flow_order, greedy_variants, place_greedy
+from wsecc.place.problem import (
+    PlaceFlow,
+    PlaceKernel,
+    PlacementError,
+    PlacementProblem,
+    Rect,
+    validate_placement,
+)
+from wsecc.place.synthetic import chain_problem, transformer_problem
+
+
+@pytest.mark.parametrize("n", [24, 96, 300])
+def test_greedy_is_legal_on_chains_with_residuals(n):
+    problem = chain_problem(n, alt_shapes=True)
+    p = place_greedy(problem)
+    assert validate_placement(problem, p) == []
+    assert p.bound <= p.objective
+    assert p.status.startswith("heuristic:")
+
+
+@pytest.mark.parametrize("fill", [0.5, 0.7])
+def test_greedy_is_legal_on_wafer_scale_transformers(fill):
+    problem = transformer_problem(400, fill=fill)
+    assert validate_placement(problem, place_greedy(problem)) == []
+
+
+def test_greedy_keeps_the_best_variant():
+    problem = chain_problem(96)
+    p = place_greedy(problem)
+    from wsecc.place.problem import weighted_wirelength
+
+    legal = [
+        weighted_wirelength(problem, r) for _, r in greedy_variants(problem) if isinstance(r, dict)
+    ]
+    assert p.objective == min(legal)
+
+
+def test_greedy_avoids_pins():
+    problem = replace(
+        chain_problem(40), pins={"k5": Rect(80, 80, 30, 30), "k20": Rect(0, 150, 50, 10)}
+    )
+    p = place_greedy(problem)
+    assert validate_placement(problem, p) == []
+    assert p.rects["k5"] == Rect(80, 80, 30, 30)
+
+
+def test_too_much_area_names_the_shortfall():
+    kernels = tuple(PlaceKernel(f"k{i}", ((10, 10),)) for i in range(5))
+    problem = PlacementProblem(20, 20, kernels, ())
+    with pytest.raises(
+        PlacementError, match=r"kernels need 500 PEs, usable fabric has 400 \(125% fill\)"
+    ):
+        place_greedy(problem)
+
+
+def test_unpackable_shapes_say_why():
+    # 3 kernels 11x11 on 21x21: area 363 ≤ 441 but two never fit side by side
+    kernels = tuple(PlaceKernel(f"k{i}", ((11, 11),)) for i in range(3))
+    with pytest.raises(
+        PlacementError, match=r"kernels need 363 PEs, usable fabric has 441 .*found no room"
+    ):
+        place_greedy(PlacementProblem(21, 21, kernels, ()))
+
+
+def test_malformed_problem_is_reported():
+    problem = PlacementProblem(
+        10, 10, (PlaceKernel("a", ((20, 1),)),), (PlaceFlow("a", "ghost", 1.0),)
+    )
+    with pytest.raises(PlacementError) as e:
+        place_greedy(problem)
+    assert "flow a->ghost names unknown kernel 'ghost'" in str(e.value)
+    assert "kernel 'a': no shape of 20x1 fits the 10x10 fabric" in str(e.value)
+
+
+def test_flow_order_is_topological_and_survives_cycles():
+    kernels = tuple(PlaceKernel(n, ((1, 1),)) for n in "dcba")
+    flows = (
+        PlaceFlow("a", "b", 1),
+        PlaceFlow("b", "c", 1),
+        PlaceFlow("c", "b", 1),
+        PlaceFlow("c", "d", 1),
+    )
+    order = flow_order(PlacementProblem(10, 10, kernels, flows))
+    assert sorted(order) == list("abcd")
+    assert order.index("a") < order.index("b") and order.index("c") < order.index("d")

@@ -1,0 +1,151 @@
+"""Routing schema: lane geometry, JSON round trip, and the validator's messages."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from wsecc.place.problem import PlaceFlow, PlaceKernel, Placement, PlacementProblem, Rect
+from wsecc.route.problem import (
+    Routing,
+    RoutingProblem,
+    decode_path,
+    encode_path,
+    facing_sides,
+    make_routing_problem,
+    validate_routing,
+)
+from wsecc.route.router import route
+
+# A→B runs east along rows 12..15, C→D runs south along columns 12..15: they must cross.
+RECTS = {
+    "A": Rect(0, 12, 4, 4),
+    "B": Rect(26, 12, 4, 4),
+    "C": Rect(12, 0, 4, 4),
+    "D": Rect(12, 26, 4, 4),
+}
+PLACE = PlacementProblem(
+    30,
+    30,
+    tuple(PlaceKernel(n, ((4, 4),), onnx_nodes=(f"/{n}/MatMul",)) for n in RECTS),
+    (PlaceFlow("A", "B", 2.0), PlaceFlow("C", "D", 2.0)),
+)
+PLACEMENT = Placement.of(PLACE, RECTS, placer="test", bound=0, status="", seconds=0, seed=0)
+
+
+@pytest.fixture(scope="module")
+def routed() -> tuple[RoutingProblem, Routing]:
+    problem = make_routing_problem(PLACE, PLACEMENT, bytes_per_lane=1.0, max_lanes=2)
+    return problem, route(problem, PLACEMENT)
+
+
+def lanes_with(routing: Routing, index: int = 0, **changes) -> Routing:
+    """The routing with lane `index` of flow A->B changed."""
+    lanes = tuple(
+        replace(ln, **changes) if (ln.flow, ln.index) == ("A->B", index) else ln
+        for ln in routing.lanes
+    )
+    return replace(routing, lanes=lanes)
+
+
+def test_facing_sides_follow_the_separating_axis():
+    assert facing_sides(RECTS["A"], RECTS["B"]) == ("E", "W")
+    assert facing_sides(RECTS["B"], RECTS["A"]) == ("W", "E")
+    assert facing_sides(RECTS["C"], RECTS["D"]) == ("S", "N")
+    # separated only in x, even though the y offset is larger
+    assert facing_sides(Rect(0, 0, 2, 40), Rect(3, 30, 2, 2)) == ("E", "W")
+
+
+def test_lanes_are_capped_by_bytes_and_edges(routed):
+    problem, _ = routed
+    assert [(f.name, f.lanes, f.onnx_nodes) for f in problem.flows] == [
+        ("A->B", 2, ("/A/MatMul", "/B/MatMul")),
+        ("C->D", 2, ("/C/MatMul", "/D/MatMul")),
+    ]
+    assert problem.color_budget == 21
+    wide = make_routing_problem(PLACE, PLACEMENT, bytes_per_lane=0.01, max_lanes=16)
+    assert {f.lanes for f in wide.flows} == {4}  # the 4-PE facing edge
+
+
+def test_legal_routing_round_trips(routed):
+    problem, routing = routed
+    assert validate_routing(problem, PLACEMENT, routing) == []
+    assert Routing.from_json(json.loads(routing.dumps())) == routing
+    assert RoutingProblem.from_json(json.loads(json.dumps(problem.to_json()))) == problem
+    # straight lanes: 23 hops each (x=3 to x=26), crossing at 4 routers, 2 lanes at each
+    assert routing.total_length == 4 * 23
+    assert routing.color_lower_bound == 2 and routing.colors_used_max == 2
+
+
+def test_path_encoding_is_run_length():
+    path = ((3, 4), (4, 4), (5, 4), (5, 5), (5, 6), (4, 6))
+    assert encode_path(path) == {"start": [3, 4], "moves": "E2 S2 W1"}
+    assert decode_path(encode_path(path)) == path
+
+
+def test_broken_path_is_reported(routed):
+    problem, routing = routed
+    lane = next(ln for ln in routing.lanes if ln.flow == "A->B" and ln.index == 0)
+    broken = lane.path[:5] + lane.path[6:]
+    out = validate_routing(problem, PLACEMENT, lanes_with(routing, path=broken))
+    assert (
+        f"flow 'A->B' lane 0 is broken: {lane.path[4]} -> {lane.path[6]} is not a unit step" in out
+    )
+
+
+def test_path_off_the_fabric_and_off_the_edges_is_reported(routed):
+    problem, routing = routed
+    out = validate_routing(problem, PLACEMENT, lanes_with(routing, path=((3, 0), (3, -1), (4, -1))))
+    assert "flow 'A->B' lane 0 leaves the fabric at (3, -1)" in out
+    assert "flow 'A->B' lane 0 starts at (3, 0), not on the E edge of 'A'" in out
+    assert "flow 'A->B' lane 0 ends at (4, -1), not on the W edge of 'B'" in out
+
+
+def test_color_over_budget_is_reported(routed):
+    problem, routing = routed
+    out = validate_routing(problem, PLACEMENT, lanes_with(routing, color=21))
+    assert "flow 'A->B' lane 0 has color 21, outside the budget 0..20" in out
+
+
+def test_missing_lane_is_reported(routed):
+    problem, routing = routed
+    lanes = tuple(ln for ln in routing.lanes if (ln.flow, ln.index) != ("C->D", 1))
+    assert validate_routing(problem, PLACEMENT, replace(routing, lanes=lanes)) == [
+        "flow 'C->D' lane 1 is missing"
+    ]
+
+
+def test_color_conflict_is_reported(routed):
+    problem, routing = routed
+    one_color = replace(routing, lanes=tuple(replace(ln, color=0) for ln in routing.lanes))
+    out = validate_routing(problem, PLACEMENT, one_color)
+    assert len(out) == 4  # 2 lanes × 2 lanes crossing
+    assert any(
+        m.startswith("router (")
+        and "flow 'A->B' lane" in m
+        and "flow 'C->D' lane" in m
+        and m.endswith("share color 0 with different routes")
+        for m in out
+    )
+
+
+def test_link_over_capacity_is_reported(routed):
+    problem, routing = routed
+    lane0 = next(ln for ln in routing.lanes if ln.flow == "A->B" and ln.index == 0)
+    out = validate_routing(problem, PLACEMENT, lanes_with(routing, index=1, path=lane0.path))
+    assert f"link {lane0.path[0]}->E carries 2 lanes, capacity 1" in out
+    # the same flow with the same configuration: no color conflict is claimed
+    assert not any("share color" in m for m in out)
+
+
+def test_extra_and_unknown_lanes_are_reported(routed):
+    problem, routing = routed
+    lane = routing.lanes[0]
+    extra = replace(
+        routing, lanes=(*routing.lanes, replace(lane, index=5), replace(lane, flow="X->Y"))
+    )
+    out = validate_routing(problem, PLACEMENT, extra)
+    assert f"flow '{lane.flow}' lane 5 is beyond the flow's 2 lanes" in out
+    assert "unknown flow 'X->Y' is routed" in out

@@ -1,0 +1,138 @@
+"""Router: legal, colored within budget, deterministic; fails loudly naming a router."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wsecc.place.greedy import place_greedy
+from wsecc.place.problem import PlaceFlow, PlaceKernel, Placement, PlacementProblem, Rect
+from wsecc.place.synthetic import chain_problem, transformer_problem
+from wsecc.route.problem import RoutedLane, RoutingError, make_routing_problem, validate_routing
+from wsecc.route.router import conflict_graph, dsatur, route
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("lanes", [1, 4, 16])
+def test_routes_a_transformer_legally(lanes):
+    problem = transformer_problem(60)
+    placement = place_greedy(problem)
+    rp = make_routing_problem(problem, placement, bytes_per_lane=1.0, max_lanes=lanes)
+    routing = route(rp, placement)
+    assert validate_routing(rp, placement, routing) == []
+    assert routing.color_lower_bound <= routing.colors_used_max <= rp.color_budget
+    assert max(ln.color for ln in routing.lanes) < rp.color_budget
+    assert routing.link_load_max == 1
+    assert sum(routing.color_histogram.values()) == len(
+        {p for ln in routing.lanes for p in ln.path}
+    )
+
+
+def test_wider_links_take_several_lanes():
+    problem = chain_problem(24, width=120, height=120)
+    placement = place_greedy(problem)
+    rp = make_routing_problem(problem, placement, bytes_per_lane=1.0, max_lanes=8, link_capacity=2)
+    routing = route(rp, placement)
+    assert validate_routing(rp, placement, routing) == []
+    assert routing.link_load_max <= 2
+
+
+def test_congested_instance_over_a_3_color_budget_names_a_router():
+    problem = chain_problem(24, width=120, height=120, alt_shapes=True)
+    placement = place_greedy(problem)
+    rp = make_routing_problem(
+        problem, placement, bytes_per_lane=1.0, max_lanes=16, colors_total=24, colors_reserved=21
+    )
+    with pytest.raises(RoutingError) as e:
+        route(rp, placement)
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith("cannot route within 3 colors: ")
+    assert "router (" in message and "budget 3" in message
+    assert "flows crossing it: k" in message and "[node_" in message
+
+
+_RUN = """
+import sys
+from wsecc.place.cpsat import place_cpsat
+from wsecc.place.synthetic import chain_problem
+from wsecc.route.problem import make_routing_problem
+from wsecc.route.router import route
+problem = chain_problem(40, alt_shapes=True)
+p = place_cpsat(problem, time_budget_s=0.5, seed=3, deterministic=True)
+r = route(make_routing_problem(problem, p, bytes_per_lane=4096.0), p)
+sys.stdout.write(p.dumps(include_timing=False) + r.dumps())
+"""
+
+
+def test_place_and_route_are_byte_identical_across_processes():
+    def run() -> str:
+        return subprocess.run(
+            [sys.executable, "-c", _RUN],
+            cwd=ROOT,
+            env={"PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+
+    first, second = run(), run()
+    assert first == second and '"lanes"' in first
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 40).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=120),
+        )
+    )
+)
+def test_dsatur_colors_properly(graph):
+    n, edges = graph
+    adj: list[set[int]] = [set() for _ in range(n)]
+    for a, b in edges:
+        if a != b:
+            adj[a].add(b)
+            adj[b].add(a)
+    colors = dsatur(adj)
+    assert all(colors[a] != colors[b] for a in range(n) for b in adj[a])
+    assert max(colors) <= max(len(s) for s in adj)  # at most Δ + 1 colors
+    assert set(colors) == set(range(max(colors) + 1))
+
+
+def test_conflict_graph_spares_identical_configurations_of_one_flow():
+    a = RoutedLane("f", 0, ((0, 0), (1, 0), (2, 0)), 0)
+    b = RoutedLane("f", 1, ((0, 0), (1, 0), (2, 0)), 0)  # same flow, same (in, out) everywhere
+    c = RoutedLane("g", 0, ((1, -1), (1, 0), (1, 1)), 0)  # another flow crossing at (1, 0)
+    d = RoutedLane("f", 2, ((0, 1), (1, 1), (1, 0), (2, 0)), 0)  # same flow, turns at (1, 0)
+    assert conflict_graph((a, b, c, d)) == [{2, 3}, {2, 3}, {0, 1, 3}, {0, 1, 2}]
+
+
+def test_more_flows_than_edge_pes_still_route():
+    # a 1x1 hub feeding three kernels to its east: all three flows leave by the same one-PE edge
+    kernels = (PlaceKernel("hub", ((1, 1),)),) + tuple(
+        PlaceKernel(f"d{i}", ((2, 2),)) for i in range(3)
+    )
+    rects = {
+        "hub": Rect(2, 5, 1, 1),
+        "d0": Rect(8, 1, 2, 2),
+        "d1": Rect(8, 5, 2, 2),
+        "d2": Rect(8, 9, 2, 2),
+    }
+    problem = PlacementProblem(
+        12, 12, kernels, tuple(PlaceFlow("hub", f"d{i}", 1.0) for i in range(3))
+    )
+    placement = Placement.of(problem, rects, placer="test", bound=0, status="", seconds=0, seed=0)
+    rp = make_routing_problem(problem, placement)
+    routing = route(rp, placement)
+    assert validate_routing(rp, placement, routing) == []
+    assert {ln.path[0] for ln in routing.lanes} == {(2, 5)}

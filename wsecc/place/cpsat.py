@@ -1,0 +1,387 @@
+"""CP-SAT placer: greedy hint + pairwise separation cuts + full model (small N) + window LNS.
+
+The only module in `wsecc.place` that imports ortools. One model builder serves both the full
+model and the LNS windows: a window frees some kernels inside a box and fixes the rest as
+constant intervals; the full model is the window "all unpinned kernels, whole fabric".
+
+Model (coordinates in PEs, centres doubled so they stay integral):
+    x_i ∈ [bx, bx + bw − w_i],  y_i ∈ [by, by + bh − h_i]       (box = fabric for the full model)
+    shape: one Boolean s_ik per allowed shape, Σ_k s_ik = 1, optional intervals per shape
+    NoOverlap2D(all x-intervals, all y-intervals)               (fixed kernels: constant intervals)
+    cx_i = 2x_i + Σ_k w_k s_ik,  cy_i = 2y_i + Σ_k h_k s_ik
+    dx_ij ≥ ±(cx_i − cx_j),  dy_ij ≥ ±(cy_i − cy_j)            (two inequalities per |·|)
+    dx_ij + dy_ij ≥ min(min_w_i + min_w_j, min_h_i + min_h_j)   (redundant separation cut)
+    minimise Σ_pairs q_ij (dx_ij + dy_ij),  q_ij = ⌊bytes_ij / unit⌋
+
+Reported objective is always the exact `weighted_wirelength` recomputed from the rectangles.
+Reported bound = max(pairwise lower bound, CP-SAT's proven bound on the full model × unit / 2);
+the latter is valid because q_ij · unit ≤ bytes_ij, and is only available when the full model
+ran (N ≤ `CpSatOptions.full_model_max_kernels`).
+
+Time budget: greedy, then each sub-solve gets min(its share, remaining − margin) and the clock
+is checked between LNS windows; the full model (the only solve whose presolve can overrun its
+limit) runs only for N ≤ full_model_max_kernels. Wall time thus stays within the budget.
+
+Deterministic mode: every solve uses one worker, a fixed seed and a deterministic-time limit
+(2-worker interleaved search was measured NOT to be reproducible in 9.15); the LNS runs a fixed
+number of windows (budget × det_windows_per_second) drawn from a seeded RNG; wall time only
+guards against runaway (and the status then says "-GUARD"). Same input + seed → byte-identical
+`Placement.dumps(include_timing=False)`. It finds less than the 2-worker default mode.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import reduce
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from wsecc.place.greedy import flow_order, greedy_rects
+from wsecc.place.problem import (
+    Placement,
+    PlacementProblem,
+    Rect,
+    kernel_shapes,
+    pairwise_lower_bound,
+    weighted_wirelength,
+)
+
+
+@dataclass(frozen=True)
+class CpSatOptions:
+    """Tuning knobs; the defaults are what bench/bench_place.py measured best on 2 cores."""
+
+    workers: int = 2
+    full_model_max_kernels: int = 150  # above ~300 the full model overruns its time limit
+    full_model_share: float = 0.4  # of the budget, when the full model runs
+    window_min: int = 6
+    window_max: int = 12
+    window_time_s: float = 0.25
+    margin_s: float = 0.1
+    # deterministic mode (work-based limits, calibrated on 2 cores to roughly fill the budget)
+    det_window_dtime: float = 0.05  # CP-SAT deterministic time per window
+    det_windows_per_second: float = 6.0  # windows per second of budget
+    dtime_per_second: float = 0.2  # full-model deterministic time per second of its share
+    wall_guard_factor: float = 3.0  # deterministic mode gives up (status says so) past this
+
+
+# ----------------------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class _Data:
+    """Solver-ready view of a problem: kernel indices, shapes, merged integer-weighted pairs."""
+
+    names: tuple[str, ...]
+    shapes: tuple[tuple[tuple[int, int], ...], ...]
+    pairs: dict[tuple[int, int], int]  # (i < j) -> q_ij, flows in both directions merged
+    unit: float  # bytes per unit of q
+    exact: bool  # q_ij · unit == bytes_ij for every pair (no rounding)
+    order: tuple[int, ...]  # unpinned kernels in flow order
+
+    @staticmethod
+    def of(problem: PlacementProblem) -> _Data:
+        names = tuple(k.name for k in problem.kernels)
+        index = {n: i for i, n in enumerate(names)}
+        merged: dict[tuple[int, int], float] = {}
+        for f in problem.flows:
+            i, j = sorted((index[f.src], index[f.dst]))
+            if i != j:
+                merged[(i, j)] = merged.get((i, j), 0.0) + f.bytes_per_sample
+        unit = _weight_unit(list(merged.values()))
+        pairs = {e: int(b // unit) for e, b in sorted(merged.items()) if b // unit > 0}
+        exact = all(pairs.get(e, 0) * unit == b for e, b in merged.items())
+        return _Data(
+            names=names,
+            shapes=tuple(kernel_shapes(problem, n) for n in names),
+            pairs=pairs,
+            unit=unit,
+            exact=exact,
+            order=tuple(index[n] for n in flow_order(problem)),
+        )
+
+    def separation(self, i: int, j: int) -> int:
+        """Doubled-centre distance two disjoint rectangles i, j must keep (any shapes)."""
+        si, sj = self.shapes[i], self.shapes[j]
+        return min(
+            min(w for w, _ in si) + min(w for w, _ in sj),
+            min(h for _, h in si) + min(h for _, h in sj),
+        )
+
+
+def _weight_unit(weights: list[float]) -> float:
+    """Bytes per integer weight unit: the exact gcd for integral weights with max/gcd ≤ 10⁴,
+    else max/10⁴ (weights are then floored, so bounds stay valid)."""
+    if not weights:
+        return 1.0
+    if all(float(b).is_integer() for b in weights):
+        g = reduce(math.gcd, (int(b) for b in weights))
+        if g > 0 and max(weights) / g <= 1e4:
+            return float(g)
+    return max(weights) / 1e4
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """How long one CP-SAT call may run: wall seconds, or deterministic time if set."""
+
+    seconds: float
+    workers: int
+    seed: int
+    dtime: float | None = None
+
+
+@dataclass(frozen=True)
+class _Solved:
+    rects: dict[str, Rect] | None  # new rectangles of the free kernels, None if none found
+    status: str
+    bound: float  # CP-SAT's proven objective bound, in q·doubled-PE units
+
+
+# ------------------------------------------------------------------------------------ one solve
+
+
+def _solve(
+    data: _Data, rects: Mapping[str, Rect], free: list[int], box: Rect, limits: _Limits
+) -> _Solved:
+    """Re-place kernels `free` inside `box`, all others fixed; hint = current `rects`.
+
+    Guarantees: any rectangles returned are legal together with the fixed ones (CP-SAT proves
+    the constraints); with the full hint, a FEASIBLE result is never worse in the integer
+    objective than the current placement.
+    """
+    # data: shapes that fit the box, pairs touching a free kernel, fixed kernels in the box
+    free_set = set(free)
+    options = {i: [(w, h) for w, h in data.shapes[i] if w <= box.w and h <= box.h] for i in free}
+    pairs = {e: q for e, q in data.pairs.items() if e[0] in free_set or e[1] in free_set}
+    obstacles = [
+        rects[n] for i, n in enumerate(data.names) if i not in free_set and rects[n].overlaps(box)
+    ]
+    x_end, y_end, span = box.x + box.w, box.y + box.h, 2 * max(box.x + box.w, box.y + box.h)
+
+    # model
+    model = cp_model.CpModel()
+
+    # variables: position and shape choice of each free kernel; |Δx|, |Δy| per pair
+    xs: dict[int, cp_model.IntVar] = {}
+    ys: dict[int, cp_model.IntVar] = {}
+    pick: dict[int, list[cp_model.IntVar | int]] = {}
+    for i in free:
+        xs[i] = model.new_int_var(box.x, x_end - min(w for w, _ in options[i]), f"x{i}")
+        ys[i] = model.new_int_var(box.y, y_end - min(h for _, h in options[i]), f"y{i}")
+        # a single shape is a constant choice: plain intervals propagate better than optional
+        many = len(options[i]) > 1
+        pick[i] = [model.new_bool_var(f"s{i}_{k}") for k in range(len(options[i]))] if many else [1]
+    dxs: dict[tuple[int, int], cp_model.IntVar] = {}
+    dys: dict[tuple[int, int], cp_model.IntVar] = {}
+    for i, j in pairs:
+        dxs[(i, j)] = model.new_int_var(0, span, f"dx{i}_{j}")
+        dys[(i, j)] = model.new_int_var(0, span, f"dy{i}_{j}")
+
+    # constraints: one shape each, inside the box, no overlap (fixed kernels as constants)
+    xivs, yivs = [], []
+    for i in free:
+        if len(options[i]) == 1:
+            (w, h) = options[i][0]
+            xivs.append(model.new_fixed_size_interval_var(xs[i], w, f"xi{i}"))
+            yivs.append(model.new_fixed_size_interval_var(ys[i], h, f"yi{i}"))
+            continue
+        model.add_exactly_one(pick[i])
+        for s, (w, h) in zip(pick[i], options[i], strict=True):
+            xivs.append(model.new_optional_fixed_size_interval_var(xs[i], w, s, f"xi{i}_{w}"))
+            yivs.append(model.new_optional_fixed_size_interval_var(ys[i], h, s, f"yi{i}_{h}"))
+            model.add(xs[i] + w <= x_end).only_enforce_if(s)
+            model.add(ys[i] + h <= y_end).only_enforce_if(s)
+    for k, r in enumerate(obstacles):
+        xivs.append(model.new_fixed_size_interval_var(r.x, r.w, f"fx{k}"))
+        yivs.append(model.new_fixed_size_interval_var(r.y, r.h, f"fy{k}"))
+    model.add_no_overlap_2d(xivs, yivs)
+    # doubled centres, |Δ| by two inequalities, and the redundant separation cut
+    cx: dict[int, cp_model.LinearExpr | int] = {}
+    cy: dict[int, cp_model.LinearExpr | int] = {}
+    for i, n in enumerate(data.names):
+        if i in free_set:
+            cx[i] = 2 * xs[i] + sum(w * s for s, (w, _) in zip(pick[i], options[i], strict=True))
+            cy[i] = 2 * ys[i] + sum(h * s for s, (_, h) in zip(pick[i], options[i], strict=True))
+        else:
+            cx[i], cy[i] = rects[n].center2()
+    for (i, j), dx in dxs.items():
+        dy = dys[(i, j)]
+        model.add(dx >= cx[i] - cx[j])
+        model.add(dx >= cx[j] - cx[i])
+        model.add(dy >= cy[i] - cy[j])
+        model.add(dy >= cy[j] - cy[i])
+        model.add(dx + dy >= data.separation(i, j))  # lifts the LP bound off zero
+
+    # objective
+    model.minimize(sum(q * (dxs[e] + dys[e]) for e, q in pairs.items()))
+
+    # solve: with a full hint (positions, shapes, |Δ|) from the current placement
+    for i in free:
+        cur = rects[data.names[i]]
+        model.add_hint(xs[i], cur.x)
+        model.add_hint(ys[i], cur.y)
+        for s, shape in zip(pick[i], options[i], strict=True):
+            if not isinstance(s, int):
+                model.add_hint(s, shape == (cur.w, cur.h))
+    for i, j in pairs:
+        (ax, ay), (bx, by) = rects[data.names[i]].center2(), rects[data.names[j]].center2()
+        model.add_hint(dxs[(i, j)], abs(ax - bx))
+        model.add_hint(dys[(i, j)], abs(ay - by))
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.num_workers = limits.workers
+    p.random_seed = limits.seed
+    p.max_time_in_seconds = max(limits.seconds, 0.01)
+    if limits.dtime is not None:
+        p.max_deterministic_time = limits.dtime
+    status = solver.solve(model)
+
+    # extract
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return _Solved(None, solver.status_name(status), 0.0)
+    out: dict[str, Rect] = {}
+    for i in free:
+        w, h = next(o for s, o in zip(pick[i], options[i], strict=True) if solver.value(s))
+        out[data.names[i]] = Rect(solver.value(xs[i]), solver.value(ys[i]), w, h)
+    return _Solved(out, solver.status_name(status), solver.best_objective_bound)
+
+
+# ------------------------------------------------------------------------------------ windows
+
+
+def _pick_window(
+    data: _Data, rects: Mapping[str, Rect], rng: random.Random, opts: CpSatOptions
+) -> list[int]:
+    """Consecutive kernels in flow order, or the spatial neighbours of a random kernel."""
+    order = data.order
+    size = min(rng.randint(opts.window_min, opts.window_max), len(order))
+    if rng.random() < 0.5:
+        start = rng.randrange(len(order) - size + 1)
+        return sorted(order[start : start + size])
+    centres = np.array([rects[data.names[i]].center2() for i in order])
+    seed = rng.randrange(len(order))
+    dist = np.abs(centres - centres[seed]).sum(axis=1)
+    return sorted(order[k] for k in np.argsort(dist, kind="stable")[:size])
+
+
+def _window_box(data: _Data, rects: Mapping[str, Rect], free: list[int], W: int, H: int) -> Rect:
+    """Bounding box of the window's rectangles, grown by their mean side, clipped to the fabric."""
+    rs = [rects[data.names[i]] for i in free]
+    grow = round(sum(r.w + r.h for r in rs) / (2 * len(rs)))
+    x0, y0 = max(0, min(r.x for r in rs) - grow), max(0, min(r.y for r in rs) - grow)
+    x1 = min(W, max(r.x + r.w for r in rs) + grow)
+    y1 = min(H, max(r.y + r.h for r in rs) + grow)
+    return Rect(x0, y0, x1 - x0, y1 - y0)
+
+
+# ------------------------------------------------------------------------------------- placer
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """Turns the time budget into per-solve limits: wall-clock shares capped by the deadline,
+    or, in deterministic mode, deterministic time and a window count (wall time only guards)."""
+
+    t0: float
+    seconds: float
+    deterministic: bool
+    seed: int
+    opts: CpSatOptions
+
+    def remaining(self) -> float:
+        return self.t0 + self.seconds - time.perf_counter() - self.opts.margin_s
+
+    def full_model(self) -> _Limits:
+        share = self.opts.full_model_share * self.seconds
+        if self.deterministic:
+            return _Limits(self.guard(), 1, self.seed, share * self.opts.dtime_per_second)
+        return _Limits(min(share, self.remaining()), self.opts.workers, self.seed)
+
+    def window(self, done: int, full_model_ran: bool) -> _Limits | None:
+        """Limits for the next LNS window, or None when the budget (or work quota) is spent."""
+        if self.deterministic:
+            share = 1 - self.opts.full_model_share * full_model_ran
+            quota = round(self.seconds * share * self.opts.det_windows_per_second)
+            if done >= quota or self.guard() == 0.0:
+                return None
+            return _Limits(self.guard(), 1, self.seed, self.opts.det_window_dtime)
+        seconds = min(self.opts.window_time_s, self.remaining())
+        return _Limits(seconds, self.opts.workers, self.seed) if seconds >= 0.05 else None
+
+    def guard(self) -> float:
+        return max(0.0, self.t0 + self.opts.wall_guard_factor * self.seconds - time.perf_counter())
+
+
+def _accept(
+    problem: PlacementProblem, rects: dict[str, Rect], wl: float, solved: _Solved
+) -> tuple[dict[str, Rect], float, bool]:
+    """Keep the solve's rectangles iff they strictly lower the exact wirelength."""
+    if solved.rects is None:
+        return rects, wl, False
+    cand = {**rects, **solved.rects}
+    cand_wl = weighted_wirelength(problem, cand)
+    return (cand, cand_wl, True) if cand_wl < wl else (rects, wl, False)
+
+
+def place_cpsat(
+    problem: PlacementProblem,
+    *,
+    time_budget_s: float,
+    seed: int = 0,
+    deterministic: bool = False,
+    options: CpSatOptions | None = None,
+) -> Placement:
+    """Best legal placement found within `time_budget_s`; never worse than greedy.
+
+    Steps: greedy hint → full model with hint and cuts (if N ≤ full_model_max_kernels) →
+    window LNS until the budget (deterministic mode: the work quota) is spent.
+    Status: OPTIMAL when the full model proved it (exact integer weights only), else FEASIBLE;
+    "FEASIBLE-GUARD" if deterministic mode hit its wall-clock guard (then not reproducible).
+    Raises PlacementError (from greedy) when the kernels cannot be packed at all.
+    """
+    opts = options or CpSatOptions()
+    budget = _Budget(time.perf_counter(), time_budget_s, deterministic, seed, opts)
+    data = _Data.of(problem)
+    _, rects = greedy_rects(problem)
+    wl = weighted_wirelength(problem, rects)
+    bound = pairwise_lower_bound(problem)
+    fabric = Rect(0, 0, problem.width, problem.height)
+
+    proven = False
+    full = 0 < len(data.order) <= opts.full_model_max_kernels
+    if full:
+        solved = _solve(data, rects, list(data.order), fabric, budget.full_model())
+        rects, wl, _ = _accept(problem, rects, wl, solved)
+        if solved.rects is not None:
+            bound = max(bound, solved.bound * data.unit / 2)
+            proven = solved.status == "OPTIMAL" and data.exact
+
+    rng = random.Random(seed)
+    windows = improved = 0
+    while not proven and len(data.order) > 1:
+        limits = budget.window(windows, full)
+        if limits is None:
+            break
+        free = _pick_window(data, rects, rng, opts)
+        box = _window_box(data, rects, free, problem.width, problem.height)
+        rects, wl, better = _accept(problem, rects, wl, _solve(data, rects, free, box, limits))
+        windows, improved = windows + 1, improved + better
+
+    status = "OPTIMAL" if proven else "FEASIBLE"
+    if deterministic and budget.guard() == 0.0:
+        status += "-GUARD"
+    return Placement.of(
+        problem,
+        rects,
+        placer="cpsat",
+        bound=wl if proven else min(bound, wl),
+        status=f"{status} ({windows} windows, {improved} improved)",
+        seconds=time.perf_counter() - budget.t0,
+        seed=seed,
+    )

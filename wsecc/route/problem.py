@@ -1,0 +1,456 @@
+"""Routing schemas (frozen, JSON round-trip), lane geometry and the validator; no solver here.
+
+Model. A flow between two placed kernels becomes `lanes` parallel paths. Lane k runs from a PE
+on the source rectangle's *output edge* (the edge facing the destination) to a PE on the
+destination's *input edge* (the edge facing the source), through the routers of the PEs on its
+way. A lane keeps one color end to end (a wavelet's color tag does not change in flight).
+
+Conflicts. At a router, a lane's *route configuration* is (direction it arrives from, direction
+it leaves to), with "R" for the ramp (injection at the first PE, delivery at the last). Two lanes
+at a common router CONFLICT, i.e. need different colors, unless they belong to the same flow and
+have the same configuration there: only then would the router's single (rx, tx) entry for that
+color serve both. Lanes of different flows always conflict, even with equal configurations,
+because merging two flows' wavelets on one color would deliver one flow's data to the other.
+Colors are per router, so non-conflicting lanes may reuse a color anywhere.
+
+Link capacity: lanes per link direction (default 1: each lane gets a link's full bandwidth).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from itertools import pairwise
+from typing import Any
+
+from wsecc.place.problem import PlaceFlow, Placement, PlacementProblem, Rect
+
+Point = tuple[int, int]
+STEPS: dict[str, Point] = {"E": (1, 0), "W": (-1, 0), "S": (0, 1), "N": (0, -1)}
+RAMP = "R"
+OPPOSITE = {"E": "W", "W": "E", "S": "N", "N": "S"}
+
+
+class RoutingError(Exception):
+    """Routing is impossible within the budget; the message names the router that proves it."""
+
+
+@dataclass(frozen=True)
+class RouteFlow:
+    """A flow to route: `lanes` parallel paths from kernel `src` to kernel `dst`."""
+
+    name: str
+    src: str
+    dst: str
+    lanes: int
+    bytes_per_sample: float
+    onnx_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RoutingProblem:
+    """The flows of a placed graph, with lane counts, the color budget and link capacity."""
+
+    width: int
+    height: int
+    flows: tuple[RouteFlow, ...]
+    color_budget: int
+    link_capacity: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "width": self.width,
+            "height": self.height,
+            "flows": [asdict(f) for f in self.flows],
+            "color_budget": self.color_budget,
+            "link_capacity": self.link_capacity,
+        }
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> RoutingProblem:
+        return RoutingProblem(
+            width=int(d["width"]),
+            height=int(d["height"]),
+            flows=tuple(
+                RouteFlow(**{**f, "onnx_nodes": tuple(f.get("onnx_nodes", ()))}) for f in d["flows"]
+            ),
+            color_budget=int(d["color_budget"]),
+            link_capacity=int(d.get("link_capacity", 1)),
+        )
+
+
+def make_routing_problem(
+    problem: PlacementProblem,
+    placement: Placement,
+    *,
+    colors_total: int = 24,
+    colors_reserved: int = 3,
+    bytes_per_lane: float = 1 << 20,
+    max_lanes: int = 16,
+    link_capacity: int = 1,
+) -> RoutingProblem:
+    """Flows of `problem` as lanes on `placement`.
+
+    lanes = clamp(⌈bytes_per_sample / bytes_per_lane⌉, 1, min(max_lanes, edge slots)), where
+    the edge slots are what `lane_endpoints` can give the flow on both facing edges. Flows
+    from a kernel to itself need no route and are dropped. Budget = colors_total −
+    colors_reserved (24 − 3 memcpy colors on a WSE-2).
+    """
+    names: dict[str, int] = {}
+    flows: list[RouteFlow] = []
+    routed = [f for f in problem.flows if f.src != f.dst]
+    sides = edge_users(routed, placement)
+    for f in routed:
+        base = f.name or f"{f.src}->{f.dst}"
+        names[base] = names.get(base, 0) + 1
+        name = base if names[base] == 1 else f"{base}#{names[base]}"
+        src, dst = placement.rects[f.src], placement.rects[f.dst]
+        slots = min(len(s) for s in _slot_sets(src, dst, sides, f.src, f.dst, len(flows)))
+        want = math.ceil(f.bytes_per_sample / bytes_per_lane) if bytes_per_lane > 0 else 1
+        nodes = problem.kernel(f.src).onnx_nodes + problem.kernel(f.dst).onnx_nodes
+        flows.append(
+            RouteFlow(
+                name,
+                f.src,
+                f.dst,
+                max(1, min(want, max_lanes, slots)),
+                f.bytes_per_sample,
+                tuple(dict.fromkeys(nodes)),
+            )
+        )
+    return RoutingProblem(
+        problem.width, problem.height, tuple(flows), colors_total - colors_reserved, link_capacity
+    )
+
+
+# ------------------------------------------------------------------------------ lane geometry
+
+
+def facing_sides(src: Rect, dst: Rect) -> tuple[str, str]:
+    """(side of src facing dst, side of dst facing src), sides in "ENSW".
+
+    The axis along which the rectangles are separated wins; if both (or neither), the axis of
+    the larger centre offset.
+    """
+    (sx, sy), (dx, dy) = src.center2(), dst.center2()
+    apart_x = dst.x >= src.x + src.w or src.x >= dst.x + dst.w
+    apart_y = dst.y >= src.y + src.h or src.y >= dst.y + dst.h
+    horizontal = apart_x if apart_x != apart_y else abs(dx - sx) >= abs(dy - sy)
+    if horizontal:
+        return ("E", "W") if dx >= sx else ("W", "E")
+    return ("S", "N") if dy >= sy else ("N", "S")
+
+
+def edge_pes(r: Rect, side: str) -> list[Point]:
+    """PEs of rectangle r's edge on `side`, in increasing coordinate along the edge."""
+    if side in "EW":
+        x = r.x + r.w - 1 if side == "E" else r.x
+        return [(x, y) for y in range(r.y, r.y + r.h)]
+    y = r.y + r.h - 1 if side == "S" else r.y
+    return [(x, y) for x in range(r.x, r.x + r.w)]
+
+
+EdgeUsers = dict[tuple[str, str], list[int]]
+
+
+def edge_users(flows: Iterable[PlaceFlow | RouteFlow], placement: Placement) -> EdgeUsers:
+    """(kernel, side) -> indices (in `flows`) of the flows that leave or enter by that edge."""
+    users: EdgeUsers = defaultdict(list)
+    for i, f in enumerate(flows):
+        s_side, d_side = facing_sides(placement.rects[f.src], placement.rects[f.dst])
+        users[(f.src, s_side)].append(i)
+        users[(f.dst, d_side)].append(i)
+    return users
+
+
+def _slot_sets(
+    src: Rect, dst: Rect, users: EdgeUsers, src_name: str, dst_name: str, flow_index: int
+) -> tuple[list[Point], list[Point]]:
+    """Edge PEs this flow may use: every M-th PE of each edge, M = flows sharing that edge,
+    offset by the flow's rank, so flows sharing an edge never share a start or end PE (unless
+    more flows share the edge than it has PEs: then M = the edge length)."""
+    s_side, d_side = facing_sides(src, dst)
+    out = []
+    for rect, key, side in ((src, (src_name, s_side), s_side), (dst, (dst_name, d_side), d_side)):
+        edge = edge_pes(rect, side)
+        stride = min(len(users[key]), len(edge))
+        out.append(edge[users[key].index(flow_index) % stride :: stride])
+    return out[0], out[1]
+
+
+def _spread(slots: list[Point], n: int) -> list[Point]:
+    return [slots[(2 * k + 1) * len(slots) // (2 * n)] for k in range(n)]
+
+
+def lane_endpoints(
+    problem: RoutingProblem, placement: Placement, users: EdgeUsers, flow_index: int
+) -> list[tuple[Point, Point]]:
+    """(source PE, destination PE) of each lane of flow `flow_index`.
+
+    Lanes are spread evenly over the flow's edge slots, in the same order on both edges (so
+    lanes need not cross). If the two edges' slots overlap in the coordinate along the edge by
+    at least `lanes`, lanes are taken from the overlap: they then run straight.
+    """
+    f = problem.flows[flow_index]
+    src, dst = placement.rects[f.src], placement.rects[f.dst]
+    s_slots, d_slots = _slot_sets(src, dst, users, f.src, f.dst, flow_index)
+    along = 1 if facing_sides(src, dst)[0] in "EW" else 0
+    shared = sorted({p[along] for p in s_slots} & {p[along] for p in d_slots})
+    if len(shared) >= f.lanes:
+        picks = _spread([(c, c) for c in shared], f.lanes)
+        s_at = {p[along]: p for p in s_slots}
+        d_at = {p[along]: p for p in d_slots}
+        return [(s_at[c], d_at[c]) for c, _ in picks]
+    return list(zip(_spread(s_slots, f.lanes), _spread(d_slots, f.lanes), strict=True))
+
+
+# ----------------------------------------------------------------------------------- product
+
+
+@dataclass(frozen=True)
+class RoutedLane:
+    flow: str
+    index: int
+    path: tuple[Point, ...]  # PEs visited, first on the source edge, last on the destination
+    color: int
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Routed, colored lanes plus the figures a report needs.
+
+    colors_used_max: max over routers of the distinct colors passing it.
+    color_histogram: k -> number of routers with exactly k colors (k ≥ 1).
+    color_lower_bound: max over routers of the number of pairwise-conflicting lane classes
+        there (a clique of the conflict graph, hence a certificate: no coloring of THESE routes
+        uses fewer colors); `lower_bound_router` is that router.
+    """
+
+    lanes: tuple[RoutedLane, ...]
+    color_budget: int
+    colors_used_max: int
+    color_histogram: dict[int, int]
+    color_lower_bound: int
+    lower_bound_router: Point
+    link_load_max: int
+    total_length: int
+    iterations: int
+
+    @staticmethod
+    def of(lanes: Iterable[RoutedLane], color_budget: int, iterations: int) -> Routing:
+        """Build a Routing, computing every summary figure from the lanes."""
+        lanes = tuple(sorted(lanes, key=lambda ln: (ln.flow, ln.index)))
+        passes = router_passes(lanes)
+        hist: dict[int, int] = defaultdict(int)
+        lb, lb_at = 0, (0, 0)
+        for at, ps in sorted(passes.items()):
+            hist[len({lanes[i].color for i, _ in ps})] += 1
+            classes = len({(lanes[i].flow, cfg) for i, cfg in ps})
+            if classes > lb:
+                lb, lb_at = classes, at
+        loads = link_loads(lanes)
+        return Routing(
+            lanes=lanes,
+            color_budget=color_budget,
+            colors_used_max=max(hist, default=0),
+            color_histogram=dict(sorted(hist.items())),
+            color_lower_bound=lb,
+            lower_bound_router=lb_at,
+            link_load_max=max(loads.values(), default=0),
+            total_length=sum(len(ln.path) - 1 for ln in lanes),
+            iterations=iterations,
+        )
+
+    def link_loads(self) -> dict[tuple[Point, str], int]:
+        """(router, outgoing direction) -> lanes on that link."""
+        return link_loads(self.lanes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lanes": [
+                {"flow": ln.flow, "index": ln.index, "color": ln.color, **encode_path(ln.path)}
+                for ln in self.lanes
+            ],
+            "color_budget": self.color_budget,
+            "colors_used_max": self.colors_used_max,
+            "color_histogram": {str(k): v for k, v in self.color_histogram.items()},
+            "color_lower_bound": self.color_lower_bound,
+            "lower_bound_router": list(self.lower_bound_router),
+            "link_load_max": self.link_load_max,
+            "total_length": self.total_length,
+            "iterations": self.iterations,
+        }
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Routing:
+        return Routing(
+            lanes=tuple(
+                RoutedLane(ln["flow"], int(ln["index"]), decode_path(ln), int(ln["color"]))
+                for ln in d["lanes"]
+            ),
+            color_budget=int(d["color_budget"]),
+            colors_used_max=int(d["colors_used_max"]),
+            color_histogram={int(k): int(v) for k, v in d["color_histogram"].items()},
+            color_lower_bound=int(d["color_lower_bound"]),
+            lower_bound_router=(int(d["lower_bound_router"][0]), int(d["lower_bound_router"][1])),
+            link_load_max=int(d["link_load_max"]),
+            total_length=int(d["total_length"]),
+            iterations=int(d["iterations"]),
+        )
+
+    def dumps(self) -> str:
+        """Deterministic JSON (sorted keys)."""
+        return json.dumps(self.to_json(), indent=1, sort_keys=True)
+
+
+def step_dir(a: Point, b: Point) -> str | None:
+    """Direction of the unit step a→b, or None if it is not a unit step."""
+    for d, (sx, sy) in STEPS.items():
+        if (a[0] + sx, a[1] + sy) == b:
+            return d
+    return None
+
+
+def links(path: tuple[Point, ...]) -> list[tuple[Point, str]]:
+    """(router, outgoing direction) of each step of a path of unit steps (ValueError if not)."""
+    out = []
+    for a, b in pairwise(path):
+        d = step_dir(a, b)
+        if d is None:
+            raise ValueError(f"path step {a}->{b} is not a unit step")
+        out.append((a, d))
+    return out
+
+
+def encode_path(path: tuple[Point, ...]) -> dict[str, Any]:
+    """Compact form: start PE and run-length moves, e.g. {"start": [3, 4], "moves": "E12 S5"}.
+
+    Raises ValueError for a path that is not made of unit steps (validate first).
+    """
+    runs: list[list[Any]] = []
+    for a, b in pairwise(path):
+        d = step_dir(a, b)
+        if d is None:
+            raise ValueError(f"path step {a}->{b} is not a unit step")
+        if runs and runs[-1][0] == d:
+            runs[-1][1] += 1
+        else:
+            runs.append([d, 1])
+    return {"start": list(path[0]), "moves": " ".join(f"{d}{n}" for d, n in runs)}
+
+
+def decode_path(d: dict[str, Any]) -> tuple[Point, ...]:
+    x, y = d["start"]
+    path = [(x, y)]
+    for run in d["moves"].split():
+        sx, sy = STEPS[run[0]]
+        for _ in range(int(run[1:])):
+            x, y = x + sx, y + sy
+            path.append((x, y))
+    return tuple(path)
+
+
+def lane_configs(path: tuple[Point, ...]) -> list[tuple[Point, tuple[str, str]]]:
+    """(router, (in, out)) along a path; "in" is the side the lane arrives from, "R" = ramp."""
+    out = []
+    for k, at in enumerate(path):
+        came = RAMP if k == 0 else OPPOSITE.get(step_dir(path[k - 1], at) or "", "?")
+        goes = RAMP if k == len(path) - 1 else step_dir(at, path[k + 1]) or "?"
+        out.append((at, (came, goes)))
+    return out
+
+
+def router_passes(lanes: tuple[RoutedLane, ...]) -> dict[Point, list[tuple[int, tuple[str, str]]]]:
+    """Router -> [(lane index in `lanes`, configuration)] for every lane through it."""
+    passes: dict[Point, list[tuple[int, tuple[str, str]]]] = defaultdict(list)
+    for i, ln in enumerate(lanes):
+        for at, cfg in lane_configs(ln.path):
+            passes[at].append((i, cfg))
+    return passes
+
+
+def link_loads(lanes: Iterable[RoutedLane]) -> dict[tuple[Point, str], int]:
+    """(router, outgoing direction) -> number of lanes using that link."""
+    loads: dict[tuple[Point, str], int] = defaultdict(int)
+    for ln in lanes:
+        for a, b in pairwise(ln.path):
+            d = step_dir(a, b)
+            if d is not None:
+                loads[(a, d)] += 1
+    return dict(loads)
+
+
+# --------------------------------------------------------------------------------- validator
+
+
+def validate_routing(problem: RoutingProblem, placement: Placement, routing: Routing) -> list[str]:
+    """Every violation, as human-readable lines (empty list = legal).
+
+    Legal: each flow has exactly lanes 0..lanes−1; each path is a simple chain of unit steps on
+    the fabric from a PE of the source's facing edge to a PE of the destination's facing edge;
+    every color is in [0, budget) and no router sees more than `budget` colors; no two
+    conflicting lanes share a color at a router; no link carries more than `link_capacity`.
+    """
+    out: list[str] = []
+    W, H, budget = problem.width, problem.height, problem.color_budget
+    flows = {f.name: f for f in problem.flows}
+    have = defaultdict(list)
+    for ln in routing.lanes:
+        have[ln.flow].append(ln.index)
+    for f in problem.flows:
+        got = have.get(f.name, [])
+        out += [f"flow '{f.name}' lane {k} is missing" for k in range(f.lanes) if k not in got]
+        out += [f"flow '{f.name}' lane {k} is routed twice" for k in set(got) if got.count(k) > 1]
+    for name in sorted(have):
+        if name not in flows:
+            out.append(f"unknown flow '{name}' is routed")
+    for ln in routing.lanes:
+        flow = flows.get(ln.flow)
+        tag = f"flow '{ln.flow}' lane {ln.index}"
+        if flow is not None and not 0 <= ln.index < flow.lanes:
+            out.append(f"{tag} is beyond the flow's {flow.lanes} lanes")
+        out += _path_violations(tag, ln.path, W, H)
+        if flow is not None and ln.path:
+            src, dst = placement.rects[flow.src], placement.rects[flow.dst]
+            s_side, d_side = facing_sides(src, dst)
+            if ln.path[0] not in edge_pes(src, s_side):
+                out.append(
+                    f"{tag} starts at {ln.path[0]}, not on the {s_side} edge of '{flow.src}'"
+                )
+            if ln.path[-1] not in edge_pes(dst, d_side):
+                out.append(f"{tag} ends at {ln.path[-1]}, not on the {d_side} edge of '{flow.dst}'")
+        if not 0 <= ln.color < budget:
+            out.append(f"{tag} has color {ln.color}, outside the budget 0..{budget - 1}")
+    for at, ps in sorted(router_passes(routing.lanes).items()):
+        colors = {routing.lanes[i].color for i, _ in ps}
+        if len(colors) > budget:
+            out.append(f"router {at} uses {len(colors)} colors, budget {budget}")
+        for a, (i, ci) in enumerate(ps):
+            for j, cj in ps[a + 1 :]:
+                li, lj = routing.lanes[i], routing.lanes[j]
+                if li.color == lj.color and (li.flow, ci) != (lj.flow, cj):
+                    out.append(
+                        f"router {at}: flow '{li.flow}' lane {li.index} and flow '{lj.flow}' "
+                        f"lane {lj.index} share color {li.color} with different routes"
+                    )
+    for (at, d), n in sorted(link_loads(routing.lanes).items()):
+        if n > problem.link_capacity:
+            out.append(f"link {at}->{d} carries {n} lanes, capacity {problem.link_capacity}")
+    return out
+
+
+def _path_violations(tag: str, path: tuple[Point, ...], W: int, H: int) -> list[str]:
+    if not path:
+        return [f"{tag} has an empty path"]
+    out = [f"{tag} leaves the fabric at {p}" for p in path if not (0 <= p[0] < W and 0 <= p[1] < H)]
+    out += [
+        f"{tag} is broken: {a} -> {b} is not a unit step"
+        for a, b in pairwise(path)
+        if step_dir(a, b) is None
+    ]
+    if len(set(path)) != len(path):
+        out.append(f"{tag} visits a router twice")
+    return out
