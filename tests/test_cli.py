@@ -40,6 +40,9 @@ def test_compile_writes_report(tmp_path, capsys):
         "lm_head",
     }
     assert report["sizing"]["pes_used"] == sum(k["pes"] for k in report["kernels"])
+    assert report["placement"]["objective"] >= report["placement"]["bound"] > 0
+    assert report["routing"]["colors_max"] <= report["routing"]["color_budget"]
+    assert all({"x", "y", "w", "h"} <= k["region"].keys() for k in report["kernels"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]  # no temporary folder left behind
 
 
@@ -154,3 +157,28 @@ def test_only_the_frontend_and_numerics_import_onnx():
             assert "import onnx" not in text and "from onnx" not in text, rel
         if not (rel.startswith("wsecc/place/") or rel.startswith("wsecc/route/")):
             assert "ortools" not in text.replace("# ortools", ""), rel
+
+
+def _custom_target(tmp_path: Path, **replace: str) -> Path:
+    from wsecc.targets import load_target
+
+    text = (Path(load_target.__code__.co_filename).parent / "small64.toml").read_text()
+    for old, new in replace.items():
+        assert old in text
+        text = text.replace(old, new)
+    p = tmp_path / "custom.toml"
+    p.write_text(text)
+    return p
+
+
+def test_too_few_colors_is_a_routing_error(tmp_path):
+    toml = _custom_target(tmp_path, **{"total = 24": "total = 4"})
+    r = subprocess.run(
+        [sys.executable, "-m", "wsecc.cli", "compile", str(SAMPLES / "bert_dynamo.onnx"), "--seq", "16",
+         "--target", str(toml), "--placer", "greedy", "-o", str(tmp_path / "o")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    err = r.stderr.strip().splitlines()[-1]
+    assert err.startswith("wsecc: error:") and "router (" in err and "colors" in err, err
+    assert not (tmp_path / "o").exists()

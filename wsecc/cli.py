@@ -124,6 +124,53 @@ def _lower_and_size(fused, args: argparse.Namespace):  # type: ignore[no-untyped
     return target, kg, size_regions(kg, target, args.precision)
 
 
+# Sizing fills at most this share of the fabric; when the regions do not pack, sizing runs
+# again with less, so the placer always gets a problem it can legalise.
+FILL_STEPS = (0.85, 0.75, 0.65, 0.55)
+
+
+def _place_and_route(kg, sizing, target, args: argparse.Namespace, say):  # type: ignore[no-untyped-def]
+    from wsecc.kernels import size_regions
+    from wsecc.place.api import place
+    from wsecc.place.from_kernels import placement_problem
+    from wsecc.place.manual import load_pins, with_pins
+    from wsecc.place.problem import PlacementError, validate_placement
+    from wsecc.route.problem import make_routing_problem, validate_routing
+    from wsecc.route.router import route
+
+    if args.placer == "manual" and not args.pins:
+        raise WseccError("--placer manual needs --pins FILE")
+    for i, fill in enumerate(FILL_STEPS):
+        if i:
+            sizing = size_regions(kg, target, args.precision, fill=fill)
+            say(f"size       re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
+        problem = placement_problem(kg, sizing, target, args.precision)
+        if args.pins:
+            problem = with_pins(problem, load_pins(args.pins))
+        try:
+            placement = place(
+                problem,
+                placer=args.placer,
+                time_budget_s=args.time_budget,
+                seed=args.seed,
+                deterministic=args.deterministic,
+            )
+            break
+        except PlacementError as e:
+            if i == len(FILL_STEPS) - 1:
+                raise
+            say(f"place      regions at {100 * fill:.0f}% fill do not pack: {str(e)[:100]}...")
+    rp = make_routing_problem(
+        problem, placement, colors_total=target.colors.total, colors_reserved=target.colors.reserved
+    )
+    routing = route(rp, placement)
+    # The products must pass the solver-free validators; a failure here is a bug in wsecc.
+    bad = validate_placement(problem, placement) + validate_routing(rp, placement, routing)
+    if bad:
+        raise RuntimeError(f"placement/routing failed validation: {bad[0]}")
+    return placement, routing, problem, sizing
+
+
 def _kernel_rows(kg, sizing) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     rows = []
     for k in kg.kernels:
@@ -277,6 +324,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
     target, kg, sizing = _lower_and_size(fused, args)
     say(f"lower      {len(kg.kernels)} kernels, {len(kg.flows)} flows")
     say(f"size       {sizing.summary()} ({time.perf_counter() - t1:.2f} s)")
+    placement, routing, problem, sizing = _place_and_route(kg, sizing, target, args, say)
+    say(
+        f"place      {args.placer}: weighted wirelength {placement.objective:.4g} B·PE, bound {placement.bound:.4g}, "
+        f"gap {100 * placement.gap:.1f}%, {placement.status} ({placement.seconds:.1f} s)"
+    )
+    say(
+        f"route      {len(routing.lanes)} lanes, colors max {routing.colors_used_max}/{routing.color_budget} "
+        f"(lower bound {routing.color_lower_bound}), link load max {routing.link_load_max}, length {routing.total_length:,}"
+    )
     report: dict[str, Any] = {
         "schema": "wsecc.report/1",
         "wsecc": __version__,
@@ -300,8 +356,20 @@ def cmd_compile(args: argparse.Namespace) -> int:
         "precision": args.precision,
         "kernels": _kernel_rows(kg, sizing),
         "sizing": _sizing_summary(sizing),
-        "stages_not_yet_built": ["place", "route", "simulate"],
-    }
+        "placement": {
+            "placer": args.placer, "objective": placement.objective, "bound": placement.bound,
+            "gap": placement.gap, "status": placement.status, "seconds": placement.seconds,
+        },
+        "routing": {
+            "flows": len(problem.flows), "lanes": len(routing.lanes), "colors_max": routing.colors_used_max,
+            "color_budget": routing.color_budget, "color_lower_bound": routing.color_lower_bound,
+            "link_load_max": routing.link_load_max, "total_length": routing.total_length,
+        },
+        "stages_not_yet_built": ["simulate"],
+    }  # fmt: skip
+    for row in report["kernels"]:
+        r = placement.rects[row["name"]]
+        row["region"] = {"x": r.x, "y": r.y, "w": r.w, "h": r.h}
     _write_atomically(
         out_dir,
         {
@@ -309,12 +377,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
             "fused.ir.txt": format_graph(fused),
             "kernels.json": json.dumps(kg.to_json(), indent=1) + "\n",
             "sizing.json": json.dumps(sizing.to_json(), indent=1) + "\n",
+            "placement.json": placement.dumps() + "\n",
+            "routing.json": routing.dumps() + "\n",
         },
     )
     if args.json:
         print(json.dumps(report, indent=1))
     else:
-        say(f"wrote      {out_dir}/ (report.json, fused.ir.txt, kernels.json, sizing.json)")
+        say(
+            f"wrote      {out_dir}/ (report.json, fused.ir.txt, kernels.json, sizing.json, placement.json, routing.json)"
+        )
         print(
             f"{model.name}: {len(fused.nodes)} fused ops "
             f"({', '.join(f'{k} {v}' for k, v in fused.op_histogram().items())}); "
@@ -366,6 +438,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(c)
     _add_target_args(c)
     c.add_argument("--out", "-o", default=None, help="output folder (default MODEL_STEM.wsecc/)")
+    c.add_argument(
+        "--placer",
+        default="cpsat",
+        choices=("greedy", "cpsat", "manual"),
+        help="placement strategy (default cpsat)",
+    )
+    c.add_argument(
+        "--time-budget",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="placement wall-clock budget in seconds (default 10)",
+    )
+    c.add_argument("--seed", type=int, default=0, help="placer seed (default 0)")
+    c.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="byte-identical placement for the same input and seed (1 worker, work-based limits)",
+    )
+    c.add_argument(
+        "--pins",
+        default=None,
+        metavar="FILE",
+        help='JSON {"kernel": {"x":..,"y":..,"w":..,"h":..}} of fixed regions',
+    )
     c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--dump-dir", default=None, help="write the IR after every pass into DIR")
     c.add_argument(
@@ -395,11 +492,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from wsecc.kernels import KernelGraphError, SizingError
+    from wsecc.place.problem import PlacementError
+    from wsecc.route.problem import RoutingError
     from wsecc.targets import TargetError
 
     try:
         return int(args.fn(args))
-    except (WseccError, TargetError, KernelGraphError, SizingError) as e:
+    except (
+        WseccError,
+        TargetError,
+        KernelGraphError,
+        SizingError,
+        PlacementError,
+        RoutingError,
+    ) as e:
         if getattr(args, "debug", False):
             traceback.print_exc()
         print(f"wsecc: error: {e}", file=sys.stderr)

@@ -1,0 +1,34 @@
+"""The placement problem of a sized KernelGraph: one rectangle per kernel, its flows as weights.
+
+Shapes: sizing's (h rows, w columns) region and its alternatives become (w, h) shapes, the
+preferred first. Flows between kernels carry bytes per sample in the chosen precision; flows
+from or to graph ports are left out (the host I/O columns are not placed).
+"""
+
+from __future__ import annotations
+
+from wsecc.kernels import KernelGraph, Sizing
+from wsecc.place.problem import PlaceFlow, PlaceKernel, PlacementProblem
+from wsecc.targets import Target
+
+
+def placement_problem(
+    kg: KernelGraph, sizing: Sizing, target: Target, precision: str
+) -> PlacementProblem:
+    kernels = []
+    for k in kg.kernels:
+        ks = sizing.kernel(k.name)
+        shapes = [(ks.w, ks.h)] + [(w, h) for h, w in ks.alternatives if (w, h) != (ks.w, ks.h)]
+        kernels.append(
+            PlaceKernel(k.name, tuple(dict.fromkeys(shapes)), tuple(k.provenance), k.kind.value)
+        )
+    names = {k.name for k in kg.kernels}
+    merged: dict[tuple[str, str], float] = {}
+    for f in kg.flows:
+        if f.src in names and f.dst in names and f.src != f.dst:
+            key = (f.src, f.dst)
+            merged[key] = merged.get(key, 0.0) + float(f.bytes_per_sample(precision))
+    flows = tuple(PlaceFlow(s, d, b, f"{s}->{d}") for (s, d), b in merged.items())
+    return PlacementProblem(
+        target.fabric.program_width, target.fabric.program_height, tuple(kernels), flows
+    )
