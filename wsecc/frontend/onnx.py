@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,18 +203,24 @@ def _load_external(t: TensorProto, base: Path, path: Path) -> None:
 # ================================================================ binding
 
 
-def symbolic_dims(model: onnx.ModelProto) -> dict[str, list[str]]:
-    """Symbolic dim name -> the 'input[axis]' places it appears (unnamed dims get a place name)."""
+def _unbound_dims(model: onnx.ModelProto) -> Iterator[tuple[str, str, onnx.TensorShapeProto.Dimension]]:
+    """(dim name, 'input[axis]', the dim) for every input dim without a positive value;
+    an unnamed dim is named by its place."""
     inits = {i.name for i in model.graph.initializer}
-    out: dict[str, list[str]] = {}
     for inp in model.graph.input:
         if inp.name in inits:
             continue
         for ax, d in enumerate(inp.type.tensor_type.shape.dim):
-            if d.HasField("dim_value") and d.dim_value > 0:
-                continue
-            name = d.dim_param or f"{inp.name}[{ax}]"
-            out.setdefault(name, []).append(f"{inp.name}[{ax}]")
+            if not (d.HasField("dim_value") and d.dim_value > 0):
+                place = f"{inp.name}[{ax}]"
+                yield d.dim_param or place, place, d
+
+
+def symbolic_dims(model: onnx.ModelProto) -> dict[str, list[str]]:
+    """Symbolic dim name -> the 'input[axis]' places it appears."""
+    out: dict[str, list[str]] = {}
+    for name, place, _ in _unbound_dims(model):
+        out.setdefault(name, []).append(place)
     return out
 
 
@@ -269,16 +275,10 @@ def bind_dims(model: onnx.ModelProto, bindings: Mapping[str, int]) -> onnx.Model
     Stale value_info and output shapes are dropped; initializers that old exporters also list
     as graph inputs become plain constants."""
     m = model
+    for name, _, d in list(_unbound_dims(m)):
+        d.Clear()
+        d.dim_value = bindings[name]
     inits = {i.name for i in m.graph.initializer}
-    for inp in m.graph.input:
-        if inp.name in inits:
-            continue
-        for ax, d in enumerate(inp.type.tensor_type.shape.dim):
-            if d.HasField("dim_value") and d.dim_value > 0:
-                continue
-            name = d.dim_param or f"{inp.name}[{ax}]"
-            d.Clear()
-            d.dim_value = bindings[name]
     del m.graph.value_info[:]
     for out in m.graph.output:
         out.type.tensor_type.ClearField("shape")
