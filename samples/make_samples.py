@@ -192,18 +192,23 @@ def perturb_(model: torch.nn.Module, seed: int = SEED) -> None:
 
 
 def build_model(
-    model_class: str, config_class: str, config: Mapping[str, object], seed: int = SEED
+    model_class: str,
+    config_class: str,
+    config: Mapping[str, object],
+    seed: int = SEED,
+    attn: str = "eager",
 ) -> torch.nn.Module:
-    """A random-weight, perturbed transformers model in eval mode with eager attention."""
+    """A random-weight, perturbed transformers model in eval mode; `attn` is the attention
+    implementation ("eager" or "sdpa", which exports a decomposed scaled_dot_product_attention)."""
     torch.manual_seed(seed)
     cfg = getattr(transformers, config_class)(**config)
-    model = getattr(transformers, model_class)._from_config(cfg, attn_implementation="eager")
+    model = getattr(transformers, model_class)._from_config(cfg, attn_implementation=attn)
     perturb_(model, seed + 1)
     return model.eval()
 
 
-def build_family(family: Family, seed: int = SEED) -> _NamedOutputs:
-    model = build_model(family.model_class, family.config_class, family.config, seed)
+def build_family(family: Family, seed: int = SEED, attn: str = "eager") -> _NamedOutputs:
+    model = build_model(family.model_class, family.config_class, family.config, seed, attn)
     # eval() on the wrapper too: the legacy exporter restores the wrapper's training flag after
     # export, recursively, which would switch dropout on in the inner model.
     return _NamedOutputs(model, family.inputs, tuple(family.outputs)).eval()

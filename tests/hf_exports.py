@@ -29,14 +29,16 @@ EXPORTERS = ("legacy14", "legacy17", "dynamo")
 _SAMPLES_DIR = Path(__file__).resolve().parents[1] / "samples"
 
 
-def export_path(family: str, exporter: str) -> Path:
-    """Path of the cached export of ``family`` (one of FAMILIES) by ``exporter`` (EXPORTERS)."""
+def export_path(family: str, exporter: str, attn: str = "eager") -> Path:
+    """Path of the cached export of ``family`` (one of FAMILIES) by ``exporter`` (EXPORTERS),
+    with the ``attn`` attention implementation ("eager" or "sdpa")."""
     if family not in FAMILIES or exporter not in EXPORTERS:
         raise ValueError(
             f"unknown export {family!r}/{exporter!r}; expected {FAMILIES} x {EXPORTERS}"
         )
     recipe = _recipe()
-    path = cache_dir() / f"{family}_{exporter}.onnx"
+    suffix = "" if attn == "eager" else f"_{attn}"
+    path = cache_dir() / f"{family}_{exporter}{suffix}.onnx"
     if path.exists():
         return path
     from filelock import FileLock  # a torch dependency
@@ -44,7 +46,7 @@ def export_path(family: str, exporter: str) -> Path:
     with FileLock(f"{path}.lock"):
         if not path.exists():  # another process may have made it while we waited
             spec = recipe.FAMILIES[family]
-            module = recipe.build_family(spec)
+            module = recipe.build_family(spec, attn=attn)
             example = recipe.make_inputs(spec, 2, 16, pad_last_row=True)
             partial = path.with_name(f".{path.stem}.{os.getpid()}.onnx")
             try:

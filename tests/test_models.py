@@ -143,3 +143,15 @@ def test_hf_exports_fuse_and_match(family, exporter, padded):
     path = export_path(family, exporter)
     for batch, seq in BINDINGS:
         check_model(path, batch, seq, padded)
+
+
+@pytest.mark.parametrize("exporter", ["legacy14", "legacy17", "dynamo"])
+@pytest.mark.parametrize("family", ["gpt2lm", "bert", "distilbert"])
+def test_hf_sdpa_exports_fuse_and_match(family, exporter):
+    """SDPA attention exports: q and k each scaled by d^-1/4, Where masks, IsNaN clean-up."""
+    from hf_exports import export_path
+
+    path = export_path(family, exporter, attn="sdpa")
+    for batch, seq in BINDINGS:
+        for padded in (True, False):
+            check_model(path, batch, seq, padded)
