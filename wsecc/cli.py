@@ -477,6 +477,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_args(i, default=None)
     i.set_defaults(fn=cmd_inspect)
 
+    sub.add_parser(
+        "ispd2020",
+        help="size, place and score an ISPD 2020 contest benchmark (wsecc ispd2020 --help)",
+        add_help=False,
+    )
     t = sub.add_parser("targets", help="list the built-in targets with their key figures")
     t.add_argument("--json", action="store_true")
     t.add_argument("--debug", action="store_true")
@@ -489,6 +494,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["ispd2020"]:  # its own argument parser and error handling
+        from wsecc.ispd2020.cli import main_ispd2020
+
+        return main_ispd2020(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     from wsecc.kernels import KernelGraphError, SizingError

@@ -1,0 +1,340 @@
+"""Solve an ISPD 2020 benchmark: size the kernels for a Δt, pack them, refine the wirelength.
+
+Steps (all inside `time_budget_s`):
+
+1. **Lower bound.** Δt_LB = the least Δt with Σ_kernels min area(Δt) ≤ W·H (size.py). No legal
+   solution has a smaller Δt.
+2. **Least packable Δt.** Binary search for the least Δt at which the serpentine column
+   floorplan (floorplan.py, width-minimising DP) fits: Δt_pack. Packability is monotone in Δt
+   (a larger Δt only adds shapes), so bisection is exact for this floorplan family.
+3. **Δt / wirelength trade-off.** score = wdeltat·Δt + wlength·WL, and a looser Δt buys
+   thinner kernels and fewer columns. Any Δt above Δt_pack + (wlength/wdeltat)·WL(Δt_pack)
+   cannot win, so Δt values in that window are scanned with the wirelength-aware DP and each
+   floorplan's exact score is computed.
+4. **Refinement.** The best floorplans become `PlacementProblem`s (kernels with their chosen
+   shape first plus neighbouring frontier shapes, R0 and R90 as alternatives; one flow of
+   weight 1 per kernel→kernel edge) and go to the shared CP-SAT placer, started from the
+   floorplan (placer.py).
+5. The best placement is written as a contest `Solution` and re-scored by score.py.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+
+from wsecc.ispd2020.floorplan import Floorplan, Oriented, column_floorplan, orientations
+from wsecc.ispd2020.kgraph import KGraph, KNode
+from wsecc.ispd2020.perf import KernelSpec, kernel_spec
+from wsecc.ispd2020.placer import refine
+from wsecc.ispd2020.score import KernelPlacement, Score, Solution, score_solution
+from wsecc.ispd2020.size import Sizer
+from wsecc.place.problem import PlaceFlow, PlaceKernel, PlacementProblem, Rect
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    time_budget_s: float = 60.0
+    seed: int = 0
+    deterministic: bool = False
+    scan_share: float = 0.6  # of the budget for step 3
+    scan_points: int = 200  # DP runs in step 3 (at most)
+    # deterministic mode: the scan stops after one DP run per this many seconds of its share
+    # (instead of on the wall clock), so the same input, seed and budget give the same result
+    deterministic_dp_seconds: float = 0.5
+    junctions: tuple[Fraction, ...] = (Fraction(0), Fraction(1, 4))  # DP variants per Δt
+    refine_top: int = 2  # floorplans refined in step 4, at most
+    refine_hope: float = 0.03  # refine a runner-up only if 3% less WL would make it win
+    neighbour_shapes: int = 2  # frontier neighbours offered on each side of the chosen shape
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    solution: Solution
+    score: Score
+    lower_bound: int  # Δt_LB (area)
+    packable_dt: int  # Δt_pack
+    floorplan_score: float  # best score before refinement
+    seconds: float
+    log: tuple[str, ...]
+
+    @property
+    def gap(self) -> float:
+        """(Δt − Δt_LB) / Δt_LB."""
+        return (self.score.delta_t - self.lower_bound) / self.lower_bound
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A graph's kernels in floorplan sequence order, with their edges as sequence positions."""
+
+    graph: KGraph
+    specs: tuple[KernelSpec, ...]
+    edges: tuple[tuple[int, int], ...]
+
+    @staticmethod
+    def of(graph: KGraph) -> Instance:
+        nodes = kernel_sequence(graph)
+        pos = {n.index: i for i, n in enumerate(nodes)}
+        edges = tuple((pos[e.src], pos[e.dst]) for e in graph.kernel_edges)
+        return Instance(graph, tuple(kernel_spec(n) for n in nodes), edges)
+
+    @property
+    def fabric(self) -> tuple[int, int]:
+        return (self.graph.width, self.graph.height)
+
+
+def kernel_sequence(graph: KGraph) -> tuple[KNode, ...]:
+    """Kernels in a depth-first topological order: a chain stays consecutive, and the branches
+    of a fork are visited one after the other (lowest index first). Cycles are broken at the
+    lowest remaining index."""
+    kernels = {n.index: n for n in graph.kernels}
+    succ: dict[int, list[int]] = {i: [] for i in kernels}
+    indeg = dict.fromkeys(kernels, 0)
+    for e in graph.kernel_edges:
+        succ[e.src].append(e.dst)
+        indeg[e.dst] += 1
+    stack = sorted((i for i in kernels if indeg[i] == 0), reverse=True)
+    order: list[int] = []
+    done: set[int] = set()
+    while len(order) < len(kernels):
+        if not stack:
+            stack.append(min(i for i in kernels if i not in done))
+        i = stack.pop()
+        if i in done:
+            continue
+        done.add(i)
+        order.append(i)
+        for j in sorted(succ[i], reverse=True):
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                stack.append(j)
+    return tuple(kernels[i] for i in order)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The best floorplan found at a target Δt: its exact Δt, wirelength and score, and the
+    DP's wirelength estimate with junction = 0 (monotone in the target Δt; used by `scan`)."""
+
+    target_dt: int
+    floorplan: Floorplan
+    delta_t: int
+    wirelength: float
+    score: float
+    estimate: int
+
+
+def _candidate(
+    inst: Instance, sizer: Sizer, dt: int, junctions: tuple[Fraction | None, ...]
+) -> Candidate | None:
+    """The floorplan of least exact score over the DP variants `junctions` (the first one
+    sets `estimate`), or None if the kernels do not pack at dt."""
+    options = [orientations(sizer.frontier(spec, dt)) for spec in inst.specs]
+    if any(not o for o in options):
+        return None
+    g = inst.graph
+    best: Candidate | None = None
+    for junction in junctions:
+        fp = column_floorplan(options, list(inst.edges), inst.fabric, junction)
+        if fp is None:
+            return None  # packability does not depend on the variant
+        wl = _wirelength(fp.rects, inst.edges)
+        delta_t = max(o.shape.time for o in fp.choices)
+        score = g.wdeltat * delta_t + g.wlength * wl
+        if best is None or score < best.score:
+            best = Candidate(dt, fp, delta_t, wl, score, best.estimate if best else fp.objective)
+    return best
+
+
+def _wirelength(rects: tuple[Rect, ...] | list[Rect], edges: tuple[tuple[int, int], ...]) -> float:
+    total = 0
+    for u, v in edges:
+        (ux, uy), (vx, vy) = rects[u].center2(), rects[v].center2()
+        total += abs(ux - vx) + abs(uy - vy)
+    return total / 2
+
+
+def least_packable_dt(inst: Instance, sizer: Sizer, lower: int) -> int:
+    """Least Δt ≥ lower at which the column floorplan fits (doubling, then bisection)."""
+
+    def packs(dt: int) -> bool:
+        return _candidate(inst, sizer, dt, (None,)) is not None
+
+    if packs(lower):
+        return lower
+    lo, step = lower, max(1, lower // 64)
+    hi = lo + step
+    while not packs(hi):
+        lo, step = hi, step * 2
+        hi = lo + step
+        if step > 1 << 40:
+            raise ValueError(f"{inst.graph.source}: the kernels do not pack at any Δt")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if packs(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def scan(
+    inst: Instance,
+    sizer: Sizer,
+    dt_pack: int,
+    runs: int,
+    deadline: float,
+    junctions: tuple[Fraction, ...],
+) -> list[Candidate]:
+    """Wirelength-aware floorplans for target Δt in [Δt_pack, Δt_pack + (wlength/wdeltat)·WL],
+    best score first, one per distinct Δt reached.
+
+    The DP's estimate E(Δt) never increases with Δt (a larger Δt only adds shapes), so the
+    estimated score wdeltat·Δt + wlength·E(Δt)/2 is least at the left end of a step of E.
+    Best-first bisection finds those steps: an interval [lo, hi] with E(lo) = E(hi) has no step
+    inside; otherwise no point inside can score below wdeltat·(lo+1) + wlength·E(hi)/2, which
+    orders the intervals and prunes them against the best estimate found. Stops at `deadline`
+    (wall clock) or after `runs` target Δt values.
+    """
+    g = inst.graph
+    tried: dict[int, Candidate] = {}
+
+    def estimate(dt: int) -> float:
+        c = tried.get(dt) or _candidate(inst, sizer, dt, junctions)
+        assert c is not None, "every Δt ≥ Δt_pack packs"
+        tried[dt] = c
+        return g.wdeltat * dt + g.wlength * c.estimate / 2
+
+    best = estimate(dt_pack)
+    if g.wdeltat > 0:
+        top = dt_pack + int(g.wlength * tried[dt_pack].wirelength / g.wdeltat) + 1
+        best = min(best, estimate(top))
+        heap = [(g.wdeltat * dt_pack, dt_pack, top)]
+        while heap and len(tried) < runs and time.perf_counter() < deadline:
+            bound, lo, hi = heapq.heappop(heap)
+            if bound >= best:
+                break
+            if hi - lo <= 1 or tried[lo].estimate == tried[hi].estimate:
+                continue
+            mid = (lo + hi) // 2
+            best = min(best, estimate(mid))
+            for a, b in ((lo, mid), (mid, hi)):
+                heapq.heappush(
+                    heap, (g.wdeltat * (a + 1) + g.wlength * tried[b].estimate / 2, a, b)
+                )
+    found: dict[int, Candidate] = {}
+    for c in tried.values():
+        if c.delta_t not in found or c.score < found[c.delta_t].score:
+            found[c.delta_t] = c
+    return sorted(found.values(), key=lambda c: c.score)
+
+
+def placement_problem(
+    inst: Instance, sizer: Sizer, cand: Candidate, neighbours: int
+) -> tuple[PlacementProblem, list[dict[tuple[int, int], Oriented]]]:
+    """The candidate as a shared-placer problem, and per kernel the map (w, h) → oriented shape.
+
+    Each kernel offers its floorplan shape first, then the frontier shapes within `neighbours`
+    positions of it, each in R0 and R90 — only shapes no slower than the candidate's Δt, so the
+    placer (which sees wirelength only) cannot raise Δt.
+    """
+    fab_w, fab_h = inst.fabric
+    kernels, lookup = [], []
+    for spec, chosen in zip(inst.specs, cand.floorplan.choices, strict=True):
+        front = sizer.frontier(spec, cand.target_dt)
+        at = front.index(chosen.shape)
+        near = front[max(0, at - neighbours) : at + neighbours + 1]
+        table: dict[tuple[int, int], Oriented] = {(chosen.w, chosen.h): chosen}
+        for o in orientations(near):
+            if o.w <= fab_w and o.h <= fab_h and o.shape.time <= cand.delta_t:
+                table.setdefault((o.w, o.h), o)
+        kernels.append(PlaceKernel(spec.name, tuple(table), kind=spec.kind))
+        lookup.append(table)
+    flows = tuple(PlaceFlow(inst.specs[u].name, inst.specs[v].name, 1.0) for u, v in inst.edges)
+    return PlacementProblem(fab_w, fab_h, tuple(kernels), flows), lookup
+
+
+def _promising(cand: Candidate, best: float, wlength: float, hope: float) -> bool:
+    """Worth refining: it would score ≤ `best` if the placer cut its wirelength by `hope`."""
+    return cand.score - wlength * hope * cand.wirelength <= best
+
+
+def to_solution(inst: Instance, choices: list[Oriented], rects: list[Rect]) -> Solution:
+    """Sequence-ordered shapes and rectangles as a contest solution, in kgraph order."""
+    kernels = {
+        spec.name: KernelPlacement(
+            spec.name, spec.kind, spec.solution_args(o.shape.params), r.x, r.y, o.rot
+        )
+        for spec, o, r in zip(inst.specs, choices, rects, strict=True)
+    }
+    return Solution(tuple(kernels[n.name] for n in inst.graph.kernels))
+
+
+def solve(graph: KGraph, opts: SolveOptions | None = None) -> SolveResult:
+    """Size, pack and place `graph` within the time budget; the result is scored legal."""
+    opts = opts or SolveOptions()
+    t0 = time.perf_counter()
+    log: list[str] = []
+
+    def note(msg: str) -> None:
+        log.append(f"{time.perf_counter() - t0:7.2f}s {msg}")
+
+    inst = Instance.of(graph)
+    sizer = Sizer(inst.specs, graph.memlimit, inst.fabric)
+    lower = sizer.area_lower_bound()
+    note(f"area lower bound Δt ≥ {lower}")
+    dt_pack = least_packable_dt(inst, sizer, lower)
+    note(f"least Δt the column floorplan packs: {dt_pack}")
+    scan_s = opts.scan_share * opts.time_budget_s
+    if opts.deterministic:
+        runs = max(8, int(scan_s / opts.deterministic_dp_seconds))
+        cands = scan(inst, sizer, dt_pack, min(runs, opts.scan_points), math.inf, opts.junctions)
+    else:
+        cands = scan(inst, sizer, dt_pack, opts.scan_points, t0 + scan_s, opts.junctions)
+    for c in cands[:5]:
+        note(
+            f"floorplan Δt={c.delta_t} WL={c.wirelength:g} score={c.score:g} ({len(c.floorplan.columns)} columns)"
+        )
+
+    best = (cands[0].score, list(cands[0].floorplan.choices), list(cands[0].floorplan.rects))
+    top = [
+        c
+        for c in cands[: opts.refine_top]
+        if _promising(c, best[0], graph.wlength, opts.refine_hope)
+    ]
+    for n, cand in enumerate(top):
+        left = opts.time_budget_s - (time.perf_counter() - t0)
+        share = left / (len(top) - n)
+        if share < 0.5:
+            break
+        problem, lookup = placement_problem(inst, sizer, cand, opts.neighbour_shapes)
+        start = {spec.name: r for spec, r in zip(inst.specs, cand.floorplan.rects, strict=True)}
+        placement = refine(
+            problem, start, time_budget_s=share, seed=opts.seed, deterministic=opts.deterministic
+        )
+        rects = [placement.rects[spec.name] for spec in inst.specs]
+        choices = [lookup[i][(r.w, r.h)] for i, r in enumerate(rects)]
+        delta_t = max(o.shape.time for o in choices)
+        score = graph.wdeltat * delta_t + graph.wlength * _wirelength(rects, inst.edges)
+        note(
+            f"refined Δt={delta_t}: WL {cand.wirelength:g} → {placement.objective:g} ({placement.status})"
+        )
+        if score < best[0]:
+            best = (score, choices, rects)
+    solution = to_solution(inst, best[1], best[2])
+    scored = score_solution(graph, solution)
+    if not scored.legal:  # a bug, never an input problem
+        raise AssertionError("illegal solution: " + "; ".join(scored.violations))
+    return SolveResult(
+        solution=solution,
+        score=scored,
+        lower_bound=lower,
+        packable_dt=dt_pack,
+        floorplan_score=cands[0].score,
+        seconds=time.perf_counter() - t0,
+        log=tuple(log),
+    )
