@@ -9,23 +9,10 @@ of one call (a stop-gap, removed automatically once `initial` is a parameter).
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 
 from wsecc.place import cpsat
 from wsecc.place.problem import Placement, PlacementProblem, Rect, check_placement
-
-
-@contextmanager
-def _greedy_start(rects: Mapping[str, Rect]) -> Iterator[None]:
-    """Make `wsecc.place.cpsat` start from `rects` instead of its greedy placement."""
-    original = cpsat.greedy_rects
-    cpsat.greedy_rects = lambda problem: ("initial", dict(rects))  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        cpsat.greedy_rects = original
 
 
 def refine(
@@ -41,11 +28,12 @@ def refine(
     Never worse than `initial` in weighted wirelength (CP-SAT's hint and the placer's
     accept-if-better loop guarantee it); the result is checked legal.
     """
-    kwargs = {"time_budget_s": time_budget_s, "seed": seed, "deterministic": deterministic}
-    if "initial" in inspect.signature(cpsat.place_cpsat).parameters:
-        placement = cpsat.place_cpsat(problem, initial=dict(initial), **kwargs)
-    else:
-        with _greedy_start(initial):
-            placement = cpsat.place_cpsat(problem, **kwargs)
+    placement = cpsat.place_cpsat(
+        problem,
+        initial=initial,
+        time_budget_s=time_budget_s,
+        seed=seed,
+        deterministic=deterministic,
+    )
     check_placement(problem, placement)
     return placement

@@ -48,6 +48,7 @@ from wsecc.place.problem import (
     Rect,
     kernel_shapes,
     pairwise_lower_bound,
+    validate_placement,
     weighted_wirelength,
 )
 
@@ -336,10 +337,13 @@ def place_cpsat(
     seed: int = 0,
     deterministic: bool = False,
     options: CpSatOptions | None = None,
+    initial: Mapping[str, Rect] | None = None,
 ) -> Placement:
-    """Best legal placement found within `time_budget_s`; never worse than greedy.
+    """Best legal placement found within `time_budget_s`; never worse than its start.
 
-    Steps: greedy hint → full model with hint and cuts (if N ≤ full_model_max_kernels) →
+    The start is `initial` when given and legal (a caller's own floorplan, e.g. the ISPD 2020
+    column packing at 95% fill, where greedy finds no room), else the greedy placement.
+    Steps: start hint → full model with hint and cuts (if N ≤ full_model_max_kernels) →
     window LNS until the budget (deterministic mode: the work quota) is spent.
     Status: OPTIMAL when the full model proved it (exact integer weights only), else FEASIBLE;
     "FEASIBLE-GUARD" if deterministic mode hit its wall-clock guard (then not reproducible).
@@ -348,7 +352,17 @@ def place_cpsat(
     opts = options or CpSatOptions()
     budget = _Budget(time.perf_counter(), time_budget_s, deterministic, seed, opts)
     data = _Data.of(problem)
-    _, rects = greedy_rects(problem)
+    start = (
+        None
+        if initial is None
+        else Placement.of(
+            problem, initial, placer="initial", bound=0.0, status="", seconds=0.0, seed=seed
+        )
+    )
+    if start is not None and not validate_placement(problem, start):
+        rects = dict(initial)  # type: ignore[arg-type]
+    else:
+        _, rects = greedy_rects(problem)
     wl = weighted_wirelength(problem, rects)
     bound = pairwise_lower_bound(problem)
     fabric = Rect(0, 0, problem.width, problem.height)
