@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -72,18 +70,9 @@ sys.stdout.write(p.dumps(include_timing=False) + r.dumps())
 
 
 def test_place_and_route_are_byte_identical_across_processes():
-    def run() -> str:
-        return subprocess.run(
-            [sys.executable, "-c", _RUN],
-            cwd=ROOT,
-            env={"PYTHONPATH": str(ROOT)},
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        ).stdout
+    from conftest import stdout_of_fresh_process
 
-    first, second = run(), run()
+    first, second = stdout_of_fresh_process(_RUN), stdout_of_fresh_process(_RUN)
     assert first == second and '"lanes"' in first
 
 
