@@ -15,20 +15,20 @@ import time
 
 
 def row(spec: str, target_name: str, precision: str) -> str:
-    from wsecc.frontend.onnx import import_model
-    from wsecc.kernels import size_regions, work_proportional_sizing
     from wsecc.passes import DEFAULT_PIPELINE
-    from wsecc.passes.lower import lower_to_kernels
-    from wsecc.pm import PassManager
     from wsecc.targets import load_target
+
+    from wsecc.flow import lower_and_size
+    from wsecc.frontend.onnx import import_model
+    from wsecc.kernels import work_proportional_sizing
+    from wsecc.pm import PassManager
 
     path, _, seq = spec.partition(":")
     target = load_target(target_name)
     graph, _ = import_model(path, batch=1, seq=int(seq or 1024))
     fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
     t0 = time.perf_counter()
-    kg = lower_to_kernels(fused)
-    s = size_regions(kg, target, precision)
+    kg, s = lower_and_size(fused, target, precision)
     dt = time.perf_counter() - t0
     wp = work_proportional_sizing(kg, target, precision)
     bn = s.kernel(s.bottleneck)
@@ -46,8 +46,12 @@ def main() -> None:
     p.add_argument("--target", default="wse2")
     p.add_argument("--precision", default="mixed")
     a = p.parse_args()
-    print(f"machine: {platform.machine()}, Python {platform.python_version()}; precision {a.precision}")
-    print("| model | seq | target | kernels | PEs used | fabric | max SRAM B/PE | bottleneck | samples/s / tokens/s | ceiling samples/s | work-proportional bottleneck | lower+size s |")
+    print(
+        f"machine: {platform.machine()}, Python {platform.python_version()}; precision {a.precision}"
+    )
+    print(
+        "| model | seq | target | kernels | PEs used | fabric | max SRAM B/PE | bottleneck | samples/s / tokens/s | ceiling samples/s | work-proportional bottleneck | lower+size s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for m in a.models:
         try:

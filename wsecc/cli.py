@@ -115,60 +115,11 @@ def _fuse(graph, args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _lower_and_size(fused, args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from wsecc.kernels import size_regions
-    from wsecc.passes.lower import lower_to_kernels
+    from wsecc.flow import lower_and_size
     from wsecc.targets import load_target
 
     target = load_target(args.target)
-    kg = lower_to_kernels(fused)
-    return target, kg, size_regions(kg, target, args.precision)
-
-
-# Sizing fills at most this share of the fabric; when the regions do not pack, sizing runs
-# again with less, so the placer always gets a problem it can legalise.
-FILL_STEPS = (0.85, 0.75, 0.65, 0.55)
-
-
-def _place_and_route(kg, sizing, target, args: argparse.Namespace, say):  # type: ignore[no-untyped-def]
-    from wsecc.kernels import size_regions
-    from wsecc.place.api import place
-    from wsecc.place.from_kernels import placement_problem
-    from wsecc.place.manual import load_pins, with_pins
-    from wsecc.place.problem import PlacementError, validate_placement
-    from wsecc.route.problem import make_routing_problem, validate_routing
-    from wsecc.route.router import route
-
-    if args.placer == "manual" and not args.pins:
-        raise WseccError("--placer manual needs --pins FILE")
-    for i, fill in enumerate(FILL_STEPS):
-        if i:
-            sizing = size_regions(kg, target, args.precision, fill=fill)
-            say(f"size       re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
-        problem = placement_problem(kg, sizing, target, args.precision)
-        if args.pins:
-            problem = with_pins(problem, load_pins(args.pins))
-        try:
-            placement = place(
-                problem,
-                placer=args.placer,
-                time_budget_s=args.time_budget,
-                seed=args.seed,
-                deterministic=args.deterministic,
-            )
-            break
-        except PlacementError as e:
-            if i == len(FILL_STEPS) - 1:
-                raise
-            say(f"place      regions at {100 * fill:.0f}% fill do not pack: {str(e)[:100]}...")
-    rp = make_routing_problem(
-        problem, placement, colors_total=target.colors.total, colors_reserved=target.colors.reserved
-    )
-    routing = route(rp, placement)
-    # The products must pass the solver-free validators; a failure here is a bug in wsecc.
-    bad = validate_placement(problem, placement) + validate_routing(rp, placement, routing)
-    if bad:
-        raise RuntimeError(f"placement/routing failed validation: {bad[0]}")
-    return placement, routing, problem, sizing
+    return (target, *lower_and_size(fused, target, args.precision))
 
 
 def _kernel_rows(kg, sizing) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
@@ -310,6 +261,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from wsecc.targets import load_target
 
     load_target(args.target)  # a bad --target fails before the slow stages
+    if args.placer == "manual" and not args.pins:
+        raise WseccError("--placer manual needs --pins FILE")
     t0 = time.perf_counter()
     graph, info = _import(args)
     say(
@@ -324,7 +277,18 @@ def cmd_compile(args: argparse.Namespace) -> int:
     target, kg, sizing = _lower_and_size(fused, args)
     say(f"lower      {len(kg.kernels)} kernels, {len(kg.flows)} flows")
     say(f"size       {sizing.summary()} ({time.perf_counter() - t1:.2f} s)")
-    placement, routing, problem, sizing = _place_and_route(kg, sizing, target, args, say)
+    from wsecc.flow import place_and_route
+
+    placed = place_and_route(
+        kg, sizing, target, args.precision, placer=args.placer, time_budget_s=args.time_budget,
+        seed=args.seed, deterministic=args.deterministic, pins=args.pins, say=say,
+    )  # fmt: skip
+    placement, routing, problem, sizing = (
+        placed.placement,
+        placed.routing,
+        placed.problem,
+        placed.sizing,
+    )
     say(
         f"place      {args.placer}: weighted wirelength {placement.objective:.4g} B·PE, bound {placement.bound:.4g}, "
         f"gap {100 * placement.gap:.1f}%, {placement.status} ({placement.seconds:.1f} s)"

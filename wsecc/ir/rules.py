@@ -250,13 +250,17 @@ def _gather_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     return [TensorType(data.dtype, data.shape[:ax] + idx.shape + data.shape[ax + 1 :])]
 
 
+def _wrap_indices(idx: np.ndarray, n: int, what: str) -> np.ndarray:
+    """ONNX indices in [-n, n) as [0, n); out of range is an error, not a silent clip."""
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise IRError(f"{what} index out of range [{-n}, {n})")
+    return np.where(idx < 0, idx + n, idx)
+
+
 def _gather_impl(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     data, idx = xs
     ax = _axis(a["axis"], data.ndim)
-    n = data.shape[ax]
-    if idx.size and (idx.min() < -n or idx.max() >= n):
-        raise IRError(f"gather index out of range [{-n}, {n})")
-    return [np.take(data, np.where(idx < 0, idx + n, idx), axis=ax)]
+    return [np.take(data, _wrap_indices(idx, data.shape[ax], "gather"), axis=ax)]
 
 
 def _gather_nd_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
@@ -291,10 +295,7 @@ def _gather_elements_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorTyp
 def _gather_elements_impl(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     data, idx = xs
     ax = _axis(a["axis"], data.ndim)
-    n = data.shape[ax]
-    if idx.size and (idx.min() < -n or idx.max() >= n):
-        raise IRError(f"gather_elements index out of range [{-n}, {n})")
-    return [np.take_along_axis(data, np.where(idx < 0, idx + n, idx), axis=ax)]
+    return [np.take_along_axis(data, _wrap_indices(idx, data.shape[ax], "gather_elements"), axis=ax)]
 
 
 def _tile_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:

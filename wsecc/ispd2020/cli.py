@@ -19,7 +19,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse with a one-line error (no usage dump), still exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"error: {message} (see wsecc ispd2020 --help)", file=sys.stderr)
+        print(f"wsecc ispd2020: error: {message} (see wsecc ispd2020 --help)", file=sys.stderr)
         raise SystemExit(2)
 
 
@@ -44,12 +44,12 @@ def main_ispd2020(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2)
         return int(exc.code or 0)
     if args.time_budget <= 0:
-        print("error: --time-budget must be positive", file=sys.stderr)
+        print("wsecc ispd2020: error: --time-budget must be positive", file=sys.stderr)
         return 2
     try:
         graph = read_kgraph(args.kgraph)
     except KGraphError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"wsecc ispd2020: error: {exc}", file=sys.stderr)
         return 2
     opts = SolveOptions(
         time_budget_s=args.time_budget, seed=args.seed, deterministic=args.deterministic
@@ -57,13 +57,13 @@ def main_ispd2020(argv: list[str] | None = None) -> int:
     try:
         result = solve(graph, opts)
     except ValueError as exc:  # e.g. kernels that fit the fabric at no Δt
-        print(f"error: {args.kgraph.name}: {exc}", file=sys.stderr)
+        print(f"wsecc ispd2020: error: {args.kgraph.name}: {exc}", file=sys.stderr)
         return 2
     out = args.output or args.kgraph.with_suffix(".solution")
     try:
         write_solution(out, result.solution)
     except OSError as exc:
-        print(f"error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"wsecc ispd2020: error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     if args.verbose:
         print("\n".join(result.log))
@@ -83,7 +83,7 @@ def main_ispd2020(argv: list[str] | None = None) -> int:
         try:
             draw_placement(graph, s, args.png)
         except OSError as exc:
-            print(f"error: cannot write {args.png}: {exc.strerror or exc}", file=sys.stderr)
+            print(f"wsecc ispd2020: error: cannot write {args.png}: {exc.strerror or exc}", file=sys.stderr)
             return 2
         print(f"  picture   {args.png}")
     return 0

@@ -1,0 +1,88 @@
+"""The back half of the compile flow as plain functions over products (no CLI state).
+
+    fused Graph ─lower─▶ KernelGraph ─size─▶ Sizing ─place─▶ Placement ─route─▶ Routing
+
+`place_and_route` owns the one feedback loop of the flow: sizing fills at most FILL_STEPS[0]
+of the fabric, and when the placer cannot pack those regions the kernels are sized again at
+the next, lower fill — so the placer always gets a problem it can legalise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from wsecc.ir.core import Graph
+from wsecc.kernels import KernelGraph, Sizing, size_regions
+from wsecc.passes.lower import lower_to_kernels
+from wsecc.place.api import place
+from wsecc.place.from_kernels import placement_problem
+from wsecc.place.manual import load_pins, with_pins
+from wsecc.place.problem import Placement, PlacementError, PlacementProblem, validate_placement
+from wsecc.route.problem import Routing, make_routing_problem, validate_routing
+from wsecc.route.router import route
+from wsecc.targets import Target
+
+FILL_STEPS = (0.85, 0.75, 0.65, 0.55)
+
+
+def lower_and_size(fused: Graph, target: Target, precision: str) -> tuple[KernelGraph, Sizing]:
+    kg = lower_to_kernels(fused)
+    return kg, size_regions(kg, target, precision, fill=FILL_STEPS[0])
+
+
+@dataclass(frozen=True)
+class Placed:
+    problem: PlacementProblem
+    placement: Placement
+    routing: Routing
+    sizing: Sizing  # the sizing that packed (a re-sizing at lower fill when the first did not)
+
+
+def place_and_route(
+    kg: KernelGraph,
+    sizing: Sizing,
+    target: Target,
+    precision: str,
+    *,
+    placer: str = "cpsat",
+    time_budget_s: float = 10.0,
+    seed: int = 0,
+    deterministic: bool = False,
+    pins: str | None = None,
+    say: Callable[[str], None] = lambda s: None,
+) -> Placed:
+    """Place (re-sizing at lower fill while the regions do not pack), route, validate.
+
+    Guarantees: the placement and routing pass the solver-free validators. Raises
+    PlacementError / RoutingError (one line) when no legal result exists.
+    """
+    for i, fill in enumerate(FILL_STEPS):
+        if i:
+            sizing = size_regions(kg, target, precision, fill=fill)
+            say(f"size       re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
+        problem = placement_problem(kg, sizing, target, precision)
+        if pins:
+            problem = with_pins(problem, load_pins(pins))
+        try:
+            placement = place(
+                problem,
+                placer=placer,
+                time_budget_s=time_budget_s,
+                seed=seed,
+                deterministic=deterministic,
+            )
+            break
+        except PlacementError as e:
+            if i == len(FILL_STEPS) - 1:
+                raise
+            say(f"place      regions at {100 * fill:.0f}% fill do not pack: {str(e)[:100]}...")
+    rp = make_routing_problem(
+        problem, placement, colors_total=target.colors.total, colors_reserved=target.colors.reserved
+    )
+    routing = route(rp, placement)
+    # A result that fails the validators is a bug in wsecc, not in the user's input.
+    bad = validate_placement(problem, placement) + validate_routing(rp, placement, routing)
+    if bad:
+        raise RuntimeError(f"placement/routing failed validation: {bad[0]}")
+    return Placed(problem, placement, routing, sizing)
