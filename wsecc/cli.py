@@ -17,10 +17,11 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from wsecc import __version__
 from wsecc.errors import WseccError
+from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
 
 EXAMPLES = """examples:
   wsecc compile samples/gpt2_legacy_op17.onnx --seq 32
@@ -32,10 +33,12 @@ EXAMPLES = """examples:
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="path to an .onnx file")
-    p.add_argument("--batch", type=int, default=None, help="bind the batch dim (default 1)")
+    p.add_argument(
+        "--batch", type=_positive_int, default=None, help="bind the batch dim (default 1)"
+    )
     p.add_argument(
         "--seq",
-        type=int,
+        type=_positive_int,
         default=None,
         help="bind the sequence dim (default: from the graph, else 128)",
     )
@@ -62,6 +65,23 @@ def _add_target_args(p: argparse.ArgumentParser, default: str | None = "wse2") -
         choices=("fp32", "mixed", "fp16"),
         help="storage/compute precision (default mixed)",
     )
+    p.add_argument(
+        "--chunk-tokens",
+        type=_positive_int,
+        default=DEFAULT_CHUNK_TOKENS,
+        metavar="N",
+        help=f"tokens a kernel buffers per step; fewer need less SRAM (default {DEFAULT_CHUNK_TOKENS})",
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
 
 
 def _parse_dims(items: Sequence[str]) -> dict[str, int]:
@@ -80,10 +100,6 @@ def _parse_dims(items: Sequence[str]) -> dict[str, int]:
 def _import(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from wsecc.frontend.onnx import import_model
 
-    for flag in ("batch", "seq"):
-        v = getattr(args, flag)
-        if v is not None and v <= 0:
-            raise WseccError(f"--{flag} must be a positive integer, got {v}")
     return import_model(
         args.model,
         batch=args.batch if args.batch is not None else 1,
@@ -119,7 +135,7 @@ def _lower_and_size(fused, args: argparse.Namespace):  # type: ignore[no-untyped
     from wsecc.targets import load_target
 
     target = load_target(args.target)
-    return (target, *lower_and_size(fused, target, args.precision))
+    return (target, *lower_and_size(fused, target, args.precision, args.chunk_tokens))
 
 
 def _kernel_rows(kg, sizing) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
@@ -386,8 +402,16 @@ def _write_atomically(out_dir: Path, files: dict[str, str]) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, exit code 2, like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"wsecc: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="wsecc",
         description="Compile ONNX transformer graphs for a wafer-scale dataflow engine.",
         epilog=EXAMPLES,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from wsecc.ir.core import Graph
-from wsecc.kernels import KernelGraph, Sizing, size_regions
+from wsecc.kernels import DEFAULT_CHUNK_TOKENS, KernelGraph, Sizing, size_regions
 from wsecc.passes.lower import lower_to_kernels
 from wsecc.place.api import place
 from wsecc.place.from_kernels import placement_problem
@@ -26,9 +26,11 @@ from wsecc.targets import Target
 FILL_STEPS = (0.85, 0.75, 0.65, 0.55)
 
 
-def lower_and_size(fused: Graph, target: Target, precision: str) -> tuple[KernelGraph, Sizing]:
+def lower_and_size(
+    fused: Graph, target: Target, precision: str, chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+) -> tuple[KernelGraph, Sizing]:
     kg = lower_to_kernels(fused)
-    return kg, size_regions(kg, target, precision, fill=FILL_STEPS[0])
+    return kg, size_regions(kg, target, precision, fill=FILL_STEPS[0], chunk_tokens=chunk_tokens)
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,9 @@ def place_and_route(
     """
     for i, fill in enumerate(FILL_STEPS):
         if i:
-            sizing = size_regions(kg, target, precision, fill=fill)
+            sizing = size_regions(
+                kg, target, precision, fill=fill, chunk_tokens=sizing.chunk_tokens
+            )
             say(f"size       re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
         problem = placement_problem(kg, sizing, target, precision)
         if pins:

@@ -293,7 +293,7 @@ _REMEDIES: Mapping[str, str] = MappingProxyType(
     {
         "kv": "a shorter sequence (K/V grow with it)",
         "weights": "weight streaming (planned)",
-        "buffers": "a smaller chunk_tokens",
+        "buffers": "a smaller --chunk-tokens (tokens buffered per step)",
     }
 )
 
