@@ -241,6 +241,8 @@ def _solve(
     p.max_time_in_seconds = max(limits.seconds, 0.01)
     if limits.dtime is not None:
         p.max_deterministic_time = limits.dtime
+    # Ctrl-C must interrupt wsecc (which cleans up and says so), not only end this one solve.
+    p.catch_sigint_signal = False
     status = solver.solve(model)
 
     # extract
