@@ -203,7 +203,9 @@ def _load_external(t: TensorProto, base: Path, path: Path) -> None:
 # ================================================================ binding
 
 
-def _unbound_dims(model: onnx.ModelProto) -> Iterator[tuple[str, str, onnx.TensorShapeProto.Dimension]]:
+def _unbound_dims(
+    model: onnx.ModelProto,
+) -> Iterator[tuple[str, str, onnx.TensorShapeProto.Dimension]]:
     """(dim name, 'input[axis]', the dim) for every input dim without a positive value;
     an unnamed dim is named by its place."""
     inits = {i.name for i in model.graph.initializer}
@@ -375,11 +377,14 @@ class _Converter:
         self.used_names.add(name)
         return name
 
-    def const(self, arr: np.ndarray, base: str = "const") -> Value:
-        arr = np.asarray(arr)
-        if arr.dtype == np.float64 and base.startswith("const"):
-            arr = arr.astype(np.float32)
-        return Value.constant(self.fresh(base), arr)
+    def const(self, arr: np.ndarray, base: str) -> Value:
+        return Value.constant(self.fresh(base), np.asarray(arr))
+
+    def beta(self, n: onnx.NodeProto, i: int, gamma: Value) -> Value:
+        """Operand i (a LayerNorm's β) when present, else zeros shaped and typed like γ."""
+        if len(n.input) > i and n.input[i]:
+            return self.get(n.input[i])
+        return self.const(np.zeros(gamma.type.shape, gamma.type.dtype.numpy), "zero_beta")
 
     def get(self, name: str) -> Value:
         if name not in self.env:
@@ -918,11 +923,7 @@ def _layer_norm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Val
         raise FrontendError(
             f"LayerNormalization {n.name!r}: mean/inv-std outputs are not supported"
         )
-    beta = (
-        c.get(n.input[2])
-        if len(n.input) > 2 and n.input[2]
-        else c.const(np.zeros(gamma.type.shape, gamma.type.dtype.numpy), "zero_beta")
-    )
+    beta = c.beta(n, 2, gamma)
     return c.emit(
         Op.LAYER_NORM,
         [x, gamma, beta],
@@ -953,11 +954,7 @@ def _bias_gelu(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Valu
 @_conv("SkipLayerNormalization", domain="com.microsoft")
 def _skip_layer_norm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     x, skip, gamma = c.get(n.input[0]), c.get(n.input[1]), c.get(n.input[2])
-    beta = (
-        c.get(n.input[3])
-        if len(n.input) > 3 and n.input[3]
-        else c.const(np.zeros(gamma.type.shape, np.float32), "zero_beta")
-    )
+    beta = c.beta(n, 3, gamma)
     if len(n.input) > 4 and n.input[4]:
         x = c.emit(Op.ADD, [x, c.get(n.input[4])])[0]
     if any(len(n.output) > i and n.output[i] for i in (1, 2)):
