@@ -129,10 +129,3 @@ def _first_divergent(
                 return n
     return None
 
-
-def run_pipeline(
-    graph: Graph, pipeline: Sequence[str] | None = None, **kwargs: object
-) -> tuple[Graph, list[PassRecord]]:
-    from wsecc.passes import DEFAULT_PIPELINE
-
-    return PassManager(pipeline or DEFAULT_PIPELINE, **kwargs).run(graph)  # type: ignore[arg-type]
