@@ -11,13 +11,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from wsecc.place.greedy import greedy_rects
+from wsecc.place.greedy import place_greedy
 from wsecc.place.problem import (
     Placement,
     PlacementError,
     PlacementProblem,
     Rect,
-    pairwise_lower_bound,
 )
 
 
@@ -74,14 +73,4 @@ def place_manual(
     """
     if isinstance(pins, str | Path):
         pins = load_pins(pins)
-    pinned = with_pins(problem, pins or {})
-    variant, rects = greedy_rects(pinned)
-    return Placement.of(
-        pinned,
-        rects,
-        placer="manual",
-        bound=pairwise_lower_bound(pinned),
-        status=f"heuristic:{variant}",
-        seconds=0.0,
-        seed=seed,
-    )
+    return replace(place_greedy(with_pins(problem, pins or {}), seed=seed), placer="manual")
