@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
-import tempfile
-import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -236,9 +232,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Does it load, bind and convert? Lists unsupported ops and unbound dims in one error."""
+    """Does it load, bind, convert and fit? Every problem in one error; seconds, no placement."""
     from wsecc.frontend.onnx import check_past_inputs, load_model, resolve_bindings, unsupported_ops
+    from wsecc.kernels import fit_bounds
+    from wsecc.passes.lower import lower_to_kernels
+    from wsecc.targets import load_target
 
+    target = load_target(args.target)
     model = load_model(args.model)
     check_past_inputs(model)
     problems = []
@@ -251,155 +251,86 @@ def cmd_check(args: argparse.Namespace) -> int:
         problems.append(str(e))
     if problems:
         raise WseccError("; ".join(problems))
+    del model
     graph, info = _import(args)
     fused, _, _ = _fuse(graph, args)
+    kg = lower_to_kernels(fused)
+    bounds = fit_bounds(kg, target, args.precision, chunk_tokens=args.chunk_tokens)
     result = {
         "model": str(args.model),
-        "ok": True,
+        "ok": bounds.fits,
         "bindings": info.bindings,
         "ops_after": fused.op_histogram(),
+        "target": target.name,
+        "precision": args.precision,
+        "kernels": len(kg.kernels),
+        "flows": len(kg.flows),
+        "bounds": {
+            **bounds.to_json(),
+            "colors_min": 1 if kg.flows else 0,
+            "color_budget": target.color_budget,
+        },
     }
-    print(
-        json.dumps(result, indent=1)
-        if args.json
-        else f"{args.model}: ok ({len(fused.nodes)} ops after fusion)"
-    )
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        verdict = "fits" if bounds.fits else "does NOT fit"
+        print(
+            f"{args.model}: {verdict} {target.name} ({args.precision}): {len(fused.nodes)} ops after "
+            f"fusion, {len(kg.kernels)} kernels; needs >= {bounds.min_pes:,} of "
+            f"{bounds.usable_pes:,} PEs, >= {bounds.min_sram_per_pe:,} of "
+            f"{bounds.sram_per_pe:,} B SRAM/PE; {target.color_budget} colors for "
+            f"{len(kg.flows)} flows (the per-router bound needs a placement: wsecc compile)"
+        )
+    if not bounds.fits:
+        raise WseccError(
+            f"{args.model} does not fit {target.name}: its kernels need >= {bounds.min_pes:,} PEs "
+            f"at their smallest shapes, {bounds.usable_pes:,} are usable; would help: a shorter "
+            "sequence, fp16 or mixed storage, a bigger target"
+        )
     return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from wsecc.diff import diff_reports, format_diff, load_report
+
+    a, b = load_report(args.a), load_report(args.b)
+    rows = diff_reports(a, b)
+    print(json.dumps(rows, indent=1) if args.json else format_diff(a, b, rows))
+    return 0
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from wsecc.compiler import Options
+
+    return Options(
+        target=args.target, batch=args.batch or 1, seq=args.seq, dims=_parse_dims(args.dim),
+        precision=args.precision, chunk_tokens=args.chunk_tokens, placer=args.placer,
+        time_budget_s=args.time_budget, seed=args.seed, deterministic=args.deterministic,
+        pins=args.pins, check_each_pass=args.check_each_pass,
+        print_after_all=args.print_after_all, dump_dir=args.dump_dir,
+    )  # fmt: skip
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from wsecc.analysis import batch_size, flops, fused_ops, param_count
-    from wsecc.ir.printer import format_graph
+    from wsecc.compiler import Compilation
+    from wsecc.progress import StageDisplay
 
     model = Path(args.model)
     out_dir = Path(args.out) if args.out else Path(f"{model.stem}.wsecc")
-    say = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr))
-    from wsecc.targets import load_target
-
-    load_target(args.target)  # a bad --target fails before the slow stages
-    if args.placer == "manual" and not args.pins:
-        raise WseccError("--placer manual needs --pins FILE")
-    t0 = time.perf_counter()
-    graph, info = _import(args)
-    say(
-        f"frontend   {len(graph.nodes)} ops after folding, bindings {info.bindings} ({time.perf_counter() - t0:.2f} s)"
-    )
-    fused, records, _ = _fuse(graph, args)
-    for r in records:
-        say(
-            f"pass       {r.name:<15} {r.nodes_before:>5} -> {r.nodes_after:<5} ops ({r.seconds * 1e3:.0f} ms)"
+    options = _options(args)
+    with StageDisplay(quiet=args.json) as display:
+        c = Compilation.load(model, options, display.update)
+        c.fuse().lower_and_size().place_and_route()
+        written = c.write(out_dir)
+        display.update(
+            "write", f"{out_dir}/ ({', '.join(sorted(p.name for p in written.iterdir()))})"
         )
-    t1 = time.perf_counter()
-    target, kg, sizing = _lower_and_size(fused, args)
-    say(f"lower      {len(kg.kernels)} kernels, {len(kg.flows)} flows")
-    say(f"size       {sizing.summary()} ({time.perf_counter() - t1:.2f} s)")
-    from wsecc.flow import place_and_route
-
-    placed = place_and_route(
-        kg, sizing, target, args.precision, placer=args.placer, time_budget_s=args.time_budget,
-        seed=args.seed, deterministic=args.deterministic, pins=args.pins, say=say,
-    )  # fmt: skip
-    placement, routing, problem, sizing = (
-        placed.placement,
-        placed.routing,
-        placed.problem,
-        placed.sizing,
-    )
-    say(
-        f"place      {args.placer}: weighted wirelength {placement.objective:.4g} B·PE, bound {placement.bound:.4g}, "
-        f"gap {100 * placement.gap:.1f}%, {placement.status} ({placement.seconds:.1f} s)"
-    )
-    say(
-        f"route      {len(routing.lanes)} lanes, colors max {routing.colors_used_max}/{routing.color_budget} "
-        f"(lower bound {routing.color_lower_bound}), link load max {routing.link_load_max}, length {routing.total_length:,}"
-    )
-    report: dict[str, Any] = {
-        "schema": "wsecc.report/1",
-        "wsecc": __version__,
-        "model": {
-            "path": str(model),
-            "sha256": _sha256(model),
-            "params": param_count(fused),
-            "flops_per_sample": flops(fused) // batch_size(fused),
-        },
-        "bindings": info.bindings,
-        "passes": [{"name": r.name, "seconds": r.seconds} for r in records],
-        "ops_after": fused.op_histogram(),
-        "fused": fused_ops(fused),
-        "target": {
-            "name": target.name,
-            "fabric": {
-                "width": target.fabric.program_width,
-                "height": target.fabric.program_height,
-            },
-        },
-        "precision": args.precision,
-        "kernels": _kernel_rows(kg, sizing),
-        "sizing": _sizing_summary(sizing),
-        "placement": {
-            "placer": args.placer, "objective": placement.objective, "bound": placement.bound,
-            "gap": placement.gap, "status": placement.status, "seconds": placement.seconds,
-        },
-        "routing": {
-            "flows": len(problem.flows), "lanes": len(routing.lanes), "colors_max": routing.colors_used_max,
-            "color_budget": routing.color_budget, "color_lower_bound": routing.color_lower_bound,
-            "link_load_max": routing.link_load_max, "total_length": routing.total_length,
-        },
-        "stages_not_yet_built": ["simulate"],
-    }  # fmt: skip
-    for row in report["kernels"]:
-        r = placement.rects[row["name"]]
-        row["region"] = {"x": r.x, "y": r.y, "w": r.w, "h": r.h}
-    _write_atomically(
-        out_dir,
-        {
-            "report.json": json.dumps(report, indent=1) + "\n",
-            "fused.ir.txt": format_graph(fused),
-            "kernels.json": json.dumps(kg.to_json(), indent=1) + "\n",
-            "sizing.json": json.dumps(sizing.to_json(), indent=1) + "\n",
-            "placement.json": placement.dumps() + "\n",
-            "routing.json": routing.dumps() + "\n",
-        },
-    )
     if args.json:
-        print(json.dumps(report, indent=1))
+        print(json.dumps(c.report(), indent=1))
     else:
-        say(
-            f"wrote      {out_dir}/ (report.json, fused.ir.txt, kernels.json, sizing.json, placement.json, routing.json)"
-        )
-        print(
-            f"{model.name}: {len(fused.nodes)} fused ops "
-            f"({', '.join(f'{k} {v}' for k, v in fused.op_histogram().items())}); "
-            f"params {report['model']['params']:,}; FLOPs/sample {report['model']['flops_per_sample']:,}"
-        )
-        print(sizing.summary())
+        display.summary(c)
     return 0
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _write_atomically(out_dir: Path, files: dict[str, str]) -> None:
-    """Write into a temporary sibling folder, then move it into place in one rename."""
-    out_dir = out_dir.resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        for name, text in files.items():
-            (tmp / name).write_text(text)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -475,8 +406,24 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--debug", action="store_true")
     t.set_defaults(fn=cmd_targets)
 
-    k = sub.add_parser("check", help="does it load, bind and convert? (all problems in one error)")
+    d = sub.add_parser(
+        "diff",
+        help="quality of results of two compiles side by side, with ratios B/A",
+        description="Compare two compiles (output folders or report.json files): PEs, SRAM, "
+        "wirelength, gap, colors, throughput, latency, utilization, numerics.",
+    )
+    d.add_argument("a", help="first compile's output folder (or its report.json)")
+    d.add_argument("b", help="second compile's output folder (or its report.json)")
+    d.add_argument("--json", action="store_true", help="rows as JSON")
+    d.add_argument("--debug", action="store_true", help="show tracebacks")
+    d.set_defaults(fn=cmd_diff)
+
+    k = sub.add_parser(
+        "check",
+        help="does it load, bind, convert and fit? (seconds; all problems in one error)",
+    )
     _add_model_args(k)
+    _add_target_args(k)
     k.set_defaults(fn=cmd_check)
     return p
 

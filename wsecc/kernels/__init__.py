@@ -23,9 +23,11 @@ from wsecc.kernels.ir import (
     precision,
 )
 from wsecc.kernels.sizing import (
+    FitBounds,
     KernelSizing,
     Sizing,
     SizingError,
+    fit_bounds,
     size_regions,
     work_proportional_sizing,
 )
@@ -41,6 +43,7 @@ __all__ = [
     "KernelGraph",
     "KernelGraphError",
     "KernelKind",
+    "FitBounds",
     "KernelSizing",
     "Port",
     "Sizing",
@@ -48,6 +51,7 @@ __all__ = [
     "SramBreakdown",
     "kernel_cost",
     "precision",
+    "fit_bounds",
     "size_regions",
     "work_proportional_sizing",
 ]

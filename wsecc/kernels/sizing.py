@@ -373,6 +373,52 @@ def _prepare(
     return ctx, menus, budget
 
 
+@dataclass(frozen=True)
+class FitBounds:
+    """Placement-free lower bounds: does the model fit the target at all (`wsecc check`)?"""
+
+    min_pes: int  # sum over kernels of the smallest region whose PEs fit their SRAM
+    usable_pes: int
+    min_sram_per_pe: int  # max over kernels of the least SRAM per PE any of its shapes needs
+    sram_per_pe: int
+
+    @property
+    def fits(self) -> bool:
+        return self.min_pes <= self.usable_pes and self.min_sram_per_pe <= self.sram_per_pe
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "fits": self.fits}
+
+
+def fit_bounds(
+    kg: KernelGraph,
+    target: Target,
+    precision: str,
+    *,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    max_aspect: float = DEFAULT_MAX_ASPECT,
+) -> FitBounds:
+    """Lower bounds on PEs and SRAM per PE, from each kernel's candidate shapes (no sizing).
+
+    Raises SizingError (the same one-line error as sizing) when a kernel fits no shape.
+    """
+    kg.verify()
+    check_precision(precision)
+    ctx = CostContext(target, precision, chunk_tokens)
+    menus = _menus(kg, ctx, max_aspect)
+    least: dict[tuple[Any, ...], int] = {}
+    for k in kg.kernels:
+        key = _signature(k)
+        if key not in least:
+            least[key] = min(c.sram.total for c in _all_costs(k, ctx))
+    return FitBounds(
+        min_pes=sum(m.smallest.area for _, m in menus),
+        usable_pes=target.usable_pes,
+        min_sram_per_pe=max(least.values(), default=0),
+        sram_per_pe=target.sram.bytes_per_pe,
+    )
+
+
 def size_regions(
     kg: KernelGraph,
     target: Target,

@@ -1,0 +1,114 @@
+"""The Python API: `wsecc.compile` and the stages of a `Compilation`, `check`'s bounds, `diff`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SAMPLES
+
+import wsecc
+from wsecc.cli import main
+from wsecc.compiler import Compilation, Options
+from wsecc.diff import diff_reports, load_report
+from wsecc.errors import WseccError
+
+GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
+
+
+def test_public_names_are_pinned():
+    assert sorted(wsecc.__all__) == [
+        "Compilation",
+        "Options",
+        "WseccError",
+        "__version__",
+        "compile",
+    ]
+    for name in wsecc.__all__:
+        assert getattr(wsecc, name) is not None
+    with pytest.raises(AttributeError):
+        wsecc.no_such_name  # noqa: B018
+
+
+def test_compile_returns_every_product_and_writes_the_folder(tmp_path):
+    c = wsecc.compile(GPT2, seq=16, placer="greedy")
+    assert isinstance(c, Compilation)
+    assert c.fused is not None and c.kernel_graph is not None
+    assert c.sizing.pes_used == sum(c.sizing.kernel(k.name).pes for k in c.kernel_graph.kernels)
+    assert set(c.placement.rects) == {k.name for k in c.kernel_graph.kernels}
+    rep = c.report()
+    assert rep["schema"] == "wsecc.report/1"
+    assert rep["bindings"] == {"batch": 1, "sequence": 16}
+    assert rep["placement"]["placer"] == "greedy"
+    out = c.write(tmp_path / "o")
+    assert json.loads((out / "report.json").read_text())["kernels"] == json.loads(
+        json.dumps(rep["kernels"])
+    )
+
+
+def test_stages_run_one_at_a_time():
+    c = Compilation.load(GPT2, Options(seq=8, placer="greedy"))
+    assert c.fused is None and c.report()["model"]["params"] > 0
+    c.fuse()
+    assert "kernels" not in c.report()
+    c.lower_and_size()
+    assert "kernels" in c.report() and "placement" not in c.report()
+    c.place_and_route()
+    assert c.report()["routing"]["colors_max"] <= c.target.color_budget
+
+
+def test_bad_options_are_one_line_errors():
+    with pytest.raises(WseccError, match="unknown precision 'fp8'"):
+        wsecc.compile(GPT2, precision="fp8")
+    with pytest.raises(WseccError, match="unexpected keyword argument 'sequence'"):
+        wsecc.compile(GPT2, sequence=8)
+
+
+def test_report_without_timings_is_reproducible():
+    a = wsecc.compile(GPT2, seq=8, placer="cpsat", deterministic=True, time_budget_s=2)
+    b = wsecc.compile(GPT2, seq=8, placer="cpsat", deterministic=True, time_budget_s=2)
+    assert json.dumps(a.report(timings=False)) == json.dumps(b.report(timings=False))
+    assert "seconds" not in json.dumps(a.report(timings=False))
+
+
+def test_check_reports_bounds_and_refuses_what_cannot_fit(capsys):
+    assert main(["check", str(GPT2), "--seq", "16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    b = out["bounds"]
+    assert out["ok"] and b["fits"] and 0 < b["min_pes"] <= b["usable_pes"]
+    assert 0 < b["min_sram_per_pe"] <= b["sram_per_pe"]
+    # on a 32x32 fabric no attention shape holds K/V of 2048 fp32 tokens
+    assert (
+        main(
+            [
+                "check",
+                str(GPT2),
+                "--seq",
+                "2048",
+                "--target",
+                "tiny32",
+                "--precision",
+                "fp32",
+                "--chunk-tokens",
+                "64",
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("wsecc: error:") and "tiny32" in err[0]
+
+
+def test_diff_shows_the_wirelength_ratio(tmp_path, capsys):
+    for placer in ("greedy", "cpsat"):
+        argv = ["compile", str(GPT2), "--seq", "16", "--placer", placer, "--time-budget", "2"]
+        assert main([*argv, "-o", str(tmp_path / placer)]) == 0
+    capsys.readouterr()
+    assert main(["diff", str(tmp_path / "greedy"), str(tmp_path / "cpsat")]) == 0
+    text = capsys.readouterr().out
+    assert "wirelength" in text and "B/A" in text
+    rows = diff_reports(load_report(tmp_path / "greedy"), load_report(tmp_path / "cpsat"))
+    wl = next(r for r in rows if r["metric"] == "wirelength B·PE")
+    assert wl["ratio"] == pytest.approx(wl["b"] / wl["a"]) and wl["ratio"] <= 1.0
+    assert main(["diff", str(tmp_path / "greedy"), str(tmp_path / "nothing")]) == 2
+    assert "no such report" in capsys.readouterr().err

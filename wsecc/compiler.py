@@ -1,0 +1,390 @@
+"""The compile flow as a Python API: `wsecc.compile(path, ...)` returns a `Compilation`.
+
+    load ─▶ fuse ─▶ lower + size ─▶ place + route ─▶ simulate ─▶ write
+
+`compile` runs every stage; each stage is also a method of `Compilation`, callable on its own
+(`Compilation.load(path, ...)`, then `.fuse()`, `.lower_and_size()`, `.place_and_route()`,
+`.simulate()`), so a script can stop after any stage, look at its product, or re-run a later
+stage with other options. `report()` is the `wsecc.report/1` dictionary the CLI writes as
+report.json (docs/report-schema.md); `write(out_dir)` writes the whole output folder atomically.
+
+Example::
+
+    import wsecc
+    c = wsecc.compile("samples/gpt2_legacy_op17.onnx", seq=32, placer="greedy")
+    print(c.sizing.summary(), c.placement.objective)
+    c.write("gpt2.wsecc")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wsecc import __version__
+from wsecc.errors import WseccError
+from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
+
+REPORT_SCHEMA = "wsecc.report/1"
+PRECISIONS = ("fp32", "mixed", "fp16")
+SIM_LEVELS = ("l0", "l1")
+VALIDATE_AUTO_MAX_PARAMS = 50_000_000
+"""`validate=None` (auto) runs the numerics when the model has at most this many parameters:
+the functional simulation then takes seconds, not minutes."""
+
+Progress = Callable[[str, str], None]  # (stage, message)
+
+
+def _quiet(stage: str, message: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every knob of a compile; the defaults are `wsecc compile`'s."""
+
+    target: str = "wse2"
+    batch: int = 1
+    seq: int | None = None  # None: from the graph, else 128
+    dims: Mapping[str, int] = field(default_factory=dict)
+    precision: str = "mixed"
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    placer: str = "cpsat"
+    time_budget_s: float = 10.0
+    seed: int = 0
+    deterministic: bool = False
+    pins: str | None = None
+    validate: bool | None = None  # None: on when the model is small enough to run quickly
+    sim: str = "l1"
+    sim_samples: int = 4
+    inputs: str | None = None  # an .npz of model inputs for the numerics
+    save_outputs: bool = False
+    check_each_pass: bool = False
+    print_after_all: bool = False
+    dump_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise WseccError(
+                f"unknown precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}"
+            )
+        if self.sim not in SIM_LEVELS:
+            raise WseccError(f"unknown simulator level {self.sim!r}: choose l0 or l1")
+        if self.placer == "manual" and not self.pins:
+            raise WseccError("placer 'manual' needs pins (--pins FILE)")
+        if self.time_budget_s <= 0:
+            raise WseccError(f"time budget must be positive, got {self.time_budget_s}")
+
+
+def sha256_of(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class Compilation:
+    """Every product of one compile, filled stage by stage (None until its stage ran)."""
+
+    model_path: Path
+    options: Options
+    progress: Progress = _quiet
+    graph: Any = None  # imported wsecc.ir Graph
+    import_info: Any = None
+    fused: Any = None
+    pass_records: list[Any] = field(default_factory=list)
+    target: Any = None
+    kernel_graph: Any = None
+    sizing: Any = None
+    problem: Any = None  # PlacementProblem
+    placement: Any = None
+    routing: Any = None
+    sram: Any = None  # wsecc.sim.sram.SramMap
+    perf: Any = None  # L0 result
+    events: Any = None  # L1 result (when options.sim == "l1")
+    numerics: Any = None  # NumericsResult, or None when not validated
+    sim_inputs: dict[str, Any] | None = None
+    sim_outputs: dict[str, Any] | None = None
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage
+
+    # --- stages ------------------------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        options: Options | None = None,
+        progress: Progress = _quiet,
+    ) -> Compilation:
+        """Stage 1: load, bind and import the ONNX file (folded, into the wsecc IR)."""
+        from wsecc.frontend.onnx import import_model
+        from wsecc.targets import load_target
+
+        options = options or Options()
+        c = cls(Path(path), options, progress)
+        c.target = load_target(options.target)  # a bad target fails before the slow stages
+        with c._stage("frontend"):
+            c.graph, c.import_info = import_model(
+                path,
+                batch=options.batch,
+                seq=options.seq if options.seq is not None else 128,
+                dims=dict(options.dims),
+            )
+        c.progress(
+            "frontend",
+            f"{len(c.graph.nodes)} ops after folding, bindings {c.import_info.bindings}",
+        )
+        return c
+
+    def fuse(self) -> Compilation:
+        """Stage 2: the pass pipeline (canonicalize and fuse) on the imported graph."""
+        from wsecc.passes import DEFAULT_PIPELINE, PassContext
+        from wsecc.pm import PassManager
+
+        o = self.options
+        numerics = None
+        if o.check_each_pass:
+            from wsecc.numerics import make_inputs, ort_run
+            from wsecc.pm import NumericsCheck
+
+            feeds = make_inputs(self.graph)
+            numerics = NumericsCheck(feeds, ort_run(self.model_path, feeds))
+        pm = PassManager(
+            DEFAULT_PIPELINE,
+            print_after_all=o.print_after_all,
+            dump_dir=Path(o.dump_dir) if o.dump_dir else None,
+            numerics=numerics,
+        )
+        with self._stage("passes"):
+            self.fused, self.pass_records = pm.run(self.graph, PassContext())
+        for r in self.pass_records:
+            self.progress(
+                "passes",
+                f"{r.name:<15} {r.nodes_before:>5} -> {r.nodes_after:<5} ops ({r.seconds * 1e3:.0f} ms)",
+            )
+        return self
+
+    def lower_and_size(self) -> Compilation:
+        """Stage 3: lower the fused graph to kernels and size each kernel's region."""
+        from wsecc.flow import lower_and_size
+
+        with self._stage("size"):
+            self.kernel_graph, self.sizing = lower_and_size(
+                self.fused, self.target, self.options.precision, self.options.chunk_tokens
+            )
+        self.progress(
+            "size",
+            f"{len(self.kernel_graph.kernels)} kernels, {len(self.kernel_graph.flows)} flows; "
+            + self.sizing.summary(),
+        )
+        return self
+
+    def place_and_route(self) -> Compilation:
+        """Stage 4: place the regions (re-sizing at lower fill if they do not pack) and route."""
+        from wsecc.flow import place_and_route
+
+        o = self.options
+        with self._stage("place"):
+            placed = place_and_route(
+                self.kernel_graph, self.sizing, self.target, o.precision, placer=o.placer,
+                time_budget_s=o.time_budget_s, seed=o.seed, deterministic=o.deterministic,
+                pins=o.pins, say=lambda s: self.progress("place", s),
+            )  # fmt: skip
+        self.problem, self.placement, self.routing = (
+            placed.problem,
+            placed.placement,
+            placed.routing,
+        )
+        self.sizing = placed.sizing
+        p, r = self.placement, self.routing
+        self.progress(
+            "place",
+            f"{o.placer}: weighted wirelength {p.objective:.4g} B·PE, bound {p.bound:.4g}, "
+            f"gap {100 * p.gap:.1f}%, {p.status} ({p.seconds:.1f} s)",
+        )
+        self.progress(
+            "route",
+            f"{len(r.lanes)} lanes, colors max {r.colors_used_max}/{r.color_budget} "
+            f"(lower bound {r.color_lower_bound}), link load max {r.link_load_max}",
+        )
+        return self
+
+    # --- reports -----------------------------------------------------------------------------
+
+    def _stage(self, name: str) -> _Timer:
+        self.progress(name, "")
+        return _Timer(self.seconds, name)
+
+    def report(self, *, timings: bool = True) -> dict[str, Any]:
+        """The `wsecc.report/1` dictionary (docs/report-schema.md) of the stages run so far.
+
+        With `timings=False` every wall-clock field is left out, so two compiles of the same
+        inputs and options (deterministic placement) give equal reports.
+        """
+        from wsecc.analysis import batch_size, flops, fused_ops, param_count
+
+        g = self.fused if self.fused is not None else self.graph
+        rep: dict[str, Any] = {"schema": REPORT_SCHEMA, "wsecc": __version__}
+        rep["model"] = {
+            "path": str(self.model_path),
+            "sha256": sha256_of(self.model_path),
+            "params": param_count(g) if g is not None else None,
+            "flops_per_sample": flops(g) // batch_size(g) if g is not None else None,
+        }
+        t = self.target
+        rep["target"] = {
+            "name": t.name,
+            "fabric": {"width": t.fabric.program_width, "height": t.fabric.program_height},
+        }
+        rep["options"] = {
+            k: v
+            for k, v in dataclasses.asdict(self.options).items()
+            if k not in ("print_after_all", "dump_dir", "check_each_pass")
+        }
+        rep["bindings"] = dict(self.import_info.bindings) if self.import_info else {}
+        rep["passes"] = [{"name": r.name, "seconds": r.seconds} for r in self.pass_records]
+        if self.fused is not None:
+            rep["ops_after"] = self.fused.op_histogram()
+            rep["fused"] = fused_ops(self.fused)
+        rep["precision"] = self.options.precision
+        if self.sizing is not None:
+            rep["kernels"] = self._kernel_rows()
+            s = self.sizing
+            rep["sizing"] = {
+                "bottleneck": s.bottleneck,
+                "balance": s.balance,
+                "pes_used": s.pes_used,
+                "fabric_fraction": s.fabric_fraction,
+                "max_sram_bytes_per_pe": s.max_sram_per_pe,
+                "samples_per_s": s.samples_per_s,
+                "tokens_per_s": s.tokens_per_s,
+                "ceiling_samples_per_s": s.ceiling_samples_per_s,
+                "chunk_tokens": s.chunk_tokens,
+            }
+        if self.placement is not None:
+            p, r = self.placement, self.routing
+            rep["placement"] = {
+                "placer": self.options.placer, "objective": p.objective, "bound": p.bound,
+                "gap": p.gap, "status": p.status, "seconds": p.seconds,
+            }  # fmt: skip
+            rep["routing"] = {
+                "flows": len(self.problem.flows), "lanes": len(r.lanes),
+                "colors_max": r.colors_used_max, "color_budget": r.color_budget,
+                "color_lower_bound": r.color_lower_bound, "link_load_max": r.link_load_max,
+                "total_length": r.total_length,
+            }  # fmt: skip
+        rep["stage_seconds"] = dict(self.seconds)
+        if not timings:
+            _drop_timings(rep)
+        return rep
+
+    def _kernel_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for k in self.kernel_graph.kernels:
+            ks = self.sizing.kernel(k.name)
+            row: dict[str, Any] = {"name": k.name, "kind": k.kind.value}
+            if self.placement is not None:
+                rect = self.placement.rects[k.name]
+                row["region"] = {"x": rect.x, "y": rect.y, "w": rect.w, "h": rect.h}
+            else:
+                row["region"] = {"w": ks.w, "h": ks.h}
+            row |= {
+                "pes": ks.h * ks.w,
+                "sram_bytes_per_pe_max": ks.sram.total,
+                "sram": ks.sram.as_dict(),
+                "cycles_per_sample": ks.cycles_per_sample,
+                "onnx_nodes": list(k.provenance),
+            }
+            rows.append(row)
+        return rows
+
+    def write(self, out_dir: str | os.PathLike[str]) -> Path:
+        """Write the output folder atomically (a temporary sibling renamed into place)."""
+        from wsecc.ir.printer import format_graph
+
+        files: dict[str, str | bytes] = {
+            "report.json": json.dumps(self.report(), indent=1) + "\n",
+        }
+        if self.fused is not None:
+            files["fused.ir.txt"] = format_graph(self.fused)
+        if self.kernel_graph is not None:
+            files["kernels.json"] = json.dumps(self.kernel_graph.to_json(), indent=1) + "\n"
+            files["sizing.json"] = json.dumps(self.sizing.to_json(), indent=1) + "\n"
+        if self.placement is not None:
+            files["placement.json"] = self.placement.dumps() + "\n"
+            files["routing.json"] = self.routing.dumps() + "\n"
+        return write_folder(Path(out_dir), files)
+
+
+class _Timer:
+    def __init__(self, into: dict[str, float], name: str) -> None:
+        self.into, self.name = into, name
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.into[self.name] = self.into.get(self.name, 0.0) + time.perf_counter() - self.t0
+
+
+_TIMING_KEYS = frozenset({"seconds", "stage_seconds", "l1_seconds", "wall_seconds"})
+
+
+def _drop_timings(obj: Any) -> None:
+    if isinstance(obj, dict):
+        for k in [k for k in obj if k in _TIMING_KEYS]:
+            del obj[k]
+        for v in obj.values():
+            _drop_timings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            _drop_timings(v)
+
+
+def write_folder(out_dir: Path, files: Mapping[str, str | bytes]) -> Path:
+    """Write `files` into a temporary sibling folder, then move it into place in one rename:
+    an interrupted or failed write leaves no half-written `out_dir`."""
+    out_dir = out_dir.resolve()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        for name, data in files.items():
+            (tmp / name).write_bytes(data.encode() if isinstance(data, str) else data)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def compile(  # noqa: A001 - the verb users expect: wsecc.compile(...)
+    path: str | os.PathLike[str],
+    *,
+    progress: Progress = _quiet,
+    **options: Any,
+) -> Compilation:
+    """Run every stage on an ONNX file; keyword options are `Options` fields.
+
+    Raises WseccError (and the stage errors: TargetError, SizingError, PlacementError,
+    RoutingError) with a one-line message on bad input or a model that does not fit.
+    """
+    try:
+        opts = Options(**options)
+    except TypeError as e:
+        raise WseccError(f"wsecc.compile: {e}") from None
+    c = Compilation.load(path, opts, progress)
+    c.fuse().lower_and_size().place_and_route()
+    return c

@@ -1,0 +1,102 @@
+"""`wsecc diff A B`: the quality of results of two compiles side by side, with ratios B / A."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from wsecc.errors import WseccError
+
+# (label, path into report.json, lower is better?)
+METRICS: tuple[tuple[str, tuple[str, ...], bool | None], ...] = (
+    ("kernels", ("sizing", "kernels"), None),
+    ("PEs used", ("sizing", "pes_used"), True),
+    ("fabric fraction", ("sizing", "fabric_fraction"), None),
+    ("SRAM max B/PE", ("sizing", "max_sram_bytes_per_pe"), True),
+    ("wirelength B·PE", ("placement", "objective"), True),
+    ("placement bound", ("placement", "bound"), None),
+    ("placement gap", ("placement", "gap"), True),
+    ("placement s", ("placement", "seconds"), True),
+    ("colors max", ("routing", "colors_max"), True),
+    ("route length", ("routing", "total_length"), True),
+    ("link load max", ("routing", "link_load_max"), True),
+    ("samples/s", ("performance", "samples_per_s"), False),
+    ("tokens/s", ("performance", "tokens_per_s"), False),
+    ("latency s", ("performance", "latency_s"), True),
+    ("utilization", ("performance", "utilization"), False),
+    ("numerics passed", ("numerics", "passed"), None),
+)
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """A report.json, given the file or the compile's output folder."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "report.json"
+    try:
+        rep = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise WseccError(
+            f"{p}: no such report (give a compile's output folder or its report.json)"
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise WseccError(f"{p}: not a JSON report ({e})") from None
+    if not isinstance(rep, dict) or not str(rep.get("schema", "")).startswith("wsecc.report/"):
+        raise WseccError(f"{p}: not a wsecc report (no 'schema': 'wsecc.report/1')")
+    return rep
+
+
+def _get(rep: dict[str, Any], path: tuple[str, ...]) -> Any:
+    if path == ("sizing", "kernels"):
+        return len(rep["kernels"]) if "kernels" in rep else None
+    v: Any = rep
+    for k in path:
+        if not isinstance(v, dict) or k not in v:
+            return None
+        v = v[k]
+    return v
+
+
+def diff_reports(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows {metric, a, b, ratio (b / a, None when undefined), better ('a'|'b'|'=' |None)}."""
+    rows = []
+    for label, path, lower_better in METRICS:
+        va, vb = _get(a, path), _get(b, path)
+        if va is None and vb is None:
+            continue
+        ratio = None
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (va, vb))
+        if numeric and va:
+            ratio = vb / va
+        better = None
+        if numeric and lower_better is not None:
+            better = "=" if va == vb else ("b" if (vb < va) == lower_better else "a")
+        rows.append({"metric": label, "a": va, "b": vb, "ratio": ratio, "better": better})
+    return rows
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def format_diff(a: dict[str, Any], b: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    def who(r: dict[str, Any]) -> str:
+        placer = r.get("placement", {}).get("placer", "?")
+        return f"{Path(r['model']['path']).name} {r['target']['name']} {placer}"
+
+    lines = [f"A: {who(a)}", f"B: {who(b)}", ""]
+    lines.append(f"{'metric':<18} {'A':>14} {'B':>14} {'B/A':>8}")
+    for r in rows:
+        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
+        mark = {"a": "  (A better)", "b": "  (B better)"}.get(r["better"] or "", "")
+        lines.append(f"{r['metric']:<18} {_fmt(r['a']):>14} {_fmt(r['b']):>14} {ratio:>8}{mark}")
+    return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""What `wsecc compile` shows while it runs and when it ends.
+
+On a terminal: a spinner on the running stage, one line per finished stage with its time, then
+a summary table (rich). Not on a terminal (CI logs, pipes): the same lines as plain text, no
+control codes. `--json` silences both; the report goes to stdout instead.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _si(x: float, unit: str) -> str:
+    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1e3:.3g} ms" if s < 1 else f"{s:.3g} s"
+
+
+def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """The summary of one report.json as (label, value) rows; absent stages are left out."""
+    rows: list[tuple[str, str]] = []
+    m = report.get("model", {})
+    if m.get("params") is not None:
+        rows.append(("model", f"{m['params']:,} params, {m['flops_per_sample']:,} FLOPs/sample"))
+    t = report.get("target", {})
+    if t:
+        rows.append(("target", f"{t['name']} ({t['fabric']['width']}x{t['fabric']['height']} PEs)"))
+    s = report.get("sizing")
+    if s:
+        rows.append(("kernels", f"{len(report['kernels'])}"))
+        rows.append(
+            ("PEs used", f"{s['pes_used']:,} ({100 * s['fabric_fraction']:.1f}% of fabric)")
+        )
+        rows.append(("SRAM max / PE", f"{s['max_sram_bytes_per_pe']:,} B"))
+    sram = report.get("sram")
+    if sram:
+        rows[-1] = (
+            "SRAM max / PE",
+            f"{sram['max_bytes']:,} B of {sram['budget_bytes']:,} (mean {sram['mean_bytes']:,.0f})",
+        )
+    r = report.get("routing")
+    if r:
+        rows.append(
+            (
+                "colors",
+                f"max {r['colors_max']} of {r['color_budget']} (lower bound {r['color_lower_bound']})",
+            )
+        )
+    p = report.get("placement")
+    if p:
+        rows.append(
+            (
+                "placement",
+                f"{p['placer']}: wirelength {p['objective']:.4g} B·PE, gap {100 * p['gap']:.1f}% ({p['status']})",
+            )
+        )
+    perf = report.get("performance")
+    if perf:
+        rows.append(
+            (
+                "throughput",
+                f"{_si(perf['samples_per_s'], 'samples/s')}, {_si(perf['tokens_per_s'], 'tokens/s')} ({perf['model']})",
+            )
+        )
+        rows.append(("latency", _seconds(perf["latency_s"])))
+        rows.append(("utilization", f"{100 * perf['utilization']:.1f}% of peak"))
+        rows.append(("bottleneck", str(perf["bottleneck"])))
+    elif s:
+        rows.append(("bottleneck", s["bottleneck"]))
+    n = report.get("numerics")
+    if n:
+        worst = max(n["outputs"], key=lambda o: o["max_rel_err"]) if n["outputs"] else None
+        detail = (
+            f" (worst {worst['name']}: max rel err {worst['max_rel_err']:.2e}, PCC {worst['pcc']:.6f})"
+            if worst
+            else ""
+        )
+        rows.append(
+            (
+                "numerics",
+                f"{'PASS' if n['passed'] else 'FAIL'} {n['precision']} vs {n['reference']}{detail}",
+            )
+        )
+    elif "numerics" in report:
+        rows.append(("numerics", "not validated (--validate to run it)"))
+    return rows
+
+
+class StageDisplay:
+    """Per-stage progress on stderr; `update(stage, message)` is the compile's progress hook."""
+
+    def __init__(self, *, quiet: bool = False, stream: Any = None) -> None:
+        self.quiet = quiet
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.console = Console(file=self.stream, highlight=False, soft_wrap=True)
+        self.status: Any = None
+        self.stage = ""
+        self.t0 = time.perf_counter()
+
+    def __enter__(self) -> StageDisplay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+    def update(self, stage: str, message: str) -> None:
+        if self.quiet:
+            return
+        if not message:  # a stage starts
+            self.stage = stage
+            if self.tty:
+                if self.status is None:
+                    self.status = self.console.status(f"{stage} ...")
+                    self.status.start()
+                else:
+                    self.status.update(f"{stage} ...")
+            return
+        line = f"{stage:<10} {message}"
+        if self.tty:
+            self.console.print(f"[green]✓[/green] {line}")
+        else:
+            print(line, file=self.stream, flush=True)
+
+    def summary(self, compilation: Any, out: Any = None) -> None:
+        """The summary table on stdout (rich on a terminal, aligned text otherwise)."""
+        out = out if out is not None else sys.stdout
+        rows = summary_rows(compilation.report())
+        title = f"{compilation.model_path.name} on {compilation.target.name}"
+        if getattr(out, "isatty", lambda: False)():
+            table = Table(title=title, show_header=False, title_justify="left")
+            table.add_column(style="bold")
+            table.add_column()
+            for k, v in rows:
+                table.add_row(k, v)
+            Console(file=out).print(table)
+        else:
+            print(title, file=out)
+            for k, v in rows:
+                print(f"  {k:<14} {v}", file=out)
