@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 
@@ -181,3 +182,36 @@ def test_common_dim_names_bind():
 
     assert {"batch", "batch_size"} <= BATCH_NAMES
     assert {"sequence", "sequence_length", "seq_len"} <= SEQ_NAMES
+
+
+def test_external_weights_are_mapped_not_copied_and_equal_inline(tmp_path):
+    """A model saved with external data imports to the same constants; big ones are memmaps."""
+    from conftest import SAMPLES
+
+    from wsecc.frontend.onnx import import_model
+
+    src = SAMPLES / "gpt2_legacy_op17.onnx"
+    m = onnx.load(str(src))
+    onnx.save_model(
+        m, str(tmp_path / "ext.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+        location="ext.onnx.data", size_threshold=0,
+    )  # fmt: skip
+    inline, _ = import_model(src, batch=1, seq=8)
+    ext, _ = import_model(tmp_path / "ext.onnx", batch=1, seq=8)
+
+    def consts(g):
+        return {v.name: v.const for n in g.nodes for v in n.inputs if v.const is not None}
+
+    a, b = consts(inline), consts(ext)
+    assert a.keys() == b.keys()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+    def file_backed(arr):  # a view of the mapped file, however many views deep
+        while arr is not None:
+            if isinstance(arr, np.memmap | mmap.mmap):
+                return True
+            arr = getattr(arr, "base", None)
+        return False
+
+    assert any(file_backed(v) for v in b.values())
+    assert not any(file_backed(v) for v in a.values())
