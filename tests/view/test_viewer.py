@@ -1,0 +1,293 @@
+"""The viewer page: self-contained, and in headless Chromium it draws every region, shows a
+kernel's details on hover, zooms, pans, toggles each layer and finds kernels without a
+JavaScript error; on a full-size WSE-2 placement a frame stays under FRAME_BUDGET_MS."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from view.conftest import keep_artifact, synthetic_wse2
+
+from wsecc.route.problem import Routing
+from wsecc.view import load_outdir, render_viewer
+from wsecc.view.data import unpack_array
+
+FRAME_BUDGET_MS = 50.0
+LAYERS = ("regions", "labels", "flows", "sram", "colors", "links")
+HEAT_LAYERS = ("sram", "colors", "links")
+
+
+def _page_data(html: str) -> dict:
+    m = re.search(r'<script type="application/json" id="wsecc-data">(.*?)</script>', html, re.S)
+    assert m, "no data block"
+    return json.loads(m.group(1))
+
+
+def _render(outdir: Path, title: str | None = None, **kw) -> str:
+    v = load_outdir(outdir)
+    return render_viewer(
+        v.kg, v.sizing, v.placement, v.routing, v.target, title=title or v.title, **kw
+    )
+
+
+# --- without a browser -----------------------------------------------------------------------
+
+
+def test_page_is_self_contained(compiled_outdir):
+    html = _render(compiled_outdir)
+    assert html.startswith("<!doctype html>")
+    assert not re.search(r"(src|href)\s*=", html, re.I), "the page must not load anything"
+    assert "http://" not in html and "https://" not in html
+    data = _page_data(html)
+    v = load_outdir(compiled_outdir)
+    assert [k["name"] for k in data["kernels"]] == [k.name for k in v.kg.kernels]
+    assert data["lanes"]["count"] == len(v.routing.lanes)
+    sram = unpack_array(data["heat"]["sram"]["data"])
+    assert sram.shape == (v.target.fabric.program_height, v.target.fabric.program_width)
+    r = v.placement.rects[v.kg.kernels[0].name]
+    assert sram[r.y, r.x] == v.sizing.kernel(v.kg.kernels[0].name).sram.total
+
+
+def test_markup_in_names_and_info_is_escaped(compiled_outdir):
+    first = load_outdir(compiled_outdir).kg.kernels[0].name
+    evil = "</script><script>alert(1)</script> __DATA__"
+    html = _render(compiled_outdir, title=evil, kernel_info={first: {"note": evil}})
+    assert html.count("</script>") == 2  # the data block's and the code's, nothing else
+    assert _page_data(html)["kernels"][0]["info"]["note"] == evil
+
+
+def test_kernel_info_overrides_sizing_figures(compiled_outdir):
+    name = load_outdir(compiled_outdir).kg.kernels[1].name
+    extra = {name: {"bound": "memory", "sram_bytes_per_pe": 123}}
+    info = _page_data(_render(compiled_outdir, kernel_info=extra))["kernels"][1]["info"]
+    assert (info["bound"], info["sram_bytes_per_pe"]) == ("memory", 123)
+
+
+def test_a_compile_without_lanes_still_renders(compiled_outdir):
+    v = load_outdir(compiled_outdir)
+    html = render_viewer(
+        v.kg, v.sizing, v.placement, Routing.of([], 21, 0), v.target, title="no lanes"
+    )
+    data = _page_data(html)
+    assert data["lanes"]["count"] == 0 and len(data["kernels"]) == len(v.kg.kernels)
+    assert not unpack_array(data["heat"]["colors"]["data"]).any()
+
+
+def test_sram_map_of_the_wrong_shape_is_refused(compiled_outdir):
+    with pytest.raises(ValueError, match=r"expected \(H, W\) = \(994, 750\)"):
+        _render(compiled_outdir, sram_per_pe=np.zeros((10, 10)))
+
+
+# --- in Chromium -----------------------------------------------------------------------------
+
+
+class _Page:
+    """A page opened from file:// that records JavaScript errors, console errors and
+    warnings, and any request leaving the file."""
+
+    def __init__(self, browser, html_path: Path, width: int = 1400, height: int = 900):
+        self.problems: list[str] = []
+        self.page = browser.new_page(viewport={"width": width, "height": height})
+        self.page.on("pageerror", lambda e: self.problems.append(f"pageerror: {e}"))
+        self.page.on(
+            "console",
+            lambda m: (
+                self.problems.append(f"console {m.type}: {m.text}")
+                if m.type in ("error", "warning")
+                else None
+            ),
+        )
+        self.page.on(
+            "request",
+            lambda r: None if r.url.startswith("file:") else self.problems.append(f"fetch {r.url}"),
+        )
+        t0 = time.perf_counter()
+        self.page.goto(html_path.as_uri())
+        self.page.wait_for_function("window.__wsecc && window.__wsecc.ready", timeout=60_000)
+        self.load_s = time.perf_counter() - t0
+
+    def js(self, expr: str, arg=None):
+        return self.page.evaluate(expr, arg)
+
+    def next_frame(self) -> None:
+        self.js("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+    def check(self) -> None:
+        assert not self.problems, "\n".join(self.problems)
+
+    def close(self) -> None:
+        self.page.close()
+
+
+def test_viewer_in_chromium(chromium, compiled_outdir, tmp_path):
+    v = load_outdir(compiled_outdir)
+    html_path = tmp_path / "viewer.html"
+    html_path.write_text(_render(compiled_outdir))
+    page = _Page(chromium, html_path)
+    try:
+        n = len(v.kg.kernels)
+        assert page.js("window.__wsecc.kernels") == n
+        assert page.js("window.__wsecc.kernelsDrawn") == n
+        page.check()
+
+        # hover: every kernel, found by name (which zooms to it), shows its own details
+        for k in v.kg.kernels:
+            assert page.js("name => window.__wsecc.find(name)", k.name) >= 0
+            page.next_frame()
+            c = page.js("name => window.__wsecc.kernelCenter(name)", k.name)
+            page.page.mouse.move(c["x"], c["y"])
+            tip = page.page.locator("#tip")
+            assert tip.is_visible(), k.name
+            assert tip.locator(".name").inner_text().startswith(k.name)
+            text = tip.inner_text()
+            assert "SRAM per PE" in text and "cycles/sample" in text and "bound" in text
+        page.check()
+
+        # the search box finds by name and zooms there
+        big = max(v.kg.kernels, key=lambda k: v.placement.rects[k.name].area)
+        page.page.fill("#search", big.name)
+        page.page.press("#search", "Enter")
+        page.next_frame()
+        assert f"found {big.name}" in page.page.inner_text("#status")
+
+        # fit, then wheel zooms around the cursor and drag pans
+        page.page.click("#fit")
+        page.next_frame()
+        assert page.js("window.__wsecc.kernelsDrawn") == n
+        before = page.js("window.__wsecc.view()")
+        box = page.page.locator("#view").bounding_box()
+        cx, cy = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.page.mouse.move(cx, cy)
+        for _ in range(4):
+            page.page.mouse.wheel(0, -240)
+            page.next_frame()
+        zoomed = page.js("window.__wsecc.view()")
+        assert zoomed["s"] > 2 * before["s"]
+        page.page.mouse.down()
+        page.page.mouse.move(cx + 120, cy + 60, steps=6)
+        page.page.mouse.up()
+        page.next_frame()
+        panned = page.js("window.__wsecc.view()")
+        assert panned["ox"] == pytest.approx(zoomed["ox"] + 120, abs=2)
+        assert panned["oy"] == pytest.approx(zoomed["oy"] + 60, abs=2)
+
+        # each layer on and off; heat maps are exclusive and get a legend
+        page.page.click("#fit")
+        for layer in LAYERS:
+            for _ in range(2):
+                page.page.click(f"#layer-{layer}")
+                page.next_frame()
+            assert page.page.is_checked(f"#layer-{layer}") == (layer not in HEAT_LAYERS)
+        for layer in HEAT_LAYERS:
+            page.page.click(f"#layer-{layer}")
+            page.next_frame()
+            checked = [h for h in HEAT_LAYERS if page.page.is_checked(f"#layer-{h}")]
+            assert checked == [layer]
+            assert page.page.locator("#legend canvas").count() == 1
+            page.page.mouse.move(cx, cy)
+        page.page.click("#layer-links")
+        page.check()
+
+        # a screenshot people can look at: the whole fabric with the largest kernel hovered
+        page.page.click("#fit")
+        page.next_frame()
+        c = page.js("name => window.__wsecc.kernelCenter(name)", big.name)
+        page.page.mouse.move(c["x"], c["y"])
+        page.next_frame()
+        shot = tmp_path / "viewer_gpt2.png"
+        page.page.screenshot(path=str(shot))
+        keep_artifact(shot)
+        keep_artifact(html_path, "viewer_gpt2.html")
+        page.check()
+    finally:
+        page.close()
+
+
+def _best_run(page: _Page, start: str = "window.__wsecc.fit()", tries: int = 3) -> dict:
+    """The run of the page's zoom/pan sequence (from `start`) with the smallest worst frame."""
+    best: dict = {}
+    for _ in range(tries):
+        page.js(start)
+        run = page.js("window.__wsecc.measure()")
+        if not best or max(run["render_ms"]) < max(best["render_ms"]):
+            best = run
+        if max(best["render_ms"]) < FRAME_BUDGET_MS / 2:
+            break
+    return best
+
+
+def test_viewer_is_smooth_on_a_full_wse2(chromium, tmp_path, record_property):
+    """300 kernels and 25,000 lanes (2 x 10^5 hops) on 750 x 994 PEs: zooming and panning one
+    step per frame, every frame draws (raster included) within FRAME_BUDGET_MS, and 90% of
+    frame intervals stay within it too. Each sequence runs up to three times and the best run
+    counts, so a neighbour's burst of CPU on a shared machine does not fail the test."""
+    t0 = time.perf_counter()
+    kg, sizing, placement, routing, target = synthetic_wse2(300, lane_copies=3)
+    t1 = time.perf_counter()
+    html = render_viewer(kg, sizing, placement, routing, target, title="synthetic WSE-2")
+    t2 = time.perf_counter()
+    html_path = tmp_path / "viewer.html"
+    html_path.write_text(html)
+    page = _Page(chromium, html_path, width=1600, height=1000)
+    runs: dict[str, dict[str, list[float]]] = {}
+    try:
+        assert page.js("window.__wsecc.kernelsDrawn") == len(kg.kernels)
+        runs["regions+lanes"] = _best_run(page)
+        # around one kernel, where lanes are vectors with arrowheads
+        middle = kg.kernels[len(kg.kernels) // 2].name
+        runs["zoomed"] = _best_run(page, f"window.__wsecc.find({middle!r})")
+        for layer in HEAT_LAYERS:
+            page.page.click(f"#layer-{layer}")
+            runs[layer] = _best_run(page)
+        page.page.click("#layer-links")  # back to regions and lanes
+        # real input, through the page's own handlers
+        page.page.click("#fit")
+        box = page.page.locator("#view").bounding_box()
+        cx, cy = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.page.mouse.move(cx, cy)
+        for dy in (-200, -200, -200, 200, 200, 200):
+            page.page.mouse.wheel(0, dy)
+            page.next_frame()
+        page.page.mouse.down()
+        page.page.mouse.move(cx + 200, cy + 100, steps=10)
+        page.page.mouse.up()
+        page.page.click("#fit")
+        page.next_frame()
+        shot = tmp_path / "viewer_wse2_synthetic.png"
+        page.page.screenshot(path=str(shot))
+        keep_artifact(shot)
+        page.check()
+    finally:
+        page.close()
+    render_ms = [t for r in runs.values() for t in r["render_ms"]]
+    interval_ms = sorted(t for r in runs.values() for t in r["interval_ms"][1:])
+    p90 = interval_ms[int(0.9 * (len(interval_ms) - 1))]
+    figures = {
+        "kernels": len(kg.kernels),
+        "lanes": len(routing.lanes),
+        "lane_hops": routing.total_length,
+        "html_bytes": len(html),
+        "synthetic_place_route_s": round(t1 - t0, 2),
+        "render_viewer_s": round(t2 - t1, 2),
+        "page_ready_s": round(page.load_s, 2),
+        "render_ms_max": round(max(render_ms), 2),
+        "render_ms_median": round(statistics.median(render_ms), 2),
+        "interval_ms_median": round(statistics.median(interval_ms), 2),
+        "interval_ms_p90": round(p90, 2),
+        "runs": {
+            name: {k: [round(t, 1) for t in v] for k, v in r.items()} for name, r in runs.items()
+        },
+    }
+    (tmp_path / "frame_times.json").write_text(json.dumps(figures, indent=1))
+    keep_artifact(tmp_path / "frame_times.json")
+    for key in ("lanes", "lane_hops", "page_ready_s", "render_ms_max", "interval_ms_p90"):
+        record_property(key, figures[key])
+    print(json.dumps({k: v for k, v in figures.items() if k != "runs"}))
+    assert max(render_ms) < FRAME_BUDGET_MS, figures
+    assert p90 < FRAME_BUDGET_MS, figures

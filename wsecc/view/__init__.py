@@ -1,0 +1,35 @@
+"""Pictures of a compile: the interactive viewer page and a placement PNG.
+
+    from wsecc.view import load_outdir, render_viewer, write_placement_png
+    v = load_outdir("model.wsecc")
+    html = render_viewer(v.kg, v.sizing, v.placement, v.routing, v.target, title=v.title)
+    write_placement_png("placement.png", v.kg, v.placement, v.target, v.title)
+
+matplotlib is imported only by `write_placement_png`'s module, on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wsecc.view.data import KIND_COLORS, router_colors_map, sram_map
+from wsecc.view.outdir import ViewInputs, load_outdir
+from wsecc.view.viewer import render_viewer
+
+__all__ = [
+    "KIND_COLORS",
+    "ViewInputs",
+    "load_outdir",
+    "render_viewer",
+    "router_colors_map",
+    "sram_map",
+    "write_placement_png",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "write_placement_png":
+        from wsecc.view.png import write_placement_png
+
+        return write_placement_png
+    raise AttributeError(f"module 'wsecc.view' has no attribute {name!r}")

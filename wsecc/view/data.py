@@ -1,0 +1,228 @@
+"""What the viewer shows, as plain JSON-able data: kernels with their details, lanes as corner
+polylines, and per-PE heat maps (SRAM, colors per router, link loads).
+
+Everything here is an analysis computed on demand from the compile products; nothing is cached
+on them. Big arrays travel as `pack_array` records: little-endian bytes, zlib-compressed, base64
+(the page inflates them with the browser's built-in DecompressionStream). Heat maps are mostly
+zeros, so a full WSE-2 map of 745,500 PEs compresses to a few kilobytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from wsecc.kernels import KernelGraph, Sizing
+from wsecc.place.problem import Placement
+from wsecc.route.problem import Point, Routing
+from wsecc.targets import Target
+
+KIND_COLORS: Mapping[str, str] = {
+    "linear": "#4e79a7",
+    "attention": "#e15759",
+    "layernorm": "#59a14f",
+    "softmax": "#edc948",
+    "elementwise": "#76b7b2",
+    "embedding": "#b07aa1",
+    "lm_head": "#f28e2b",
+    "generic": "#9c755f",
+}
+"""Fill color per kernel kind (`KernelKind` values); other kinds get `EXTRA_COLORS` in turn."""
+
+EXTRA_COLORS: tuple[str, ...] = (
+    "#ff9da7",
+    "#bab0ac",
+    "#8cd17d",
+    "#86bcb6",
+    "#d4a6c8",
+    "#fabfd2",
+    "#b6992d",
+    "#499894",
+    "#d37295",
+    "#a0cbe8",
+)
+
+LINK_DIRS = "ENSW"
+"""Plane order of the link-load heat map."""
+
+_UNSIGNED = (np.uint8, np.uint16, np.uint32)
+
+
+def kind_colors(kinds: list[str]) -> dict[str, str]:
+    """A color for each kind in `kinds` (first-seen order): the table's, else the next extra."""
+    out: dict[str, str] = {}
+    extra = 0
+    for kind in kinds:
+        if kind in out:
+            continue
+        if kind in KIND_COLORS:
+            out[kind] = KIND_COLORS[kind]
+        else:
+            out[kind] = EXTRA_COLORS[extra % len(EXTRA_COLORS)]
+            extra += 1
+    return out
+
+
+def pack_array(a: np.ndarray) -> dict[str, Any]:
+    """{"dtype", "shape", "b64"}: the array in the smallest unsigned type holding its values
+    (ValueError for negative values), little-endian, zlib level 6, base64."""
+    a = np.asarray(a)
+    if a.size and a.min() < 0:
+        raise ValueError("pack_array: negative values")
+    top = int(a.max()) if a.size else 0
+    dtype = next((t for t in _UNSIGNED if top <= np.iinfo(t).max), None)
+    if dtype is None:
+        raise ValueError(f"pack_array: {top} does not fit 32 bits")
+    raw = np.ascontiguousarray(a, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
+    return {
+        "dtype": np.dtype(dtype).name.replace("uint", "u"),
+        "shape": list(a.shape),
+        "b64": base64.b64encode(zlib.compress(raw, 6)).decode("ascii"),
+    }
+
+
+def unpack_array(d: Mapping[str, Any]) -> np.ndarray:
+    """Inverse of `pack_array` (for tests and tools)."""
+    dtype = np.dtype(str(d["dtype"]).replace("u", "uint")).newbyteorder("<")
+    raw = zlib.decompress(base64.b64decode(d["b64"]))
+    return np.frombuffer(raw, dtype=dtype).reshape(d["shape"])
+
+
+# --- heat maps -----------------------------------------------------------------------------
+
+
+def sram_map(sizing: Sizing, placement: Placement, target: Target) -> np.ndarray:
+    """H x W bytes per PE: each placed kernel's region filled with its fullest PE's SRAM
+    (sizing reports the fullest PE only), 0 where no kernel is placed."""
+    fab = target.fabric
+    out = np.zeros((fab.program_height, fab.program_width), dtype=np.uint32)
+    sized = {k.name: k for k in sizing.kernels}
+    for name, r in placement.rects.items():
+        if name in sized:
+            out[r.y : r.y + r.h, r.x : r.x + r.w] = sized[name].sram.total
+    return out
+
+
+def _lane_points(routing: Routing) -> tuple[np.ndarray, np.ndarray]:
+    """(points N x 2 as x, y; lane index of each point) over every lane's path."""
+    counts = np.array([len(ln.path) for ln in routing.lanes], dtype=np.int64)
+    if not counts.sum():
+        return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    points = np.array([p for ln in routing.lanes for p in ln.path], dtype=np.int64)
+    return points, np.repeat(np.arange(len(routing.lanes)), counts)
+
+
+def router_colors_map(routing: Routing, width: int, height: int) -> np.ndarray:
+    """H x W: distinct colors passing each router (what the color budget limits)."""
+    out = np.zeros((height, width), dtype=np.uint32)
+    points, lane = _lane_points(routing)
+    inside = (points[:, 0] >= 0) & (points[:, 0] < width)
+    inside &= (points[:, 1] >= 0) & (points[:, 1] < height)
+    if not inside.any():
+        return out
+    colors = np.array([ln.color for ln in routing.lanes], dtype=np.int64)[lane[inside]]
+    cell = points[inside, 1] * width + points[inside, 0]
+    n_colors = int(colors.max()) + 1
+    unique = np.unique(cell * n_colors + colors)
+    out.ravel()[:] = np.bincount(unique // n_colors, minlength=width * height)
+    return out
+
+
+def link_load_planes(
+    loads: Mapping[tuple[Point, str], float], width: int, height: int
+) -> np.ndarray:
+    """4 x H x W: lanes on each router's outgoing link, planes in `LINK_DIRS` order, clipped
+    to 255 (loads beyond that are a routing failure anyway); links off the fabric are dropped."""
+    out = np.zeros((len(LINK_DIRS), height, width), dtype=np.uint8)
+    for ((x, y), d), n in loads.items():
+        if 0 <= x < width and 0 <= y < height and d in LINK_DIRS:
+            out[LINK_DIRS.index(d), y, x] = min(255, max(0, round(n)))
+    return out
+
+
+# --- lanes ---------------------------------------------------------------------------------
+
+
+def corners(path: tuple[Point, ...]) -> list[Point]:
+    """The path's first and last PE and every PE where it turns: the polyline to draw."""
+    if len(path) <= 2:
+        return list(path)
+    out = [path[0]]
+    for a, b, c in zip(path, path[1:], path[2:], strict=False):
+        if (b[0] - a[0], b[1] - a[1]) != (c[0] - b[0], c[1] - b[1]):
+            out.append(b)
+    out.append(path[-1])
+    return out
+
+
+def lane_payload(routing: Routing) -> dict[str, Any]:
+    """Lanes as packed arrays: `start[i]:start[i+1]` are lane i's corners in `pts` (x, y
+    pairs), `flow[i]` indexes `flows` (sorted flow names), `index[i]` is the lane's number
+    within its flow and `color[i]` its routing color."""
+    flows = sorted({ln.flow for ln in routing.lanes})
+    index = {f: i for i, f in enumerate(flows)}
+    pts: list[int] = []
+    start = [0]
+    for ln in routing.lanes:
+        for x, y in corners(ln.path):
+            pts += (x, y)
+        start.append(len(pts) // 2)
+    return {
+        "count": len(routing.lanes),
+        "flows": flows,
+        "segments": sum(max(0, len(ln.path) - 1) for ln in routing.lanes),
+        "start": pack_array(np.array(start, dtype=np.uint32)),
+        "pts": pack_array(np.array(pts, dtype=np.uint32)),
+        "flow": pack_array(np.array([index[ln.flow] for ln in routing.lanes], dtype=np.uint32)),
+        "index": pack_array(np.array([ln.index for ln in routing.lanes], dtype=np.uint32)),
+        "color": pack_array(np.array([ln.color for ln in routing.lanes], dtype=np.uint32)),
+    }
+
+
+# --- kernels -------------------------------------------------------------------------------
+
+
+def kernel_records(
+    kg: KernelGraph,
+    sizing: Sizing,
+    placement: Placement,
+    kernel_info: Mapping[str, Mapping[str, Any]] | None,
+) -> list[dict[str, Any]]:
+    """One record per placed kernel, in graph order (kernels the graph does not know last):
+    name, kind, region and `info` (sizing's figures, the ONNX nodes, the params, then
+    `kernel_info`'s entries for it, which win)."""
+    by_name = {k.name: k for k in kg.kernels}
+    sized = {k.name: k for k in sizing.kernels}
+    names = [k.name for k in kg.kernels if k.name in placement.rects]
+    names += sorted(n for n in placement.rects if n not in by_name)
+    out = []
+    for name in names:
+        r = placement.rects[name]
+        info: dict[str, Any] = {"pes": r.w * r.h}
+        kernel = by_name.get(name)
+        ks = sized.get(name)
+        if ks is not None:
+            info |= {
+                "sram_bytes_per_pe": ks.sram.total,
+                "sram_breakdown": ks.sram.as_dict(),
+                "cycles_per_sample": ks.cycles_per_sample,
+                "compute_cycles": ks.compute_cycles,
+                "link_cycles": ks.link_cycles,
+                "bound": "compute" if ks.compute_cycles >= ks.link_cycles else "link",
+            }
+        if kernel is not None:
+            info["onnx_nodes"] = list(kernel.provenance)
+            info["params"] = dict(kernel.params)
+        info |= dict((kernel_info or {}).get(name, {}))
+        if kernel is not None:
+            kind = kernel.kind.value
+        else:
+            kind = str(info.get("kind", ks.kind if ks is not None else ""))
+        out.append(
+            {"name": name, "kind": kind, "x": r.x, "y": r.y, "w": r.w, "h": r.h, "info": info}
+        )
+    return out

@@ -1,0 +1,72 @@
+"""`load_outdir`: the products of a saved compile, rebuilt from its output folder.
+
+A `wsecc compile` folder holds kernels.json, sizing.json, placement.json, routing.json and
+report.json (whose target name picks the target); that is all the viewer needs, so
+`wsecc view OUTDIR` can draw a compile again without recompiling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wsecc.errors import WseccError
+from wsecc.kernels import KernelGraph, Sizing
+from wsecc.place.problem import Placement
+from wsecc.route.problem import Routing
+from wsecc.targets import Target, load_target
+
+OUTDIR_FILES = ("kernels.json", "sizing.json", "placement.json", "routing.json", "report.json")
+
+
+@dataclass(frozen=True)
+class ViewInputs:
+    """What `render_viewer` takes, loaded from a compile folder."""
+
+    kg: KernelGraph
+    sizing: Sizing
+    placement: Placement
+    routing: Routing
+    target: Target
+    title: str
+
+
+def load_outdir(path: str | os.PathLike[str]) -> ViewInputs:
+    """Read and verify the products in a compile output folder.
+
+    The title is the model file's name and the target's, from report.json. Raises WseccError
+    (one line) if a file is missing or unreadable; TargetError if the target named in the
+    report is neither built in nor a file that still exists.
+    """
+    folder = Path(path)
+    docs = {name: _read(folder, name) for name in OUTDIR_FILES}
+    report = docs["report.json"]
+    try:
+        target_name = report["target"]["name"]
+    except (KeyError, TypeError):
+        raise WseccError(f"{folder / 'report.json'}: no target.name") from None
+    model = Path(str(report.get("model", {}).get("path", folder.name))).name
+    try:
+        return ViewInputs(
+            kg=KernelGraph.from_json(docs["kernels.json"]),
+            sizing=Sizing.from_json(docs["sizing.json"]),
+            placement=Placement.from_json(docs["placement.json"]),
+            routing=Routing.from_json(docs["routing.json"]),
+            target=load_target(target_name),
+            title=f"{model} on {target_name}",
+        )
+    except (KeyError, TypeError) as e:
+        raise WseccError(f"{folder}: malformed compile output ({type(e).__name__}: {e})") from None
+
+
+def _read(folder: Path, name: str) -> Any:
+    p = folder / name
+    try:
+        return json.loads(p.read_text())
+    except FileNotFoundError:
+        raise WseccError(f"{p}: missing (is {folder} a `wsecc compile` output folder?)") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise WseccError(f"{p}: cannot read: {e}") from None

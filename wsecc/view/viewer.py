@@ -1,0 +1,134 @@
+"""`render_viewer`: one self-contained HTML file showing a placed and routed compile."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from wsecc import __version__
+from wsecc.kernels import KernelGraph, Sizing
+from wsecc.place.problem import Placement
+from wsecc.route.problem import Point, Routing
+from wsecc.targets import Target
+from wsecc.view.data import (
+    LINK_DIRS,
+    kernel_records,
+    kind_colors,
+    lane_payload,
+    link_load_planes,
+    pack_array,
+    router_colors_map,
+    sram_map,
+)
+from wsecc.view.page import BODY, CSS, JS, TEMPLATE
+
+
+def render_viewer(
+    kg: KernelGraph,
+    sizing: Sizing,
+    placement: Placement,
+    routing: Routing,
+    target: Target,
+    *,
+    title: str,
+    kernel_info: Mapping[str, Mapping[str, Any]] | None = None,
+    sram_per_pe: np.ndarray | None = None,
+    link_util: Mapping[tuple[Point, str], float] | None = None,
+) -> str:
+    """The viewer page for a placed, routed graph, as one HTML string.
+
+    Self-contained: CSS, JavaScript and data are inline, nothing is fetched (a modern browser
+    opens it from file://). It draws the program rectangle with every placed kernel's region
+    colored by kind, the routed lanes, and heat maps of SRAM per PE, colors per router and
+    link load; hover shows a kernel's details, wheel zooms, drag pans, and a search box finds
+    a kernel by name or ONNX node.
+
+    kernel_info: extra per-kernel details by kernel name, shown on hover and overriding the
+        figures taken from `sizing` (keys such as "bound", "sram_bytes_per_pe",
+        "cycles_per_sample", "onnx_nodes"; any other key is listed as is).
+    sram_per_pe: bytes per PE as an (H, W) array over the program rectangle; default: each
+        region filled with its kernel's fullest-PE figure from `sizing`.
+    link_util: (router, outgoing direction "E"/"N"/"S"/"W") -> lanes; default
+        `routing.link_loads()`.
+    Raises ValueError if `sram_per_pe` has the wrong shape.
+    """
+    fab = target.fabric
+    W, H = fab.program_width, fab.program_height
+    if sram_per_pe is None:
+        sram_per_pe = sram_map(sizing, placement, target)
+    elif np.shape(sram_per_pe) != (H, W):
+        raise ValueError(
+            f"sram_per_pe has shape {np.shape(sram_per_pe)}, expected (H, W) = ({H}, {W})"
+        )
+    sram = np.clip(np.rint(np.asarray(sram_per_pe, dtype=np.float64)), 0, 2**32 - 1)
+    loads = routing.link_loads() if link_util is None else link_util
+    links = link_load_planes(loads, W, H)
+    colors = router_colors_map(routing, W, H)
+    kernels = kernel_records(kg, sizing, placement, kernel_info)
+    pes = sum(k["w"] * k["h"] for k in kernels)
+    data = {
+        "fabric": {
+            "target": target.name,
+            "width": W,
+            "height": H,
+            "full_width": fab.width,
+            "full_height": fab.height,
+            "program_x": fab.program_x,
+            "program_y": fab.program_y,
+        },
+        "kinds": kind_colors([k["kind"] for k in kernels]),
+        "kernels": kernels,
+        "lanes": lane_payload(routing),
+        "heat": {
+            "sram": {
+                "label": "SRAM per PE",
+                "unit": "B",
+                "scale_max": target.sram.bytes_per_pe,
+                "data": pack_array(sram.astype(np.uint32)),
+            },
+            "colors": {
+                "label": "colors per router",
+                "unit": "colors",
+                "scale_max": routing.color_budget,
+                "data": pack_array(colors),
+            },
+            "links": {
+                "label": "link load (busiest outgoing link)",
+                "unit": "lanes",
+                "scale_max": max(1, int(links.max()) if links.size else 1),
+                "dirs": LINK_DIRS,
+                "data": pack_array(links),
+            },
+        },
+        "stats": {
+            "kernels": len(kernels),
+            "pes_used": pes,
+            "usable_pes": W * H,
+            "lanes": len(routing.lanes),
+            "colors_used_max": routing.colors_used_max,
+            "color_budget": routing.color_budget,
+            "link_load_max": max((int(v) for v in loads.values()), default=0),
+            "placer": placement.placer,
+            "objective": placement.objective,
+            "gap": placement.gap,
+            "stage_cycles": sizing.stage_cycles if sizing.kernels else 0,
+            "bottleneck": sizing.bottleneck if sizing.kernels else "",
+        },
+    }
+    # JSON inside <script>: escaping "<" keeps "</script>" and "<!--" in names harmless.
+    blob = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    # One pass, so no inserted text (a title, a kernel name) is ever read as a placeholder.
+    parts = {
+        "CSS": CSS,
+        "BODY": BODY.replace("__TITLE__", html.escape(title)),
+        "JS": JS,
+        "VERSION": __version__,
+        "TITLE": html.escape(title),
+        "DATA": blob,
+    }
+    return re.sub(r"__([A-Z]+)__", lambda m: parts[m.group(1)], TEMPLATE)
