@@ -13,6 +13,7 @@ from wsecc.targets.target import (
     list_targets,
     load_target,
     parse_target,
+    target_source,
 )
 
 DEFAULT_TARGET = "wse2"
@@ -25,5 +26,6 @@ __all__ = [
     "check_precision",
     "list_targets",
     "load_target",
+    "target_source",
     "parse_target",
 ]

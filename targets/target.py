@@ -188,17 +188,27 @@ def list_targets() -> list[str]:
 
 def load_target(name_or_path: str | os.PathLike[str]) -> Target:
     """A built-in target by name (`wse2`), or a user's TOML file by path."""
+    text, filename = target_source(name_or_path)
+    return parse_target(text, filename)
+
+
+def target_source(name_or_path: str | os.PathLike[str]) -> tuple[str, str]:
+    """The TOML text of a built-in target or a user's file, and its file name. A compile keeps
+    it (target.toml in the output folder), so a saved compile reloads with its own target."""
     text_name = os.fspath(name_or_path)
     if text_name in list_targets():
         resource = resources.files(_PACKAGE) / f"{text_name}.toml"
-        return parse_target(resource.read_text(encoding="utf-8"), f"{text_name}.toml")
+        return resource.read_text(encoding="utf-8"), f"{text_name}.toml"
     path = Path(text_name)
     if not path.is_file():
         raise TargetError(
             f"unknown target {text_name!r}: not a built-in ({', '.join(list_targets())}) "
             "and no such file"
         )
-    return parse_target(path.read_text(encoding="utf-8"), path.name)
+    try:
+        return path.read_text(encoding="utf-8"), path.name
+    except (OSError, UnicodeDecodeError) as e:
+        raise TargetError(f"{path}: cannot read the target file ({e})") from None
 
 
 def parse_target(text: str, filename: str) -> Target:

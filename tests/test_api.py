@@ -112,3 +112,18 @@ def test_diff_shows_the_wirelength_ratio(tmp_path, capsys):
     assert wl["ratio"] == pytest.approx(wl["b"] / wl["a"]) and wl["ratio"] <= 1.0
     assert main(["diff", str(tmp_path / "greedy"), str(tmp_path / "nothing")]) == 2
     assert "no such report" in capsys.readouterr().err
+
+
+def test_view_redraws_a_saved_compile(tmp_path, capsys):
+    out = tmp_path / "o"
+    argv = ["compile", str(GPT2), "--seq", "8", "--placer", "greedy", "-o", str(out)]
+    assert main(argv) == 0
+    assert {"viewer.html", "placement.png", "target.toml"} <= {p.name for p in out.iterdir()}
+    assert oct(out.stat().st_mode & 0o777) != "0o700"  # an ordinary folder, not mkdtemp's
+    (out / "viewer.html").unlink()
+    capsys.readouterr()
+    assert main(["view", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == (out / "viewer.html").resolve().as_uri()
+    assert "<canvas" in (out / "viewer.html").read_text()
+    assert main(["view", str(tmp_path)]) == 2  # not a compile folder: one line, exit 2
+    assert "missing" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -300,6 +301,23 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    """Draw a saved compile again: viewer.html (and placement.png) from its output folder."""
+    from wsecc.view import load_outdir, render_viewer, write_placement_png
+
+    folder = Path(args.outdir)
+    v = load_outdir(folder)
+    html = render_viewer(v.kg, v.sizing, v.placement, v.routing, v.target, title=v.title)
+    out = folder / "viewer.html"
+    tmp = out.with_name(".viewer.html.tmp")
+    tmp.write_text(html)
+    os.replace(tmp, out)
+    if args.png:
+        write_placement_png(folder / "placement.png", v.kg, v.placement, v.target, v.title)
+    print(out.resolve().as_uri())
+    return 0
+
+
 def _options(args: argparse.Namespace) -> Any:
     from wsecc.compiler import Options
 
@@ -405,6 +423,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true")
     t.add_argument("--debug", action="store_true")
     t.set_defaults(fn=cmd_targets)
+
+    v = sub.add_parser(
+        "view",
+        help="draw a saved compile again: write OUTDIR/viewer.html and print its file:// URL",
+    )
+    v.add_argument("outdir", help="a `wsecc compile` output folder")
+    v.add_argument("--png", action="store_true", help="also redraw placement.png")
+    v.add_argument("--debug", action="store_true", help="show tracebacks")
+    v.set_defaults(fn=cmd_view)
 
     d = sub.add_parser(
         "diff",

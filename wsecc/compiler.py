@@ -33,6 +33,7 @@ from typing import Any
 from wsecc import __version__
 from wsecc.errors import WseccError
 from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
+from wsecc.targets import target_source
 
 REPORT_SCHEMA = "wsecc.report/1"
 PRECISIONS = ("fp32", "mixed", "fp16")
@@ -321,10 +322,38 @@ class Compilation:
         if self.kernel_graph is not None:
             files["kernels.json"] = json.dumps(self.kernel_graph.to_json(), indent=1) + "\n"
             files["sizing.json"] = json.dumps(self.sizing.to_json(), indent=1) + "\n"
+        files["target.toml"] = target_source(self.options.target)[0]
         if self.placement is not None:
             files["placement.json"] = self.placement.dumps() + "\n"
             files["routing.json"] = self.routing.dumps() + "\n"
+            files["viewer.html"] = self.viewer_html()
+            files["placement.png"] = self._png(_placement_png)
         return write_folder(Path(out_dir), files)
+
+    @property
+    def title(self) -> str:
+        return f"{self.model_path.name} on {self.target.name}"
+
+    def viewer_html(self) -> str:
+        """viewer.html: the placed, routed compile, self-contained (wsecc.view)."""
+        from wsecc.view import render_viewer
+
+        return render_viewer(
+            self.kernel_graph, self.sizing, self.placement, self.routing, self.target,
+            title=self.title,
+        )  # fmt: skip
+
+    def _png(self, draw: Callable[[Compilation, Path], None]) -> bytes:
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "figure.png"
+            draw(self, path)
+            return path.read_bytes()
+
+
+def _placement_png(c: Compilation, path: Path) -> None:
+    from wsecc.view import write_placement_png
+
+    write_placement_png(path, c.kernel_graph, c.placement, c.target, c.title)
 
 
 class _Timer:
@@ -358,6 +387,9 @@ def write_folder(out_dir: Path, files: Mapping[str, str | bytes]) -> Path:
     out_dir = out_dir.resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary folder
     try:
         for name, data in files.items():
             (tmp / name).write_bytes(data.encode() if isinstance(data, str) else data)

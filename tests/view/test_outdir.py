@@ -45,9 +45,14 @@ def test_unreadable_json_is_named(compiled_outdir, tmp_path):
         load_outdir(folder)
 
 
-def test_unknown_target_fails_with_the_target_error(compiled_outdir, tmp_path):
+def test_saved_target_is_used_and_else_the_name(compiled_outdir, tmp_path):
     folder = tmp_path / "odd"
     shutil.copytree(compiled_outdir, folder)
+    assert load_outdir(folder).target.name == "wse2"  # from the folder's target.toml
+    (folder / "target.toml").write_text((folder / "target.toml").read_text().replace(
+        'name = "wse2"', 'name = "my-wafer"'))  # fmt: skip
+    assert load_outdir(folder).target.name == "my-wafer"
+    (folder / "target.toml").unlink()
     report = _json(folder, "report.json")
     report["target"]["name"] = "wse9"
     (folder / "report.json").write_text(json.dumps(report))

@@ -17,7 +17,7 @@ from wsecc.errors import WseccError
 from wsecc.kernels import KernelGraph, Sizing
 from wsecc.place.problem import Placement
 from wsecc.route.problem import Routing
-from wsecc.targets import Target, load_target
+from wsecc.targets import Target, load_target, parse_target
 
 OUTDIR_FILES = ("kernels.json", "sizing.json", "placement.json", "routing.json", "report.json")
 
@@ -55,11 +55,19 @@ def load_outdir(path: str | os.PathLike[str]) -> ViewInputs:
             sizing=Sizing.from_json(docs["sizing.json"]),
             placement=Placement.from_json(docs["placement.json"]),
             routing=Routing.from_json(docs["routing.json"]),
-            target=load_target(target_name),
+            target=_target(folder, target_name),
             title=f"{model} on {target_name}",
         )
     except (KeyError, TypeError) as e:
         raise WseccError(f"{folder}: malformed compile output ({type(e).__name__}: {e})") from None
+
+
+def _target(folder: Path, name: str) -> Target:
+    """The compile's own copy (target.toml) when present, else the target by name."""
+    saved = folder / "target.toml"
+    if saved.is_file():
+        return parse_target(saved.read_text(encoding="utf-8"), str(saved))
+    return load_target(name)
 
 
 def _read(folder: Path, name: str) -> Any:
