@@ -1,0 +1,233 @@
+"""The SRAM map: bytes on every PE of the program rectangle (weights, buffers, K/V, reserve).
+
+Each kernel's cost model reports its region's *fullest* PE (`SramBreakdown`); the map spreads
+that over the region the way the mapping tiles it. A kind's mapping splits one param over the
+region's rows and one over its columns (`TILE_SPLITS`, read off the mappings in
+`wsecc.kernels.costs`): an extent X over r PEs gives X mod r of them cdiv(X, r) items and the
+rest X // r (none when X < r: those PEs hold only the reserve, the code every PE of a region
+loads). A PE's bytes are the cost model evaluated with the split params narrowed to its share
+(X' = share x r, so cdiv(X', r) = share), so the fullest PE is exactly the cost model's figure.
+Params not split (None) leave every PE of that axis at the fullest figure: the row-wise kinds
+deal whole chunks to rows, so their SRAM does not depend on the row; attention's columns hold
+heads or query groups of equal size; generic spreads everything evenly.
+
+`sram_map` checks, and raises SramError naming the kernels if not: every PE within
+target.sram.bytes_per_pe, and each kernel's fullest PE equal to the sizing's figure (at an
+alternative shape the placer took, equal to the cost model's figure at that shape, which is
+what sizing checked when it offered the shape).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from wsecc.kernels import Kernel, KernelGraph, KernelKind, Sizing, SramBreakdown, kernel_cost
+from wsecc.place.problem import Placement
+from wsecc.sim.perf import SimulationError
+from wsecc.targets import Target, check_precision
+
+COMPONENTS: tuple[str, ...] = ("weights", "buffers", "kv", "reserve")
+
+TILE_SPLITS: Mapping[KernelKind, tuple[str | None, str | None]] = MappingProxyType(
+    {
+        KernelKind.LINEAR: ("K", "N"),  # W[K_i, N_j] on PE (i, j)
+        KernelKind.LM_HEAD: ("K", "vocab"),
+        KernelKind.EMBEDDING: ("vocab", "dim"),  # table rows over rows, features over columns
+        KernelKind.ATTENTION: ("seq", None),  # keys cyclic over rows; heads over columns
+        KernelKind.LAYERNORM: (None, "dim"),  # features over columns
+        KernelKind.SOFTMAX: (None, "dim"),
+        KernelKind.ELEMENTWISE: (None, "dim"),
+        KernelKind.GENERIC: (None, None),  # spread evenly over all PEs
+    }
+)
+"""Per kind: the param its mapping splits over region rows, and over columns."""
+
+HISTOGRAM_BIN_BYTES = 1024  # 1 KiB bins: the reserve and buffers are KiB-sized
+
+
+class SramError(SimulationError):
+    """A PE over its SRAM, or the map disagreeing with sizing; names the kernels."""
+
+
+def _shares(extent: int, parts: int) -> np.ndarray:
+    """Items per part when `extent` items are dealt over `parts` as evenly as possible."""
+    q, r = divmod(extent, parts)
+    return np.array([q + 1] * r + [q] * (parts - r), dtype=np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class SramMap:
+    """Bytes per PE of the program rectangle, by component (uint32 arrays, H x W, row y = north
+    to south, column x = west to east), and which kernel owns each PE (`owner`, -1: unused)."""
+
+    target: str
+    precision: str
+    sram_bytes_per_pe: int
+    weights: np.ndarray
+    buffers: np.ndarray
+    kv: np.ndarray
+    reserve: np.ndarray
+    owner: np.ndarray  # int32 index into `kernels`
+    kernels: tuple[str, ...]
+    kernel_max: Mapping[str, int] = field(default_factory=dict)  # fullest PE per kernel
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.weights + self.buffers + self.kv + self.reserve
+
+    @property
+    def used(self) -> np.ndarray:
+        return self.owner >= 0
+
+    @property
+    def pes_used(self) -> int:
+        return int(self.used.sum())
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self.total.max(initial=0))
+
+    @property
+    def mean_used_bytes(self) -> float:
+        """Mean over the PEs of some kernel's region."""
+        return float(self.total[self.used].mean()) if self.pes_used else 0.0
+
+    @property
+    def mean_fabric_bytes(self) -> float:
+        """Mean over every PE of the program rectangle (unused PEs count as 0)."""
+        return float(self.total.mean())
+
+    def histogram(self, bin_bytes: int = HISTOGRAM_BIN_BYTES) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, bin edges) of bytes per PE over the used PEs, bins of `bin_bytes` from 0 to
+        the target's SRAM per PE; the counts sum to `pes_used`."""
+        edges = np.arange(0, self.sram_bytes_per_pe + bin_bytes, bin_bytes)
+        counts, _ = np.histogram(self.total[self.used], bins=edges)
+        return counts, edges
+
+    def at(self, x: int, y: int) -> dict[str, Any]:
+        """One PE: its kernel and bytes by component."""
+        k = int(self.owner[y, x])
+        return {
+            "kernel": self.kernels[k] if k >= 0 else None,
+            **{c: int(getattr(self, c)[y, x]) for c in COMPONENTS},
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures (not the grids)."""
+        counts, edges = self.histogram()
+        return {
+            "target": self.target,
+            "precision": self.precision,
+            "width": int(self.owner.shape[1]),
+            "height": int(self.owner.shape[0]),
+            "pes_used": self.pes_used,
+            "max_bytes": self.max_bytes,
+            "mean_used_bytes": self.mean_used_bytes,
+            "mean_fabric_bytes": self.mean_fabric_bytes,
+            "sram_bytes_per_pe": self.sram_bytes_per_pe,
+            "histogram": {"bin_bytes": int(edges[1] - edges[0]), "counts": counts.tolist()},
+            "kernel_max": dict(self.kernel_max),
+        }
+
+    def summary(self) -> str:
+        return (
+            f"SRAM on {self.target} ({self.precision}): max {self.max_bytes:,} of "
+            f"{self.sram_bytes_per_pe:,} B/PE, mean {self.mean_used_bytes:,.0f} B over "
+            f"{self.pes_used:,} used PEs, {self.mean_fabric_bytes:,.0f} B over the fabric"
+        )
+
+
+def _pe_breakdowns(
+    kernel: Kernel, h: int, w: int, precision: str, target: Target, chunk_tokens: int
+) -> tuple[dict[tuple[int, int], SramBreakdown], np.ndarray, np.ndarray]:
+    """({(row share, col share): bytes}, row shares, col shares) of a kernel on h x w."""
+    row_param, col_param = TILE_SPLITS[kernel.kind]
+    rows = _shares(kernel.params[row_param], h) if row_param else np.ones(h, np.int64)
+    cols = _shares(kernel.params[col_param], w) if col_param else np.ones(w, np.int64)
+    full = (int(rows.max()), int(cols.max()))
+    out: dict[tuple[int, int], SramBreakdown] = {}
+    for r in sorted(set(rows.tolist())):
+        for c in sorted(set(cols.tolist())):
+            if r == 0 or c == 0:
+                out[(r, c)] = SramBreakdown(0, 0, 0, target.sram.reserved_bytes)
+                continue
+            params = dict(kernel.params)
+            for param, share, fullest, parts in (
+                (row_param, r, full[0], h),
+                (col_param, c, full[1], w),
+            ):
+                if param and share != fullest:
+                    params[param] = share * parts
+            k = Kernel(kernel.name, kernel.kind, params, kernel.provenance)
+            out[(r, c)] = kernel_cost(k, h, w, precision, target, chunk_tokens=chunk_tokens).sram
+    return out, rows, cols
+
+
+def sram_map(
+    kg: KernelGraph, sizing: Sizing, placement: Placement, target: Target, precision: str
+) -> SramMap:
+    """The per-PE map (module doc), checked against the target and the sizing."""
+    check_precision(precision)
+    H, W = target.fabric.program_height, target.fabric.program_width
+    grids = {c: np.zeros((H, W), np.uint32) for c in COMPONENTS}
+    owner = np.full((H, W), -1, np.int32)
+    names = tuple(k.name for k in kg.kernels)
+    kernel_max: dict[str, int] = {}
+    mismatched = []
+    for i, k in enumerate(kg.kernels):
+        rect = placement.rects.get(k.name)
+        if rect is None:
+            raise SramError(f"kernel {k.name!r} has no rectangle in the placement")
+        ks = sizing.kernel(k.name)
+        per_pe, rows, cols = _pe_breakdowns(
+            k, rect.h, rect.w, precision, target, sizing.chunk_tokens
+        )
+        for (r, c), b in per_pe.items():
+            ys = rect.y + np.flatnonzero(rows == r)
+            xs = rect.x + np.flatnonzero(cols == c)
+            for comp in COMPONENTS:
+                grids[comp][np.ix_(ys, xs)] = getattr(b, comp)
+        owner[rect.y : rect.y + rect.h, rect.x : rect.x + rect.w] = i
+        fullest = max(b.total for b in per_pe.values())
+        kernel_max[k.name] = fullest
+        if (rect.h, rect.w) == (ks.h, ks.w):
+            expected, source = ks.sram.total, "sizing"
+        else:
+            cost = kernel_cost(
+                k, rect.h, rect.w, precision, target, chunk_tokens=sizing.chunk_tokens
+            )
+            expected, source = cost.sram.total, f"the cost model at the placed {rect.h}x{rect.w}"
+        if fullest != expected:
+            mismatched.append(f"{k.name!r}: map {fullest:,} B, {source} {expected:,} B")
+    if mismatched:
+        raise SramError(
+            f"SRAM map disagrees with the sizing on {len(mismatched)} kernels: "
+            + "; ".join(mismatched[:4])
+        )
+    m = SramMap(
+        target=target.name,
+        precision=precision,
+        sram_bytes_per_pe=target.sram.bytes_per_pe,
+        owner=owner,
+        kernels=names,
+        kernel_max=MappingProxyType(kernel_max),
+        **grids,
+    )
+    total = m.total
+    over = total > target.sram.bytes_per_pe
+    if over.any():
+        worst: dict[str, tuple[int, int, int]] = {}
+        for y, x in zip(*np.nonzero(over), strict=True):
+            name = names[owner[y, x]] if owner[y, x] >= 0 else "(no kernel)"
+            if name not in worst or total[y, x] > worst[name][2]:
+                worst[name] = (int(x), int(y), int(total[y, x]))
+        raise SramError(
+            f"{int(over.sum()):,} PEs exceed {target.sram.bytes_per_pe:,} B: "
+            + "; ".join(f"{n!r} at ({x}, {y}) {b:,} B" for n, (x, y, b) in list(worst.items())[:4])
+        )
+    return m
