@@ -33,6 +33,16 @@ def lower_and_size(
     return kg, size_regions(kg, target, precision, fill=FILL_STEPS[0], chunk_tokens=chunk_tokens)
 
 
+def lane_bytes_per_sample(sizing: Sizing, target: Target) -> float:
+    """What one lane carries in one stage time: stage cycles per sample x link bytes per cycle.
+
+    A flow gets ceil(bytes per sample / this) lanes (as many as its facing edges allow), so it
+    moves a sample's data within the stage time and the fabric does not become the bottleneck
+    the sizing balanced against.
+    """
+    return sizing.stage_cycles * target.link_bytes_per_cycle
+
+
 @dataclass(frozen=True)
 class Placed:
     problem: PlacementProblem
@@ -82,7 +92,12 @@ def place_and_route(
                 raise
             say(f"place      regions at {100 * fill:.0f}% fill do not pack: {str(e)[:100]}...")
     rp = make_routing_problem(
-        problem, placement, colors_total=target.colors.total, colors_reserved=target.colors.reserved
+        problem,
+        placement,
+        colors_total=target.colors.total,
+        colors_reserved=target.colors.reserved,
+        bytes_per_lane=lane_bytes_per_sample(sizing, target),
+        max_lanes=None,
     )
     routing = route(rp, placement)
     # A result that fails the validators is a bug in wsecc, not in the user's input.

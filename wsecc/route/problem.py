@@ -89,13 +89,14 @@ def make_routing_problem(
     colors_total: int = 24,
     colors_reserved: int = 3,
     bytes_per_lane: float = 1 << 20,
-    max_lanes: int = 16,
+    max_lanes: int | None = 16,
     link_capacity: int = 1,
 ) -> RoutingProblem:
     """Flows of `problem` as lanes on `placement`.
 
     lanes = clamp(⌈bytes_per_sample / bytes_per_lane⌉, 1, min(max_lanes, edge slots)), where
-    the edge slots are what `lane_endpoints` can give the flow on both facing edges. Flows
+    the edge slots are what `lane_endpoints` can give the flow on both facing edges
+    (`max_lanes=None`: the edge slots alone). Flows
     from a kernel to itself need no route and are dropped. Budget = colors_total −
     colors_reserved (24 − 3 memcpy colors on a WSE-2).
     """
@@ -116,7 +117,7 @@ def make_routing_problem(
                 name,
                 f.src,
                 f.dst,
-                max(1, min(want, max_lanes, slots)),
+                max(1, min(want, slots if max_lanes is None else min(max_lanes, slots))),
                 f.bytes_per_sample,
                 tuple(dict.fromkeys(nodes)),
             )
