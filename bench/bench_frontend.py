@@ -17,8 +17,9 @@ import time
 
 
 def measure(path: str, batch: int, seq: int) -> str:
-    from wsecc.frontend import onnx as fe
     from wsecc.passes import DEFAULT_PIPELINE
+
+    from wsecc.frontend import onnx as fe
     from wsecc.pm import PassManager
 
     t = [time.perf_counter()]

@@ -12,11 +12,12 @@ import sys
 
 
 def main() -> None:
+    from wsecc.passes import DEFAULT_PIPELINE
+    from wsecc.targets import load_target
+
     from wsecc.flow import lower_and_size, place_and_route
     from wsecc.frontend.onnx import import_model
-    from wsecc.passes import DEFAULT_PIPELINE
     from wsecc.pm import PassManager
-    from wsecc.targets import load_target
 
     target = load_target("wse2")
     print("| model | seq | fill that packed | PEs used | bottleneck | samples/s / tokens/s | colors |")

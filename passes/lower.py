@@ -148,21 +148,26 @@ def _kernel_name(n: Node, used: set[str]) -> str:
     return name
 
 
+def kernel_names(graph: Graph) -> dict[Node, str]:
+    """The kernel each node becomes, by name, in node order; view ops are absent (they are not
+    kernels). `lower_to_kernels` names its kernels with this, so consumers that walk the fused
+    graph (the functional simulator) find a node's kernel without re-deriving names."""
+    used: set[str] = set()
+    return {n: _kernel_name(n, used) for n in graph.nodes if n.op not in _VIEW_OPS}
+
+
 def lower_to_kernels(graph: Graph, ctx: PassContext | None = None) -> KernelGraph:
     b = graph.inputs[0].type.shape[0] if graph.inputs and graph.inputs[0].type.rank else 1
     producer = graph.producers()
     kernel_of: dict[Node, Kernel] = {}
     kernels: list[Kernel] = []
-    used: set[str] = set()
     ports_in = {
         v: Port(v.name, max(1, v.type.size // b), "act" if v.type.dtype.is_float else "i32")
         for v in graph.inputs
     }
-    for n in graph.nodes:
-        if n.op in _VIEW_OPS:
-            continue
+    for n, name in kernel_names(graph).items():
         kind, params = _KERNELS.get(n.op, _other)(n, b)
-        k = Kernel(_kernel_name(n, used), kind, params, n.origin)
+        k = Kernel(name, kind, params, n.origin)
         kernel_of[n] = k
         kernels.append(k)
 

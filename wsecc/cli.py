@@ -301,6 +301,40 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Re-simulate a saved compile (another simulator level or precision) and update its folder."""
+    from wsecc.compiler import Compilation
+    from wsecc.progress import StageDisplay
+
+    folder = Path(args.outdir)
+    with StageDisplay(quiet=args.json) as display:
+        c = Compilation.from_outdir(folder, display.update)
+        c.simulate(sim=args.sim, precision=args.precision, validate=args.validate)
+        c.write(folder, keep=True)
+    if args.json:
+        print(json.dumps(c.report(), indent=1))
+    else:
+        display.summary(c)
+    return 0
+
+
+def _add_sim_args(p: argparse.ArgumentParser, defaults: bool = True) -> None:
+    p.add_argument(
+        "--sim",
+        choices=("l0", "l1"),
+        default="l1" if defaults else None,
+        help="performance model: l0 analytical, l1 event-level with contention and a trace "
+        "(default l1)",
+    )
+    p.add_argument(
+        "--validate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the tiled functional simulation and compare with onnxruntime (default: on "
+        "for models up to 50M parameters)",
+    )
+
+
 def cmd_view(args: argparse.Namespace) -> int:
     """Draw a saved compile again: viewer.html (and placement.png) from its output folder."""
     from wsecc.view import load_outdir, render_viewer, write_placement_png
@@ -326,7 +360,8 @@ def _options(args: argparse.Namespace) -> Any:
         precision=args.precision, chunk_tokens=args.chunk_tokens, placer=args.placer,
         time_budget_s=args.time_budget, seed=args.seed, deterministic=args.deterministic,
         pins=args.pins, check_each_pass=args.check_each_pass,
-        print_after_all=args.print_after_all, dump_dir=args.dump_dir,
+        print_after_all=args.print_after_all, dump_dir=args.dump_dir, sim=args.sim,
+        validate=args.validate, inputs=args.inputs, save_outputs=args.save_outputs,
     )  # fmt: skip
 
 
@@ -339,7 +374,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     options = _options(args)
     with StageDisplay(quiet=args.json) as display:
         c = Compilation.load(model, options, display.update)
-        c.fuse().lower_and_size().place_and_route()
+        c.fuse().lower_and_size().place_and_route().simulate()
         written = c.write(out_dir)
         display.update(
             "write", f"{out_dir}/ ({', '.join(sorted(p.name for p in written.iterdir()))})"
@@ -400,6 +435,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help='JSON {"kernel": {"x":..,"y":..,"w":..,"h":..}} of fixed regions',
     )
+    _add_sim_args(c)
+    c.add_argument(
+        "--inputs",
+        default=None,
+        metavar="FILE.npz",
+        help="model inputs for the numerics, keyed by ONNX input name (default: generated from "
+        "--seed: token ids within the vocabulary, a padded attention mask)",
+    )
+    c.add_argument(
+        "--save-outputs",
+        action="store_true",
+        help="write inputs.npz and the simulated outputs.npz into the output folder",
+    )
     c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--dump-dir", default=None, help="write the IR after every pass into DIR")
     c.add_argument(
@@ -423,6 +471,22 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true")
     t.add_argument("--debug", action="store_true")
     t.set_defaults(fn=cmd_targets)
+
+    s = sub.add_parser(
+        "simulate",
+        help="re-simulate a saved compile at another level or precision; updates OUTDIR",
+    )
+    s.add_argument("outdir", help="a `wsecc compile` output folder")
+    _add_sim_args(s)
+    s.add_argument(
+        "--precision",
+        choices=("fp32", "mixed", "fp16"),
+        default=None,
+        help="simulate in this precision (default: the compile's)",
+    )
+    s.add_argument("--json", action="store_true", help="print the updated report as JSON")
+    s.add_argument("--debug", action="store_true", help="show tracebacks")
+    s.set_defaults(fn=cmd_simulate)
 
     v = sub.add_parser(
         "view",

@@ -115,6 +115,7 @@ class Compilation:
     perf: Any = None  # L0 result
     events: Any = None  # L1 result (when options.sim == "l1")
     numerics: Any = None  # NumericsResult, or None when not validated
+    saved_report: dict[str, Any] | None = None  # when reloaded from an output folder
     sim_inputs: dict[str, Any] | None = None
     sim_outputs: dict[str, Any] | None = None
     seconds: dict[str, float] = field(default_factory=dict)  # per stage
@@ -147,6 +148,47 @@ class Compilation:
             f"{len(c.graph.nodes)} ops after folding, bindings {c.import_info.bindings}",
         )
         return c
+
+    @classmethod
+    def from_outdir(
+        cls, folder: str | os.PathLike[str], progress: Progress = _quiet
+    ) -> Compilation:
+        """A saved compile (its output folder) with its placement and routing, ready for
+        `simulate()`. The model is re-imported only when numerics are asked for."""
+        from wsecc.place.from_kernels import placement_problem
+        from wsecc.view import load_outdir
+
+        folder = Path(folder)
+        v = load_outdir(folder)
+        saved = json.loads((folder / "report.json").read_text())
+        known = {f.name for f in dataclasses.fields(Options)}
+        opts = {k: v for k, v in saved.get("options", {}).items() if k in known}
+        opts["target"] = (
+            str(folder / "target.toml") if (folder / "target.toml").is_file() else v.target.name
+        )
+        try:
+            options = Options(**opts)
+        except (TypeError, WseccError) as e:
+            raise WseccError(f"{folder / 'report.json'}: unusable options ({e})") from None
+        c = cls(Path(saved["model"]["path"]), options, progress)
+        c.target, c.kernel_graph, c.sizing = v.target, v.kg, v.sizing
+        c.placement, c.routing = v.placement, v.routing
+        c.problem = placement_problem(v.kg, v.sizing, v.target, options.precision)
+        c.saved_report = saved
+        return c
+
+    def _ensure_fused(self) -> None:
+        """Re-import and fuse the model (a compilation reloaded from a folder has no graph)."""
+        if self.fused is not None:
+            return
+        if not self.model_path.is_file():
+            raise WseccError(
+                f"{self.model_path}: the compiled model is gone; numerics need it (--no-validate)"
+            )
+        fresh = Compilation.load(self.model_path, self.options, self.progress)
+        fresh.fuse()
+        self.graph, self.import_info = fresh.graph, fresh.import_info
+        self.fused, self.pass_records = fresh.fused, fresh.pass_records
 
     def fuse(self) -> Compilation:
         """Stage 2: the pass pipeline (canonicalize and fuse) on the imported graph."""
@@ -221,6 +263,140 @@ class Compilation:
         )
         return self
 
+    def simulate(
+        self, *, sim: str | None = None, precision: str | None = None, validate: bool | None = None
+    ) -> Compilation:
+        """Stage 5: SRAM map, L0 (and L1) performance, and numerics against onnxruntime.
+
+        `sim`, `precision` and `validate` override the options for this run (`wsecc simulate`
+        re-simulates a saved compile at another level or precision). Numerics need the fused
+        graph (with its weights): a compilation reloaded from a folder re-imports the model.
+        """
+        from wsecc.sim.perf import simulate_l0
+        from wsecc.sim.sram import sram_map
+
+        if sim is not None or precision is not None or validate is not None:
+            self.options = dataclasses.replace(
+                self.options,
+                sim=sim or self.options.sim,
+                precision=precision or self.options.precision,
+                validate=self.options.validate if validate is None else validate,
+            )
+        o = self.options
+        if self.sizing.precision != o.precision:  # the same placement in another precision
+            from wsecc.kernels import sizing_at
+
+            self.sizing = sizing_at(self.sizing, self.kernel_graph, self.target, o.precision)
+        args = (self.kernel_graph, self.sizing, self.placement, self.routing, self.target)
+        with self._stage("simulate"):
+            self.sram = sram_map(
+                self.kernel_graph, self.sizing, self.placement, self.target, o.precision
+            )
+            self.perf = simulate_l0(
+                *args, o.precision, o.batch, chunk_tokens=self.sizing.chunk_tokens
+            )
+            self.events = None
+            if o.sim == "l1":
+                from wsecc.sim.events import simulate_l1
+
+                self.events = simulate_l1(
+                    *args, o.precision, o.batch, samples=o.sim_samples,
+                    chunk_tokens=self.sizing.chunk_tokens,
+                )  # fmt: skip
+        perf = self.report_performance()
+        self.progress(
+            "simulate",
+            f"{o.sim}: {perf['samples_per_s']:,.1f} samples/s, latency {perf['latency_s'] * 1e6:,.1f} us, "
+            f"utilization {100 * perf['utilization']:.1f}%, bottleneck {perf['bottleneck']}"
+            + (
+                f" (L1 vs L0: throughput {100 * self.events.throughput_rel_diff:+.1f}%, "
+                f"latency {100 * self.events.latency_rel_diff:+.1f}%)"
+                if self.events
+                else ""
+            ),
+        )
+        if self._should_validate():
+            self.validate_numerics()
+        return self
+
+    def _should_validate(self) -> bool:
+        if self.options.validate is not None:
+            return self.options.validate
+        from wsecc.analysis import param_count
+
+        return param_count(self.fused) <= VALIDATE_AUTO_MAX_PARAMS
+
+    def validate_numerics(self) -> Compilation:
+        """Run the tiled functional simulation and compare every output with onnxruntime."""
+        import numpy as np
+
+        from wsecc.numerics import make_inputs
+        from wsecc.sim.functional import simulate_functional, verdict
+
+        o = self.options
+        self._ensure_fused()
+        with self._stage("numerics"):
+            if o.inputs:
+                self.sim_inputs = _load_inputs(o.inputs, self.graph)
+            else:
+                self.sim_inputs = make_inputs(self.graph, seed=o.seed, padded=True)
+            self.sim_outputs = simulate_functional(
+                self.fused, self.kernel_graph, self.sizing, o.precision, self.sim_inputs
+            )
+            self.numerics = verdict(self.model_path, self.sim_inputs, self.sim_outputs, o.precision)
+        n = self.numerics
+        worst = max(n.outputs, key=lambda e: e.max_rel_err)
+        self.progress(
+            "numerics",
+            f"{'PASS' if n.passed else 'FAIL'} {o.precision} vs {n.reference}: worst {worst.name} "
+            f"max rel err {worst.max_rel_err:.2e}, PCC {worst.pcc:.6f}",
+        )
+        del np
+        return self
+
+    def report_performance(self) -> dict[str, Any]:
+        """The report's `performance` object (L1's figures when L1 ran, L0's otherwise)."""
+        l0 = self.perf
+        rep: dict[str, Any] = {
+            "model": "l0",
+            "samples_per_s": l0.samples_per_s,
+            "tokens_per_s": l0.tokens_per_s,
+            "latency_s": l0.latency_s,
+            "batch_latency_s": l0.batch_latency_s,
+            "utilization": l0.utilization,
+            "utilization_of_pes_used": l0.utilization_used,
+            "bottleneck": l0.bottleneck,
+            "bottleneck_kind": l0.bottleneck_kind,
+            "on_wafer_bottleneck": l0.wafer_bottleneck,
+            "on_wafer_samples_per_s": l0.wafer_samples_per_s,
+            "stage_cycles": l0.stage_cycles,
+        }
+        ev = self.events
+        if ev is not None:
+            scale = ev.samples_per_s / l0.samples_per_s if l0.samples_per_s else 0.0
+            rep |= {
+                "model": "l1",
+                "samples_per_s": ev.samples_per_s,
+                "tokens_per_s": ev.tokens_per_s,
+                "latency_s": ev.latency_s,
+                "mean_latency_s": ev.mean_latency_s,
+                "utilization": min(1.0, l0.utilization * scale),
+                "l0": {"samples_per_s": l0.samples_per_s, "latency_s": l0.latency_s},
+                "l1_vs_l0": {
+                    "throughput_rel_diff": ev.throughput_rel_diff,
+                    "latency_rel_diff": ev.latency_rel_diff,
+                },
+                "l1_samples": ev.samples,
+                "l1_seconds": ev.seconds,
+            }
+        return rep
+
+    def _link_util_max(self) -> float:
+        if self.events is not None and self.events.links:
+            return max(u.peak for u in self.events.links)
+        flows = [f for f in self.perf.flows if f.kind != "host"] if self.perf else []
+        return max((f.busy for f in flows), default=0.0)
+
     # --- reports -----------------------------------------------------------------------------
 
     def _stage(self, name: str) -> _Timer:
@@ -236,13 +412,17 @@ class Compilation:
         from wsecc.analysis import batch_size, flops, fused_ops, param_count
 
         g = self.fused if self.fused is not None else self.graph
+        saved = self.saved_report or {}
         rep: dict[str, Any] = {"schema": REPORT_SCHEMA, "wsecc": __version__}
-        rep["model"] = {
-            "path": str(self.model_path),
-            "sha256": sha256_of(self.model_path),
-            "params": param_count(g) if g is not None else None,
-            "flops_per_sample": flops(g) // batch_size(g) if g is not None else None,
-        }
+        if g is not None:
+            rep["model"] = {
+                "path": str(self.model_path),
+                "sha256": sha256_of(self.model_path),
+                "params": param_count(g),
+                "flops_per_sample": flops(g) // batch_size(g),
+            }
+        else:
+            rep["model"] = saved["model"]
         t = self.target
         rep["target"] = {
             "name": t.name,
@@ -253,11 +433,16 @@ class Compilation:
             for k, v in dataclasses.asdict(self.options).items()
             if k not in ("print_after_all", "dump_dir", "check_each_pass")
         }
-        rep["bindings"] = dict(self.import_info.bindings) if self.import_info else {}
-        rep["passes"] = [{"name": r.name, "seconds": r.seconds} for r in self.pass_records]
+        if self.import_info is not None:
+            rep["bindings"] = dict(self.import_info.bindings)
+            rep["passes"] = [{"name": r.name, "seconds": r.seconds} for r in self.pass_records]
+        else:
+            rep["bindings"], rep["passes"] = saved.get("bindings", {}), saved.get("passes", [])
         if self.fused is not None:
             rep["ops_after"] = self.fused.op_histogram()
             rep["fused"] = fused_ops(self.fused)
+        elif saved:
+            rep["ops_after"], rep["fused"] = saved.get("ops_after", {}), saved.get("fused", [])
         rep["precision"] = self.options.precision
         if self.sizing is not None:
             rep["kernels"] = self._kernel_rows()
@@ -285,6 +470,20 @@ class Compilation:
                 "color_lower_bound": r.color_lower_bound, "link_load_max": r.link_load_max,
                 "total_length": r.total_length,
             }  # fmt: skip
+        if self.perf is not None:
+            rep["routing"]["link_util_max"] = self._link_util_max()
+            sm = self.sram
+            counts, edges = sm.histogram()
+            rep["sram"] = {
+                "budget_bytes": sm.sram_bytes_per_pe,
+                "max_bytes": sm.max_bytes,
+                "mean_bytes": sm.mean_used_bytes,
+                "mean_fabric_bytes": sm.mean_fabric_bytes,
+                "pes_used": sm.pes_used,
+                "histogram": {"bin_bytes": int(edges[1] - edges[0]), "counts": counts.tolist()},
+            }
+            rep["performance"] = self.report_performance()
+            rep["numerics"] = self.numerics.to_json() if self.numerics is not None else None
         rep["stage_seconds"] = dict(self.seconds)
         if not timings:
             _drop_timings(rep)
@@ -295,28 +494,42 @@ class Compilation:
         for k in self.kernel_graph.kernels:
             ks = self.sizing.kernel(k.name)
             row: dict[str, Any] = {"name": k.name, "kind": k.kind.value}
-            if self.placement is not None:
+            w, h = ks.w, ks.h
+            if self.placement is not None:  # the placer may pick one of sizing's alternatives
                 rect = self.placement.rects[k.name]
-                row["region"] = {"x": rect.x, "y": rect.y, "w": rect.w, "h": rect.h}
+                w, h = rect.w, rect.h
+                row["region"] = {"x": rect.x, "y": rect.y, "w": w, "h": h}
             else:
-                row["region"] = {"w": ks.w, "h": ks.h}
+                row["region"] = {"w": w, "h": h}
             row |= {
-                "pes": ks.h * ks.w,
+                "pes": w * h,
                 "sram_bytes_per_pe_max": ks.sram.total,
                 "sram": ks.sram.as_dict(),
                 "cycles_per_sample": ks.cycles_per_sample,
-                "onnx_nodes": list(k.provenance),
             }
+            if self.perf is not None:
+                kp = self.perf.kernel(k.name)
+                row["sram_bytes_per_pe_max"] = self.sram.kernel_max[k.name]
+                row["cycles_per_sample"] = kp.cycles_per_sample
+                row["bound"] = kp.bound
+            row["onnx_nodes"] = list(k.provenance)
             rows.append(row)
         return rows
 
-    def write(self, out_dir: str | os.PathLike[str]) -> Path:
-        """Write the output folder atomically (a temporary sibling renamed into place)."""
+    def write(self, out_dir: str | os.PathLike[str], *, keep: bool = False) -> Path:
+        """Write the output folder atomically (a temporary sibling renamed into place).
+
+        `keep=True` carries over the files of an existing `out_dir` that this compilation does
+        not produce again (a re-simulation keeps fused.ir.txt, say)."""
         from wsecc.ir.printer import format_graph
 
-        files: dict[str, str | bytes] = {
-            "report.json": json.dumps(self.report(), indent=1) + "\n",
-        }
+        files: dict[str, str | bytes] = {}
+        old = Path(out_dir)
+        if keep and old.is_dir():
+            files |= {p.name: p.read_bytes() for p in old.iterdir() if p.is_file()}
+            for stale in ("trace.json", "inputs.npz", "outputs.npz"):
+                files.pop(stale, None)
+        files["report.json"] = json.dumps(self.report(), indent=1) + "\n"
         if self.fused is not None:
             files["fused.ir.txt"] = format_graph(self.fused)
         if self.kernel_graph is not None:
@@ -324,10 +537,20 @@ class Compilation:
             files["sizing.json"] = json.dumps(self.sizing.to_json(), indent=1) + "\n"
         files["target.toml"] = target_source(self.options.target)[0]
         if self.placement is not None:
-            files["placement.json"] = self.placement.dumps() + "\n"
+            files["placement.json"] = self.placement.dumps(include_timing=False) + "\n"
             files["routing.json"] = self.routing.dumps() + "\n"
             files["viewer.html"] = self.viewer_html()
             files["placement.png"] = self._png(_placement_png)
+        if self.perf is not None:
+            files["sram.png"] = self._png(_sram_png)
+            files["roofline.png"] = self._png(_roofline_png)
+        if self.events is not None:
+            files["trace.json"] = json.dumps(
+                {"traceEvents": list(self.events.trace), "displayTimeUnit": "ns"}
+            )
+        if self.options.save_outputs and self.sim_outputs is not None:
+            files["inputs.npz"] = _npz(self.sim_inputs)
+            files["outputs.npz"] = _npz(self.sim_outputs)
         return write_folder(Path(out_dir), files)
 
     @property
@@ -338,9 +561,20 @@ class Compilation:
         """viewer.html: the placed, routed compile, self-contained (wsecc.view)."""
         from wsecc.view import render_viewer
 
+        info = None
+        if self.perf is not None:
+            info = {
+                k.name: {
+                    "bound": k.bound,
+                    "cycles_per_sample": k.cycles_per_sample,
+                    "sram_bytes_per_pe": self.sram.kernel_max[k.name],
+                }
+                for k in self.perf.kernels
+            }
         return render_viewer(
             self.kernel_graph, self.sizing, self.placement, self.routing, self.target,
-            title=self.title,
+            title=self.title, kernel_info=info,
+            sram_per_pe=self.sram.total if self.sram is not None else None,
         )  # fmt: skip
 
     def _png(self, draw: Callable[[Compilation, Path], None]) -> bytes:
@@ -348,6 +582,52 @@ class Compilation:
             path = Path(d) / "figure.png"
             draw(self, path)
             return path.read_bytes()
+
+
+def _sram_png(c: Compilation, path: Path) -> None:
+    from wsecc.sim.roofline import write_sram_png
+
+    write_sram_png(path, c.sram)
+
+
+def _roofline_png(c: Compilation, path: Path) -> None:
+    from wsecc.sim.roofline import write_roofline_png
+
+    write_roofline_png(path, c.perf, c.target)
+
+
+def _npz(arrays: Mapping[str, Any]) -> bytes:
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez(buf, **dict(arrays))
+    return buf.getvalue()
+
+
+def _load_inputs(path: str, graph: Any) -> dict[str, Any]:
+    """Model inputs from an .npz keyed by the ONNX input names, checked against the graph."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            feeds = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise WseccError(f"--inputs {path}: cannot read an .npz ({e})") from None
+    for v in graph.inputs:
+        if v.name not in feeds:
+            raise WseccError(
+                f"--inputs {path}: no array {v.name!r} (the model's inputs: "
+                f"{', '.join(i.name for i in graph.inputs)})"
+            )
+        if tuple(feeds[v.name].shape) != tuple(v.type.shape):
+            raise WseccError(
+                f"--inputs {path}: {v.name!r} has shape {tuple(feeds[v.name].shape)}, the "
+                f"bound model expects {tuple(v.type.shape)} (bind with --batch/--seq)"
+            )
+        feeds[v.name] = feeds[v.name].astype(v.type.dtype.numpy, copy=False)
+    return feeds
 
 
 def _placement_png(c: Compilation, path: Path) -> None:
@@ -418,5 +698,5 @@ def compile(  # noqa: A001 - the verb users expect: wsecc.compile(...)
     except TypeError as e:
         raise WseccError(f"wsecc.compile: {e}") from None
     c = Compilation.load(path, opts, progress)
-    c.fuse().lower_and_size().place_and_route()
+    c.fuse().lower_and_size().place_and_route().simulate()
     return c

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from wsecc.ir.core import Graph
-from wsecc.kernels import DEFAULT_CHUNK_TOKENS, KernelGraph, Sizing, size_regions
+from wsecc.kernels import DEFAULT_CHUNK_TOKENS, KernelGraph, Sizing, size_regions, sizing_at
 from wsecc.passes.lower import lower_to_kernels
 from wsecc.place.api import place
 from wsecc.place.from_kernels import placement_problem
@@ -48,7 +48,7 @@ class Placed:
     problem: PlacementProblem
     placement: Placement
     routing: Routing
-    sizing: Sizing  # the sizing that packed (a re-sizing at lower fill when the first did not)
+    sizing: Sizing  # the sizing that packed, costed at the placed shapes
 
 
 def place_and_route(
@@ -91,6 +91,9 @@ def place_and_route(
             if i == len(FILL_STEPS) - 1:
                 raise
             say(f"place      regions at {100 * fill:.0f}% fill do not pack: {str(e)[:100]}...")
+    # what the placement achieves: each kernel costed at its placed shape (one of its menu's)
+    shapes = {name: (r.h, r.w) for name, r in placement.rects.items()}
+    sizing = sizing_at(sizing, kg, target, precision, shapes)
     rp = make_routing_problem(
         problem,
         placement,

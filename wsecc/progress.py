@@ -23,6 +23,8 @@ def _si(x: float, unit: str) -> str:
 
 
 def _seconds(s: float) -> str:
+    if s < 1e-3:
+        return f"{s * 1e6:.3g} µs"
     return f"{s * 1e3:.3g} ms" if s < 1 else f"{s:.3g} s"
 
 

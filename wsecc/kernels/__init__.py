@@ -29,6 +29,7 @@ from wsecc.kernels.sizing import (
     SizingError,
     fit_bounds,
     size_regions,
+    sizing_at,
     work_proportional_sizing,
 )
 
@@ -53,5 +54,6 @@ __all__ = [
     "precision",
     "fit_bounds",
     "size_regions",
+    "sizing_at",
     "work_proportional_sizing",
 ]

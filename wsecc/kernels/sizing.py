@@ -31,7 +31,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -452,6 +452,45 @@ def size_regions(
             lo = mid + 1
     choice = [(k, m, m.within(levels[lo]) or m.smallest) for k, m in menus]
     return _sizing("balanced", kg, ctx, fill, choice, alt_tolerance, max_alternatives)
+
+
+def sizing_at(
+    base: Sizing,
+    kg: KernelGraph,
+    target: Target,
+    precision: str,
+    shapes: Mapping[str, tuple[int, int]] | None = None,
+) -> Sizing:
+    """`base` with every kernel costed again at a fixed shape (h, w) — the placed one when
+    `shapes` names it, else base's — in `precision`: what a placement achieves, or the same
+    placement in another precision. Alternatives are dropped (the shapes are decided).
+    Raises SizingError when a kernel's PE no longer fits its SRAM in `precision`."""
+    check_precision(precision)
+    ctx = CostContext(target, precision, base.chunk_tokens)
+    shapes = shapes or {}
+    kernels, over = [], []
+    for ks in base.kernels:
+        h, w = shapes.get(ks.name, (ks.h, ks.w))
+        c = cost_model(kg.kernel(ks.name).kind).cost(kg.kernel(ks.name).params, h, w, ctx)
+        if c.sram.total > target.sram.bytes_per_pe:
+            over.append(f"{ks.name!r} {c.sram.total:,} B")
+        kernels.append(
+            KernelSizing(ks.name, ks.kind, h, w, c.sram, c.compute_cycles, c.link_cycles)
+        )
+    if over:
+        raise SizingError(
+            f"in {precision} these regions exceed {target.sram.bytes_per_pe:,} B/PE: "
+            + ", ".join(over[:3])
+            + (f" and {len(over) - 3} more" if len(over) > 3 else "")
+            + f"; compile again with --precision {precision} to size for it"
+        )
+    return replace(
+        base,
+        target=target.name,
+        precision=precision,
+        peak_flops_per_cycle=target.usable_pes * target.flops_per_cycle[precision],
+        kernels=tuple(kernels),
+    )
 
 
 def work_proportional_sizing(

@@ -195,13 +195,16 @@ def sram_map(
         owner[rect.y : rect.y + rect.h, rect.x : rect.x + rect.w] = i
         fullest = max(b.total for b in per_pe.values())
         kernel_max[k.name] = fullest
-        if (rect.h, rect.w) == (ks.h, ks.w):
+        if (rect.h, rect.w) == (ks.h, ks.w) and precision == sizing.precision:
             expected, source = ks.sram.total, "sizing"
-        else:
+        else:  # another shape from sizing's alternatives, or a re-simulation in another precision
             cost = kernel_cost(
                 k, rect.h, rect.w, precision, target, chunk_tokens=sizing.chunk_tokens
             )
-            expected, source = cost.sram.total, f"the cost model at the placed {rect.h}x{rect.w}"
+            expected, source = (
+                cost.sram.total,
+                f"the cost model at the placed {rect.h}x{rect.w} in {precision}",
+            )
         if fullest != expected:
             mismatched.append(f"{k.name!r}: map {fullest:,} B, {source} {expected:,} B")
     if mismatched:

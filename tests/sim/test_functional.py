@@ -1,0 +1,339 @@
+"""Functional simulation: the fabric-order program against onnxruntime, and its arithmetic.
+
+Every sample and every corpus graph that compiles runs at batch 2 (the corpus graphs have a
+fixed batch of 1) with a padded attention mask, in fp32 and mixed, against onnxruntime on the
+original file. A hand-worked linear on a 4x4 region pins the tiling, the fabric's reduction
+order and the two faults; the faults also fail the verdict of a real sample.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from functools import cache
+
+import numpy as np
+import pytest
+from conftest import ORT_CORPUS, SAMPLES
+from test_models import CORPUS as CORPUS_FP32_TOLERANCE
+from wsecc.passes import DEFAULT_PIPELINE
+from wsecc.passes.lower import kernel_names, lower_to_kernels
+from wsecc.targets import load_target
+
+import wsecc.sim.functional as functional
+from wsecc.flow import lower_and_size
+from wsecc.frontend.onnx import import_model
+from wsecc.interp import run as interp_run
+from wsecc.ir.core import DType, Graph, Node, Op, TensorType, Value, make_attrs
+from wsecc.kernels import (
+    Flow,
+    Kernel,
+    KernelGraph,
+    KernelGraphError,
+    KernelKind,
+    Port,
+    Sizing,
+    SizingError,
+    size_regions,
+)
+from wsecc.numerics import TOLERANCE, make_inputs
+from wsecc.pm import PassManager
+from wsecc.sim.functional import (
+    SimulationError,
+    _chain,
+    load_npz,
+    round_to_f16,
+    save_npz,
+    simulate_functional,
+    validate,
+)
+
+SAMPLE_FILES = sorted(p.name for p in SAMPLES.glob("*.onnx"))
+PRECISIONS = ("fp32", "mixed")
+
+
+@cache
+def fused_model(path: str) -> tuple[Graph, dict[str, np.ndarray]]:
+    graph, _ = import_model(path, batch=2, seq=16)  # fixed-shape corpus graphs keep theirs
+    fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
+    return fused, make_inputs(graph, seed=7, padded=True)
+
+
+@cache
+def products(path: str, precision: str) -> tuple[KernelGraph, Sizing]:
+    return lower_and_size(fused_model(path)[0], load_target("wse2"), precision)
+
+
+def check(path: str, precision: str, fp32_tolerance: float = 1e-5) -> None:
+    fused, feeds = fused_model(path)
+    kg, sizing = products(path, precision)
+    result = validate(path, fused, kg, sizing, precision, feeds)
+    assert [o.name for o in result.outputs] == [v.name for v in fused.outputs]
+    for o in result.outputs:
+        if precision == "fp32":
+            assert o.max_rel_err <= fp32_tolerance, o
+        else:
+            assert o.passed and o.pcc >= 0.999, o
+            assert o.max_rel_err <= TOLERANCE[precision]["max_rel_err"], o
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("name", SAMPLE_FILES)
+def test_samples_match_onnxruntime(name, precision):
+    check(str(SAMPLES / name), precision)
+    fused, feeds = fused_model(str(SAMPLES / name))
+    assert feeds["attention_mask"][-1, -1] == 0  # the last row is padded
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("name", sorted(CORPUS_FP32_TOLERANCE))
+def test_corpus_matches_onnxruntime(name, precision):
+    """fp32 within test_models' bound for the graph: onnxruntime's own contrib SkipLayerNorm
+    rounding differs from exact by ~1.3e-5 on two of them (the simulator matches the reference
+    interpreter bit for bit there)."""
+    path = ORT_CORPUS / name
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    try:
+        products(str(path), precision)
+    except (KernelGraphError, SizingError) as e:
+        pytest.skip(f"{name} does not compile: {e}")
+    check(str(path), precision, CORPUS_FP32_TOLERANCE[name])
+
+
+@pytest.mark.parametrize("name", ["gpt2_legacy_op14.onnx", "bert_dynamo.onnx"])
+def test_fp16_passes_its_documented_tolerance(name):
+    path = str(SAMPLES / name)
+    fused, feeds = fused_model(path)
+    result = validate(path, fused, *products(path, "fp16"), "fp16", feeds)
+    assert result.passed, result
+
+
+@pytest.mark.parametrize("fault", functional.FAULTS)
+def test_faults_fail_the_verdict(fault):
+    path = str(SAMPLES / "gpt2_legacy_op14.onnx")
+    fused, feeds = fused_model(path)
+    kg, sizing = products(path, "fp32")
+    assert validate(path, fused, kg, sizing, "fp32", feeds).passed
+    faulty = validate(path, fused, kg, sizing, "fp32", feeds, fault=fault)
+    assert not faulty.passed and faulty.outputs[0].max_rel_err > 1e-4
+
+
+def test_result_json_has_the_report_fields():
+    path = str(SAMPLES / "bert_dynamo.onnx")
+    fused, feeds = fused_model(path)
+    d = validate(path, fused, *products(path, "mixed"), "mixed", feeds).to_json()
+    assert d["reference"].startswith("onnxruntime ") and d["precision"] == "mixed"
+    assert set(d) == {"reference", "precision", "outputs", "passed"}
+    assert [set(o) for o in d["outputs"]] == [
+        {"name", "max_abs_err", "max_rel_err", "pcc", "passed"}
+    ]
+    json.dumps(d)
+
+
+def test_fully_masked_rows_match_the_reference_interpreter():
+    """A row whose keys are all masked: every score is the fill, as in the reference."""
+    path = str(SAMPLES / "bert_dynamo.onnx")
+    fused, feeds = fused_model(path)
+    feeds = dict(feeds, attention_mask=np.zeros_like(feeds["attention_mask"]))
+    got = simulate_functional(fused, *products(path, "fp32"), "fp32", feeds)
+    ref = interp_run(fused, feeds)
+    for name, r in ref.items():
+        np.testing.assert_allclose(got[name], r, rtol=0, atol=1e-5 * np.abs(r).max())
+
+
+def test_kernel_names_are_lowerings_names():
+    fused, _ = fused_model(str(SAMPLES / "gpt2_dynamo.onnx"))
+    assert list(kernel_names(fused).values()) == [k.name for k in lower_to_kernels(fused).kernels]
+
+
+# --- a hand-worked linear on a 4x4 region ----------------------------------------------------
+
+
+def linear_program(W: np.ndarray, b: np.ndarray, M: int, h: int = 4, w: int = 4):
+    """y = x W + b as one Linear node; its kernel sized to an h x w region."""
+    K, N = W.shape
+    x = Value("x", TensorType(DType.FLOAT32, (M, K)))
+    y = Value("y", TensorType(DType.FLOAT32, (M, N)))
+    attrs = make_attrs({"activation": "none", "has_bias": True})
+    node = Node(
+        Op.LINEAR, (x, Value.constant("W", W), Value.constant("b", b)), (y,), attrs, "y", ("mm",)
+    )
+    graph = Graph((x,), (y,), (node,), "hand")
+    kg = lower_to_kernels(graph)
+    sizing = size_regions(kg, load_target("wse2"), "fp32")
+    return graph, kg, replace(sizing, kernels=(replace(sizing.kernels[0], h=h, w=w),))
+
+
+@pytest.fixture(params=["whole", "streamed"])
+def path_(request, monkeypatch):
+    """Both ways a linear forms its partials: all at once, or row by row over column chunks."""
+    if request.param == "streamed":
+        monkeypatch.setattr(functional, "_WHOLE_ELEMS", 0)
+        monkeypatch.setattr(functional, "_CHUNK_ELEMS", 3)  # 3-column chunks: 3 of them
+    return request.param
+
+
+def small_ints(shape, seed):
+    return np.random.default_rng(seed).integers(-4, 5, shape).astype(np.float32)
+
+
+def test_tiled_linear_equals_x_w_plus_b(path_):
+    """Integers: every order gives the exact result, so the tiling alone is checked."""
+    W, b, x = small_ints((8, 8), 0), small_ints(8, 1), small_ints((1, 8), 2)
+    graph, kg, sizing = linear_program(W, b, 1)
+    for precision in ("fp32", "mixed", "fp16"):
+        got = simulate_functional(graph, kg, sizing, precision, {"x": x})["y"]
+        np.testing.assert_array_equal(got, x @ W + b)
+
+
+def test_partials_are_summed_down_the_column_row_0_first(path_):
+    """K = 8 over 4 rows, kh = 2. Column 0's row partials are 2^24, 1, -2^24, 1: in the
+    fabric's order ((2^24 + 1) - 2^24) + 1 = 1 in float32 (2^24 + 1 rounds to 2^24), where the
+    exact sum and the bottom-up order give 2. In fp16 the same happens one binade lower:
+    2048, 1, -2048, 1 gives 1 with fp16 running sums (fp16 chain) and 2 with fp32 ones (mixed)."""
+    x = np.ones((1, 8), np.float32)
+    b = np.zeros(8, np.float32)
+    for big, expected in ((2.0**24, {"fp32": 1.0}), (2048.0, {"mixed": 2.0, "fp16": 1.0})):
+        W = np.zeros((8, 8), np.float32)
+        W[[0, 2, 4, 6], 0] = [big, 1, -big, 1]
+        graph, kg, sizing = linear_program(W, b, 1)
+        for precision, want in expected.items():
+            got = simulate_functional(graph, kg, sizing, precision, {"x": x})["y"]
+            assert got[0, 0] == want, precision
+
+
+def test_a_pe_forms_its_partial_before_adding_the_incoming_sum(path_):
+    """Row 0 sends 2^24; row 1 holds two products of 1. Partial first: 2^24 + (1 + 1) =
+    2^24 + 2 exactly. Adding each product to the incoming sum would give 2^24 (twice a tie)."""
+    W = np.zeros((8, 8), np.float32)
+    W[[0, 2, 3], 0] = [2.0**24, 1, 1]
+    graph, kg, sizing = linear_program(W, np.zeros(8, np.float32), 1)
+    got = simulate_functional(graph, kg, sizing, "fp32", {"x": np.ones((1, 8), np.float32)})
+    assert got["y"][0, 0] == 2.0**24 + 2
+
+
+def test_drop_partial_drops_pe_0_0(path_):
+    """PE (0, 0) holds W[0:2, 0:2] (kh = nw = 2): without its partial, columns 0-1 miss
+    x[:, 0:2] W[0:2, 0:2]; the other columns are untouched."""
+    W, b, x = small_ints((8, 8), 3), small_ints(8, 4), small_ints((3, 8), 5)
+    graph, kg, sizing = linear_program(W, b, 3)
+    got = simulate_functional(graph, kg, sizing, "fp32", {"x": x}, fault="drop_partial")["y"]
+    W_dropped = W.copy()
+    W_dropped[0:2, 0:2] = 0
+    np.testing.assert_array_equal(got, x @ W_dropped + b)
+
+
+def test_misplace_tile_swaps_pe_0_0_and_0_1(path_):
+    W, b, x = small_ints((8, 8), 6), small_ints(8, 7), small_ints((3, 8), 8)
+    graph, kg, sizing = linear_program(W, b, 3)
+    got = simulate_functional(graph, kg, sizing, "fp32", {"x": x}, fault="misplace_tile")["y"]
+    W_swapped = W.copy()
+    W_swapped[0:2, 0:2], W_swapped[0:2, 2:4] = W[0:2, 2:4], W[0:2, 0:2]
+    np.testing.assert_array_equal(got, x @ W_swapped + b)
+
+
+def test_misplace_tile_needs_two_pes():
+    graph, kg, sizing = linear_program(
+        np.ones((2, 2), np.float32), np.zeros(2, np.float32), 1, 1, 1
+    )
+    with pytest.raises(
+        SimulationError,
+        match=r"^kernel 'linear' \(linear, node 'y'\): misplace_tile needs two PEs, the region is 1x1$",
+    ):
+        simulate_functional(
+            graph, kg, sizing, "fp32", {"x": np.ones((1, 2), np.float32)}, fault="misplace_tile"
+        )
+
+
+# --- a softmax kernel, tiled row-wise ----------------------------------------------------------
+
+
+def test_softmax_kernel_reduces_per_pe_then_along_the_row():
+    """Lowering makes a standalone Softmax a generic kernel; a softmax kernel (its own kind)
+    splits the feature dim over the columns, here 10 features over 3 columns (4, 4, 2)."""
+    x = Value("x", TensorType(DType.FLOAT32, (2, 5, 10)))
+    y = Value("y", TensorType(DType.FLOAT32, (2, 5, 10)))
+    node = Node(Op.SOFTMAX, (x,), (y,), make_attrs({"axis": -1}), "y")
+    graph = Graph((x,), (y,), (node,), "hand")
+    kernel = Kernel("softmax", KernelKind.SOFTMAX, {"rows": 5, "dim": 10})
+    ports = (Port("x", 50), Port("y", 50))
+    flows = (Flow.between(ports[0], kernel, 50), Flow.between(kernel, ports[1], 50))
+    kg = KernelGraph("hand", 5, (kernel,), flows, ports[:1], ports[1:])
+    sizing = size_regions(kg, load_target("wse2"), "fp32")
+    sizing = replace(sizing, kernels=(replace(sizing.kernels[0], h=1, w=3),))
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 5, 10)).astype(np.float32) * 4}
+    got = simulate_functional(graph, kg, sizing, "fp32", feeds)["y"]
+    np.testing.assert_allclose(got, interp_run(graph, feeds)["y"], rtol=1e-6, atol=1e-7)
+
+
+# --- arithmetic helpers -------------------------------------------------------------------------
+
+
+def test_round_to_f16_is_numpys_conversion():
+    rng = np.random.default_rng(0)
+    bits = rng.integers(0, 2**32, size=1 << 20, dtype=np.uint64).astype(np.uint32)
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    finite = np.sort(halves[np.isfinite(halves)].astype(np.float32))
+    mids = ((finite[:-1].astype(np.float64) + finite[1:]) / 2).astype(np.float32)
+    x = np.concatenate(
+        [
+            bits.view(np.float32),
+            finite,
+            mids,
+            np.nextafter(mids, np.float32(np.inf)),
+            np.nextafter(mids, np.float32(-np.inf)),
+            np.float32([65504, 65519.996, 65520, 1e9, np.inf, -np.inf, np.nan, -0.0]),
+        ]
+    )
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = x.astype(np.float16).astype(np.float32)
+    got = round_to_f16(x)
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), x[~same][:5]
+
+
+@pytest.mark.parametrize("shape", [(1,), (2,), (3, 5), (10_000,)])
+def test_chain_adds_partials_in_index_order(shape):
+    """((2^24 + 1) - 2^24) + 13 ones = 13 in index order (exact: 14); one float32 reduction must
+    not reorder it, as numpy's pairwise summation along the innermost axis would."""
+    pattern = np.array([2.0**24, 1, -(2.0**24)] + [1] * 13, np.float32)
+    partials = np.repeat(pattern, int(np.prod(shape))).reshape(16, *shape)
+    ar = functional.Arithmetic.of("fp32")
+    np.testing.assert_array_equal(_chain(partials, ar), np.full(shape, 13, np.float32))
+
+
+# --- errors and files ---------------------------------------------------------------------------
+
+
+def test_products_of_another_graph_are_refused():
+    fused, feeds = fused_model(str(SAMPLES / "gpt2_dynamo.onnx"))
+    kg, sizing = products(str(SAMPLES / "bert_dynamo.onnx"), "fp32")
+    with pytest.raises(
+        SimulationError,
+        match=r"^kernel graph 'main_graph' does not match the fused graph 'main_graph': "
+        r"23 kernels for 17 kernel nodes$",
+    ):
+        simulate_functional(fused, kg, sizing, "fp32", feeds)
+
+
+def test_unknown_fault_and_missing_input_are_refused():
+    path = str(SAMPLES / "gpt2_dynamo.onnx")
+    fused, feeds = fused_model(path)
+    kg, sizing = products(path, "fp32")
+    with pytest.raises(
+        SimulationError,
+        match=r"^unknown fault 'flip' \(expected one of drop_partial, misplace_tile\)$",
+    ):
+        simulate_functional(fused, kg, sizing, "fp32", feeds, fault="flip")
+    with pytest.raises(SimulationError, match=r"^missing input 'attention_mask'$"):
+        simulate_functional(fused, kg, sizing, "fp32", {"input_ids": feeds["input_ids"]})
+
+
+def test_npz_round_trip(tmp_path):
+    arrays = {"logits": np.arange(6, dtype=np.float32).reshape(2, 3), "/model/out:0": np.ones(2)}
+    save_npz(tmp_path / "outputs.npz", arrays)
+    back = load_npz(tmp_path / "outputs.npz")
+    assert back.keys() == arrays.keys()
+    for k, v in arrays.items():
+        np.testing.assert_array_equal(back[k], v)

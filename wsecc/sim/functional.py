@@ -1,0 +1,706 @@
+"""Functional simulation: run the compiled kernel program as the fabric would, and check it.
+
+`simulate_functional` walks the fused Graph in node order. A node that lowering made a kernel
+(`wsecc.passes.lower.kernel_names`) runs a tiled implementation on its region, h x w PEs from the
+Sizing, that follows the mapping its cost model states (`wsecc.kernels.costs`); view ops
+(Reshape, Transpose, Split, Slice, Expand, Cast, Identity, Dropout) re-address data and run with
+the reference rules (`wsecc.ir.rules`). `validate` compares every output with onnxruntime on the
+original ONNX file.
+
+What is emulated, per kernel kind
+    linear, lm_head   W[K, N] tiled K over the h rows and N over the w columns (kh = cdiv(K, h),
+        nw = cdiv(N, w), zero-padded). PE (i, j) forms its partial x[:, K_i] @ W[K_i, N_j], then
+        adds it to the running sum arriving from the PE above: the partials of a column are
+        summed in fabric order, row 0 first, one addition per row (acc = ((p_0 + p_1) + p_2)
+        + ...). The epilogue (bias, then the activation, evaluated in float32) runs on the sum.
+    attention   keys and values dealt cyclically over the h rows (key j on row j mod h). Each PE
+        scores the queries against its keys (the 1/sqrt(d) scale folded into the queries, as the
+        cost model says), masked pairs replaced by the node's `fill` as in the reference, and
+        keeps a partial (max m_i, sum l_i = sum exp(s - m_i), acc_i = sum exp(s - m_i) v); the
+        partials are merged down the column row by row (online softmax: m = max(m, m_i),
+        l = l e^(m_old - m) + l_i e^(m_i - m), same for acc) and normalised at the bottom,
+        out = acc / l. Heads and query groups over columns change no arithmetic.
+    layernorm   the feature dim split over the w columns (dw = cdiv(dim, w)). Each PE sums its
+        features; the per-PE sums are combined along the region row in column order (column 0
+        first). Two such row reductions: sum x gives the mean, then sum (x - mean)^2 the
+        variance. (The cost model charges stats = 2 per row and LAYERNORM_OPS = 6 per element;
+        the two-pass form has the same counts and, unlike sum x^2 - mean^2, does not cancel when
+        |mean| >> std.) With a skip input, s = x + skip is formed in the accumulate type and
+        normalised from there; only the emitted copy (the residual stream) is rounded to storage.
+    softmax     row-wise like layernorm: per-PE max (exact in any order), then per-PE sums of
+        exp(x - max) combined in column order.
+    embedding   the tables, stacked, tiled vocab over the h rows (vh = cdiv(vocab, h)) and dim
+        over the w columns; a lookup reads row id // vh, slot id % vh; a token's lookups are
+        summed in table order (the order they meet going down the column).
+    elementwise, generic   the reference rule on storage-rounded inputs, evaluated in float32
+        (its transcendentals in float64, as the rule does), the result rounded to storage: no
+        tiling changes an elementwise op, and a generic kernel has no stated mapping.
+
+Precisions (`wsecc.kernels.ir.PRECISION_TABLE`: storage and accumulate types)
+    fp32    everything float32; only the summation order above differs from onnxruntime.
+    mixed   storage fp16: graph inputs, weights and every kernel's outputs are rounded to
+            float16 (round to nearest even, overflow to inf). Products and partials are formed in
+            float32 (a product of two fp16 values is exact there) and every accumulation is
+            float32.
+    fp16    as mixed, and the accumulate type is fp16 too: each PE's partial is formed in float32
+            and rounded once to fp16, and every running sum is rounded to fp16 after each PE's
+            contribution (each add of the column chain, each merge step, each row-reduction
+            step); each stage of a kernel (scores, exp, mean, variance, epilogue) is evaluated in
+            float32 and rounded to fp16 at its end. A finite attention `fill` below the fp16
+            range is clamped to -65504 rather than becoming -inf.
+    Not modelled: the order of the kh multiply-adds inside one PE (BLAS forms a PE's partial),
+    the PE's transcendental approximations (evaluated to float32 accuracy, then rounded),
+    denormal flushing.
+
+Cost. The fabric's order makes the simulator add h x M x N partials per linear kernel where a
+matmul would add none, so it runs a few times slower than onnxruntime on real models (bench/
+bench_sim.py). Its BLAS calls are many and small, one per region row: it runs them on one
+thread (threadpoolctl), as BLAS threads stall on a busy machine.
+
+Values between kernels are float32 arrays holding storage-precision values, so the graph's dtypes
+hold throughout. Faults for tests (`fault=`): "drop_partial" drops PE (0, 0)'s partial sum in the
+first linear kernel; "misplace_tile" swaps the weight tiles of PE (0, 0) and PE (0, 1) (or (1, 0)
+in a one-column region) in the first linear kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+from scipy import special
+from scipy.linalg.blas import sgemm
+
+from wsecc.errors import WseccError
+from wsecc.ir.core import Graph, Node, Op, Value
+from wsecc.ir.rules import GELU_TANH_C, attention_keep, evaluate_op, split_heads
+from wsecc.kernels import KernelGraph, KernelKind, KernelSizing, Sizing, precision
+from wsecc.kernels.costs import cdiv
+from wsecc.numerics import OutputError, compare, ort_run
+from wsecc.passes.lower import kernel_names
+
+FAULTS = ("drop_partial", "misplace_tile")
+
+_WHOLE_ELEMS = 1 << 21
+"""Partials (h x M x N) up to this many elements are formed in one batched matmul and summed in
+one reduction; larger kernels stream row by row over column chunks, the running sum in cache."""
+_CHUNK_ELEMS = 1 << 17
+"""Running-sum elements (M x columns) per column chunk of a streamed kernel (512 KB)."""
+
+
+class SimulationError(WseccError):
+    """The products do not describe one program, or the inputs do not fit it."""
+
+
+# --- precision ------------------------------------------------------------------------------------
+
+_ABS_BITS = np.uint32(0x7FFFFFFF)
+_SIGN_BIT = np.uint32(0x80000000)
+_F16_MAX_BITS = np.uint32(0x477FE000)  # 65504 as float32
+_F16_MIN_NORMAL_BITS = np.uint32(0x38800000)  # 2^-14 as float32
+_F32_INF_BITS = np.uint32(0x7F800000)
+
+
+def round_to_f16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest float16 (ties to even; beyond 65504 to inf;
+    subnormals kept), returned as float32. Bit-identical to x.astype(float16).astype(float32)
+    (tests/sim pin it) and faster: numpy converts float16 one element at a time. Large arrays
+    go in blocks that stay in cache."""
+    x = np.ascontiguousarray(x, np.float32)
+    if x.size <= _ROUND_BLOCK:
+        return _round_block(x)
+    out = np.empty_like(x)
+    src, dst = x.reshape(-1), out.reshape(-1)
+    for i in range(0, src.size, _ROUND_BLOCK):
+        dst[i : i + _ROUND_BLOCK] = _round_block(src[i : i + _ROUND_BLOCK])
+    return out
+
+
+_ROUND_BLOCK = 1 << 15
+
+
+def _round_block(x: np.ndarray) -> np.ndarray:
+    u = x.view(np.uint32)
+    a = u & _ABS_BITS
+    r = (a >> 13) & np.uint32(1)  # round half to even at the 13 dropped mantissa bits
+    r += np.uint32(0x0FFF)
+    r += a
+    r &= np.uint32(0xFFFFE000)
+    over = r > _F16_MAX_BITS
+    if over.any():
+        r[over] = np.where(a[over] > _F32_INF_BITS, np.uint32(0x7FC00000), _F32_INF_BITS)
+    small = a < _F16_MIN_NORMAL_BITS
+    if small.any():  # fp16 subnormals: a fixed quantum of 2^-24
+        q = np.rint(np.abs(x[small]) * np.float32(2.0**24)) * np.float32(2.0**-24)
+        r[small] = q.view(np.uint32)
+    r |= u & _SIGN_BIT
+    return r.view(np.float32)
+
+
+def _identity(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+@dataclass(frozen=True)
+class Arithmetic:
+    """Where a precision rounds: `store` (inputs, weights, kernel outputs) and `acc` (partials,
+    running sums, kernel-internal stages). Both take and return float32 arrays."""
+
+    name: str
+    store: Callable[[np.ndarray], np.ndarray]
+    acc: Callable[[np.ndarray], np.ndarray]
+
+    @property
+    def half_accum(self) -> bool:
+        return self.acc is round_to_f16
+
+    @staticmethod
+    def of(name: str) -> Arithmetic:
+        p = precision(name)  # raises on an unknown name
+
+        def rounding(nbytes: int) -> Callable[[np.ndarray], np.ndarray]:
+            return round_to_f16 if nbytes == 2 else _identity
+
+        return Arithmetic(name, rounding(p.storage_bytes), rounding(p.accum_bytes))
+
+
+def _stored(const: np.ndarray, ar: Arithmetic) -> np.ndarray:
+    """A constant or input as the fabric holds it: float32 rounded to storage, others as is."""
+    c = np.asarray(const)
+    return ar.store(c) if c.dtype == np.float32 else c
+
+
+def _chain(partials: np.ndarray, ar: Arithmetic) -> np.ndarray:
+    """partials[0] + partials[1] + ... in that order, each partial and each running sum in the
+    accumulate type. numpy reduces a non-innermost axis of a C-contiguous array in index order
+    (pairwise summation applies only along the innermost axis), so in float32 one reduction
+    keeps the order when each partial has two or more elements; tests/sim pin that."""
+    partials = np.ascontiguousarray(partials, np.float32)
+    if not ar.half_accum and partials[0].size > 1:
+        return np.add.reduce(partials, axis=0)
+    ps = ar.acc(partials)
+    acc = ps[0].copy()
+    for p in ps[1:]:
+        acc = ar.acc(acc + p)
+    return acc
+
+
+def _pad_to(x: np.ndarray, axis: int, n: int, value: float) -> np.ndarray:
+    """x with `axis` extended to n entries of `value` (x itself when it has n already)."""
+    if x.shape[axis] == n:
+        return x
+    shape = list(x.shape)
+    shape[axis] = n
+    out = np.full(shape, value, np.float32)
+    out[(slice(None),) * axis + (slice(0, x.shape[axis]),)] = x
+    return out
+
+
+def _row_reduce(x: np.ndarray, cols: int, ar: Arithmetic) -> np.ndarray:
+    """sum over the last axis of x[R, D] with D split over `cols` PE columns: each PE sums its
+    cdiv(D, cols) features, the per-PE sums are combined in column order. Returns [R]."""
+    R, D = x.shape
+    dw = cdiv(D, cols)
+    per_pe = _pad_to(x, 1, dw * cols, 0.0).reshape(R, cols, dw).sum(axis=2, dtype=np.float32)
+    return _chain(per_pe.T, ar)
+
+
+# --- kernels ----------------------------------------------------------------------------------------
+
+Arrays = Sequence[Any]  # a node's inputs: arrays, None where the region holds the constant
+Run = Callable[[Arrays], list[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class _Build:
+    """What a kernel builder gets: the node, its region, the arithmetic and the fault, if any.
+    The run it returns gets the node's inputs in order, constants rounded to storage, except
+    the ones the builder took with `resident` (those arrive as None)."""
+
+    node: Node
+    region: KernelSizing
+    ar: Arithmetic
+    fault: str | None
+    held: set[int] = field(default_factory=set)
+
+    def resident(self, i: int) -> np.ndarray:
+        """Input i, a constant the region keeps in its SRAM, rounded to storage."""
+        v = self.node.inputs[i]
+        if v.const is None:
+            raise self.fail(f"input {v.name!r} is not a constant, so it cannot be resident")
+        self.held.add(i)
+        return _stored(v.const, self.ar)
+
+    def fail(self, why: str) -> SimulationError:
+        return SimulationError(
+            f"kernel {self.region.name!r} ({self.region.kind}, node {self.node.name!r}): {why}"
+        )
+
+    def expect(self, *ops: Op) -> None:
+        if self.node.op not in ops:
+            raise self.fail(f"a {self.region.kind} kernel cannot run op {self.node.op.name}")
+
+
+_HALF, _ONE = np.float32(0.5), np.float32(1)
+_GELU_C, _GELU_A = np.float32(GELU_TANH_C), np.float32(0.044715)
+_RSQRT2 = np.float32(1 / np.sqrt(2))
+
+ACTIVATIONS: Mapping[str, Callable[[np.ndarray], np.ndarray]] = MappingProxyType(
+    {
+        "none": _identity,
+        "relu": lambda y: np.maximum(y, np.float32(0)),
+        "tanh": np.tanh,
+        "gelu": lambda y: _HALF * y * (_ONE + special.erf(y * _RSQRT2)),
+        "gelu_tanh": lambda y: _HALF * y * (_ONE + np.tanh(_GELU_C * (y + _GELU_A * y * y * y))),
+    }
+)
+"""A linear epilogue's activation (the Linear op's `activation` attribute), evaluated in float32
+as a PE would (the reference rule evaluates in float64, ten times slower here)."""
+
+
+@dataclass(frozen=True)
+class _MatmulTiles:
+    """W[K, N] as a region holds it: row i owns K_i (zero-padded to kh), column j owns N_j.
+    Stored as column blocks [h, kh, cols]: one block when the kernel's partials are formed all
+    at once (`streamed` False), else blocks whose running sums (M x cols) stay in cache."""
+
+    h: int
+    kh: int
+    streamed: bool
+    blocks: tuple[tuple[slice, np.ndarray], ...]
+
+    @staticmethod
+    def of(W: np.ndarray, h: int, w: int, M: int, fault: str | None) -> _MatmulTiles:
+        """`misplace_tile` swaps PE (0, 0)'s tile with PE (0, 1)'s (PE (1, 0)'s if w = 1)."""
+        K, N = W.shape
+        kh, nw = cdiv(K, h), cdiv(N, w)
+        tiles = np.zeros((h, kh, w, nw), np.float32)
+        tiles.reshape(h * kh, w * nw)[:K, :N] = W
+        if fault == "misplace_tile":
+            i, j = (0, 1) if w > 1 else (1, 0)
+            tiles[0, :, 0], tiles[i, :, j] = tiles[i, :, j].copy(), tiles[0, :, 0].copy()
+        by_column = tiles.reshape(h, kh, w * nw)
+        streamed = h * M * N > _WHOLE_ELEMS
+        chunk = min(N, max(64, _CHUNK_ELEMS // M)) if streamed else N
+        cols = [slice(c, min(N, c + chunk)) for c in range(0, N, chunk)]
+        blocks = tuple((c, np.ascontiguousarray(by_column[:, :, c])) for c in cols)
+        return _MatmulTiles(h, kh, streamed, blocks)
+
+
+def _column_sums(
+    x: np.ndarray, tiles: _MatmulTiles, ar: Arithmetic, dropped: slice | None
+) -> np.ndarray:
+    """y[M, N] = x[M, K] W: PE row i's partial x[:, K_i] W[K_i, :], added to the running sum
+    arriving from row i - 1 (row 0 starts it). `dropped`: columns of row 0's partial that never
+    arrive. In float32 a streamed block adds each row's partial with one BLAS call,
+    sum = 1 * (x_i W_i) + 1 * sum (the product formed first, then added; tests/sim pin it)."""
+    h, kh = tiles.h, tiles.kh
+    M, K = x.shape
+    x = _pad_to(x, 1, h * kh, 0.0)
+    xt = np.ascontiguousarray(x.reshape(M, h, kh).transpose(1, 0, 2))  # row i's input chunk
+    if not tiles.streamed:
+        ((_, W),) = tiles.blocks
+        # numpy's matmul is slow with an inner dimension of 1; that partial is a product
+        P = xt * W if kh == 1 else np.matmul(xt, W)
+        if dropped is not None:
+            P[0, :, dropped] = 0
+        return _chain(P, ar)
+    out = np.empty((M, tiles.blocks[-1][0].stop), np.float32)
+    for cols, W in tiles.blocks:
+        c0 = cols.start
+        acc = np.empty((M, cols.stop - c0), np.float32)  # C order: acc.T is Fortran's
+        for i in range(h):
+            if ar.half_accum:
+                p = sgemm(1.0, W[i].T, xt[i].T).T
+            else:  # into the running sum: acc = 1 * (x_i W_i) + [i > 0] * acc, in place
+                acc = p = sgemm(1.0, W[i].T, xt[i].T, beta=float(i > 0), c=acc.T, overwrite_c=1).T
+            if i == 0 and dropped is not None:
+                p[:, max(dropped.start - c0, 0) : max(dropped.stop - c0, 0)] = 0
+            if ar.half_accum:
+                acc[...] = ar.acc(p) if i == 0 else ar.acc(acc + ar.acc(p))
+        out[:, cols] = acc
+    return out
+
+
+def _linear(b: _Build) -> Run:
+    """linear / lm_head: `_matmul` of wsecc.kernels.costs; bias and activation in the epilogue."""
+    b.expect(Op.LINEAR, Op.LM_HEAD)
+    W = b.resident(1)
+    h, w = b.region.h, b.region.w
+    if b.fault == "misplace_tile" and h * w < 2:
+        raise b.fail("misplace_tile needs two PEs, the region is 1x1")
+    x = b.node.inputs[0].type
+    tiles = _MatmulTiles.of(W, h, w, x.size // x.shape[-1], b.fault)
+    dropped = slice(0, cdiv(W.shape[1], w)) if b.fault == "drop_partial" else None
+    has_bias = len(b.node.inputs) == 3
+    act = b.node.attr("activation", "none")
+    if act not in ACTIVATIONS:
+        raise b.fail(f"unknown activation {act!r}")
+    activation = ACTIVATIONS[act]
+    ar, shape = b.ar, b.node.output.type.shape
+
+    def run(args: Arrays) -> list[np.ndarray]:
+        x = args[0]
+        y = _column_sums(x.reshape(-1, x.shape[-1]), tiles, ar, dropped)
+        if has_bias:
+            y = ar.acc(y + args[2])
+        if activation is not _identity:
+            y = ar.acc(activation(y))
+        return [ar.store(y).reshape(shape)]
+
+    return run
+
+
+def _attention(b: _Build) -> Run:
+    """attention_cost's mapping: keys cyclic over the rows, per-PE online-softmax partials merged
+    down the column in row order, normalised at the bottom."""
+    b.expect(Op.ATTENTION)
+    a: dict[str, Any] = b.node.attr_dict
+    H, dh, rows, ar = a["num_heads"], a["head_dim"], b.region.h, b.ar
+    fill = np.float32(a["fill"])
+    if ar.half_accum and np.isfinite(fill):
+        fill = np.maximum(fill, np.float32(np.finfo(np.float16).min))
+
+    def run(args: Arrays) -> list[np.ndarray]:
+        q = split_heads(args[0], a["q_offset"], H, dh)  # [B, H, Sq, d]
+        k = split_heads(args[1], a["k_offset"], H, dh)
+        v = split_heads(args[2], a["v_offset"], H, dh)
+        B, _, Sq, _ = q.shape
+        Sk = k.shape[2]
+        sh = cdiv(Sk, rows)
+        keep = attention_keep(a, B, Sq, Sk, args[3] if len(args) == 4 else None)
+        qs = ar.store(q * np.float32(a["scale"]))
+        s = np.where(keep, ar.acc(np.matmul(qs, k.transpose(0, 1, 3, 2))), fill)
+        # slots past the last key are absent (-inf): they contribute nothing
+        s = _pad_to(s, 3, sh * rows, -np.inf).reshape(B, H, Sq, sh, rows)  # key t rows + r: row r
+        v = _pad_to(v, 2, sh * rows, 0.0).reshape(B, H, sh, rows, dh).transpose(0, 1, 3, 2, 4)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m = s.max(axis=3)  # [B, H, Sq, rows]: each PE's max
+            e = ar.acc(np.where(m[:, :, :, None, :] == -np.inf, 0, np.exp(s - m[..., None, :])))
+            l_pe = ar.acc(e.sum(axis=3, dtype=np.float32))  # [B, H, Sq, rows]
+            acc_pe = ar.acc(np.matmul(e.transpose(0, 1, 4, 2, 3), v))  # [B, H, rows, Sq, d]
+            # merging row r into the running (max, sum, acc): the running max is exact in any
+            # order, so its rescaling factors are computed for all rows at once
+            m_run = np.maximum.accumulate(m, axis=3)
+            before = np.concatenate([m_run[..., :1], m_run[..., :-1]], axis=3)
+            c_run = np.where(before == -np.inf, 0, np.exp(before - m_run))
+            c_pe = np.where(m == -np.inf, 0, np.exp(m - m_run))
+            l_run, acc = l_pe[..., 0], acc_pe[:, :, 0]
+            for r in range(1, rows):
+                l_run = ar.acc(l_run * c_run[..., r] + l_pe[..., r] * c_pe[..., r])
+                acc = ar.acc(acc * c_run[..., r, None] + acc_pe[:, :, r] * c_pe[..., r, None])
+            out = acc / l_run[..., None]
+        if a.get("nan_to_zero"):
+            out = np.where(np.isnan(out), np.float32(0), out)
+        out = ar.store(out.astype(np.float32))
+        return [out.transpose(0, 2, 1, 3).reshape(B, Sq, H * dh)]
+
+    return run
+
+
+def _layernorm(b: _Build) -> Run:
+    """layernorm_cost's mapping: features over the columns; mean, then variance, each a
+    per-PE sum combined along the region row in column order."""
+    b.expect(Op.LAYER_NORM)
+    eps = np.float32(b.node.attr("epsilon"))
+    skip, emit = b.node.attr("has_skip"), b.node.attr("emit_sum")
+    cols, ar = b.region.w, b.ar
+
+    def run(args: Arrays) -> list[np.ndarray]:
+        s = ar.acc(args[0] + args[1]) if skip else args[0]
+        gamma, beta = args[-2], args[-1]
+        D = s.shape[-1]
+        x = s.reshape(-1, D)
+        mean = ar.acc(_row_reduce(x, cols, ar) / np.float32(D))
+        d = ar.acc(x - mean[:, None])
+        var = ar.acc(_row_reduce(d * d, cols, ar) / np.float32(D))
+        rstd = ar.acc(np.float32(1) / np.sqrt(var + eps))
+        y = ar.store(ar.acc(d * rstd[:, None]) * gamma + beta).reshape(s.shape)
+        return [y, ar.store(s)] if emit else [y]
+
+    return run
+
+
+def _softmax(b: _Build) -> Run:
+    """softmax_cost's mapping over the last axis: a per-PE max, then per-PE sums of exp(x - max)
+    combined in column order."""
+    b.expect(Op.SOFTMAX)
+    if b.node.attr("axis") not in (-1, b.node.output.type.rank - 1):
+        raise b.fail("a softmax kernel normalises the last axis only")
+    cols, ar = b.region.w, b.ar
+
+    def run(args: Arrays) -> list[np.ndarray]:
+        x = args[0].reshape(-1, args[0].shape[-1])
+        e = ar.acc(np.exp(x - x.max(axis=-1, keepdims=True)))
+        total = _row_reduce(e, cols, ar)
+        return [ar.store(e / total[:, None]).reshape(args[0].shape)]
+
+    return run
+
+
+def _embedding(b: _Build) -> Run:
+    """embedding_cost's mapping: the stacked tables' rows over the region rows."""
+    b.expect(Op.EMBEDDING)
+    tables = [b.resident(i) for i in range(1, len(b.node.inputs), 2)]
+    sizes = [t.shape[0] for t in tables]
+    starts = np.cumsum([0, *sizes[:-1]])
+    stacked = np.concatenate(tables)
+    vocab, dim = stacked.shape
+    h = b.region.h
+    vh = cdiv(vocab, h)
+    padded = np.zeros((h * vh, dim), np.float32)
+    padded[:vocab] = stacked
+    resident = padded.reshape(h, vh, dim)  # row r holds table rows r vh .. (r + 1) vh - 1
+    ar, shape = b.ar, b.node.output.type.shape
+
+    def run(args: Arrays) -> list[np.ndarray]:
+        out = None
+        for ids, n, start in zip(args[0::2], sizes, starts, strict=True):
+            if ids.size and (ids.min() < -n or ids.max() >= n):
+                raise b.fail(f"an index is out of range [{-n}, {n})")
+            g = np.where(ids < 0, ids + n, ids) + start
+            row = resident[g // vh, g % vh]
+            out = row if out is None else ar.acc(out + row)
+        assert out is not None
+        return [np.broadcast_to(ar.store(out), shape)]
+
+    return run
+
+
+def _reference(b: _Build) -> Run:
+    """The reference rule in the chosen precision: float results rounded to storage."""
+    node, store = b.node, b.ar.store
+    attrs = node.attr_dict
+
+    def run(args: Arrays) -> list[np.ndarray]:
+        outs = evaluate_op(node.op, args, attrs)
+        return [store(o) if o.dtype == np.float32 else o for o in map(np.asarray, outs)]
+
+    return run
+
+
+Builder = Callable[[_Build], Run]
+
+BUILDERS: Mapping[KernelKind, Builder] = MappingProxyType(
+    {
+        KernelKind.LINEAR: _linear,
+        KernelKind.LM_HEAD: _linear,
+        KernelKind.ATTENTION: _attention,
+        KernelKind.LAYERNORM: _layernorm,
+        KernelKind.SOFTMAX: _softmax,
+        KernelKind.EMBEDDING: _embedding,
+        KernelKind.ELEMENTWISE: _reference,
+        KernelKind.GENERIC: _reference,
+    }
+)
+"""The tiled implementation of each kernel kind (a kind without one is an error)."""
+
+
+# --- the program ------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _blas_threads() -> Any:
+    from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+
+    return ThreadpoolController()
+
+
+@contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """The simulator's matmuls are many and small (one per PE row): BLAS threads cost more than
+    they give there, and stall badly on a busy machine (30x measured under load), so run one."""
+    with _blas_threads().limit(limits=1, user_api="blas"):
+        yield
+
+
+@dataclass(frozen=True)
+class _Step:
+    node: Node
+    run: Run
+    args: tuple[Value | np.ndarray | None, ...]  # computed, a constant, or held by the region
+    free: tuple[Value, ...]  # values whose last use this step is
+
+
+@dataclass(frozen=True)
+class FunctionalProgram:
+    """A compiled program with its weights resident (tiled, rounded): `run` many input sets."""
+
+    graph: Graph
+    precision: str
+    steps: tuple[_Step, ...]
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph's outputs by name for `inputs` (by graph input name)."""
+        ar = Arithmetic.of(self.precision)
+        env: dict[Value, np.ndarray] = {}
+        for v in self.graph.inputs:
+            if v.name not in inputs:
+                raise SimulationError(f"missing input {v.name!r}")
+            arr = np.asarray(inputs[v.name])
+            if arr.shape != v.type.shape:
+                raise SimulationError(
+                    f"input {v.name!r} has shape {arr.shape}, the program wants {v.type.shape}"
+                )
+            env[v] = _stored(arr.astype(v.type.dtype.numpy, copy=False), ar)
+        with _one_blas_thread():
+            for step in self.steps:
+                args = [env[a] if isinstance(a, Value) else a for a in step.args]
+                results = step.run(args)
+                for v, r in zip(step.node.outputs, results, strict=True):
+                    env[v] = np.asarray(r, dtype=v.type.dtype.numpy).reshape(v.type.shape)
+                for v in step.free:
+                    del env[v]
+        return {v.name: (v.const if v.const is not None else env[v]) for v in self.graph.outputs}
+
+
+def compile_functional(
+    fused: Graph, kg: KernelGraph, sizing: Sizing, precision: str, *, fault: str | None = None
+) -> FunctionalProgram:
+    """Load the program: every kernel's region from `sizing`, its weights rounded to storage
+    and tiled over it. Raises SimulationError if kg or sizing do not describe `fused`."""
+    if fault is not None and fault not in FAULTS:
+        raise SimulationError(f"unknown fault {fault!r} (expected one of {', '.join(FAULTS)})")
+    ar = Arithmetic.of(precision)
+    kernels = {k.name: k for k in kg.kernels}
+    regions = {k.name: k for k in sizing.kernels}
+    names = kernel_names(fused)
+    if set(names.values()) != set(kernels):
+        raise SimulationError(
+            f"kernel graph {kg.name!r} does not match the fused graph {fused.name!r}: "
+            f"{len(kernels)} kernels for {len(names)} kernel nodes"
+        )
+    last_use = {v: i for i, n in enumerate(fused.nodes) for v in n.inputs if not v.is_const}
+    keep = set(fused.outputs)
+    prepared: dict[Value, np.ndarray] = {}
+
+    def arg(v: Value, held: bool) -> Value | np.ndarray | None:
+        if held or v.const is None:
+            return None if held else v
+        if v not in prepared:
+            prepared[v] = _stored(v.const, ar)
+        return prepared[v]
+
+    faulty = next((k.name for k in kg.kernels if k.kind is KernelKind.LINEAR), None)
+    if fault is not None and faulty is None:
+        raise SimulationError(f"fault {fault!r} needs a linear kernel; {kg.name!r} has none")
+    steps = []
+    for i, n in enumerate(fused.nodes):
+        name = names.get(n)
+        held: set[int] = set()
+        if name is None:  # a view op: data re-addressed, nothing computed
+            run = _view(n)
+        else:
+            if name not in regions:
+                raise SimulationError(f"sizing {sizing.graph!r} has no region for {name!r}")
+            kind = kernels[name].kind
+            if kind not in BUILDERS:
+                raise SimulationError(f"no functional model for kernel kind {kind.value!r}")
+            build = _Build(n, regions[name], ar, fault if name == faulty else None)
+            run = BUILDERS[kind](build)
+            held = build.held
+        args = tuple(arg(v, j in held) for j, v in enumerate(n.inputs))
+        free = tuple(dict.fromkeys(v for v in n.inputs if last_use.get(v) == i and v not in keep))
+        steps.append(_Step(n, run, args, free))
+    return FunctionalProgram(fused, precision, tuple(steps))
+
+
+def _view(node: Node) -> Run:
+    attrs = node.attr_dict
+
+    def run(args: Arrays) -> list[np.ndarray]:
+        return evaluate_op(node.op, args, attrs)
+
+    return run
+
+
+def simulate_functional(
+    fused: Graph,
+    kg: KernelGraph,
+    sizing: Sizing,
+    precision: str,
+    inputs: Mapping[str, np.ndarray],
+    *,
+    fault: str | None = None,
+) -> dict[str, np.ndarray]:
+    """Run the program on `inputs` (by graph input name); the outputs by the fused graph's
+    output names (the ONNX output names)."""
+    return compile_functional(fused, kg, sizing, precision, fault=fault).run(inputs)
+
+
+# --- the verdict -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NumericsResult:
+    """Every output of the simulated program against onnxruntime on the original file."""
+
+    reference: str  # "onnxruntime <version>"
+    precision: str
+    outputs: tuple[OutputError, ...]
+    passed: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reference": self.reference,
+            "precision": self.precision,
+            "outputs": [asdict(o) for o in self.outputs],
+            "passed": self.passed,
+        }
+
+
+def validate(
+    model_path: str | os.PathLike[str],
+    fused: Graph,
+    kg: KernelGraph,
+    sizing: Sizing,
+    precision: str,
+    inputs: Mapping[str, np.ndarray],
+    *,
+    fault: str | None = None,
+) -> NumericsResult:
+    """Simulate, run the original ONNX file in onnxruntime, and compare every output with the
+    tolerance of `precision` (wsecc.numerics.TOLERANCE). An output the program lacks fails."""
+    got = simulate_functional(fused, kg, sizing, precision, inputs, fault=fault)
+    return verdict(model_path, inputs, got, precision)
+
+
+def verdict(
+    model_path: str | os.PathLike[str],
+    inputs: Mapping[str, np.ndarray],
+    got: Mapping[str, np.ndarray],
+    precision: str,
+) -> NumericsResult:
+    """Compare simulated outputs `got` with onnxruntime on the original file, same inputs."""
+    ref = ort_run(model_path, inputs)
+    inf = float("inf")
+    outputs = tuple(
+        compare(name, got[name], r, precision)
+        if name in got
+        else OutputError(name, inf, inf, 0.0, False)
+        for name, r in ref.items()
+    )
+    return NumericsResult(
+        f"onnxruntime {metadata.version('onnxruntime')}",
+        precision,
+        outputs,
+        all(o.passed for o in outputs),
+    )
+
+
+def save_npz(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) -> None:
+    """Arrays by name (inputs, or outputs by output name) to an .npz file; `load_npz` reads it."""
+    with open(path, "wb") as f:
+        np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()})  # type: ignore[arg-type]
+
+
+def load_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
