@@ -46,6 +46,7 @@ from wsecc.sim.functional import (
     save_npz,
     simulate_functional,
     validate,
+    verdict,
 )
 
 SAMPLE_FILES = sorted(p.name for p in SAMPLES.glob("*.onnx"))
@@ -111,6 +112,8 @@ def test_fp16_passes_its_documented_tolerance(name):
 
 @pytest.mark.parametrize("fault", functional.FAULTS)
 def test_faults_fail_the_verdict(fault):
+    """In fp32. (In mixed the samples' fault effects, 1e-3 to 4e-3 relative, sit within the
+    fp16 storage noise the mixed bound admits: a bad tile there shows only if it is large.)"""
     path = str(SAMPLES / "gpt2_legacy_op14.onnx")
     fused, feeds = fused_model(path)
     kg, sizing = products(path, "fp32")
@@ -312,7 +315,7 @@ def test_products_of_another_graph_are_refused():
     with pytest.raises(
         SimulationError,
         match=r"^kernel graph 'main_graph' does not match the fused graph 'main_graph': "
-        r"23 kernels for 17 kernel nodes$",
+        r"\d+ kernels for \d+ kernel nodes$",
     ):
         simulate_functional(fused, kg, sizing, "fp32", feeds)
 
@@ -337,3 +340,13 @@ def test_npz_round_trip(tmp_path):
     assert back.keys() == arrays.keys()
     for k, v in arrays.items():
         np.testing.assert_array_equal(back[k], v)
+
+
+def test_an_output_the_simulation_lacks_fails_the_verdict():
+    path = str(SAMPLES / "bert_dynamo.onnx")
+    fused, feeds = fused_model(path)
+    result = verdict(path, feeds, {}, "mixed")
+    assert not result.passed
+    assert [(o.name, o.max_rel_err, o.passed) for o in result.outputs] == [
+        ("logits", float("inf"), False)
+    ]

@@ -666,32 +666,33 @@ def validate(
     *,
     fault: str | None = None,
 ) -> NumericsResult:
-    """Simulate, run the original ONNX file in onnxruntime, and compare every output with the
-    tolerance of `precision` (wsecc.numerics.TOLERANCE). An output the program lacks fails."""
-    got = simulate_functional(fused, kg, sizing, precision, inputs, fault=fault)
-    return verdict(model_path, inputs, got, precision)
+    """Simulate on `inputs`, then `verdict`."""
+    outputs = simulate_functional(fused, kg, sizing, precision, inputs, fault=fault)
+    return verdict(model_path, inputs, outputs, precision)
 
 
 def verdict(
     model_path: str | os.PathLike[str],
     inputs: Mapping[str, np.ndarray],
-    got: Mapping[str, np.ndarray],
+    outputs: Mapping[str, np.ndarray],
     precision: str,
 ) -> NumericsResult:
-    """Compare simulated outputs `got` with onnxruntime on the original file, same inputs."""
+    """Run the original ONNX file in onnxruntime on `inputs` and compare each of its outputs with
+    the simulated `outputs` within the tolerance of `precision` (wsecc.numerics.TOLERANCE). An
+    output the simulation lacks fails."""
     ref = ort_run(model_path, inputs)
     inf = float("inf")
-    outputs = tuple(
-        compare(name, got[name], r, precision)
-        if name in got
+    errors = tuple(
+        compare(name, outputs[name], r, precision)
+        if name in outputs
         else OutputError(name, inf, inf, 0.0, False)
         for name, r in ref.items()
     )
     return NumericsResult(
         f"onnxruntime {metadata.version('onnxruntime')}",
         precision,
-        outputs,
-        all(o.passed for o in outputs),
+        errors,
+        all(e.passed for e in errors),
     )
 
 
