@@ -3,7 +3,7 @@
 W must be a constant matrix [K, N] and b a constant broadcasting as [N]. When x is a
 Reshape merging leading dims ([B, S, K] -> [B·S, K], the Conv1D-as-Gemm form) and the result
 is reshaped straight back to [B, S, N], the Linear works on the rank-3 tensor and both
-Reshapes disappear. The MatMul output must not be used elsewhere when a bias is fused.
+Reshapes disappear; the bias may then follow the Reshape back (TensorFlow's Tensordot). The MatMul output must not be used elsewhere when a bias is fused.
 """
 
 from __future__ import annotations
@@ -57,6 +57,13 @@ def _match(view: GraphView, mm: Node) -> tuple[Replacement, set[Node]]:
         x = rin.inputs[0]
         nodes.append(rout)
         out = rout.output
+        if b is None and (bias := _bias(view, out)) is not None:  # TF's Tensordot: bias after
+            add, b = bias
+            nodes.append(add)
+            out = add.output
+            if b.type.rank != 1:
+                assert b.const is not None
+                b = Value.constant(f"{b.name}.1d", b.const.reshape(-1))
     ins = [x, w] + ([b] if b is not None else [])
     new = make_node(
         Op.LINEAR, ins, out.name, origin_of(nodes), activation="none", has_bias=b is not None

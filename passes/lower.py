@@ -107,13 +107,20 @@ def _attention(n: Node, b: int) -> tuple[KernelKind, dict[str, object]]:
     }
 
 
+def _elementwise_op(n: Node) -> str:
+    """The op's name in the elementwise cost table (a GELU names its formula)."""
+    if n.op is Op.GELU:
+        return "gelu_tanh" if n.attrs.get("approximate") == "tanh" else "gelu_erf"
+    return n.op.value
+
+
 def _other(n: Node, b: int) -> tuple[KernelKind, dict[str, object]]:
     out = n.outputs[0]
     if n.op in _ELEMENTWISE and out.type.rank:
         return KernelKind.ELEMENTWISE, {
             "rows": _rows(out, b),
             "dim": out.type.shape[-1],
-            "op": n.op.value,
+            "op": _elementwise_op(n),
             "inputs": sum(not v.is_const for v in n.inputs),
         }
     return KernelKind.GENERIC, {

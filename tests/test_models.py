@@ -61,6 +61,19 @@ def test_corpus_fuses_and_matches_onnxruntime(name):
     check_model(path, 2, 7, padded=True, tol=CORPUS[name])
 
 
+def test_tensorflow_tensordot_linears_take_their_bias_and_gelu():
+    """TF's Tensordot puts the bias Add after the Reshape back: still one Linear per dense."""
+    path = ORT_CORPUS / "TFBertForQuestionAnswering.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    graph, _ = import_model(path, batch=1, seq=7)
+    fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
+    hist = fused.op_histogram()
+    linears = [n for n in fused.nodes if n.op is Op.LINEAR]
+    assert "GELU" not in hist and hist.get("ADD", 0) <= 1, hist
+    assert all(n.attr("has_bias") for n in linears)
+
+
 @pytest.mark.parametrize("name", SAMPLE_FILES)
 def test_samples_fuse_to_the_expected_ops(name):
     graph, _ = import_model(SAMPLES / name, batch=1, seq=8)
