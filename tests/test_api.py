@@ -127,3 +127,10 @@ def test_view_redraws_a_saved_compile(tmp_path, capsys):
     assert "<canvas" in (out / "viewer.html").read_text()
     assert main(["view", str(tmp_path)]) == 2  # not a compile folder: one line, exit 2
     assert "missing" in capsys.readouterr().err
+
+
+def test_profile_prints_where_the_time_went(tmp_path, capsys):
+    argv = ["compile", str(GPT2), "--seq", "8", "--placer", "greedy", "--no-validate"]
+    assert main([*argv, "-o", str(tmp_path / "o"), "--profile"]) == 0
+    err = capsys.readouterr().err
+    assert "wsecc profile: top" in err and "cumtime" in err and "cmd_compile" in err
