@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from wsecc import __version__
+from wsecc import __version__, profiling
 from wsecc.errors import WseccError
 from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
 
@@ -448,6 +448,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write inputs.npz and the simulated outputs.npz into the output folder",
     )
+    c.add_argument(
+        "--profile",
+        action="store_true",
+        help="print where the compile's time went (cProfile, top functions; or WSECC_PROFILE=1)",
+    )
     c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--dump-dir", default=None, help="write the IR after every pass into DIR")
     c.add_argument(
@@ -533,6 +538,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from wsecc.targets import TargetError
 
     try:
+        if profiling.wanted(getattr(args, "profile", False)):
+            return profiling.run_profiled(lambda: int(args.fn(args)))
         return int(args.fn(args))
     except (
         WseccError,
@@ -544,20 +551,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) as e:
         if getattr(args, "debug", False):
             traceback.print_exc()
-        print(f"wsecc: error: {e}", file=sys.stderr)
+        print(f"wsecc: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("wsecc: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:  # not a bug: the model, or the dims it was bound to, are too big here
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        print(
+            "wsecc: error: out of memory; bind smaller dims (--batch, --seq, --dim) or use a "
+            "machine with more memory",
+            file=sys.stderr,
+        )
+        return 2
     except Exception as e:  # a bug in wsecc, not in the input: still one line unless --debug
         if getattr(args, "debug", False):
             traceback.print_exc()
         msg = str(e).splitlines()[0] if str(e) else ""
         print(
-            f"wsecc: internal error: {type(e).__name__}: {msg} (rerun with --debug)",
+            f"wsecc: internal error: {type(e).__name__}: {_one_line(msg)} (rerun with --debug)",
             file=sys.stderr,
         )
         return 2
+
+
+def _one_line(text: str) -> str:
+    """`text` as one printable line: line breaks become spaces (a verifier message quotes the
+    IR on a second line) and other control characters are escaped, since names in a hostile
+    file can hold newlines or terminal escape sequences."""
+    flat = " ".join(part.strip() for part in text.splitlines() if part.strip())
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in flat)
 
 
 if __name__ == "__main__":
