@@ -9,6 +9,7 @@ the next, lower fill — so the placer always gets a problem it can legalise.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -66,9 +67,12 @@ def place_and_route(
 ) -> Placed:
     """Place (re-sizing at lower fill while the regions do not pack), route, validate.
 
+    `time_budget_s` bounds the placement attempts together (re-sizings included), not routing.
+
     Guarantees: the placement and routing pass the solver-free validators. Raises
     PlacementError / RoutingError (one line) when no legal result exists.
     """
+    deadline = time.perf_counter() + time_budget_s
     for i, fill in enumerate(FILL_STEPS):
         if i:
             sizing = size_regions(
@@ -79,10 +83,12 @@ def place_and_route(
         if pins:
             problem = with_pins(problem, load_pins(pins))
         try:
+            # one budget for all attempts (deterministic mode: a work quota, the same each time)
+            left = time_budget_s if deterministic else max(0.5, deadline - time.perf_counter())
             placement = place(
                 problem,
                 placer=placer,
-                time_budget_s=time_budget_s,
+                time_budget_s=left,
                 seed=seed,
                 deterministic=deterministic,
             )
