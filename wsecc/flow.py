@@ -20,7 +20,13 @@ from wsecc.place.api import place
 from wsecc.place.from_kernels import placement_problem
 from wsecc.place.manual import load_pins, with_pins
 from wsecc.place.problem import Placement, PlacementError, PlacementProblem, validate_placement
-from wsecc.route.problem import Routing, make_routing_problem, validate_routing
+from wsecc.route.problem import (
+    Routing,
+    RoutingError,
+    RoutingProblem,
+    make_routing_problem,
+    validate_routing,
+)
 from wsecc.route.router import route
 from wsecc.targets import Target
 
@@ -42,6 +48,40 @@ def lane_bytes_per_sample(sizing: Sizing, target: Target) -> float:
     the sizing balanced against.
     """
     return sizing.stage_cycles * target.link_bytes_per_cycle
+
+
+LANE_CAPS = (None, 16, 4, 1)
+"""Lanes per flow tried in turn: what the bandwidth asks for (edge slots permitting), then at
+most 16, 4, 1 — fewer lanes when the wide routing congests links beyond their capacity."""
+
+
+def _route_widest(
+    problem: PlacementProblem,
+    placement: Placement,
+    sizing: Sizing,
+    target: Target,
+    say: Callable[[str], None],
+) -> tuple[RoutingProblem, Routing]:
+    """Route with as many lanes per flow as the bandwidth needs, narrowing while it congests.
+    Raises the narrowest attempt's RoutingError when even one lane per flow cannot route."""
+    for cap in LANE_CAPS:
+        rp = make_routing_problem(
+            problem,
+            placement,
+            colors_total=target.colors.total,
+            colors_reserved=target.colors.reserved,
+            bytes_per_lane=lane_bytes_per_sample(sizing, target),
+            max_lanes=cap,
+        )
+        try:
+            return rp, route(rp, placement)
+        except RoutingError as e:
+            if cap == LANE_CAPS[-1]:
+                raise
+            say(
+                f"route      {'' if cap is None else f'at most {cap} '}lanes per flow do not route ({str(e)[:80]}...); fewer lanes"
+            )
+    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True)
@@ -100,15 +140,7 @@ def place_and_route(
     # what the placement achieves: each kernel costed at its placed shape (one of its menu's)
     shapes = {name: (r.h, r.w) for name, r in placement.rects.items()}
     sizing = sizing_at(sizing, kg, target, precision, shapes)
-    rp = make_routing_problem(
-        problem,
-        placement,
-        colors_total=target.colors.total,
-        colors_reserved=target.colors.reserved,
-        bytes_per_lane=lane_bytes_per_sample(sizing, target),
-        max_lanes=None,
-    )
-    routing = route(rp, placement)
+    rp, routing = _route_widest(problem, placement, sizing, target, say)
     # A result that fails the validators is a bug in wsecc, not in the user's input.
     bad = validate_placement(problem, placement) + validate_routing(rp, placement, routing)
     if bad:
