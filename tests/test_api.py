@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -134,3 +135,17 @@ def test_profile_prints_where_the_time_went(tmp_path, capsys):
     assert main([*argv, "-o", str(tmp_path / "o"), "--profile"]) == 0
     err = capsys.readouterr().err
     assert "wsecc profile: top" in err and "cumtime" in err and "cmd_compile" in err
+
+
+def test_a_saved_compile_reloads_even_when_placed_shapes_outgrow_the_fill(tmp_path):
+    """The placer may take alternative shapes with a few % more area than the fill target."""
+    from wsecc.kernels import Sizing
+
+    c = wsecc.compile(GPT2, seq=16, placer="greedy", validate=False)
+    grown = {k.name: (k.h, k.w + 1) for k in c.sizing.kernels}
+    from wsecc.kernels import sizing_at
+
+    tight = dataclasses.replace(c.sizing, fill=(c.sizing.pes_used + 0.5) / c.target.usable_pes)
+    s = sizing_at(tight, c.kernel_graph, c.target, "mixed", grown)
+    assert s.pes_used > tight.fill * c.target.usable_pes
+    assert Sizing.from_json(s.to_json()) == s  # verify() accepts it

@@ -484,8 +484,11 @@ def sizing_at(
             + (f" and {len(over) - 3} more" if len(over) > 3 else "")
             + f"; compile again with --precision {precision} to size for it"
         )
+    used = sum(k.h * k.w for k in kernels)
     return replace(
         base,
+        # placed alternatives may hold a few % more area than the fill target sized for
+        fill=max(base.fill, min(1.0, (used + 0.5) / target.usable_pes)),
         target=target.name,
         precision=precision,
         peak_flops_per_cycle=target.usable_pes * target.flops_per_cycle[precision],
