@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from conftest import SAMPLES
@@ -72,32 +73,25 @@ def test_report_without_timings_is_reproducible():
     assert "seconds" not in json.dumps(a.report(timings=False))
 
 
-def test_check_reports_bounds_and_refuses_what_cannot_fit(capsys):
+def test_check_reports_bounds_and_refuses_what_cannot_fit(tmp_path, capsys):
     assert main(["check", str(GPT2), "--seq", "16", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     b = out["bounds"]
     assert out["ok"] and b["fits"] and 0 < b["min_pes"] <= b["usable_pes"]
     assert 0 < b["min_sram_per_pe"] <= b["sram_per_pe"]
-    # on a 32x32 fabric no attention shape holds K/V of 2048 fp32 tokens
-    assert (
-        main(
-            [
-                "check",
-                str(GPT2),
-                "--seq",
-                "2048",
-                "--target",
-                "tiny32",
-                "--precision",
-                "fp32",
-                "--chunk-tokens",
-                "64",
-            ]
+    # a user's 32x32 target with 8 KB per PE: no shape of GPT-2's kernels fits
+    from wsecc.targets import load_target
+
+    text = (Path(load_target.__code__.co_filename).parent / "tiny32.toml").read_text()
+    tight = tmp_path / "tight.toml"
+    tight.write_text(
+        text.replace("bytes_per_pe = 49152", "bytes_per_pe = 8320").replace(
+            'name = "tiny32"', 'name = "tight"'
         )
-        == 2
     )
+    assert main(["check", str(GPT2), "--seq", "128", "--target", str(tight)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("wsecc: error:") and "tiny32" in err[0]
+    assert len(err) == 1 and err[0].startswith("wsecc: error:") and "tight" in err[0]
 
 
 def test_diff_shows_the_wirelength_ratio(tmp_path, capsys):

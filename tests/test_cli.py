@@ -126,7 +126,7 @@ def test_model_that_cannot_fit_is_a_clear_error(tmp_path):
         )
     )
     r = subprocess.run(
-        [sys.executable, "-m", "wsecc.cli", "compile", str(SAMPLES / "gpt2_dynamo.onnx"), "--seq", "512",
+        [sys.executable, "-m", "wsecc.cli", "compile", str(SAMPLES / "gpt2_dynamo.onnx"), "--seq", "128",
          "--target", str(toml), "-o", str(tmp_path / "o")],
         capture_output=True, text=True,
     )  # fmt: skip
