@@ -608,11 +608,10 @@ def _npz(arrays: Mapping[str, Any]) -> bytes:
 
 def _load_inputs(path: str, graph: Any) -> dict[str, Any]:
     """Model inputs from an .npz keyed by the ONNX input names, checked against the graph."""
-    import numpy as np
+    from wsecc.sim.functional import load_npz
 
     try:
-        with np.load(path, allow_pickle=False) as z:
-            feeds = {k: z[k] for k in z.files}
+        feeds = load_npz(path)
     except (OSError, ValueError) as e:
         raise WseccError(f"--inputs {path}: cannot read an .npz ({e})") from None
     for v in graph.inputs:
