@@ -11,12 +11,21 @@ no `..`; every path component below the model folder must not be a symlink; the 
 must lie inside the model folder, be a regular file with a single hard link, and hold
 `offset + length` bytes where `length` equals the tensor's declared size. Declared tensor sizes
 are checked against a cap before anything is allocated.
+
+Before anything reads the graph, load_model also checks what onnx.checker would (less its demand
+for topological order): supported IR and opset versions, UTF-8 strings, every value defined
+exactly once and only read where defined, no cycle, tensor-typed and shaped inputs, and each
+supported ai.onnx node against its ONNX schema (attribute types, arity).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import math
 import os
 import stat
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,29 +103,300 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         raise FrontendError(
             f"{p}: not a valid ONNX file ({type(e).__name__}); is it truncated or corrupt?"
         ) from None
-    if model.ir_version <= 0 or not model.opset_import or not model.graph.node:
-        raise FrontendError(f"{p}: not an ONNX model (no ir_version, opset_import or graph nodes)")
+    if model.ir_version <= 0 and not model.opset_import and not model.HasField("graph"):
+        raise FrontendError(f"{p}: not an ONNX model (no ir_version, opset_import or graph)")
+    _check_model(model, p.name)
     base = p.resolve().parent
-    for t in _all_tensors(model.graph):
+    tensors = _graph_tensors(model.graph)
+    for f in model.functions:  # inlined into the graph when it is folded
+        tensors += _node_tensors(f.node)
+    weights = {id(t) for t in model.graph.initializer}
+    for t in tensors:
         _check_declared_size(t, p)
         if t.data_location == TensorProto.EXTERNAL:
-            _load_external(t, base, p)
+            _load_external(t, base, p, mappable=id(t) in weights)
     return model
 
 
-def _all_tensors(g: onnx.GraphProto) -> list[TensorProto]:
+def _graph_tensors(g: onnx.GraphProto) -> list[TensorProto]:
     out = list(g.initializer)
-    out += [s.values for s in g.sparse_initializer]
-    for n in g.node:
+    for s in g.sparse_initializer:
+        out += [s.values, s.indices]
+    return out + _node_tensors(g.node)
+
+
+def _node_tensors(nodes: Sequence[onnx.NodeProto]) -> list[TensorProto]:
+    """Every tensor held by the nodes' attributes, subgraphs included."""
+    out: list[TensorProto] = []
+    for n in nodes:
         for a in n.attribute:
-            if a.type == onnx.AttributeProto.TENSOR:
-                out.append(a.t)
-            elif a.type == onnx.AttributeProto.GRAPH:
-                out += _all_tensors(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for sg in a.graphs:
-                    out += _all_tensors(sg)
+            out += [a.t] if a.HasField("t") else []
+            out += a.tensors
+            for sp in [a.sparse_tensor] * a.HasField("sparse_tensor") + list(a.sparse_tensors):
+                out += [sp.values, sp.indices]
+            for g in [a.g] * a.HasField("g") + list(a.graphs):
+                out += _graph_tensors(g)
     return out
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _check_model(model: onnx.ModelProto, where: str) -> None:
+    """What a model must be before anything reads its graph (see the module docstring)."""
+    _check_strings(model, where)
+    _check_versions(model, where)
+    g = model.graph
+    if not g.node:
+        raise FrontendError(f"{where}: the graph has no nodes; nothing to compile")
+    if not g.output:
+        raise FrontendError(f"{where}: the graph has no outputs; nothing to compile")
+    if g.sparse_initializer:
+        raise FrontendError(
+            f"{where}: sparse initializer {g.sparse_initializer[0].values.name!r}: sparse tensors "
+            "are not supported; store it as a dense initializer"
+        )
+    _check_inputs(g, where)
+    check_past_inputs(model)  # refused anyway, and the reason to give first (old ones break SSA)
+    _check_definitions(g, where)
+    _check_acyclic(g, where)
+    _check_schemas(model, where)
+
+
+def _check_strings(msg: Any, where: str, path: str = "model") -> None:
+    """Every string field is valid UTF-8 (protobuf hands back bytes when it is not)."""
+    if isinstance(msg, TensorProto):  # ListFields would copy the tensor's data: names only
+        fields = [(msg.DESCRIPTOR.fields_by_name[f], getattr(msg, f)) for f in _TENSOR_TEXT]
+    else:
+        fields = msg.ListFields()
+    for fd, value in fields:
+        values = value if _repeated(fd) else [value]
+        for k, v in enumerate(values):
+            at = f"{path}.{fd.name}" + (f"[{k}]" if _repeated(fd) else "")
+            if fd.type == fd.TYPE_STRING and isinstance(v, bytes):
+                raise FrontendError(
+                    f"{where}: {at} is not valid UTF-8 ({v[:32]!r}); the file is corrupt"
+                )
+            if fd.type == fd.TYPE_MESSAGE:
+                _check_strings(v, where, at)
+
+
+_TENSOR_TEXT = ("name", "doc_string", "external_data")
+
+
+def _repeated(fd: Any) -> bool:
+    flag = getattr(fd, "is_repeated", None)  # protobuf >= 5 (a property; `label` is deprecated)
+    if flag is None:
+        return bool(fd.label == fd.LABEL_REPEATED)
+    return bool(flag() if callable(flag) else flag)
+
+
+def _check_versions(model: onnx.ModelProto, where: str) -> None:
+    if not 1 <= model.ir_version <= onnx.IR_VERSION:
+        raise FrontendError(
+            f"{where}: ONNX IR version {model.ir_version} is not one this onnx "
+            f"({onnx.__version__}) reads (1..{onnx.IR_VERSION}); the file is corrupt or needs a "
+            "newer onnx"
+        )
+    opsets: dict[str, int] = {}
+    for o in model.opset_import:
+        domain = o.domain or "ai.onnx"
+        if domain in opsets:
+            raise FrontendError(
+                f"{where}: opset_import lists domain {domain!r} twice (versions {opsets[domain]} "
+                f"and {o.version}); the file is corrupt"
+            )
+        opsets[domain] = o.version
+    newest = onnx.defs.onnx_opset_version()
+    if "ai.onnx" not in opsets:
+        raise FrontendError(f"{where}: opset_import has no ONNX (ai.onnx) opset; re-export it")
+    if not 1 <= opsets["ai.onnx"] <= newest:
+        raise FrontendError(
+            f"{where}: ONNX opset {opsets['ai.onnx']} does not exist (onnx {onnx.__version__} "
+            f"knows 1..{newest}); the file is corrupt or needs a newer onnx"
+        )
+    for domain, version in opsets.items():
+        if version < 1:
+            raise FrontendError(f"{where}: opset {version} of domain {domain!r} is not positive")
+
+
+def _check_inputs(g: onnx.GraphProto, where: str) -> None:
+    inits = {t.name for t in g.initializer}
+    real = [i for i in g.input if i.name not in inits]
+    if not real:
+        raise FrontendError(
+            f"{where}: the graph has no inputs (it computes constants); nothing to compile"
+        )
+    for i in real:
+        kind = i.type.WhichOneof("value")
+        if kind != "tensor_type":
+            raise FrontendError(
+                f"{where}: input {i.name!r} is {'untyped' if kind is None else 'a ' + kind}; "
+                "wsecc compiles tensor inputs only"
+            )
+        t = i.type.tensor_type
+        if t.elem_type not in _DTYPES:
+            raise FrontendError(
+                f"{where}: input {i.name!r} has element type {_dtype_name(t.elem_type)}; wsecc "
+                f"supports {', '.join(_dtype_name(d) for d in _DTYPES)}"
+            )
+        if not t.HasField("shape"):
+            raise FrontendError(
+                f"{where}: input {i.name!r} has no shape (unknown rank); re-export it with "
+                "input shapes (symbolic dims are fine)"
+            )
+        for ax, d in enumerate(t.shape.dim):
+            if d.HasField("dim_value") and d.dim_value < 0:
+                raise FrontendError(
+                    f"{where}: input {i.name!r} declares dim {ax} as {d.dim_value}; dims cannot "
+                    "be negative"
+                )
+
+
+def _copy_node(n: onnx.NodeProto) -> onnx.NodeProto:
+    out = onnx.NodeProto()
+    out.CopyFrom(n)
+    return out
+
+
+def _check_constant(n: onnx.NodeProto, version: int, where: str) -> None:
+    """A Constant has no inputs, one output and one value attribute of the schema's type,
+    whose field for that type is the one set."""
+    attrs = onnx.defs.get_schema("Constant", version).attributes
+    a = n.attribute[0] if len(n.attribute) == 1 else None
+    if (
+        a is None
+        or n.input
+        or len(n.output) != 1
+        or a.name not in attrs
+        or attrs[a.name].type != getattr(onnx.defs.OpSchema.AttrType, _attr_type_name(a.type), 0)
+    ):
+        raise FrontendError(
+            f"{where}: Constant {n.name!r} must have no inputs, one output and one attribute "
+            f"of {', '.join(sorted(attrs))} with its ONNX type; the file is corrupt"
+        )
+    field = _SCALAR_FIELDS.get(a.type)
+    if field is not None and not a.HasField(field):
+        raise FrontendError(f"{where}: Constant {n.name!r}: attribute {a.name!r} holds no value")
+
+
+def _attr_type_name(t: int) -> str:
+    try:
+        return str(onnx.AttributeProto.AttributeType.Name(t))
+    except ValueError:
+        return f"#{t}"
+
+
+_SCALAR_FIELDS = {
+    onnx.AttributeProto.FLOAT: "f",
+    onnx.AttributeProto.INT: "i",
+    onnx.AttributeProto.STRING: "s",
+    onnx.AttributeProto.TENSOR: "t",
+    onnx.AttributeProto.SPARSE_TENSOR: "sparse_tensor",
+}
+
+
+def _dtype_name(elem_type: int) -> str:
+    try:
+        return str(TensorProto.DataType.Name(elem_type))
+    except ValueError:
+        return f"#{elem_type} (unknown)"
+
+
+def _check_definitions(g: onnx.GraphProto, where: str) -> None:
+    """Static single assignment: each value defined once, read only if defined somewhere."""
+    what: dict[str, str] = {}
+
+    def define(name: str, by: str) -> None:
+        if name in what:
+            raise FrontendError(
+                f"{where}: value {name!r} is defined twice ({what[name]} and {by}); the file is "
+                "corrupt"
+            )
+        what[name] = by
+
+    for t in g.initializer:
+        define(t.name, "an initializer")
+    for i in g.input:
+        if what.get(i.name) != "an initializer":  # old exporters list initializers as inputs
+            define(i.name, "a graph input")
+    for n in g.node:
+        for o in n.output:
+            if o:
+                define(o, f"node {n.name!r}")
+    for n in g.node:
+        for x in n.input:
+            if x and x not in what:
+                raise FrontendError(
+                    f"{where}: node {n.name!r} ({n.op_type}) reads {x!r}, which no node, input "
+                    "or initializer defines; the file is corrupt or incomplete"
+                )
+    listed: set[str] = set()
+    for o in g.output:
+        if o.name in listed:
+            raise FrontendError(
+                f"{where}: graph output {o.name!r} is listed twice; the file is corrupt"
+            )
+        listed.add(o.name)
+        if o.name not in what:
+            raise FrontendError(
+                f"{where}: graph output {o.name!r} is not defined by any node, input or "
+                "initializer; the file is corrupt or incomplete"
+            )
+
+
+def _check_acyclic(g: onnx.GraphProto, where: str) -> None:
+    produced = {o: i for i, n in enumerate(g.node) for o in n.output if o}
+    preds = [sorted({produced[x] for x in n.input if x in produced}) for n in g.node]
+    waiting = [len(p) for p in preds]
+    users: list[list[int]] = [[] for _ in g.node]
+    for i, p in enumerate(preds):
+        for j in p:
+            users[j].append(i)
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    while ready:
+        for u in users[ready.pop()]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                ready.append(u)
+    stuck = {i for i, w in enumerate(waiting) if w > 0}
+    if not stuck:
+        return
+    i, seen = min(stuck), set()
+    while i not in seen:  # walk back through stuck predecessors until one repeats: a cycle
+        seen.add(i)
+        i = next(j for j in preds[i] if j in stuck)
+    n = g.node[i]
+    raise FrontendError(
+        f"{where}: the graph has a cycle through node {n.name!r} ({n.op_type}); the file is corrupt"
+    )
+
+
+def _check_schemas(model: onnx.ModelProto, where: str) -> None:
+    """Each supported ai.onnx node matches its ONNX schema at the model's opset: the op exists
+    there, attributes have the right types and names, the operand counts fit. Unsupported
+    nodes are left to `unsupported_ops`, which lists them all in one error."""
+    ctx = onnx.checker.C.CheckerContext()
+    ctx.ir_version = model.ir_version
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    ctx.opset_imports = opsets
+    for n in model.graph.node:
+        key = _key(n)
+        if key[0] or key not in CONVERTERS:
+            continue
+        if n.op_type == "Constant":  # check_node would look for its external data in the cwd
+            _check_constant(n, opsets[""], where)
+            continue
+        if n.domain:  # "ai.onnx": the schema registry knows it only as ""
+            n = _copy_node(n)
+            n.domain = ""
+        try:
+            onnx.checker.check_node(n, ctx)
+        except onnx.checker.ValidationError as e:
+            raise FrontendError(
+                f"{where}: node {n.name!r} ({n.op_type}): {str(e).splitlines()[0]}; the file is "
+                "corrupt or does not match its opset"
+            ) from None
 
 
 def _declared_bytes(t: TensorProto) -> int:
@@ -149,12 +429,21 @@ def _check_declared_size(t: TensorProto, path: Path) -> None:
             )
 
 
-def _load_external(t: TensorProto, base: Path, path: Path) -> None:
+def _load_external(t: TensorProto, base: Path, path: Path, mappable: bool = True) -> None:
+    """Validate and read (or, for a large initializer, prepare to map) a tensor's external data.
+    Only initializers may stay mapped: tensors in attributes (a Constant's value) are copied by
+    the folder, which would drop the mark that they were validated."""
     info = {e.key: e.value for e in t.external_data}
     loc = info.get("location", "")
     where = f"{path.name}: external data of tensor {t.name!r}"
     if not loc:
         raise FrontendError(f"{where} has no location")
+    if "\0" in loc:
+        raise FrontendError(f"{where}: location {loc!r} contains a NUL byte")
+    if t.HasField("raw_data") or _has_typed_data(t):
+        raise FrontendError(
+            f"{where}: the tensor also holds inline data; it must be one or the other"
+        )
     rel = Path(loc)
     if rel.is_absolute() or loc.startswith(("/", "\\")) or (len(loc) > 1 and loc[1] == ":"):
         raise FrontendError(
@@ -172,14 +461,16 @@ def _load_external(t: TensorProto, base: Path, path: Path) -> None:
     target = cur.resolve()
     if base not in target.parents:
         raise FrontendError(f"{where}: location {loc!r} resolves outside the model folder")
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(target, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(target, flags)  # O_NONBLOCK: opening a FIFO must not wait for a writer
     except OSError as e:
         raise FrontendError(f"{where}: cannot open {loc!r} ({e.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FrontendError(f"{where}: {loc!r} is not a regular file")
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise FrontendError(f"{where}: {loc!r} is not a regular file")
         if st.st_nlink > 1:
             raise FrontendError(f"{where}: {loc!r} has {st.st_nlink} hard links; refusing it")
         try:
@@ -188,13 +479,15 @@ def _load_external(t: TensorProto, base: Path, path: Path) -> None:
             length = int(info.get("length", str(want)))
         except ValueError:
             raise FrontendError(f"{where}: offset/length are not integers") from None
-        if offset < 0 or length != want:
+        if offset < 0:
+            raise FrontendError(f"{where}: offset {offset} is negative")
+        if length != want:
             raise FrontendError(f"{where}: length {length} differs from the declared {want} bytes")
         if offset + length > st.st_size:
             raise FrontendError(
                 f"{where}: needs bytes {offset}..{offset + length} but {loc!r} has {st.st_size}"
             )
-        if length > _MAP_BYTES:  # a weight: mapped when converted, never copied into memory
+        if mappable and length > _MAP_BYTES:  # a weight: mapped when converted, never copied
             del t.external_data[:]
             for key, value in (("location", str(target)), ("offset", str(offset)), (_MAPPED, "1")):
                 e = t.external_data.add()
@@ -204,6 +497,11 @@ def _load_external(t: TensorProto, base: Path, path: Path) -> None:
         t.raw_data = f.read(length)
     del t.external_data[:]
     t.data_location = TensorProto.DEFAULT
+
+
+def _has_typed_data(t: TensorProto) -> bool:
+    fields = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+    return any(len(getattr(t, f)) for f in fields)
 
 
 _MAP_BYTES = 1 << 16
@@ -276,13 +574,36 @@ def resolve_bindings(
             unbound.append(f"{name} (at {', '.join(places)})")
     if unbound:
         raise FrontendError(
-            "unbound dims: " + "; ".join(unbound) + " — bind them with --batch N, --seq N "
-            "or --dim NAME=VALUE"
+            "unbound dims: " + "; ".join(unbound) + " — bind each with --dim NAME=VALUE "
+            "(--batch N and --seq N bind only the usual batch and sequence names)"
         )
     for name, v in bound.items():
         if not isinstance(v, int) or v <= 0:
             raise FrontendError(f"dim {name} must be bound to a positive integer, got {v!r}")
+    _check_input_sizes(model, bound)
     return bound
+
+
+def _check_input_sizes(model: onnx.ModelProto, bound: Mapping[str, int]) -> None:
+    """No input may exceed MAX_TENSOR_BYTES once its dims are bound (before anything is
+    allocated for it, and before a dim overflows int64)."""
+    inits = {i.name for i in model.graph.initializer}
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        t = inp.type.tensor_type
+        shape = [
+            d.dim_value
+            if d.HasField("dim_value") and d.dim_value > 0
+            else bound[d.dim_param or f"{inp.name}[{ax}]"]  # named as in `_unbound_dims`
+            for ax, d in enumerate(t.shape.dim)
+        ]
+        item = _DTYPES[t.elem_type].itemsize if t.elem_type in _DTYPES else 1
+        if math.prod(shape) * item > MAX_TENSOR_BYTES:
+            raise FrontendError(
+                f"input {inp.name!r} would have shape {shape}, over "
+                f"{MAX_TENSOR_BYTES >> 30} GiB; bind smaller dims (--batch, --seq, --dim)"
+            )
 
 
 def bind_dims(model: onnx.ModelProto, bindings: Mapping[str, int]) -> onnx.ModelProto:
@@ -318,12 +639,21 @@ def fold(model: onnx.ModelProto) -> onnx.ModelProto:
     m = _without_weights(model)
     weights = {t.name: t for t in model.graph.initializer if _elems(t) > _WEIGHT_ELEMS}
     try:
-        folded = _fold_constants(m)
+        with _quiet_libraries():
+            folded = _fold_constants(m)
     except Exception as e:  # the optimizer raises a variety of errors on hostile graphs
         raise FrontendError(
-            f"constant folding failed: {type(e).__name__}: {e}".splitlines()[0]
+            f"constant folding failed ({_causes(e)}); the graph is malformed or uses ONNX "
+            "features wsecc does not support"
         ) from None
     keep = [i for i in folded.graph.input if i.name not in weights]
+    inputs = {i.name for i in model.graph.input} - set(weights)
+    extra = [i.name for i in keep if i.name not in inputs]
+    if extra:  # the optimizer renames a weight or input that a graph output passes through
+        raise FrontendError(
+            f"a graph output passes {extra[0].removesuffix('_orig')!r} through unchanged; "
+            "wsecc compiles outputs computed by the graph only"
+        )
     used = {x for n in folded.graph.node for x in n.input} | {o.name for o in folded.graph.output}
     del folded.graph.input[:]
     folded.graph.input.extend(keep)
@@ -332,6 +662,36 @@ def fold(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 _WEIGHT_ELEMS = 1024  # initializers larger than this are weights, not shape data
+
+
+def _causes(e: BaseException) -> str:
+    """The optimizer wraps the real error in pass errors: name the node it was folding (if
+    any) and the innermost cause."""
+    chain: list[BaseException] = []
+    while e is not None and len(chain) < 20:
+        chain.append(e)
+        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+    node = next((str(x) for x in chain if "for node" in str(x)), "")
+    root = chain[-1]
+    text = f"{type(root).__name__}: {str(root).splitlines()[0] if str(root) else ''}"
+    return f"{node.splitlines()[0]}: {text}" if node else text
+
+
+@contextlib.contextmanager
+def _quiet_libraries() -> Iterator[None]:
+    """onnxscript and onnx_ir log (and warn) about the graphs they fold, on stderr; wsecc turns
+    what matters into its own one-line errors, so their records are dropped while they run."""
+    loggers = [logging.getLogger(name) for name in ("onnxscript", "onnx_ir")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
 
 def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -455,11 +815,18 @@ class _Converter:
         n_out: int | None = None,
     ) -> list[Value]:
         a = make_attrs(attrs)
+        where = self.onnx_node.name if self.onnx_node is not None else "?"
         try:
             types = infer_types(op, [v.type for v in inputs], dict(a))
         except (IRError, KeyError, TypeError, ValueError) as e:
-            where = self.onnx_node.name if self.onnx_node is not None else "?"
             raise FrontendError(f"node {where!r} ({op.name}): {e}") from None
+        for t in types:  # math.prod: numpy's int64 product wraps around on absurd shapes
+            if math.prod(t.shape) * t.dtype.itemsize > MAX_TENSOR_BYTES:
+                raise FrontendError(
+                    f"node {where!r} ({op.name}) would make a {t.dtype.value}{list(t.shape)} "
+                    f"tensor, over {MAX_TENSOR_BYTES >> 30} GiB; check the bound dims "
+                    "(--batch, --seq, --dim) and the node's shape operands"
+                )
         names = list(out_names or [])
         base = (self.onnx_node.name if self.onnx_node is not None else op.value) or op.value
         outs = []
@@ -492,7 +859,11 @@ class _Converter:
         folded: dict[Value, Value] = {}
         for n in new:
             args = [folded.get(v, v).const for v in n.inputs]
-            results = evaluate_op(n.op, args, n.attr_dict)  # type: ignore[arg-type]
+            try:
+                results = evaluate_op(n.op, args, n.attr_dict)  # type: ignore[arg-type]
+            except (IRError, ValueError, TypeError, IndexError, ZeroDivisionError) as e:
+                where = n.origin[0] if n.origin else n.name
+                raise FrontendError(f"node {where!r} ({n.op.name}): {e}") from None
             for v, r in zip(n.outputs, results, strict=True):
                 folded[v] = Value.constant(
                     v.name, np.asarray(r, v.type.dtype.numpy).reshape(v.type.shape)
@@ -533,6 +904,16 @@ class _Converter:
             outs = CONVERTERS[_key(n)](self, n, _attrs(n))
             self.bind(n, self._fold_small(mark, outs))
         self.onnx_node = None
+        live = set(inputs)  # values computed from an input
+        for node in self.nodes:
+            if any(v in live for v in node.inputs):
+                live.update(node.outputs)
+        for o in g.output:
+            if self.get(o.name) not in live:
+                raise FrontendError(
+                    f"graph output {o.name!r} is a constant (it depends on no input); wsecc "
+                    "compiles outputs computed from the inputs: drop it from the outputs"
+                )
         outputs = []
         for o in g.output:
             v = self.get(o.name)
@@ -568,6 +949,7 @@ def _array(t: TensorProto) -> np.ndarray:
 def _rename_outputs(g: Graph, names: list[str]) -> Graph:
     """Graph outputs keep their ONNX names (they are what users and onnxruntime call them)."""
     taken = {v.name for n in g.nodes for v in n.outputs} | {v.name for v in g.inputs}
+    taken |= {v.name for v in g.constants()}
     mapping: dict[Value, Value] = {}
     for v, want in zip(g.outputs, names, strict=True):
         if v.name != want and want not in taken:
@@ -647,6 +1029,30 @@ def _conv(*names: str, domain: str = "") -> Callable[[Converter], Converter]:
 
 def _ins(c: _Converter, n: onnx.NodeProto) -> list[Value]:
     return [c.get(x) for x in n.input if x]
+
+
+def _axis(n: onnx.NodeProto, axis: int, rank: int) -> int:
+    """`axis` as a non-negative axis; ONNX allows [-rank, rank)."""
+    if not -rank <= axis < rank:
+        raise FrontendError(f"{n.op_type} {n.name!r}: axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def _check_indices(n: onnx.NodeProto, idx: Value, sizes: Sequence[int]) -> None:
+    """Constant indices (the last axis of `idx` runs over `sizes` if there are several) lie
+    in [-size, size): a file can make them anything, and a lookup out of range is undefined."""
+    if idx.type.size and 0 in sizes:
+        raise FrontendError(f"{n.op_type} {n.name!r}: gathers from a dim of size 0")
+    if not idx.is_const or not idx.type.size:
+        return
+    cols = np.asarray(idx.const).reshape(-1, len(sizes))
+    for j, size in enumerate(sizes):
+        lo, hi = int(cols[:, j].min()), int(cols[:, j].max())
+        if lo < -size or hi >= size:
+            raise FrontendError(
+                f"{n.op_type} {n.name!r}: index {hi if hi >= size else lo} is out of range for "
+                f"a dim of size {size}"
+            )
 
 
 def _attr_int(a: dict[str, Any], key: str, default: int) -> int:
@@ -760,7 +1166,16 @@ def _range(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     start, limit, delta = (
         c.const_input(n, i, w) for i, w in enumerate(("start", "limit", "delta"))
     )
-    arr = np.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype)  # type: ignore[union-attr]
+    lo, hi, step = start.item(), limit.item(), delta.item()  # type: ignore[union-attr]
+    if step == 0:
+        raise FrontendError(f"Range {n.name!r}: delta is 0")
+    count = max(0, math.ceil((hi - lo) / step))
+    if count * start.dtype.itemsize > MAX_TENSOR_BYTES:  # type: ignore[union-attr]
+        raise FrontendError(
+            f"Range {n.name!r}: {count:,} elements, over {MAX_TENSOR_BYTES >> 30} GiB; check the "
+            "bound dims (--batch, --seq, --dim)"
+        )
+    arr = np.arange(lo, hi, step, dtype=start.dtype)  # type: ignore[union-attr]
     return [Value.constant(c.fresh(n.output[0]), arr)]
 
 
@@ -789,6 +1204,11 @@ def _reshape(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]
     x = c.get(n.input[0])
     want = [int(d) for d in np.asarray(c.const_input(n, 1, "shape")).reshape(-1)]
     allowzero = a.get("allowzero", 0)
+    if not allowzero and any(d == 0 and i >= x.type.rank for i, d in enumerate(want)):
+        raise FrontendError(
+            f"Reshape {n.name!r}: target {want} copies (0) a dim that the input {x.type.shape} "
+            "does not have"
+        )
     shape = [x.type.shape[i] if (d == 0 and not allowzero) else d for i, d in enumerate(want)]
     if shape.count(-1) > 1 or any(d < -1 for d in shape):
         raise FrontendError(f"Reshape {n.name!r}: invalid target shape {want}")
@@ -803,7 +1223,10 @@ def _reshape(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]
 @_conv("Flatten")
 def _flatten(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     x = c.get(n.input[0])
-    ax = a.get("axis", 1) % (x.type.rank + 1) if x.type.rank else 0
+    r, ax = x.type.rank, _attr_int(a, "axis", 1)
+    if not -r <= ax <= r:  # Flatten's axis may equal the rank
+        raise FrontendError(f"Flatten {n.name!r}: axis {ax} is out of range for rank {r}")
+    ax = ax + r if ax < 0 else ax
     lead = int(np.prod(x.type.shape[:ax], dtype=np.int64))
     return _reshape_to(c, n, x, [lead, x.type.size // max(lead, 1) if lead else 0])
 
@@ -821,7 +1244,7 @@ def _squeeze(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]
     r = x.type.rank
     axes = _axes(c, n, a, 1)
     drop = (
-        {ax % r for ax in axes}
+        {_axis(n, ax, r) for ax in axes}
         if axes is not None
         else {i for i, d in enumerate(x.type.shape) if d == 1}
     )
@@ -835,7 +1258,9 @@ def _unsqueeze(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Valu
     x = c.get(n.input[0])
     axes = _axes(c, n, a, 1) or []
     r = x.type.rank + len(axes)
-    ins = sorted(ax % r for ax in axes)
+    ins = sorted(_axis(n, ax, r) for ax in axes)
+    if len(set(ins)) != len(ins):
+        raise FrontendError(f"Unsqueeze {n.name!r}: axes {axes} repeat an axis")
     shape = list(x.type.shape)
     for ax in ins:
         shape.insert(ax, 1)
@@ -885,7 +1310,7 @@ def _slice(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     attrs = {
         "starts": tuple(starts),
         "ends": tuple(ends),
-        "axes": tuple(ax % r for ax in axes),
+        "axes": tuple(_axis(n, ax, r) for ax in axes),
         "steps": tuple(steps),
     }
     return c.emit(Op.SLICE, [x], attrs, n.output)
@@ -894,7 +1319,7 @@ def _slice(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
 @_conv("Split")
 def _split(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     x = c.get(n.input[0])
-    ax = _attr_int(a, "axis", 0) % x.type.rank
+    ax = _axis(n, _attr_int(a, "axis", 0), x.type.rank)
     dim = x.type.shape[ax]
     sizes: list[int] | None = None
     if "split" in a:
@@ -911,20 +1336,31 @@ def _split(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
 @_conv("Gather")
 def _gather(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     data, idx = c.get(n.input[0]), c.get(n.input[1])
-    ax = _attr_int(a, "axis", 0) % max(data.type.rank, 1)
+    ax = _axis(n, _attr_int(a, "axis", 0), data.type.rank)
+    _check_indices(n, idx, [data.type.shape[ax]])
     return c.emit(Op.GATHER, [data, idx], {"axis": ax}, n.output)
 
 
 @_conv("GatherElements")
 def _gather_elements(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
-    data = c.get(n.input[0])
-    ax = _attr_int(a, "axis", 0) % max(data.type.rank, 1)
+    data, idx = c.get(n.input[0]), c.get(n.input[1])
+    ax = _axis(n, _attr_int(a, "axis", 0), data.type.rank)
+    _check_indices(n, idx, [data.type.shape[ax]])
     return c.emit(Op.GATHER_ELEMENTS, _ins(c, n), {"axis": ax}, n.output)
 
 
 @_conv("GatherND")
 def _gather_nd(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
-    return c.emit(Op.GATHER_ND, _ins(c, n), {"batch_dims": _attr_int(a, "batch_dims", 0)}, n.output)
+    data, idx = c.get(n.input[0]), c.get(n.input[1])
+    b = _attr_int(a, "batch_dims", 0)
+    k = idx.type.shape[-1] if idx.type.rank else 0
+    if not 0 <= b < min(data.type.rank, idx.type.rank) or not 1 <= k <= data.type.rank - b:
+        raise FrontendError(
+            f"GatherND {n.name!r}: indices {idx.type.shape} with batch_dims {b} do not fit data "
+            f"{data.type.shape}"
+        )
+    _check_indices(n, idx, data.type.shape[b : b + k])
+    return c.emit(Op.GATHER_ND, _ins(c, n), {"batch_dims": b}, n.output)
 
 
 @_conv("ReduceMean", "ReduceSum", "ReduceMax")
@@ -939,7 +1375,7 @@ def _reduce(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
             return c.emit(Op.IDENTITY, [x], out_names=n.output)
         axes = list(range(x.type.rank))
     attrs = {
-        "axes": tuple(sorted(ax % x.type.rank for ax in axes)),
+        "axes": tuple(sorted(_axis(n, ax, x.type.rank) for ax in axes)),
         "keepdims": bool(a.get("keepdims", 1)),
     }
     return c.emit(op, [x], attrs, n.output)
@@ -948,7 +1384,7 @@ def _reduce(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
 @_conv("CumSum")
 def _cumsum(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     x = c.get(n.input[0])
-    ax = int(np.asarray(c.const_input(n, 1, "axis")).reshape(-1)[0]) % x.type.rank
+    ax = _axis(n, int(np.asarray(c.const_input(n, 1, "axis")).reshape(-1)[0]), x.type.rank)
     attrs = {
         "axis": ax,
         "exclusive": bool(a.get("exclusive", 0)),
@@ -961,7 +1397,7 @@ def _cumsum(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
 def _softmax(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     x = c.get(n.input[0])
     legacy = c.opset.get("", 13) < 13
-    ax = _attr_int(a, "axis", 1 if legacy else -1) % x.type.rank
+    ax = _axis(n, _attr_int(a, "axis", 1 if legacy else -1), x.type.rank)
     if legacy and ax != x.type.rank - 1:
         raise FrontendError(
             f"Softmax {n.name!r}: opset<13 softmax over axis {ax} of rank {x.type.rank} (2-D coercion) is not supported"
@@ -972,7 +1408,7 @@ def _softmax(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]
 @_conv("LayerNormalization")
 def _layer_norm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     x, gamma = c.get(n.input[0]), c.get(n.input[1])
-    if _attr_int(a, "axis", -1) % x.type.rank != x.type.rank - 1:
+    if _axis(n, _attr_int(a, "axis", -1), x.type.rank) != x.type.rank - 1:
         raise FrontendError(f"LayerNormalization {n.name!r}: only the last axis is supported")
     if any(o for o in n.output[1:]):
         raise FrontendError(
@@ -1141,9 +1577,17 @@ def import_model(
         bindings=bindings,
         raw_ops=raw_op_histogram(model),
     )
+    declared = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
     folded = fold(bind_dims(model, bindings))
     del model  # the weights now live in `folded` only
     graph = to_graph(folded)
+    for v in graph.outputs:  # folding re-infers output types: compare with what the file said
+        want = declared.get(v.name, 0)
+        if want and _DTYPES.get(want) is not v.type.dtype:
+            raise FrontendError(
+                f"output {v.name!r} is declared {_dtype_name(want)} but computes "
+                f"{v.type.dtype.value}; the file is inconsistent"
+            )
     del folded.graph.initializer[:]  # and now in the graph's constants only
     return graph, info
 
