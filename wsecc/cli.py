@@ -22,9 +22,14 @@ from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
 
 EXAMPLES = """examples:
   wsecc compile samples/gpt2_legacy_op17.onnx --seq 32
+  wsecc compile model.onnx --batch 4 --seq 512 --target wse3 --precision fp32 -o out/
+  wsecc compile model.onnx --placer cpsat --time-budget 60 --deterministic --seed 1
+  wsecc check model.onnx --seq 1024 --target wse2
   wsecc inspect samples/bert_dynamo.onnx --batch 2 --seq 16 --target wse2 --json
+  wsecc simulate out/ --sim l0 --precision fp32
+  wsecc view out/
+  wsecc diff greedy.wsecc/ cpsat.wsecc/
   wsecc targets
-  wsecc check model.onnx --dim past_sequence_length=0
 """
 
 
