@@ -169,3 +169,17 @@ def test_inputs_file_is_used_and_saved_outputs_match_onnxruntime(tmp_path):
     np.savez(tmp_path / "bad.npz", input_ids=np.zeros((1, 3), np.int64))
     assert main([*argv, "--inputs", str(tmp_path / "bad.npz"), "-o", str(tmp_path / "x")]) == 2
     assert not (tmp_path / "x").exists()
+
+
+def test_simulate_outdir_at_another_level_and_precision(tmp_path, capsys):
+    out = tmp_path / "o"
+    bert = SAMPLES / "bert_legacy_op14.onnx"
+    argv = ["compile", str(bert), "--batch", "2", "--seq", "16", "--placer", "greedy"]
+    assert main([*argv, "--no-validate", "-o", str(out)]) == 0
+    assert json.loads((out / "report.json").read_text())["numerics"] is None
+    capsys.readouterr()
+    assert main(["simulate", str(out), "--sim", "l0", "--precision", "fp32", "--validate"]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["performance"]["model"] == "l0" and rep["precision"] == "fp32"
+    assert rep["numerics"]["precision"] == "fp32" and rep["numerics"]["passed"]
+    assert (out / "fused.ir.txt").exists() and not (out / "trace.json").exists()

@@ -328,8 +328,6 @@ class Compilation:
 
     def validate_numerics(self) -> Compilation:
         """Run the tiled functional simulation and compare every output with onnxruntime."""
-        import numpy as np
-
         from wsecc.numerics import make_inputs
         from wsecc.sim.functional import simulate_functional, verdict
 
@@ -351,7 +349,6 @@ class Compilation:
             f"{'PASS' if n.passed else 'FAIL'} {o.precision} vs {n.reference}: worst {worst.name} "
             f"max rel err {worst.max_rel_err:.2e}, PCC {worst.pcc:.6f}",
         )
-        del np
         return self
 
     def report_performance(self) -> dict[str, Any]:
