@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from importlib import resources
 from pathlib import Path
 
@@ -96,12 +95,12 @@ def test_sigint_midway_leaves_no_output_folder(tmp_path):
         text=True,
     )
     assert proc.stderr is not None
-    for line in proc.stderr:  # wait until the placer runs
-        if line.startswith("size"):
+    for line in proc.stderr:  # the model is loaded: passes, sizing, placement, ... are ahead
+        if line.startswith("frontend"):
             break
-    time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     rest = proc.stderr.read()
-    assert proc.wait(timeout=60) == 130
+    # 130, or killed by the SIGINT itself (-2): a shell shows both as $? = 130
+    assert proc.wait(timeout=60) in (130, -signal.SIGINT)
     assert rest.strip().splitlines()[-1] == "wsecc: interrupted"
     assert list(tmp_path.iterdir()) == []  # no folder, no temporary sibling

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -542,6 +543,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from wsecc.route.problem import RoutingError
     from wsecc.targets import TargetError
 
+    interrupted = False
+
+    def on_sigint(signum: int, frame: object) -> None:
+        nonlocal interrupted
+        interrupted = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         if profiling.wanted(getattr(args, "profile", False)):
             return profiling.run_profiled(lambda: int(args.fn(args)))
@@ -571,6 +580,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     except Exception as e:  # a bug in wsecc, not in the input: still one line unless --debug
+        if interrupted:  # Ctrl-C inside an extension module's import surfaces as ImportError
+            print("wsecc: interrupted", file=sys.stderr)
+            return 130
         if getattr(args, "debug", False):
             traceback.print_exc()
         msg = str(e).splitlines()[0] if str(e) else ""
@@ -579,6 +591,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _one_line(text: str) -> str:
