@@ -110,7 +110,7 @@ def _attention(n: Node, b: int) -> tuple[KernelKind, dict[str, object]]:
 def _elementwise_op(n: Node) -> str:
     """The op's name in the elementwise cost table (a GELU names its formula)."""
     if n.op is Op.GELU:
-        return "gelu_tanh" if n.attrs.get("approximate") == "tanh" else "gelu_erf"
+        return "gelu_tanh" if n.attr("approximate") == "tanh" else "gelu_erf"
     return n.op.value
 
 

@@ -110,15 +110,16 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
     tensors = _graph_tensors(model.graph)
     for f in model.functions:  # inlined into the graph when it is folded
         tensors += _node_tensors(f.node)
-    weights = {id(t) for t in model.graph.initializer}
-    for t in tensors:
+    n_weights = len(model.graph.initializer)  # they come first in `tensors`
+    for k, t in enumerate(tensors):
         _check_declared_size(t, p)
         if t.data_location == TensorProto.EXTERNAL:
-            _load_external(t, base, p, mappable=id(t) in weights)
+            _load_external(t, base, p, mappable=k < n_weights)
     return model
 
 
 def _graph_tensors(g: onnx.GraphProto) -> list[TensorProto]:
+    """The graph's initializers first, then every other tensor it holds."""
     out = list(g.initializer)
     for s in g.sparse_initializer:
         out += [s.values, s.indices]
@@ -130,11 +131,18 @@ def _node_tensors(nodes: Sequence[onnx.NodeProto]) -> list[TensorProto]:
     out: list[TensorProto] = []
     for n in nodes:
         for a in n.attribute:
-            out += [a.t] if a.HasField("t") else []
+            sparse = list(a.sparse_tensors)
+            graphs = list(a.graphs)
+            if a.HasField("t"):
+                out.append(a.t)
+            if a.HasField("sparse_tensor"):
+                sparse.append(a.sparse_tensor)
+            if a.HasField("g"):
+                graphs.append(a.g)
             out += a.tensors
-            for sp in [a.sparse_tensor] * a.HasField("sparse_tensor") + list(a.sparse_tensors):
+            for sp in sparse:
                 out += [sp.values, sp.indices]
-            for g in [a.g] * a.HasField("g") + list(a.graphs):
+            for g in graphs:
                 out += _graph_tensors(g)
     return out
 

@@ -449,6 +449,11 @@ class KernelGraph:
                 f"graph {self.name!r}: tokens_per_sample must be a positive int, "
                 f"got {self.tokens_per_sample!r}"
             )
+        if not self.kernels:
+            raise KernelGraphError(
+                f"graph {self.name!r} has no kernels: it computes nothing (only layout ops "
+                "or constants), so there is nothing to place; check the export"
+            )
         seen: set[str] = set()
         names = [p.name for p in self.inputs] + [k.name for k in self.kernels]
         for name in names + [p.name for p in self.outputs]:
