@@ -1333,7 +1333,7 @@ def giant(seed: int) -> Iterator[Case]:
             yield _case("giant", s, f"if-nested-{depth}", "error", build)
         for variant, expected, mutate in (
             ("identity-chain-20000", "ok", chain("Identity", 20_000)),
-            ("relu-chain-400", "any", chain("Relu", 400)),
+            ("relu-chain-3000", "any", chain("Relu", 3_000)),
             ("unused-initializers-20000", "ok", many_initializers),
             ("doc-string-10MiB", "ok", huge_doc),
             ("names-4KiB-and-100KB", "ok", long_names),
