@@ -100,70 +100,15 @@ def _parse_dims(items: Sequence[str]) -> dict[str, int]:
     return dims
 
 
-def _import(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from wsecc.frontend.onnx import import_model
+def _load(args: argparse.Namespace) -> Any:
+    """Load, bind and fuse the model as `wsecc compile` does (inspect and check stop there)."""
+    from wsecc.compiler import Compilation, Options
 
-    return import_model(
-        args.model,
-        batch=args.batch if args.batch is not None else 1,
-        seq=args.seq if args.seq is not None else 128,
-        dims=_parse_dims(args.dim),
-    )
-
-
-def _fuse(graph, args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from wsecc.passes import DEFAULT_PIPELINE, PassContext
-    from wsecc.pm import PassManager
-
-    numerics = None
-    if getattr(args, "check_each_pass", False):
-        from wsecc.numerics import make_inputs, ort_run
-        from wsecc.pm import NumericsCheck
-
-        feeds = make_inputs(graph)
-        numerics = NumericsCheck(feeds, ort_run(args.model, feeds))
-    pm = PassManager(
-        DEFAULT_PIPELINE,
-        print_after_all=getattr(args, "print_after_all", False),
-        dump_dir=Path(args.dump_dir) if getattr(args, "dump_dir", None) else None,
-        numerics=numerics,
-    )
-    ctx = PassContext()
-    fused, records = pm.run(graph, ctx)
-    return fused, records, ctx
-
-
-def _lower_and_size(fused, args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from wsecc.flow import lower_and_size
-    from wsecc.targets import load_target
-
-    target = load_target(args.target)
-    return (target, *lower_and_size(fused, target, args.precision, args.chunk_tokens))
-
-
-def _kernel_rows(kg, sizing) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
-    rows = []
-    for k in kg.kernels:
-        ks = sizing.kernel(k.name)
-        rows.append({
-            "name": k.name, "kind": k.kind.value, "pes": ks.h * ks.w, "region": {"w": ks.w, "h": ks.h},
-            "sram_bytes_per_pe": ks.sram.total, "cycles_per_sample": ks.cycles_per_sample,
-            "onnx_nodes": list(k.provenance),
-        })  # fmt: skip
-    return rows
-
-
-def _sizing_summary(sizing) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    return {
-        "bottleneck": sizing.bottleneck,
-        "balance": sizing.balance,
-        "pes_used": sizing.pes_used,
-        "fabric_fraction": sizing.fabric_fraction,
-        "max_sram_bytes_per_pe": sizing.max_sram_per_pe,
-        "samples_per_s": sizing.samples_per_s,
-        "tokens_per_s": sizing.tokens_per_s,
-        "ceiling_samples_per_s": sizing.ceiling_samples_per_s,
-    }
+    options = Options(
+        target=getattr(args, "target", None) or "wse2", batch=args.batch or 1, seq=args.seq,
+        dims=_parse_dims(args.dim), precision=args.precision, chunk_tokens=args.chunk_tokens,
+    )  # fmt: skip
+    return Compilation.load(args.model, options).fuse()
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
@@ -194,11 +139,11 @@ def cmd_targets(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from wsecc.analysis import batch_size, flops, fused_ops, param_count
 
-    graph, info = _import(args)
-    fused, records, _ = _fuse(graph, args)
+    c = _load(args)
+    fused, info = c.fused, c.import_info
     sizing = None
     if args.target:
-        _, kg, sizing = _lower_and_size(fused, args)
+        sizing = c.lower_and_size().sizing
     out = {
         "model": str(args.model),
         "bindings": info.bindings,
@@ -210,8 +155,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "unsupported": [],
     }
     if sizing is not None:
-        out["kernels"] = _kernel_rows(kg, sizing)
-        out["sizing"] = _sizing_summary(sizing)
+        report = c.report()
+        out["kernels"] = [
+            {k: v for k, v in r.items() if k not in ("sram", "sram_bytes_per_pe_max")}
+            | {"sram_bytes_per_pe": r["sram_bytes_per_pe_max"]}
+            for r in report["kernels"]
+        ]
+        out["sizing"] = report["sizing"]
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
@@ -259,8 +209,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if problems:
         raise WseccError("; ".join(problems))
     del model
-    graph, info = _import(args)
-    fused, _, _ = _fuse(graph, args)
+    c = _load(args)
+    fused, info = c.fused, c.import_info
     kg = lower_to_kernels(fused)
     bounds = fit_bounds(kg, target, args.precision, chunk_tokens=args.chunk_tokens)
     result = {
