@@ -827,7 +827,11 @@ class _Converter:
         try:
             types = infer_types(op, [v.type for v in inputs], dict(a))
         except (IRError, KeyError, TypeError, ValueError) as e:
-            raise FrontendError(f"node {where!r} ({op.name}): {e}") from None
+            raise FrontendError(
+                f"node {where!r} ({op.name}): {e}; a valid export fails here when the bound dims "
+                "exceed what it supports (a learned position table of N rows caps --seq at N): "
+                "bind smaller --batch/--seq/--dim, or check the export"
+            ) from None
         for t in types:  # math.prod: numpy's int64 product wraps around on absurd shapes
             if math.prod(t.shape) * t.dtype.itemsize > MAX_TENSOR_BYTES:
                 raise FrontendError(
