@@ -8,6 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
 CORPUS = ROOT.parent / "shared" / "corpus"
 ORT_CORPUS = CORPUS / "onnxruntime-testdata"
+ISPD_CORPUS = CORPUS / "ispd2020"
 
 
 @pytest.fixture

@@ -48,5 +48,7 @@ def test_malformed_kgraph(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     bad.write_text((DATA / "handout.kgraph").read_text().replace("f=512 h=28", "f=512 hh=28"))
     assert main_ispd2020([str(bad)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("wsecc ispd2020: error: bad.kgraph:15: expected 'dblock[N] f=.. h=.. w=..'")
+    assert err.startswith(
+        "wsecc ispd2020: error: bad.kgraph:15: expected 'dblock[N] f=.. h=.. w=..'"
+    )
     assert err.count("\n") == 1

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import ISPD_CORPUS
 
 from wsecc.ispd2020.kgraph import KGraphError, parse_kgraph, read_kgraph
 
-CORPUS = Path("/work/shared/corpus/ispd2020")
+CORPUS = ISPD_CORPUS
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="ISPD 2020 corpus not present")
 
 # file -> (kernels, edges, kernel->kernel edges, kernel kinds)

@@ -5,23 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import ISPD_CORPUS
 
 from wsecc.ispd2020.floorplan import column_floorplan, orientations
-from wsecc.ispd2020.kgraph import read_kgraph
+from wsecc.ispd2020.kgraph import kernel_sequence, read_kgraph
 from wsecc.ispd2020.perf import ExecParams
 from wsecc.ispd2020.score import read_solution, score_solution, write_solution
-from wsecc.ispd2020.size import SizedShape
-from wsecc.ispd2020.solve import Instance, SolveOptions, kernel_sequence, solve
+from wsecc.ispd2020.solve import Instance, SolveOptions, solve
+from wsecc.kernels.conv import ConvShape
 
-CORPUS = Path("/work/shared/corpus/ispd2020")
+CORPUS = ISPD_CORPUS
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="ISPD 2020 corpus not present")
 
 # Published best scores (CU.POKer, ICCAD'20); see docs/ispd2020.md.
 PUBLISHED = {"A": 35810, "B": 66143.5, "C": 66920, "D": 36435}
 
 
-def _shape(h: int, w: int) -> SizedShape:
-    return SizedShape(ExecParams(1, 1, (1,), (1,)), h, w, 1)
+def _shape(h: int, w: int) -> ConvShape:
+    return ConvShape(ExecParams(1, 1, (1,), (1,)), h, w, 1)
 
 
 def test_column_floorplan_packs_and_respects_the_fabric() -> None:

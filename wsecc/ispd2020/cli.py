@@ -83,7 +83,10 @@ def main_ispd2020(argv: list[str] | None = None) -> int:
         try:
             draw_placement(graph, s, args.png)
         except OSError as exc:
-            print(f"wsecc ispd2020: error: cannot write {args.png}: {exc.strerror or exc}", file=sys.stderr)
+            print(
+                f"wsecc ispd2020: error: cannot write {args.png}: {exc.strerror or exc}",
+                file=sys.stderr,
+            )
             return 2
         print(f"  picture   {args.png}")
     return 0

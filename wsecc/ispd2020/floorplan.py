@@ -32,7 +32,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from wsecc.ispd2020.size import SizedShape
+from wsecc.kernels.conv import ConvShape
 from wsecc.place.problem import Rect
 
 _INF = np.iinfo(np.int64).max // 4
@@ -42,7 +42,7 @@ _INF = np.iinfo(np.int64).max // 4
 class Oriented:
     """A sized shape in one orientation: R0 spans `width` along x, R90 spans `height` along x."""
 
-    shape: SizedShape
+    shape: ConvShape
     rot: str
 
     @property
@@ -54,7 +54,7 @@ class Oriented:
         return self.shape.height if self.rot == "R0" else self.shape.width
 
 
-def orientations(shapes: tuple[SizedShape, ...]) -> tuple[Oriented, ...]:
+def orientations(shapes: tuple[ConvShape, ...]) -> tuple[Oriented, ...]:
     """Each shape in R0 and R90 (one copy for a square)."""
     out = []
     for s in shapes:

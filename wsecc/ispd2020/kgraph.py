@@ -130,6 +130,34 @@ class KGraph:
         return tuple(e for e in self.edges if e.src in kernel_ids and e.dst in kernel_ids)
 
 
+def kernel_sequence(graph: KGraph) -> tuple[KNode, ...]:
+    """Kernels in a depth-first topological order: a chain stays consecutive, and the branches
+    of a fork are visited one after the other (lowest index first). Cycles are broken at the
+    lowest remaining index."""
+    kernels = {n.index: n for n in graph.kernels}
+    succ: dict[int, list[int]] = {i: [] for i in kernels}
+    indeg = dict.fromkeys(kernels, 0)
+    for e in graph.kernel_edges:
+        succ[e.src].append(e.dst)
+        indeg[e.dst] += 1
+    stack = sorted((i for i in kernels if indeg[i] == 0), reverse=True)
+    order: list[int] = []
+    done: set[int] = set()
+    while len(order) < len(kernels):
+        if not stack:
+            stack.append(min(i for i in kernels if i not in done))
+        i = stack.pop()
+        if i in done:
+            continue
+        done.add(i)
+        order.append(i)
+        for j in sorted(succ[i], reverse=True):
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                stack.append(j)
+    return tuple(kernels[i] for i in order)
+
+
 def read_kgraph(path: str | Path) -> KGraph:
     """Read and validate a `.kgraph` file; raises `KGraphError` (with file:line) if malformed."""
     p = Path(path)

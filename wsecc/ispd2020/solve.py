@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from wsecc.ispd2020.floorplan import Floorplan, Oriented, column_floorplan, orientations
-from wsecc.ispd2020.kgraph import KGraph, KNode
-from wsecc.ispd2020.perf import KernelSpec, kernel_spec
+from wsecc.ispd2020.kgraph import KGraph, kernel_sequence
+from wsecc.ispd2020.perf import KernelSpec, kernel_graph, kernel_spec
 from wsecc.ispd2020.placer import refine
 from wsecc.ispd2020.score import KernelPlacement, Score, Solution, score_solution
-from wsecc.ispd2020.size import Sizer
+from wsecc.ispd2020.size import Sizer, contest_target
 from wsecc.place.problem import PlaceFlow, PlaceKernel, PlacementProblem, Rect
 
 
@@ -82,37 +82,13 @@ class Instance:
         edges = tuple((pos[e.src], pos[e.dst]) for e in graph.kernel_edges)
         return Instance(graph, tuple(kernel_spec(n) for n in nodes), edges)
 
+    def sizer(self) -> Sizer:
+        """The shared sizing's view of this graph: its kernel graph on the contest target."""
+        return Sizer(kernel_graph(self.graph), contest_target(self.graph))
+
     @property
     def fabric(self) -> tuple[int, int]:
         return (self.graph.width, self.graph.height)
-
-
-def kernel_sequence(graph: KGraph) -> tuple[KNode, ...]:
-    """Kernels in a depth-first topological order: a chain stays consecutive, and the branches
-    of a fork are visited one after the other (lowest index first). Cycles are broken at the
-    lowest remaining index."""
-    kernels = {n.index: n for n in graph.kernels}
-    succ: dict[int, list[int]] = {i: [] for i in kernels}
-    indeg = dict.fromkeys(kernels, 0)
-    for e in graph.kernel_edges:
-        succ[e.src].append(e.dst)
-        indeg[e.dst] += 1
-    stack = sorted((i for i in kernels if indeg[i] == 0), reverse=True)
-    order: list[int] = []
-    done: set[int] = set()
-    while len(order) < len(kernels):
-        if not stack:
-            stack.append(min(i for i in kernels if i not in done))
-        i = stack.pop()
-        if i in done:
-            continue
-        done.add(i)
-        order.append(i)
-        for j in sorted(succ[i], reverse=True):
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                stack.append(j)
-    return tuple(kernels[i] for i in order)
 
 
 @dataclass(frozen=True)
@@ -284,7 +260,7 @@ def solve(graph: KGraph, opts: SolveOptions | None = None) -> SolveResult:
         log.append(f"{time.perf_counter() - t0:7.2f}s {msg}")
 
     inst = Instance.of(graph)
-    sizer = Sizer(inst.specs, graph.memlimit, inst.fabric)
+    sizer = inst.sizer()
     lower = sizer.area_lower_bound()
     note(f"area lower bound Δt ≥ {lower}")
     dt_pack = least_packable_dt(inst, sizer, lower)

@@ -2,7 +2,10 @@
 
 One plain function per kind, each stating the mapping it assumes and its formulas; `COST_MODELS`
 maps every `KernelKind` to its model (a kind without an entry is an error, never a fallthrough).
-`docs/cost-models.md` walks through the same formulas with the hardware sources.
+`docs/cost-models.md` walks through the same formulas with the hardware sources. The ISPD 2020
+contest's kinds (conv, dblock, cblock; formulas in `wsecc.kernels.conv`) size by execution
+parameters rather than rows and columns, so their models list a `frontier` of shapes per stage
+time instead of candidate `shapes`.
 
 Notation (integers; "per sample" = one sequence; cdiv(a, b) = ceil(a / b)):
 
@@ -23,10 +26,20 @@ latencies lengthen the pipeline fill, not the steady state, and are not charged 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from types import MappingProxyType
 
+from wsecc.kernels.conv import (
+    Conv,
+    ConvShape,
+    conv_memory,
+    convs_of,
+    frontier,
+    slowest_time,
+)
 from wsecc.kernels.ir import (
     ACTIVATIONS,
     ELEM_TYPE_BYTES,
@@ -463,15 +476,108 @@ def split_shapes(rows_param: str, cols_param: str) -> ShapesFn:
     return shapes
 
 
+# --- contest convolutions ------------------------------------------------------------------------
+
+
+def conv_memlimit(ctx: CostContext) -> Fraction:
+    """The contest's memlimit in words: data SRAM over the storage bytes per word (the CS-1's
+    16-bit words are the fp16/mixed storage type)."""
+    sram = ctx.target.sram
+    return Fraction(sram.bytes_per_pe - sram.reserved_bytes, ctx.sb)
+
+
+def _conv_kernel_cost(
+    convs: tuple[Conv, ...], s: ConvShape, h: int, w: int, ctx: CostContext
+) -> KernelCost:
+    """A frontier shape as an h x w region (R0: h = height; R90: h = width). Its SRAM is the
+    contest memory of its fullest conv in bytes: filters as weights, the activation window as
+    buffers (rounded so that the total is the exact memory rounded up)."""
+    p = s.params
+    mem, act = max(
+        (
+            conv_memory(c, p.h, p.w, ci, ki),
+            Fraction((c.W + c.S - 1) * (c.H + c.R - 1) * c.K, p.w * p.h * ki),
+        )
+        for c, ci, ki in zip(convs, p.c, p.k, strict=True)
+    )
+    buffers = math.floor(act * ctx.sb)
+    return ctx.cost(
+        h,
+        w,
+        weights=math.ceil(mem * ctx.sb) - buffers,
+        buffers=buffers,
+        compute=s.time,
+        link=0,
+        in_bytes=0,
+        out_bytes=0,
+    )
+
+
+def conv_frontier(kind: str) -> FrontierFn:
+    """The contest model's menu: every non-dominated shape with time <= T (no limit: T = None)
+    and memory <= the target's words per PE, in R0 and R90 where each fits the program rectangle
+    (`wsecc.kernels.conv.frontier`). Cycles are the contest's time units; flows cost nothing."""
+
+    def shapes(p: Params, T: int | None, ctx: CostContext) -> tuple[KernelCost, ...]:
+        convs = convs_of(kind, p)
+        fab = ctx.target.fabric
+        dt = slowest_time(convs) if T is None else T
+        out = []
+        for s in frontier(
+            convs, p["H"], p["W"], dt, conv_memlimit(ctx), (fab.program_width, fab.program_height)
+        ):
+            for h, w in dict.fromkeys([(s.height, s.width), (s.width, s.height)]):
+                if h <= fab.program_height and w <= fab.program_width:
+                    out.append(_conv_kernel_cost(convs, s, h, w, ctx))
+        return tuple(out)
+
+    return shapes
+
+
+def conv_cost(kind: str) -> CostFn:
+    """The contest model on a fixed h x w region: the fastest parameters whose rectangle fits it
+    (R0 or R90) within the target's words per PE — the least T whose frontier has such a shape.
+    Raises ValueError when no parameters fit the region."""
+    front = conv_frontier(kind)
+
+    def cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
+        def fitting(T: int) -> list[KernelCost]:
+            return [c for c in front(p, T, ctx) if c.h <= h and c.w <= w]
+
+        hi = slowest_time(convs_of(kind, p))
+        if not fitting(hi):
+            raise ValueError(
+                f"no execution parameters of {kind} {dict(p)} fit a {h}x{w} region within "
+                f"{conv_memlimit(ctx)} words per PE"
+            )
+        lo = 0  # fitting(lo) is empty: times are >= 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fitting(mid):
+                hi = mid
+            else:
+                lo = mid
+        return min(fitting(hi), key=lambda c: (c.compute_cycles, c.sram.total, c.area))
+
+    return cost
+
+
 # --- the table ---------------------------------------------------------------------------------
 
 CostFn = Callable[[Params, int, int, CostContext], KernelCost]
+FrontierFn = Callable[[Params, "int | None", CostContext], tuple[KernelCost, ...]]
 
 
 @dataclass(frozen=True)
 class CostModel:
+    """A kind's cost at a region shape, and its menu of shapes for sizing: either `shapes`
+    (candidate row and column counts, each costed) or `frontier` (the model lists its own
+    non-dominated shapes within a stage time: for models whose parameters are not the region's
+    rows and columns, like the contest's convolutions)."""
+
     cost: CostFn
-    shapes: ShapesFn  # candidate (rows, columns) values given the largest allowed h and w
+    shapes: ShapesFn | None = None  # candidate (rows, columns) given the largest allowed h and w
+    frontier: FrontierFn | None = None
 
 
 COST_MODELS: Mapping[KernelKind, CostModel] = MappingProxyType(
@@ -484,6 +590,10 @@ COST_MODELS: Mapping[KernelKind, CostModel] = MappingProxyType(
         KernelKind.ELEMENTWISE: CostModel(elementwise_cost, rowwise_shapes),
         KernelKind.EMBEDDING: CostModel(embedding_cost, split_shapes("vocab", "dim")),
         KernelKind.GENERIC: CostModel(generic_cost, split_shapes("elements", "elements")),
+        **{
+            kind: CostModel(conv_cost(kind.value), frontier=conv_frontier(kind.value))
+            for kind in (KernelKind.CONV, KernelKind.DBLOCK, KernelKind.CBLOCK)
+        },
     }
 )
 

@@ -47,6 +47,8 @@ from typing import Any
 
 import networkx as nx
 
+from wsecc.kernels.conv import BLOCK_ARGS, CONV_ARGS, convs_of
+
 Scalar = int | float | bool | str
 Params = Mapping[str, Any]  # values are Scalars, checked per kind by the verifier
 EDGES: tuple[str, ...] = ("N", "S", "E", "W")
@@ -65,6 +67,10 @@ class KernelKind(enum.StrEnum):
     EMBEDDING = "embedding"
     LM_HEAD = "lm_head"
     GENERIC = "generic"
+    # the ISPD 2020 contest's kernels (wsecc.kernels.conv): a convolution and ResNet blocks
+    CONV = "conv"
+    DBLOCK = "dblock"
+    CBLOCK = "cblock"
 
 
 # --- precisions --------------------------------------------------------------------------------
@@ -214,6 +220,24 @@ def _attention_flops(p: Params) -> int:
     return heads * attention_pairs(seq, bool(p["causal"])) * per_pair + heads * seq * d
 
 
+def _conv_spec(kind: str) -> KindSpec:
+    """A contest kernel: 2 flops per MAC of its convs, their filters as weights. Activations
+    stream west to east (the contest does not model ports)."""
+    block = kind != "conv"
+
+    def check(p: Params) -> str:
+        return f"F={p['F']} is not divisible by 4" if block and p["F"] % 4 else ""
+
+    return KindSpec(
+        params=dict.fromkeys(BLOCK_ARGS if block else CONV_ARGS, "int+"),
+        flops=lambda p: 2 * sum(c.macs for c in convs_of(kind, p)),
+        weight_elems=lambda p: sum(c.C * c.K * c.R * c.S for c in convs_of(kind, p)),
+        in_edge="W",
+        out_edge="E",
+        check=check,
+    )
+
+
 KIND_SPECS: Mapping[KernelKind, KindSpec] = MappingProxyType(
     {
         # y[M,N] = act(x[M,K] W[K,N] + b) + residual
@@ -294,6 +318,9 @@ KIND_SPECS: Mapping[KernelKind, KindSpec] = MappingProxyType(
             in_edge="W",
             out_edge="S",
         ),
+        KernelKind.CONV: _conv_spec("conv"),
+        KernelKind.DBLOCK: _conv_spec("dblock"),
+        KernelKind.CBLOCK: _conv_spec("cblock"),
     }
 )
 

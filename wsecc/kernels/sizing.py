@@ -10,9 +10,11 @@ steady-state rate is set by the slowest stage. `size_regions` chooses (h_k, w_k)
 
 The algorithm. Each kernel's candidate shapes (the cost model's menu of useful row and column
 counts, preferring aspect ratios <= max_aspect) are costed once. The ones that fit SRAM, sorted
-by cycles, give a staircase min_area_k(T): the smallest fitting area with cycles <= T. The sum
-over kernels is non-increasing in T, so a binary search over the candidates' cycle values finds
-the smallest T whose areas fit the budget; each kernel then takes its smallest shape within T.
+by cycles, give a staircase min_area_k(T): the smallest fitting area with cycles <= T. (A kind
+whose model lists its own frontier per T — the contest's convolutions — gives min_area_k(T)
+directly, computed on demand.) The sum over kernels is non-increasing in T, so a binary search
+over T finds the smallest T whose areas fit the budget; each kernel then takes its smallest
+shape within T.
 Over the menu this is optimal for the max-stage objective: any assignment with a smaller
 bottleneck T' would need sum_k min_area_k(T') <= budget, which the search rejected.
 
@@ -29,6 +31,7 @@ every usable PE busy on the FMAC path,
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -38,6 +41,7 @@ from typing import Any
 from wsecc.kernels.costs import (
     DEFAULT_CHUNK_TOKENS,
     CostContext,
+    CostModel,
     KernelCost,
     SramBreakdown,
     cost_model,
@@ -225,9 +229,51 @@ class _Menu:
         i = bisect.bisect_right(self.stair_cycles, T)
         return self.stair[i - 1] if i else None
 
+    def shapes_within(self, T: int | None) -> tuple[KernelCost, ...]:
+        """Every fitting shape with cycles <= T (None: any), by (area, cycles)."""
+        if T is None:
+            return self.fitting
+        return tuple(c for c in self.fitting if c.cycles_per_sample <= T)
+
     @property
     def smallest(self) -> KernelCost:
         return self.stair[-1]
+
+    @property
+    def least_sram(self) -> int:
+        return min(c.sram.total for c in self.fitting)
+
+
+class _FrontierMenu:
+    """The menu of a kind whose cost model lists its own shapes within a stage time
+    (`CostModel.frontier`): computed per T on demand and kept."""
+
+    def __init__(self, model: CostModel, kernel: Kernel, ctx: CostContext) -> None:
+        self._shapes = functools.partial(model.frontier, kernel.params, ctx=ctx)
+        self._cache: dict[int | None, tuple[KernelCost, ...]] = {}
+
+    def shapes_within(self, T: int | None) -> tuple[KernelCost, ...]:
+        """Every fitting shape with cycles <= T (None: any), by (area, cycles)."""
+        if T not in self._cache:
+            self._cache[T] = tuple(
+                sorted(self._shapes(T), key=lambda c: (c.area, c.cycles_per_sample))
+            )
+        return self._cache[T]
+
+    def within(self, T: int) -> KernelCost | None:
+        shapes = self.shapes_within(T)
+        return shapes[0] if shapes else None
+
+    @property
+    def smallest(self) -> KernelCost:
+        return self.shapes_within(None)[0]
+
+    @property
+    def least_sram(self) -> int:
+        return min(c.sram.total for c in self.shapes_within(None))
+
+
+Menu = _Menu | _FrontierMenu
 
 
 def _aspect(c: KernelCost) -> float:
@@ -251,32 +297,37 @@ def _menu(costs: Sequence[KernelCost], sram_limit: int, max_aspect: float) -> _M
     )
 
 
-def _all_costs(kernel: Kernel, ctx: CostContext) -> list[KernelCost]:
-    fab = ctx.target.fabric
+def _menu_of(
+    kernel: Kernel, ctx: CostContext, max_aspect: float
+) -> tuple[list[KernelCost], Menu | None]:
+    """A kernel's menu (None if no shape fits a PE) and the shapes costed to build it."""
     model = cost_model(kernel.kind)
+    if model.frontier is not None:
+        menu = _FrontierMenu(model, kernel, ctx)
+        return [], menu if menu.shapes_within(None) else None
+    fab = ctx.target.fabric
     rows, cols = model.shapes(kernel.params, fab.program_height, fab.program_width)
-    return [model.cost(kernel.params, h, w, ctx) for h in rows for w in cols]
+    costs = [model.cost(kernel.params, h, w, ctx) for h in rows for w in cols]
+    return costs, _menu(costs, ctx.target.sram.bytes_per_pe, max_aspect)
 
 
 def _signature(kernel: Kernel) -> tuple[Any, ...]:
     return (kernel.kind, tuple(sorted(kernel.params.items())))
 
 
-_Choice = list[tuple[Kernel, _Menu]]
+_Choice = list[tuple[Kernel, Menu]]
 
 
 def _menus(kg: KernelGraph, ctx: CostContext, max_aspect: float) -> _Choice:
     """Every kernel with its menu; kernels of equal kind and params share one evaluation.
     Raises SizingError naming the kernels no shape of which fits a PE."""
-    limit = ctx.target.sram.bytes_per_pe
-    memo: dict[tuple[Any, ...], tuple[list[KernelCost], _Menu | None]] = {}
+    memo: dict[tuple[Any, ...], tuple[list[KernelCost], Menu | None]] = {}
     menus: _Choice = []
     failing: list[tuple[Kernel, list[KernelCost]]] = []
     for k in kg.kernels:
         key = _signature(k)
         if key not in memo:
-            costs = _all_costs(k, ctx)
-            memo[key] = (costs, _menu(costs, limit, max_aspect))
+            memo[key] = _menu_of(k, ctx, max_aspect)
         costs, menu = memo[key]
         if menu is None:
             failing.append((k, costs))
@@ -312,11 +363,20 @@ def _sram_error(
     for kernel, costs in failing:
         key = _signature(kernel)
         groups.setdefault(key, []).append(kernel)
-        best[key] = min(costs, key=lambda c: c.sram.total)
+        if costs:
+            best[key] = min(costs, key=lambda c: c.sram.total)
     parts = []
     for key, kernels in list(groups.items())[:3]:
-        c, k = best[key], kernels[0]
+        k = kernels[0]
         more = f", {len(kernels) - 1} more like it" if len(kernels) > 1 else ""
+        if key not in best:  # a frontier model: it lists fitting shapes only
+            parts.append(
+                f"kernel {k.name!r} ({k.kind.value}{more}) has no shape within the "
+                f"{ctx.target.fabric.program_height}x{ctx.target.fabric.program_width} program "
+                f"rectangle and its SRAM; would help: a bigger target"
+            )
+            continue
+        c = best[key]
         sram = c.sram.as_dict()
         breakdown = ", ".join(f"{n} {v:,}" for n, v in sram.items() if v)
         dominant = max(_REMEDIES, key=lambda n: sram[n])
@@ -406,15 +466,10 @@ def fit_bounds(
     check_precision(precision)
     ctx = CostContext(target, precision, chunk_tokens)
     menus = _menus(kg, ctx, max_aspect)
-    least: dict[tuple[Any, ...], int] = {}
-    for k in kg.kernels:
-        key = _signature(k)
-        if key not in least:
-            least[key] = min(c.sram.total for c in _all_costs(k, ctx))
     return FitBounds(
         min_pes=sum(m.smallest.area for _, m in menus),
         usable_pes=target.usable_pes,
-        min_sram_per_pe=max(least.values(), default=0),
+        min_sram_per_pe=max((m.least_sram for _, m in menus), default=0),
         sram_per_pe=target.sram.bytes_per_pe,
     )
 
@@ -439,18 +494,23 @@ def size_regions(
     ctx, menus, budget = _prepare(kg, target, precision, fill, chunk_tokens, max_aspect)
 
     def area_at(T: int) -> int:
-        picks = [m.within(T) for _, m in menus]
-        return sum(p.area if p else budget + 1 for p in picks)
+        total = 0
+        for _, m in menus:
+            pick = m.within(T)
+            if pick is None:
+                return budget + 1
+            total += pick.area
+        return total
 
-    levels = sorted({c for _, m in menus for c in m.stair_cycles})
-    lo, hi = 0, len(levels) - 1  # levels[hi]: every kernel's smallest shape, known to fit
-    while lo < hi:
+    # least T with area_at(T) <= budget; hi: every kernel's smallest shape, known to fit
+    lo, hi = 0, max(m.smallest.cycles_per_sample for _, m in menus)
+    while hi - lo > 1:
         mid = (lo + hi) // 2
-        if area_at(levels[mid]) <= budget:
+        if area_at(mid) <= budget:
             hi = mid
         else:
-            lo = mid + 1
-    choice = [(k, m, m.within(levels[lo]) or m.smallest) for k, m in menus]
+            lo = mid
+    choice = [(k, m, m.within(hi) or m.smallest) for k, m in menus]
     return _sizing("balanced", kg, ctx, fill, choice, alt_tolerance, max_alternatives)
 
 
@@ -512,25 +572,26 @@ def work_proportional_sizing(
     choice = []
     for k, m in menus:
         share = budget * k.flops_per_sample / total
-        within = [c for c in m.fitting if c.area <= share]
+        within = [c for c in m.shapes_within(None) if c.area <= share]
         best = min(within, key=lambda c: (c.cycles_per_sample, c.area)) if within else m.smallest
         choice.append((k, m, best))
     return _sizing("work-proportional", kg, ctx, fill, choice, 0.0, 0)
 
 
 def _alternatives(
-    menu: _Menu, chosen: KernelCost, T: int, tolerance: float, limit: int
+    menu: Menu, chosen: KernelCost, T: int, tolerance: float, limit: int
 ) -> tuple[tuple[int, int], ...]:
     """Other shapes for the placer: cycles <= T, area within `tolerance` above the chosen one,
     aspect ratios (h / w) at least 10% apart, smallest area first."""
     picked: list[tuple[int, int]] = []
     ratios = [chosen.h / chosen.w]
-    start = bisect.bisect_left([c.area for c in menu.fitting], chosen.area)
-    for c in menu.fitting[start:]:
+    shapes = menu.shapes_within(T)
+    start = bisect.bisect_left([c.area for c in shapes], chosen.area)
+    for c in shapes[start:]:
         if len(picked) >= limit or c.area > chosen.area * (1 + tolerance):
             break
         r = c.h / c.w
-        if c.cycles_per_sample <= T and all(abs(math.log(r / q)) > math.log(1.1) for q in ratios):
+        if all(abs(math.log(r / q)) > math.log(1.1) for q in ratios):
             picked.append((c.h, c.w))
             ratios.append(r)
     return tuple(picked)
@@ -541,7 +602,7 @@ def _sizing(
     kg: KernelGraph,
     ctx: CostContext,
     fill: float,
-    choice: Sequence[tuple[Kernel, _Menu, KernelCost]],
+    choice: Sequence[tuple[Kernel, Menu, KernelCost]],
     alt_tolerance: float,
     max_alternatives: int,
 ) -> Sizing:
