@@ -1,7 +1,10 @@
-"""`main_ispd2020`: writes a legal solution and a PNG; bad input is one line and exit 2."""
+"""`main_ispd2020`: writes a legal solution, a PNG and the viewer page; bad input is one line
+and exit 2."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,24 @@ def test_solves_and_draws(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     s = score_solution(read_kgraph(DATA / "handout.kgraph"), read_solution(out))
     assert s.legal
     assert s.score < 50693  # better than the handout's own example solution
+
+
+def test_viewer_page_shows_the_solution(tmp_path: Path) -> None:
+    out, html = tmp_path / "h.solution", tmp_path / "h.html"
+    argv = [str(DATA / "handout.kgraph"), "-o", str(out), "--time-budget", "2", "--html", str(html)]
+    assert main_ispd2020(argv) == 0
+    page = html.read_text()
+    m = re.search(r'<script type="application/json" id="wsecc-data">(.*?)</script>', page, re.S)
+    assert m is not None
+    data = json.loads(m.group(1))
+    assert (data["fabric"]["width"], data["fabric"]["height"]) == (633, 633)
+    s = score_solution(read_kgraph(DATA / "handout.kgraph"), read_solution(out))
+    drawn = {k["name"]: k for k in data["kernels"]}
+    assert set(drawn) == set(s.rects)
+    for name, r in s.rects.items():
+        k = drawn[name]
+        assert (k["x"], k["y"], k["w"], k["h"]) == (r.x, r.y, r.w, r.h)
+        assert k["info"]["time"] <= s.delta_t and k["info"]["memory_words"] <= 24576
 
 
 @pytest.mark.parametrize(

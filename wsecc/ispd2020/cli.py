@@ -1,7 +1,8 @@
-"""`wsecc ispd2020 BENCH.kgraph [-o BENCH.solution] [--time-budget S] [--seed N] [--png F]`.
+"""`wsecc ispd2020 BENCH.kgraph [-o BENCH.solution] [--time-budget S] [--png F] [--html F]`.
 
 Solves one ISPD 2020 benchmark, writes the contest solution, prints Δt, WL, score, the Δt lower
-bound and gap, and the run time. Bad input: one line on stderr, exit code 2.
+bound and gap, and the run time; on request draws the placement (PNG) and writes the placement
+viewer page. Bad input: one line on stderr, exit code 2.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from wsecc.ispd2020.draw import draw_placement, viewer_page
 from wsecc.ispd2020.kgraph import KGraphError, read_kgraph
 from wsecc.ispd2020.score import write_solution
 from wsecc.ispd2020.solve import SolveOptions, solve
@@ -34,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, metavar="N")
     p.add_argument("--deterministic", action="store_true", help="reproducible placer runs")
     p.add_argument("--png", type=Path, metavar="FILE", help="draw the placement to FILE")
+    p.add_argument(
+        "--html", type=Path, metavar="FILE", help="write the placement viewer page to FILE"
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="print the solver's steps")
     return p
 
@@ -77,18 +82,21 @@ def main_ispd2020(argv: list[str] | None = None) -> int:
     print(f"  Δt bound  {result.lower_bound}   (area; gap {100 * result.gap:.2f}%)")
     print(f"  time      {result.seconds:.1f} s (budget {args.time_budget:g} s)")
     print(f"  solution  {out}")
-    if args.png:
-        from wsecc.ispd2020.draw import draw_placement
-
+    for path, label, write in (
+        (args.png, "picture", lambda p: draw_placement(graph, s, p)),
+        (args.html, "viewer", lambda p: p.write_text(viewer_page(graph, result.solution, s))),
+    ):
+        if path is None:
+            continue
         try:
-            draw_placement(graph, s, args.png)
+            write(path)
         except OSError as exc:
             print(
-                f"wsecc ispd2020: error: cannot write {args.png}: {exc.strerror or exc}",
+                f"wsecc ispd2020: error: cannot write {path}: {exc.strerror or exc}",
                 file=sys.stderr,
             )
             return 2
-        print(f"  picture   {args.png}")
+        print(f"  {label:<9} {path}")
     return 0
 
 

@@ -1,14 +1,16 @@
-"""Draw a scored solution to a PNG: rectangles labelled by kernel name, edges centre to centre.
+"""Pictures of a scored solution: a PNG (rectangles labelled by kernel name, edges centre to
+centre) and the interactive placement viewer page.
 
 The only module of `wsecc.ispd2020` that imports matplotlib (lazily, with the Agg backend).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from wsecc.ispd2020.kgraph import KGraph
-from wsecc.ispd2020.score import Score
+from wsecc.ispd2020.score import Score, Solution
 
 
 def draw_placement(graph: KGraph, score: Score, path: str | Path, title: str = "") -> None:
@@ -40,3 +42,62 @@ def draw_placement(graph: KGraph, score: Score, path: str | Path, title: str = "
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def viewer_page(graph: KGraph, solution: Solution, score: Score) -> str:
+    """The placement viewer (`wsecc.view`, as `wsecc view` shows a compile) for a scored
+    solution: regions by kind on the contest fabric, each kernel's time, memory and execution
+    parameters on hover, the SRAM layer from the contest memory. There are no routed lanes (the
+    contest scores centre-to-centre wirelength instead)."""
+    from wsecc.ispd2020.perf import kernel_graph, kernel_spec
+    from wsecc.ispd2020.size import PRECISION, contest_target
+    from wsecc.kernels import KernelSizing, Sizing, SramBreakdown
+    from wsecc.kernels.costs import CostContext
+    from wsecc.place.problem import Placement
+    from wsecc.route.problem import Routing
+    from wsecc.view.viewer import render_viewer
+
+    kg, target = kernel_graph(graph), contest_target(graph)
+    bytes_per_word = CostContext(target, PRECISION).sb
+    nodes = {n.name: n for n in graph.kernels}
+    sized, info = [], {}
+    for k in solution.kernels:
+        spec = kernel_spec(nodes[k.name])
+        params = spec.params_from_args(k.args)
+        perf = spec.perf(params)
+        r = score.rects[k.name]
+        sram = SramBreakdown(math.ceil(perf.memory * bytes_per_word), 0, 0, 0)
+        sized.append(KernelSizing(k.name, k.kind, r.h, r.w, sram, perf.time, 0))
+        info[k.name] = {
+            "time": perf.time,
+            "memory_words": round(float(perf.memory), 2),
+            "exec_params": f"h'={params.h} w'={params.w} c'={params.c} k'={params.k} {k.rot}",
+        }
+    sizing = Sizing(
+        strategy="ispd2020",
+        graph=kg.name,
+        target=target.name,
+        precision=PRECISION,
+        fill=1.0,
+        chunk_tokens=1,
+        clock_hz=target.clock.hz,
+        usable_pes=target.usable_pes,
+        sram_bytes_per_pe=target.sram.bytes_per_pe,
+        tokens_per_sample=kg.tokens_per_sample,
+        flops_per_sample=kg.flops_per_sample,
+        peak_flops_per_cycle=target.usable_pes * target.flops_per_cycle[PRECISION],
+        kernels=tuple(sized),
+    )
+    placement = Placement(
+        rects=dict(score.rects),
+        placer="ispd2020",
+        objective=score.wirelength,
+        bound=0.0,
+        gap=1.0,
+        status="scored",
+        seconds=0.0,
+        seed=0,
+    )
+    routing = Routing.of((), target.color_budget, 0)
+    title = f"{graph.source}: Δt={score.delta_t} WL={score.wirelength:g} score={score.score:g}"
+    return render_viewer(kg, sizing, placement, routing, target, title=title, kernel_info=info)

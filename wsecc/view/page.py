@@ -466,7 +466,7 @@ document.getElementById("stats").textContent =
   `${F.target} ${W}\u00d7${H} PEs \u00b7 ${fmt(S.kernels)} kernels, ${fmt(S.pes_used)} PEs ` +
   `(${(100 * S.pes_used / S.usable_pes).toFixed(1)}%) \u00b7 ${fmt(S.lanes)} lanes, ${fmt(L.segments)} hops \u00b7 ` +
   `colors max ${S.colors_used_max}/${S.color_budget} \u00b7 link load max ${S.link_load_max} \u00b7 ` +
-  `${S.placer} gap ${(100 * S.gap).toFixed(1)}%` + (S.bottleneck ? ` \u00b7 bottleneck ${S.bottleneck}` : "");
+  (S.gap === null ? S.placer : `${S.placer} gap ${(100 * S.gap).toFixed(1)}%`) + (S.bottleneck ? ` \u00b7 bottleneck ${S.bottleneck}` : "");
 const names = document.getElementById("kernel-names");
 names.append(...K.map(k => Object.assign(document.createElement("option"), { value: k.name })));
 

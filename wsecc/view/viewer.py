@@ -115,7 +115,7 @@ def render_viewer(
             "link_load_max": max((int(v) for v in loads.values()), default=0),
             "placer": placement.placer,
             "objective": placement.objective,
-            "gap": placement.gap,
+            "gap": placement.gap if placement.bound > 0 else None,  # no bound, no gap
             "stage_cycles": sizing.stage_cycles if sizing.kernels else 0,
             "bottleneck": sizing.bottleneck if sizing.kernels else "",
         },
