@@ -119,6 +119,7 @@ class Compilation:
     sim_inputs: dict[str, Any] | None = None
     sim_outputs: dict[str, Any] | None = None
     seconds: dict[str, float] = field(default_factory=dict)  # per stage
+    _model_facts: tuple[Any, dict[str, Any]] | None = field(default=None, repr=False)
 
     # --- stages ------------------------------------------------------------------------------
 
@@ -322,9 +323,22 @@ class Compilation:
     def _should_validate(self) -> bool:
         if self.options.validate is not None:
             return self.options.validate
-        from wsecc.analysis import param_count
+        return self._model(self.fused)["params"] <= VALIDATE_AUTO_MAX_PARAMS
 
-        return param_count(self.fused) <= VALIDATE_AUTO_MAX_PARAMS
+    def _model(self, g: Any) -> dict[str, Any]:
+        """The report's model facts for graph `g`, computed once (hashing the file and
+        counting the parameters take seconds on a real model)."""
+        from wsecc.analysis import batch_size, flops, param_count
+
+        if self._model_facts is None or self._model_facts[0] is not g:
+            facts = {
+                "path": str(self.model_path),
+                "sha256": sha256_of(self.model_path),
+                "params": param_count(g),
+                "flops_per_sample": flops(g) // batch_size(g),
+            }
+            self._model_facts = (g, facts)
+        return dict(self._model_facts[1])
 
     def validate_numerics(self) -> Compilation:
         """Run the tiled functional simulation and compare every output with onnxruntime."""
@@ -406,18 +420,13 @@ class Compilation:
         With `timings=False` every wall-clock field is left out, so two compiles of the same
         inputs and options (deterministic placement) give equal reports.
         """
-        from wsecc.analysis import batch_size, flops, fused_ops, param_count
+        from wsecc.analysis import fused_ops
 
         g = self.fused if self.fused is not None else self.graph
         saved = self.saved_report or {}
         rep: dict[str, Any] = {"schema": REPORT_SCHEMA, "wsecc": __version__}
         if g is not None:
-            rep["model"] = {
-                "path": str(self.model_path),
-                "sha256": sha256_of(self.model_path),
-                "params": param_count(g),
-                "flops_per_sample": flops(g) // batch_size(g),
-            }
+            rep["model"] = self._model(g)
         else:
             rep["model"] = saved["model"]
         t = self.target
