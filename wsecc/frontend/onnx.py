@@ -2,8 +2,9 @@
 
     load_model(path)            hardened read: external data confined to the model's folder
     bind_dims(model, ...)       every symbolic input dim bound to an int, or one error naming all
-    fold(model)                 constants and shape subgraphs folded by onnxscript's optimizer
-    to_graph(model)             ONNX -> wsecc Graph; one error lists every unsupported op
+    fold(model)                 constants and shape subgraphs folded by onnxscript's optimizer;
+                                the weights are taken out of `model` and returned beside it
+    to_graph(model, weights)    ONNX -> wsecc Graph; one error lists every unsupported op
     import_model(path, ...)     all four, in that order
 
 Security rules for external data (see reference/onnx-exports.md §4.3): a relative location only;
@@ -636,16 +637,18 @@ def bind_dims(model: onnx.ModelProto, bindings: Mapping[str, int]) -> onnx.Model
 # ================================================================ folding
 
 
-def fold(model: onnx.ModelProto) -> onnx.ModelProto:
+def fold(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[TensorProto]]:
     """Fold constants and shape subgraphs with onnxscript's optimizer (shapes must be static).
 
-    Weights take no part in shape arithmetic, so the optimizer sees them as typed graph inputs
-    and they are put back afterwards: it never copies gigabytes of parameters, and a lookup
-    into a weight table (the position embedding at constant positions) stays a lookup rather
-    than becoming a new constant.
+    Returns the folded model without its weights, and the weights it still reads (pass both
+    to `to_graph`). Weights take no part in shape arithmetic, so the optimizer sees them as
+    typed graph inputs: it never copies gigabytes of parameters, and a lookup into a weight
+    table (the position embedding at constant positions) stays a lookup rather than becoming
+    a new constant. The weights are *taken out* of `model` (moving them is free; copying them
+    back into a protobuf costs about a second per 500 MB).
     """
-    m = _without_weights(model)
-    weights = {t.name: t for t in model.graph.initializer if _elems(t) > _WEIGHT_ELEMS}
+    m, big = _without_weights(model)
+    weights = {t.name: t for t in big}
     try:
         with _quiet_libraries():
             folded = _fold_constants(m)
@@ -665,8 +668,7 @@ def fold(model: onnx.ModelProto) -> onnx.ModelProto:
     used = {x for n in folded.graph.node for x in n.input} | {o.name for o in folded.graph.output}
     del folded.graph.input[:]
     folded.graph.input.extend(keep)
-    folded.graph.initializer.extend(t for name, t in weights.items() if name in used)
-    return folded
+    return folded, [t for name, t in weights.items() if name in used]
 
 
 _WEIGHT_ELEMS = 1024  # initializers larger than this are weights, not shape data
@@ -746,23 +748,20 @@ def _elems(t: TensorProto) -> int:
     return n
 
 
-def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy whose large initializers are typed graph inputs instead (no data copied)."""
-    m = onnx.ModelProto()
-    small = [t for t in model.graph.initializer if _elems(t) <= _WEIGHT_ELEMS]
-    big = [t for t in model.graph.initializer if _elems(t) > _WEIGHT_ELEMS]
+def _without_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[TensorProto]]:
+    """A copy whose large initializers are typed graph inputs instead, and those initializers,
+    taken out of `model` (which keeps its small ones; no tensor data is copied)."""
     graph = model.graph
-    saved = list(graph.initializer)
+    small = [t for t in graph.initializer if _elems(t) <= _WEIGHT_ELEMS]
+    big = [t for t in graph.initializer if _elems(t) > _WEIGHT_ELEMS]
     del graph.initializer[:]
-    try:
-        m.CopyFrom(model)
-    finally:
-        graph.initializer.extend(saved)
-    m.graph.initializer.extend(small)
+    graph.initializer.extend(small)
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
     m.graph.input.extend(
         helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in big
     )
-    return m
+    return m, big
 
 
 # ================================================================ conversion
@@ -771,8 +770,9 @@ def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
 class _Converter:
     """Walks ONNX nodes in topological order, emitting IR nodes with static types."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: onnx.ModelProto, weights: Sequence[TensorProto] = ()) -> None:
         self.model = model
+        self.weights = weights
         self.opset = {o.domain or "": o.version for o in model.opset_import}
         self.env: dict[str, Value] = {}
         self.nodes: list[Node] = []
@@ -891,7 +891,7 @@ class _Converter:
     # -- the walk
     def run(self) -> Graph:
         g = self.model.graph
-        for t in g.initializer:
+        for t in (*g.initializer, *self.weights):
             self.env[t.name] = Value.constant(self.fresh(t.name), _array(t))
         inputs = []
         for inp in g.input:
@@ -1558,9 +1558,10 @@ def _ms_attention(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[V
 # ================================================================ entry point
 
 
-def to_graph(model: onnx.ModelProto) -> Graph:
-    """Convert a bound, folded model to the wsecc Graph (raises FrontendError)."""
-    return _Converter(model).run()
+def to_graph(model: onnx.ModelProto, weights: Sequence[TensorProto] = ()) -> Graph:
+    """Convert a bound, folded model (with `weights` beside its initializers, as `fold` returns
+    them) to the wsecc Graph (raises FrontendError)."""
+    return _Converter(model, weights).run()
 
 
 def raw_op_histogram(model: onnx.ModelProto) -> dict[str, int]:
@@ -1590,9 +1591,9 @@ def import_model(
         raw_ops=raw_op_histogram(model),
     )
     declared = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
-    folded = fold(bind_dims(model, bindings))
-    del model  # the weights now live in `folded` only
-    graph = to_graph(folded)
+    folded, weights = fold(bind_dims(model, bindings))
+    del model
+    graph = to_graph(folded, weights)
     for v in graph.outputs:  # folding re-infers output types: compare with what the file said
         want = declared.get(v.name, 0)
         if want and _DTYPES.get(want) is not v.type.dtype:
@@ -1600,7 +1601,7 @@ def import_model(
                 f"output {v.name!r} is declared {_dtype_name(want)} but computes "
                 f"{v.type.dtype.value}; the file is inconsistent"
             )
-    del folded.graph.initializer[:]  # and now in the graph's constants only
+    del weights, folded  # the weights now live in the graph's constants only
     return graph, info
 
 
