@@ -27,11 +27,10 @@ def param_count(graph: Graph) -> int:
         c = v.const
         if c is None or c.size < 2 or c.dtype.kind != "f":
             continue
-        views = [c, c.T] if c.ndim == 2 else [c]
-        if any(
-            np.array_equal(x, y, equal_nan=True)
-            for x in views
-            for y in seen.get(_fingerprint(x), ())
+        same = seen.get(_fingerprint(c), ())
+        transposed = seen.get(_fingerprint(c.T), ()) if c.ndim == 2 else ()
+        if any(np.array_equal(c, y) for y in same) or any(
+            np.array_equal(c, y.T) for y in transposed
         ):
             continue
         seen.setdefault(_fingerprint(c), []).append(c)
