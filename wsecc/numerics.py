@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from wsecc.errors import WseccError
 from wsecc.ir.core import DType, Graph, Op, Value
 
 # Tolerances per precision (what `wsecc.sim.functional` emulates for each: its module doc). Where
@@ -126,14 +128,27 @@ def make_inputs(graph: Graph, *, seed: int = 0, padded: bool = True) -> dict[str
 
 
 def ort_run(path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run the ORIGINAL file in onnxruntime (graph optimizations off) — the reference."""
+    """Run the ORIGINAL file in onnxruntime (graph optimizations off) — the reference.
+
+    Raises WseccError (one line) when onnxruntime cannot load or run it: the file may be one
+    wsecc compiles but onnxruntime does not support, so there is no reference to check against.
+    """
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    wanted = {i.name for i in sess.get_inputs()}
-    outs = sess.run(names, {k: v for k, v in feeds.items() if k in wanted})
+    try:
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        wanted = {i.name for i in sess.get_inputs()}
+        outs = sess.run(names, {k: v for k, v in feeds.items() if k in wanted})
+    except MemoryError:
+        raise
+    except Exception as e:  # onnxruntime's own error types (Fail, InvalidGraph, ...)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise WseccError(
+            f"onnxruntime cannot run {Path(path).name} for the numerics reference ({first}); "
+            "compile with --no-validate to skip the check"
+        ) from e
     return dict(zip(names, outs, strict=True))
