@@ -53,12 +53,7 @@ PRODUCTS = ("report.json", "fused.ir.txt", "kernels.json", "sizing.json", "place
 
 # Cases that expose bugs outside the frontend (reported to their owners). Their runs are
 # reported but do not fail the test; once a case runs clean, the test fails until it is removed.
-KNOWN_BUGS: dict[str, str] = {
-    "giant/gpt2_legacy_op17/every-compute-value-an-output": "wsecc/route/router.py: maze_path "
-    "takes ~45 s to route the 82 flows (44 kernels) of this graph; compile does not end in 30 s",
-    "giant/gpt2_legacy_op17/relu-chain-3000": "a 3,000-kernel chain: routing, L1 simulation and "
-    "the viewer take 25-30 s on a busy 2-core machine, at the 30 s limit",
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def _wsecc() -> list[str]:

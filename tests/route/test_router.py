@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import networkx as nx
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,8 +13,14 @@ from hypothesis import strategies as st
 from wsecc.place.greedy import place_greedy
 from wsecc.place.problem import PlaceFlow, PlaceKernel, Placement, PlacementProblem, Rect
 from wsecc.place.synthetic import chain_problem, transformer_problem
-from wsecc.route.problem import RoutedLane, RoutingError, make_routing_problem, validate_routing
-from wsecc.route.router import conflict_graph, dsatur, route
+from wsecc.route.problem import (
+    STEPS,
+    RoutedLane,
+    RoutingError,
+    make_routing_problem,
+    validate_routing,
+)
+from wsecc.route.router import RouterOptions, _Negotiation, conflict_graph, dsatur, route
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,3 +133,33 @@ def test_more_flows_than_edge_pes_still_route():
     routing = route(rp, placement)
     assert validate_routing(rp, placement, routing) == []
     assert {ln.path[0] for ln in routing.lanes} == {(2, 5)}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_maze_path_is_a_cheapest_path_in_its_window(seed):
+    # the routing area starts off the fabric origin; history makes the costs uneven
+    rng = np.random.default_rng(seed)
+    net = _Negotiation((3, 2, 30, 20), 1, RouterOptions(detour=4))
+    net.hist[:] = rng.integers(0, 20, net.hist.shape)
+    net.usage[:] = rng.integers(0, 2, net.usage.shape)
+    net.pres = 3.0
+    net.refresh()
+    s, t = (9, 6), (20, 13)
+
+    def cost_of(path):
+        assert path[0] == s and path[-1] == t and len(set(path)) == len(path)
+        ids = net.link_ids(path)  # KeyError unless every step is a unit step
+        return float(net.link_cost(np.unravel_index(ids, net.usage.shape)).sum())
+
+    cost = cost_of(net.maze_path(s, t, float("inf")))
+
+    window = nx.DiGraph()  # the lane's bounding box grown by the detour, plain Dijkstra
+    for x in range(s[0] - 4, t[0] + 5):
+        for y in range(s[1] - 4, t[1] + 5):
+            for k, (dx, dy) in enumerate(STEPS.values()):
+                if s[0] - 4 <= x + dx <= t[0] + 4 and s[1] - 4 <= y + dy <= t[1] + 4:
+                    w = net.link_cost((k, y - 2, x - 3))
+                    window.add_edge((x, y), (x + dx, y + dy), weight=float(w))
+    assert cost == pytest.approx(nx.dijkstra_path_length(window, s, t))
+    assert cost_of(net.maze_path(s, t, cost + 0.5)) == pytest.approx(cost)
+    assert net.maze_path(s, t, cost) is None  # only a cheaper path is returned

@@ -32,6 +32,7 @@ Point = tuple[int, int]
 STEPS: dict[str, Point] = {"E": (1, 0), "W": (-1, 0), "S": (0, 1), "N": (0, -1)}
 RAMP = "R"
 OPPOSITE = {"E": "W", "W": "E", "S": "N", "N": "S"}
+_DIRECTION = {step: d for d, step in STEPS.items()}
 
 
 class RoutingError(Exception):
@@ -246,12 +247,12 @@ class Routing:
         lanes = tuple(sorted(lanes, key=lambda ln: (ln.flow, ln.index)))
         passes = router_passes(lanes)
         hist: dict[int, int] = defaultdict(int)
-        lb, lb_at = 0, (0, 0)
-        for at, ps in sorted(passes.items()):
+        classes: dict[Point, int] = {}
+        for at, ps in passes.items():
             hist[len({lanes[i].color for i, _ in ps})] += 1
-            classes = len({(lanes[i].flow, cfg) for i, cfg in ps})
-            if classes > lb:
-                lb, lb_at = classes, at
+            classes[at] = len({(lanes[i].flow, cfg) for i, cfg in ps})
+        lb = max(classes.values(), default=0)
+        lb_at = min((at for at, n in classes.items() if n == lb), default=(0, 0))
         loads = link_loads(lanes)
         return Routing(
             lanes=lanes,
@@ -309,10 +310,7 @@ class Routing:
 
 def step_dir(a: Point, b: Point) -> str | None:
     """Direction of the unit step a→b, or None if it is not a unit step."""
-    for d, (sx, sy) in STEPS.items():
-        if (a[0] + sx, a[1] + sy) == b:
-            return d
-    return None
+    return _DIRECTION.get((b[0] - a[0], b[1] - a[1]))
 
 
 def links(path: tuple[Point, ...]) -> list[tuple[Point, str]]:
@@ -356,12 +354,11 @@ def decode_path(d: dict[str, Any]) -> tuple[Point, ...]:
 
 def lane_configs(path: tuple[Point, ...]) -> list[tuple[Point, tuple[str, str]]]:
     """(router, (in, out)) along a path; "in" is the side the lane arrives from, "R" = ramp."""
-    out = []
-    for k, at in enumerate(path):
-        came = RAMP if k == 0 else OPPOSITE.get(step_dir(path[k - 1], at) or "", "?")
-        goes = RAMP if k == len(path) - 1 else step_dir(at, path[k + 1]) or "?"
-        out.append((at, (came, goes)))
-    return out
+    if not path:
+        return []
+    steps = [step_dir(a, b) or "?" for a, b in pairwise(path)]
+    came = [RAMP] + [OPPOSITE.get(d, "?") for d in steps]
+    return list(zip(path, zip(came, [*steps, RAMP], strict=True), strict=True))
 
 
 def router_passes(lanes: tuple[RoutedLane, ...]) -> dict[Point, list[tuple[int, tuple[str, str]]]]:
@@ -408,6 +405,7 @@ def validate_routing(problem: RoutingProblem, placement: Placement, routing: Rou
     for name in sorted(have):
         if name not in flows:
             out.append(f"unknown flow '{name}' is routed")
+    ends: dict[str, tuple[str, set[Point], str, set[Point]]] = {}  # per flow, see _facing_edges
     for ln in routing.lanes:
         flow = flows.get(ln.flow)
         tag = f"flow '{ln.flow}' lane {ln.index}"
@@ -415,32 +413,43 @@ def validate_routing(problem: RoutingProblem, placement: Placement, routing: Rou
             out.append(f"{tag} is beyond the flow's {flow.lanes} lanes")
         out += _path_violations(tag, ln.path, W, H)
         if flow is not None and ln.path:
-            src, dst = placement.rects[flow.src], placement.rects[flow.dst]
-            s_side, d_side = facing_sides(src, dst)
-            if ln.path[0] not in edge_pes(src, s_side):
+            if ln.flow not in ends:
+                ends[ln.flow] = _facing_edges(flow, placement)
+            s_side, s_edge, d_side, d_edge = ends[ln.flow]
+            if ln.path[0] not in s_edge:
                 out.append(
                     f"{tag} starts at {ln.path[0]}, not on the {s_side} edge of '{flow.src}'"
                 )
-            if ln.path[-1] not in edge_pes(dst, d_side):
+            if ln.path[-1] not in d_edge:
                 out.append(f"{tag} ends at {ln.path[-1]}, not on the {d_side} edge of '{flow.dst}'")
         if not 0 <= ln.color < budget:
             out.append(f"{tag} has color {ln.color}, outside the budget 0..{budget - 1}")
-    for at, ps in sorted(router_passes(routing.lanes).items()):
+    at_routers: list[tuple[Point, str]] = []  # sorted by router below; the sort is stable
+    for at, ps in router_passes(routing.lanes).items():
         colors = {routing.lanes[i].color for i, _ in ps}
         if len(colors) > budget:
-            out.append(f"router {at} uses {len(colors)} colors, budget {budget}")
+            at_routers.append((at, f"router {at} uses {len(colors)} colors, budget {budget}"))
         for a, (i, ci) in enumerate(ps):
             for j, cj in ps[a + 1 :]:
                 li, lj = routing.lanes[i], routing.lanes[j]
                 if li.color == lj.color and (li.flow, ci) != (lj.flow, cj):
-                    out.append(
+                    line = (
                         f"router {at}: flow '{li.flow}' lane {li.index} and flow '{lj.flow}' "
                         f"lane {lj.index} share color {li.color} with different routes"
                     )
+                    at_routers.append((at, line))
+    out += [line for _, line in sorted(at_routers, key=lambda v: v[0])]
     for (at, d), n in sorted(link_loads(routing.lanes).items()):
         if n > problem.link_capacity:
             out.append(f"link {at}->{d} carries {n} lanes, capacity {problem.link_capacity}")
     return out
+
+
+def _facing_edges(flow: RouteFlow, placement: Placement) -> tuple[str, set[Point], str, set[Point]]:
+    """(source side, its edge PEs, destination side, its edge PEs) of a flow's facing edges."""
+    src, dst = placement.rects[flow.src], placement.rects[flow.dst]
+    s_side, d_side = facing_sides(src, dst)
+    return s_side, set(edge_pes(src, s_side)), d_side, set(edge_pes(dst, d_side))
 
 
 def _path_violations(tag: str, path: tuple[Point, ...], W: int, H: int) -> list[str]:

@@ -4,16 +4,21 @@
    or V-H-V with its horizontal jog in any row, within `detour` PEs outside the lane's bounding
    box. These include both dimension-order routes (XY: jog at the destination column; YX: jog
    at the source column), Z-shapes and U-shaped detours. Pattern costs are O(1) per jog from
-   prefix sums of link costs along rows and columns, so one lane costs O(W + H).
+   prefix sums of link costs along rows and columns, so one lane costs O(W + H); a straight
+   lane has one pattern, the line.
 2. PathFinder (McMurchie & Ebeling '95): link cost = (1 + history + router history)
    × (1 + pres · overuse-if-added). While a link carries more than `link_capacity` lanes, the
    lanes through overused links are ripped up and rerouted, history grows by the overuse and
-   `pres` by `pres_mult` each iteration.
+   `pres` by `pres_mult` each iteration. From the second iteration on, a lane whose pattern
+   would overuse a link takes the cheapest path in its window instead (A*) when that is cheaper.
 3. Colors: the lane conflict graph (see `wsecc.route.problem`) is colored by DSatur. If it
    needs more than the budget, the routers where the overflowing lanes meet conflicts get
    history, those lanes and their conflicting neighbours are rerouted, and coloring repeats.
 4. Success returns a complete `Routing`; otherwise `RoutingError` names the router that
    proves (or, when the clique bound fits, witnesses) the shortfall. Never a partial routing.
+
+No route leaves its lane's window (bounding box grown by `detour`), so the negotiation's grids
+cover only the routing area, the fabric rectangle holding every window.
 
 Deterministic: no randomness, fixed orders, argmin ties to the first pattern.
 """
@@ -21,10 +26,14 @@ Deterministic: no randomness, fixed orders, argmin ties to the first pattern.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
 
 import numpy as np
+from scipy.sparse import csr_array
+from scipy.sparse.csgraph import dijkstra
 
 from wsecc.place.problem import Placement
 from wsecc.route.problem import (
@@ -37,9 +46,10 @@ from wsecc.route.problem import (
     edge_users,
     facing_sides,
     lane_endpoints,
-    links,
     router_passes,
 )
+
+DIRS = tuple(STEPS)  # the first axis of the link grids: E, W (along rows), S, N (along columns)
 
 
 @dataclass(frozen=True)
@@ -52,129 +62,193 @@ class RouterOptions:
 
 
 class _Negotiation:
-    """Per-call PathFinder state: link usage and history per direction, router history, and
-    prefix sums of link costs (rows for E/W links, columns for S/N links)."""
+    """Per-call PathFinder state on the routing area `area` = (x0, y0, width, height): link
+    usage and history, router history, and prefix sums of link costs along rows (E/W links)
+    and columns (S/N links).
 
-    def __init__(self, width: int, height: int, capacity: int, opts: RouterOptions):
-        self.W, self.H, self.cap, self.opts = width, height, capacity, opts
+    Link grids are indexed (direction index in DIRS, y, x) in area coordinates; a link's id is
+    its flat index. Points in and out are fabric coordinates. A commit marks the rows and
+    columns it changed stale; the next pattern query recomputes their prefix sums together.
+    """
+
+    def __init__(self, area: tuple[int, int, int, int], capacity: int, opts: RouterOptions):
+        self.x0, self.y0, self.W, self.H = area
+        self.cap, self.opts = capacity, opts
         self.pres = opts.pres_initial
-        self.usage = {d: np.zeros((height, width), np.int32) for d in STEPS}
-        self.hist = {d: np.zeros((height, width)) for d in STEPS}
-        self.node_hist = np.zeros((height, width))
-        self.prefix: dict[str, np.ndarray] = {}
+        shape = (len(DIRS), self.H, self.W)
+        self.usage = np.zeros(shape, np.int32)
+        self.flat = self.usage.reshape(-1)  # a view: usage by link id
+        self.hist = np.zeros(shape)
+        self.node_hist = np.zeros((self.H, self.W))
+        self.step_id = {STEPS[d]: k * self.H * self.W for k, d in enumerate(DIRS)}
+        self.prefix = [np.zeros((self.H, self.W + 1)) for _ in "EW"]
+        self.prefix += [np.zeros((self.H + 1, self.W)) for _ in "SN"]
+        self.stale: list[set[int]] = [set() for _ in DIRS]  # rows (E/W) or columns (S/N)
         self.refresh()
 
-    def link_cost(self, d: str, rows: slice | int = slice(None), cols: slice | int = slice(None)):
-        """Cost of adding one lane to links leaving (rows, cols) in direction d."""
-        over = np.maximum(0, self.usage[d][rows, cols] + 1 - self.cap)
-        base = 1.0 + self.hist[d][rows, cols] + self.into[d][rows, cols]
-        return base * (1.0 + self.pres * over)
+    def link_cost(self, at: tuple[Any, ...]) -> np.ndarray:
+        """Cost of adding one lane to the links `at` (an index into the link grids)."""
+        over = np.maximum(0, self.usage[at] + 1 - self.cap)
+        return (1.0 + self.hist[at] + self.into[at]) * (1.0 + self.pres * over)
 
     def refresh(self) -> None:
-        """Recompute every prefix sum (after history or `pres` changed)."""
-        sx_sy = {d: (-sy, -sx) for d, (sx, sy) in STEPS.items()}
+        """Recompute the router-history charge and every prefix sum (after history or `pres`
+        changed)."""
         # router history charged on the links entering the router
-        self.into = {d: np.roll(self.node_hist, sx_sy[d], axis=(0, 1)) for d in STEPS}
-        for d in "EW":
-            self.prefix[d] = np.zeros((self.H, self.W + 1))
-            self.prefix[d][:, 1:] = np.cumsum(self.link_cost(d), axis=1)
-        for d in "SN":
-            self.prefix[d] = np.zeros((self.H + 1, self.W))
-            self.prefix[d][1:, :] = np.cumsum(self.link_cost(d), axis=0)
+        self.into = np.stack(
+            [np.roll(self.node_hist, (-STEPS[d][1], -STEPS[d][0]), axis=(0, 1)) for d in DIRS]
+        )
+        for k, stale in enumerate(self.stale):
+            stale.update(range(self.H if k < 2 else self.W))
+        self.flush()
 
-    def commit(self, path: tuple[Point, ...], delta: int) -> None:
-        """Add (delta=+1) or rip up (delta=−1) a lane; refresh only the lines it touched."""
-        lines = set()
-        for a, d in links(path):
-            self.usage[d][a[1], a[0]] += delta
-            lines.add((d, a[1] if d in "EW" else a[0]))
-        for d, k in sorted(lines):
-            if d in "EW":
-                self.prefix[d][k, 1:] = np.cumsum(self.link_cost(d, k, slice(None)))
-            else:
-                self.prefix[d][1:, k] = np.cumsum(self.link_cost(d, slice(None), k))
+    def flush(self) -> None:
+        """Recompute the prefix sums of the stale rows and columns, one batch per direction."""
+        for k, stale in enumerate(self.stale):
+            if not stale:
+                continue
+            lines = np.array(sorted(stale))
+            if k < 2:
+                self.prefix[k][lines, 1:] = np.cumsum(self.link_cost((k, lines)), axis=1)
+            else:  # numpy puts the lines first: the index's array axes go in front of the slice
+                cost = self.link_cost((k, slice(None), lines))
+                self.prefix[k][1:, lines] = np.cumsum(cost, axis=1).T
+            stale.clear()
+
+    def link_ids(self, path: Sequence[Point]) -> list[int]:
+        """Ids of the links a path of unit steps takes."""
+        W, x0, y0, step_id = self.W, self.x0, self.y0, self.step_id
+        return [
+            step_id[(b[0] - a[0], b[1] - a[1])] + (a[1] - y0) * W + a[0] - x0
+            for a, b in pairwise(path)
+        ]
+
+    def link_at(self, link: int) -> tuple[Point, str]:
+        """(router, direction) of a link id, in fabric coordinates."""
+        k, y, x = np.unravel_index(link, self.usage.shape)
+        return (int(x) + self.x0, int(y) + self.y0), DIRS[k]
+
+    def commit(self, ids: list[int], delta: int) -> None:
+        """Add (delta=+1) or rip up (delta=−1) a lane by its link ids; their lines go stale."""
+        self.flat[ids] += delta
+        hw = self.H * self.W
+        for link in ids:
+            k, at = divmod(link, hw)
+            self.stale[k].add(at // self.W if k < 2 else at % self.W)
 
     def hcost(self, y, xa, xb):
         """Cost of running along row(s) y from column xa to xb (either way); vectorised."""
-        pe, pw = self.prefix["E"], self.prefix["W"]
+        pe, pw = self.prefix[0], self.prefix[1]
         return np.where(xb >= xa, pe[y, xb] - pe[y, xa], pw[y, xa + 1] - pw[y, xb + 1])
 
     def vcost(self, x, ya, yb):
         """Cost of running along column(s) x from row ya to yb (either way); vectorised."""
-        ps, pn = self.prefix["S"], self.prefix["N"]
+        ps, pn = self.prefix[2], self.prefix[3]
         return np.where(yb >= ya, ps[yb, x] - ps[ya, x], pn[ya + 1, x] - pn[yb + 1, x])
 
-    def best_path(self, s: Point, t: Point, hvh_first: bool) -> tuple[Point, ...]:
-        """Cheapest H-V-H or V-H-V pattern from s to t (a simple path).
+    def best_path(self, s: Point, t: Point, hvh_first: bool) -> tuple[tuple[Point, ...], list[int]]:
+        """A simple path from s to t and its link ids: the cheapest pattern; from the second
+        iteration on, if that would overuse a link, the cheapest path in the lane's window
+        when it costs less."""
+        path = _polyline([s, t]) if s[0] == t[0] or s[1] == t[1] else self.pattern(s, t, hvh_first)
+        ids = self.link_ids(path)
+        if self.pres > self.opts.pres_initial and self.would_overuse(ids):
+            cost = float(self.link_cost(np.unravel_index(ids, self.usage.shape)).sum())
+            maze = self.maze_path(s, t, cost)
+            if maze:
+                return maze, self.link_ids(maze)
+        return path, ids
+
+    def pattern(self, s: Point, t: Point, hvh_first: bool) -> tuple[Point, ...]:
+        """Cheapest H-V-H or V-H-V pattern from s to t, which differ in both coordinates.
 
         Ties go to the family named by `hvh_first`, then to the smallest jog coordinate; with
         `_lane_order` this nests the lanes of one flow instead of crossing them.
         """
-        (x1, y1), (x2, y2), m = s, t, self.opts.detour
-        # A jog outside the box on a straight lane would revisit PEs: allow it only off-axis.
-        cs = _jogs(x1, x2, m if y1 != y2 else 0, self.W)
-        rs = _jogs(y1, y2, m if x1 != x2 else 0, self.H)
+        self.flush()
+        (x1, y1), (x2, y2), m = self.local(s), self.local(t), self.opts.detour
+        cs, rs = _jogs(x1, x2, m, self.W), _jogs(y1, y2, m, self.H)
         hvh = self.hcost(y1, x1, cs) + self.vcost(cs, y1, y2) + self.hcost(y2, cs, x2)
         vhv = self.vcost(x1, y1, rs) + self.hcost(rs, x1, x2) + self.vcost(x2, rs, y2)
         i, j = int(np.argmin(hvh)), int(np.argmin(vhv))
         if hvh[i] < vhv[j] or (hvh[i] == vhv[j] and hvh_first):
             c = int(cs[i])
-            path = _polyline([(x1, y1), (c, y1), (c, y2), (x2, y2)])
+            corners = [(x1, y1), (c, y1), (c, y2), (x2, y2)]
         else:
             r = int(rs[j])
-            path = _polyline([(x1, y1), (x1, r), (x2, r), (x2, y2)])
-        if self.pres > self.opts.pres_initial and self.would_overuse(path):
-            return self.maze_path(s, t, min(hvh[i], vhv[j])) or path
-        return path
+            corners = [(x1, y1), (x1, r), (x2, r), (x2, y2)]
+        return _polyline([(x + self.x0, y + self.y0) for x, y in corners])
 
-    def would_overuse(self, path: tuple[Point, ...]) -> bool:
-        return any(self.usage[d][a[1], a[0]] >= self.cap for a, d in links(path))
+    def local(self, p: Point) -> Point:
+        return p[0] - self.x0, p[1] - self.y0
+
+    def would_overuse(self, ids: list[int]) -> bool:
+        return bool((self.flat[ids] >= self.cap).any())
 
     def maze_path(self, s: Point, t: Point, cost_to_beat: float) -> tuple[Point, ...] | None:
-        """Dijkstra over the lane's bounding box grown by `detour`, for lanes no pattern
-        routes without overuse (from the second iteration on). None unless cheaper."""
+        """The cheapest path from s to t within the lane's bounding box grown by `detour`, if it
+        costs less than `cost_to_beat`; else None.
+
+        A*: scipy's Dijkstra over the window's grid graph with reduced link costs
+        c(u→v) − h(u) + h(v), h = Manhattan distance to t. Every link costs at least 1, so h is
+        consistent, reduced costs are ≥ 0, and the search stops at PEs with
+        g + h ≥ cost_to_beat.
+        """
         m = self.opts.detour
-        x0, x1 = max(0, min(s[0], t[0]) - m), min(self.W - 1, max(s[0], t[0]) + m)
-        y0, y1 = max(0, min(s[1], t[1]) - m), min(self.H - 1, max(s[1], t[1]) + m)
-        win = (slice(y0, y1 + 1), slice(x0, x1 + 1))
-        cost = {d: self.link_cost(d, *win) for d in STEPS}
-        dist, prev = {s: 0.0}, {}
-        heap = [(0.0, s)]
-        while heap:
-            du, u = heapq.heappop(heap)
-            if u == t:
-                break
-            if du > dist[u]:
-                continue
-            for d, (sx, sy) in STEPS.items():
-                v = (u[0] + sx, u[1] + sy)
-                if not (x0 <= v[0] <= x1 and y0 <= v[1] <= y1):
-                    continue
-                dv = du + float(cost[d][u[1] - y0, u[0] - x0])
-                if dv < dist.get(v, np.inf):
-                    dist[v], prev[v] = dv, u
-                    heapq.heappush(heap, (dv, v))
-        if dist.get(t, np.inf) >= cost_to_beat:
+        (sx, sy), (tx, ty) = self.local(s), self.local(t)
+        x0, y0 = max(0, min(sx, tx) - m), max(0, min(sy, ty) - m)
+        w, h = min(self.W, max(sx, tx) + m + 1) - x0, min(self.H, max(sy, ty) + m + 1) - y0
+        cost = self.link_cost((slice(None), slice(y0, y0 + h), slice(x0, x0 + w)))
+        (sx, sy), (tx, ty) = (sx - x0, sy - y0), (tx - x0, ty - y0)  # window coordinates
+        xs, ys = np.arange(w), np.arange(h)[:, None]
+        node = np.arange(w * h).reshape(h, w)
+        nbr = node[..., None] + np.array([dx + dy * w for dx, dy in STEPS.values()])
+        # a link leaving the window becomes a self-loop, which no search takes
+        nbr[:, -1, 0], nbr[:, 0, 1] = node[:, -1], node[:, 0]  # E, W
+        nbr[-1, :, 2], nbr[0, :, 3] = node[-1], node[0]  # S, N
+        reduced = np.empty((h, w, len(DIRS)))
+        for k, (dx, dy) in enumerate(STEPS.values()):  # h(v) − h(u) is ±1
+            dh = np.abs(xs + dx - tx) - np.abs(xs - tx) + np.abs(ys + dy - ty) - np.abs(ys - ty)
+            reduced[..., k] = cost[k] + dh
+        graph = csr_array(
+            (reduced.reshape(-1), nbr.reshape(-1), np.arange(0, nbr.size + 1, len(DIRS))),
+            shape=(w * h, w * h),
+        )
+        src, dst, h_src = sy * w + sx, ty * w + tx, abs(sx - tx) + abs(sy - ty)
+        # max(0, ·): a pattern's summed cost can round a hair below its length
+        limit = max(0.0, cost_to_beat - h_src)
+        dist, pred = dijkstra(graph, indices=src, limit=limit, return_predecessors=True)
+        if not dist[dst] + h_src < cost_to_beat:
             return None
-        path = [t]
-        while path[-1] != s:
-            path.append(prev[path[-1]])
-        return tuple(reversed(path))
+        path = [dst]
+        while path[-1] != src:
+            path.append(int(pred[path[-1]]))
+        ox, oy = self.x0 + x0, self.y0 + y0
+        return tuple((ox + v % w, oy + v // w) for v in reversed(path))
 
-    def overuse(self) -> dict[str, np.ndarray]:
-        return {d: np.maximum(0, u - self.cap) for d, u in self.usage.items()}
-
-    def uses_overused(self, path: tuple[Point, ...]) -> bool:
-        return any(self.usage[d][a[1], a[0]] > self.cap for a, d in links(path))
+    def overused(self) -> set[int]:
+        """Ids of the links carrying more than `capacity` lanes."""
+        return set(np.flatnonzero(self.flat > self.cap).tolist())
 
     def negotiate(self, hot_routers: list[Point]) -> None:
         """End of an iteration: history += overuse (and += step at hot routers), pres grows."""
-        for d, over in self.overuse().items():
-            self.hist[d] += self.opts.history_step * over
+        self.hist += self.opts.history_step * np.maximum(0, self.usage - self.cap)
         for x, y in hot_routers:
-            self.node_hist[y, x] += self.opts.history_step
+            self.node_hist[y - self.y0, x - self.x0] += self.opts.history_step
         self.pres *= self.opts.pres_mult
         self.refresh()
+
+
+def _area(
+    lanes: list[tuple[str, int, Point, Point]], width: int, height: int, margin: int
+) -> tuple[int, int, int, int]:
+    """(x0, y0, width, height) of the fabric rectangle holding every lane's bounding box grown
+    by `margin`."""
+    xs = [p[0] for _, _, s, t in lanes for p in (s, t)] or [0]
+    ys = [p[1] for _, _, s, t in lanes for p in (s, t)] or [0]
+    x0, y0 = max(0, min(xs) - margin), max(0, min(ys) - margin)
+    x1, y1 = min(width, max(xs) + margin + 1), min(height, max(ys) + margin + 1)
+    return x0, y0, x1 - x0, y1 - y0
 
 
 def _lane_order(ends: list[tuple[Point, Point]]) -> list[tuple[int, tuple[Point, Point]]]:
@@ -268,18 +342,20 @@ def route(
         f.name: facing_sides(placement.rects[f.src], placement.rects[f.dst])[0] in "EW"
         for f in problem.flows
     }
-    net = _Negotiation(problem.width, problem.height, problem.link_capacity, opts)
+    area = _area(lanes, problem.width, problem.height, opts.detour)
+    net = _Negotiation(area, problem.link_capacity, opts)
     paths: list[tuple[Point, ...]] = [()] * len(lanes)
+    ids: list[list[int]] = [[] for _ in lanes]  # each path's link ids
     todo = list(range(len(lanes)))
     colored: tuple[RoutedLane, ...] = ()
     for iteration in range(1, opts.max_iterations + 1):
         for i in todo:
-            if paths[i]:
-                net.commit(paths[i], -1)
-            paths[i] = net.best_path(lanes[i][2], lanes[i][3], horizontal[lanes[i][0]])
-            net.commit(paths[i], +1)
-        if any(o.any() for o in net.overuse().values()):
-            todo = [i for i, p in enumerate(paths) if net.uses_overused(p)]
+            net.commit(ids[i], -1)
+            paths[i], ids[i] = net.best_path(lanes[i][2], lanes[i][3], horizontal[lanes[i][0]])
+            net.commit(ids[i], +1)
+        overused = net.overused()
+        if overused:
+            todo = [i for i, li in enumerate(ids) if not overused.isdisjoint(li)]
             net.negotiate([])
             continue
         routed = tuple(RoutedLane(f, k, p, 0) for (f, k, _, _), p in zip(lanes, paths, strict=True))
@@ -296,12 +372,12 @@ def route(
         hot = sorted({at for i in over for at in routed[i].path if at in shared})
         todo = sorted(set(over) | {j for i in over for j in adj[i]})
         net.negotiate(hot)
-    raise RoutingError(_failure(problem, paths, lanes, colored, net))
+    raise RoutingError(_failure(problem, ids, lanes, colored, net))
 
 
 def _failure(
     problem: RoutingProblem,
-    paths: list[tuple[Point, ...]],
+    ids: list[list[int]],
     lanes: list[tuple[str, int, Point, Point]],
     colored: tuple[RoutedLane, ...],
     net: _Negotiation,
@@ -314,11 +390,10 @@ def _failure(
             f"{n} [{', '.join(flows[n].onnx_nodes) or 'no onnx nodes'}]" for n in sorted(set(names))
         )
 
-    overuse = net.overuse()
-    if any(o.any() for o in overuse.values()):
-        d = max(overuse, key=lambda d: int(overuse[d].max()))
-        y, x = (int(v) for v in np.unravel_index(int(overuse[d].argmax()), overuse[d].shape))
-        names = [lanes[i][0] for i, p in enumerate(paths) if ((x, y), d) in links(p)]
+    if net.overused():
+        worst = int(net.flat.argmax())
+        (x, y), d = net.link_at(worst)
+        names = [lanes[i][0] for i, li in enumerate(ids) if worst in li]
         return (
             f"cannot route within link capacity {problem.link_capacity}: link from router "
             f"({x}, {y}) going {d} needs {len(names)} lanes; flows crossing it: {crossing(names)}"
