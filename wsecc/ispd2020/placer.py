@@ -2,9 +2,7 @@
 
 The ISPD fabric is ~95% full at a competitive Δt, where the shared greedy placer (the start of
 `place_cpsat`) cannot find room; the column floorplan (floorplan.py) always can. So the shared
-CP-SAT placer must start from *our* placement. `place_cpsat(..., initial=rects)` is the API we
-need; until it exists, `refine` swaps our rectangles in for the greedy start for the duration
-of one call (a stop-gap, removed automatically once `initial` is a parameter).
+CP-SAT placer starts from *our* placement: `place_cpsat(..., initial=rects)`.
 """
 
 from __future__ import annotations
