@@ -168,12 +168,14 @@ def linear_program(W: np.ndarray, b: np.ndarray, M: int, h: int = 4, w: int = 4)
     return graph, kg, replace(sizing, kernels=(replace(sizing.kernels[0], h=h, w=w),))
 
 
-@pytest.fixture(params=["whole", "streamed"])
+@pytest.fixture(params=["whole", "streamed", "streamed in row groups"])
 def path_(request, monkeypatch):
-    """Both ways a linear forms its partials: all at once, or row by row over column chunks."""
-    if request.param == "streamed":
+    """The ways a linear forms its partials: all at once, or row by row over column chunks
+    (the narrowest, 64 columns), or, in fp16, a group of rows at a time (2^10 elements)."""
+    if request.param != "whole":
         monkeypatch.setattr(functional, "_WHOLE_ELEMS", 0)
-        monkeypatch.setattr(functional, "_CHUNK_ELEMS", 3)  # 3-column chunks: 3 of them
+        monkeypatch.setattr(functional, "_WHOLE_PRODUCT_ELEMS", 0)
+        monkeypatch.setattr(functional, "_CHUNK_ELEMS", 3 if request.param == "streamed" else 1024)
     return request.param
 
 
@@ -249,6 +251,90 @@ def test_misplace_tile_needs_two_pes():
         )
 
 
+# --- fp16 against its rounding, step by step --------------------------------------------------
+
+
+def to_f16(a):
+    """numpy's own conversion, one rounding per call: the reference for the fp16 arithmetic."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(a, np.float32).astype(np.float16).astype(np.float32)
+
+
+def reference_f16_linear(x, W, b, h, w, drop_partial=False):
+    """The fp16 linear written out: PE row i's partial x[:, K_i] W[K_i, :] rounded to fp16, added
+    to the running sum, which is rounded to fp16 after each addition, row 0 first; then the bias.
+    The partials are formed exactly (float64), so the data must keep them exact in float32."""
+    kh = -(-W.shape[0] // h)
+    acc = None
+    for i in range(h):
+        P = (x[:, i * kh : (i + 1) * kh].astype(np.float64) @ W[i * kh : (i + 1) * kh]).astype(
+            np.float32
+        )
+        if i == 0 and drop_partial:
+            P[:, : -(-W.shape[1] // w)] = 0
+        with np.errstate(invalid="ignore"):  # inf - inf
+            acc = to_f16(P) if acc is None else to_f16(acc + to_f16(P))
+    return to_f16(acc + b)
+
+
+@pytest.mark.parametrize("scale", [-13, -6, 3])  # fp16 subnormals; ordinary; beyond 65504
+@pytest.mark.parametrize("drop_partial", [False, True])
+def test_fp16_linear_rounds_every_partial_and_running_sum(path_, scale, drop_partial):
+    """x and W hold multiples of 2^scale with 6 significant bits: every partial (kh <= 8
+    products of 12 bits) is exact in float32, whatever order BLAS adds in, and rounding it to
+    fp16 is not. The result must match the per-step reference bit for bit."""
+    rng = np.random.default_rng(scale + 20 + 40 * drop_partial)
+    M, K, N, h, w = 5, 40, 70, 5, 3
+    x = rng.integers(-63, 64, (M, K)).astype(np.float32) * np.float32(2.0**scale)
+    W = rng.integers(-63, 64, (K, N)).astype(np.float32) * np.float32(2.0**scale)
+    b = to_f16(rng.standard_normal(N))
+    graph, kg, sizing = linear_program(W, b, M, h, w)
+    fault = "drop_partial" if drop_partial else None
+    got = simulate_functional(graph, kg, sizing, "fp16", {"x": x}, fault=fault)["y"]
+    want = reference_f16_linear(x, W, b, h, w, drop_partial)
+    assert np.isinf(want).any() == (scale == 3)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_fp16_chain_matches_the_per_step_reference():
+    """`_chain` (layernorm and softmax row sums, batched linears) on fp16-rounded partials of
+    every magnitude, with infinities and nans among them."""
+    rng = np.random.default_rng(0)
+    ar = functional.Arithmetic.of("fp16")
+    for h, n in [(1, 3), (2, 1), (7, 33), (16, 3000)]:
+        exps = rng.integers(-30, 17, (h, n))
+        partials = (rng.standard_normal((h, n)) * 2.0**exps).astype(np.float32)
+        partials[rng.integers(0, h), : min(n, 4)] = [np.inf, -np.inf, np.nan, -0.0][: min(n, 4)]
+        want = to_f16(partials[0])
+        for p in partials[1:]:
+            with np.errstate(invalid="ignore"):
+                want = to_f16(want + to_f16(p))
+        got = _chain(partials, ar)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def check_fp16_addition(every: int) -> None:
+    """`_accumulate_f16` against numpy's rounding of a + b, for every `every`-th finite fp16
+    number a and every finite fp16 number b (sums beyond 65504 included)."""
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    b = halves[np.isfinite(halves)].astype(np.float32)
+    s, c = np.empty_like(b), np.empty_like(b)
+    for a in b[::every]:
+        acc = np.full_like(b, a)
+        want = to_f16(acc + b)
+        functional._accumulate_f16(acc, b, s, c)
+        assert (acc.view(np.uint32) == want.view(np.uint32)).all(), a
+
+
+def test_fp16_addition_is_exact_for_a_sample_of_pairs():
+    check_fp16_addition(every=97)
+
+
+@pytest.mark.slow
+def test_fp16_addition_is_exact_for_every_pair():
+    check_fp16_addition(every=1)
+
+
 # --- a softmax kernel, tiled row-wise ----------------------------------------------------------
 
 
@@ -294,6 +380,18 @@ def test_round_to_f16_is_numpys_conversion():
     got = round_to_f16(x)
     same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
     assert same.all(), x[~same][:5]
+
+
+@pytest.mark.slow
+def test_round_to_f16_is_numpys_conversion_for_every_float32_in_range():
+    """Every float32 of magnitude 2^-30 to 65504, both signs: the arithmetic method's domain
+    (beyond 65504 the bitwise one takes over, which the test above samples; below 2^-30 all
+    round to zero as 2^-30 does)."""
+    for start in range(0x30800000, 0x477FE001, 1 << 22):
+        bits = np.arange(start, min(start + (1 << 22), 0x477FE001), dtype=np.uint32)
+        for x in (bits.view(np.float32), -bits.view(np.float32)):
+            got = round_to_f16(x)
+            assert (got.view(np.uint32) == to_f16(x).view(np.uint32)).all(), start
 
 
 @pytest.mark.parametrize("shape", [(1,), (2,), (3, 5), (10_000,)])
