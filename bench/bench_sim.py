@@ -7,6 +7,8 @@ precision: onnxruntime's time (session creation, and the best of --repeat runs o
 graph optimizations off, as `wsecc.numerics.ort_run` runs it), the simulator's time (loading the
 program — weights rounded and tiled — and the best of --repeat runs), the ratios, and the largest
 max-rel-err and smallest PCC over the outputs. Inputs: `make_inputs(seed=0, padded=True)`.
+onnxruntime runs with its default thread count unless --ort-threads is given; the simulator's
+BLAS calls run on one thread (wsecc.sim.functional).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ def _best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return min(times), out
 
 
-def functional_rows(spec: str, precisions: list[str], repeat: int) -> list[str]:
+def functional_rows(
+    spec: str, precisions: list[str], repeat: int, ort_threads: int = 0
+) -> list[str]:
     import onnxruntime as ort
     from wsecc.passes import DEFAULT_PIPELINE
     from wsecc.targets import load_target
@@ -49,6 +53,7 @@ def functional_rows(spec: str, precisions: list[str], repeat: int) -> list[str]:
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
+    so.intra_op_num_threads = ort_threads  # 0: onnxruntime's default
     t0 = time.perf_counter()
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     ort_load = time.perf_counter() - t0
@@ -80,9 +85,14 @@ def main() -> None:
     p.add_argument("models", nargs="+", help="PATH.onnx[:BATCHxSEQ]")
     p.add_argument("--precision", action="append", help="fp32, mixed, fp16 (repeatable)")
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--ort-threads", type=int, default=0, help="onnxruntime intra-op threads")
     a = p.parse_args()
     precisions = a.precision or ["fp32", "mixed"]
-    print(f"machine: {platform.machine()}, Python {platform.python_version()}; target wse2")
+    threads = a.ort_threads or "default"
+    print(
+        f"machine: {platform.machine()}, Python {platform.python_version()}; target wse2; "
+        f"onnxruntime threads: {threads}"
+    )
     print(
         "| model | batch x seq | precision | ORT load ms | ORT run ms | sim load ms | sim run ms "
         "| run ratio | load+run ratio | max rel err | min PCC | verdict |"
@@ -90,7 +100,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for m in a.models:
         try:
-            for r in functional_rows(m, precisions, a.repeat):
+            for r in functional_rows(m, precisions, a.repeat, a.ort_threads):
                 print(r, flush=True)
         except Exception as e:  # report and continue with the next model
             print(f"| {m} | failed: {type(e).__name__}: {str(e).splitlines()[0]} |", flush=True)
