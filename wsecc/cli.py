@@ -198,17 +198,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     target = load_target(args.target)
     model = load_model(args.model)
     check_past_inputs(model)
-    problems = []
-    bad = unsupported_ops(model)
-    if bad:
-        problems.append(f"{len(bad)} unsupported ops: " + ", ".join(bad))
     try:
         resolve_bindings(model, args.batch or 1, args.seq or 128, _parse_dims(args.dim))
-    except WseccError as e:
-        problems.append(str(e))
-    if problems:
-        raise WseccError("; ".join(problems))
-    del model
+    except WseccError as e:  # folding needs the bindings: name the ops now, unfolded
+        bad = unsupported_ops(model)
+        ops = f"; {len(bad)} unsupported ops before folding: " + ", ".join(bad) if bad else ""
+        raise WseccError(f"{e}{ops}") from None
+    del model  # converting the folded graph names every op left unsupported
     c = _load(args)
     fused, info = c.fused, c.import_info
     kg = lower_to_kernels(fused)

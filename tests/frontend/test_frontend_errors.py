@@ -93,6 +93,48 @@ def test_unsupported_ops_are_all_listed(tmp_path, capsys):
     )
 
 
+def test_unbound_dims_and_unsupported_ops_in_one_error(tmp_path, capsys):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["weird_a", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    m = helper.make_model(
+        helper.make_graph([helper.make_node("Sin", ["x"], ["y"], name="sin_1")], "g", [x], [y]),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    p = tmp_path / "du.onnx"
+    onnx.save_model(m, str(p))
+    assert_one_line_error(*run_cli(capsys, "check", str(p)), "weird_a", "Sin 'sin_1'")
+
+
+def test_check_folds_an_if_on_a_constant_as_compile_does(tmp_path, capsys):
+    """An If whose condition is a constant folds away: check and compile both accept it."""
+    m = onnx.load(str(SAMPLE))
+    g = m.graph
+    out = g.output[0].name
+    branch = [
+        helper.make_graph(
+            [helper.make_node(op, [out], [f"{tag}_out"])],
+            tag,
+            [],
+            [helper.make_tensor_value_info(f"{tag}_out", TensorProto.FLOAT, None)],
+        )
+        for op, tag in (("Identity", "then"), ("Neg", "else"))
+    ]
+    g.node.append(
+        helper.make_node("Constant", [], ["cond"], value=numpy_helper.from_array(np.array(True)))
+    )
+    g.node.append(
+        helper.make_node("If", ["cond"], ["final"], then_branch=branch[0], else_branch=branch[1])
+    )
+    g.output.pop()
+    g.output.append(helper.make_tensor_value_info("final", TensorProto.FLOAT, None))
+    p = tmp_path / "constif.onnx"
+    onnx.save_model(m, str(p))
+    assert main(["check", str(p), "--seq", "16"]) == 0
+    out_dir = tmp_path / "out"
+    args = ["compile", str(p), "--seq", "16", "-o", str(out_dir), "--placer", "greedy"]
+    assert main([*args, "--sim", "l0", "--no-validate"]) == 0
+
+
 def test_unbound_dims_are_all_listed(tmp_path, capsys):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["weird_a", "weird_b"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
@@ -168,13 +210,22 @@ def test_negative_dim(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "name",
-    ["gpt2_past.onnx", "gpt2_megatron.onnx", "gpt2_megatron_opt_skiplayernorm.onnx", "gpt2_attention_opt_skiplayernorm.onnx"],
+    [
+        "gpt2_past.onnx",
+        "gpt2_megatron.onnx",
+        "gpt2_megatron_opt_skiplayernorm.onnx",
+        "gpt2_attention_opt_skiplayernorm.onnx",
+    ],
 )
 def test_past_inputs_are_refused(capsys, name):
     from conftest import corpus_file
 
     p = corpus_file(name)
-    assert_one_line_error(*run_cli(capsys, "compile", str(p), "-o", "/nonexistent/x"), "past key/value inputs", "export without use_cache")
+    assert_one_line_error(
+        *run_cli(capsys, "compile", str(p), "-o", "/nonexistent/x"),
+        "past key/value inputs",
+        "export without use_cache",
+    )
 
 
 def test_common_dim_names_bind():
