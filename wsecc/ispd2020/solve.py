@@ -32,6 +32,7 @@ from wsecc.ispd2020.perf import KernelSpec, kernel_graph, kernel_spec
 from wsecc.ispd2020.placer import refine
 from wsecc.ispd2020.score import KernelPlacement, Score, Solution, score_solution
 from wsecc.ispd2020.size import Sizer, contest_target
+from wsecc.kernels.costs import least_true
 from wsecc.place.problem import PlaceFlow, PlaceKernel, PlacementProblem, Rect
 
 
@@ -149,13 +150,7 @@ def least_packable_dt(inst: Instance, sizer: Sizer, lower: int) -> int:
         hi = lo + step
         if step > 1 << 40:
             raise ValueError(f"{inst.graph.source}: the kernels do not pack at any Δt")
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if packs(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return least_true(packs, lo, hi)
 
 
 def scan(

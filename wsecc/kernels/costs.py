@@ -65,6 +65,18 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def least_true(pred: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The least integer x in (lo, hi] with pred(x), for pred monotone (false, then true),
+    given pred(hi) true and pred(lo) false (not evaluated). Bisection: log2(hi - lo) calls."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 @dataclass(frozen=True)
 class SramBreakdown:
     """Bytes on one PE (the region's fullest)."""
@@ -550,14 +562,8 @@ def conv_cost(kind: str) -> CostFn:
                 f"no execution parameters of {kind} {dict(p)} fit a {h}x{w} region within "
                 f"{conv_memlimit(ctx)} words per PE"
             )
-        lo = 0  # fitting(lo) is empty: times are >= 1
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if fitting(mid):
-                hi = mid
-            else:
-                lo = mid
-        return min(fitting(hi), key=lambda c: (c.compute_cycles, c.sram.total, c.area))
+        T = least_true(lambda t: bool(fitting(t)), 0, hi)  # times are >= 1
+        return min(fitting(T), key=lambda c: (c.compute_cycles, c.sram.total, c.area))
 
     return cost
 

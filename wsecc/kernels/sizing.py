@@ -45,6 +45,7 @@ from wsecc.kernels.costs import (
     KernelCost,
     SramBreakdown,
     cost_model,
+    least_true,
 )
 from wsecc.kernels.ir import Kernel, KernelGraph
 from wsecc.targets import Target, check_precision
@@ -502,15 +503,10 @@ def size_regions(
             total += pick.area
         return total
 
-    # least T with area_at(T) <= budget; hi: every kernel's smallest shape, known to fit
-    lo, hi = 0, max(m.smallest.cycles_per_sample for _, m in menus)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if area_at(mid) <= budget:
-            hi = mid
-        else:
-            lo = mid
-    choice = [(k, m, m.within(hi) or m.smallest) for k, m in menus]
+    # least T whose areas fit; at the slowest smallest shape every kernel fits its smallest
+    slowest = max(m.smallest.cycles_per_sample for _, m in menus)
+    T = least_true(lambda t: area_at(t) <= budget, 0, slowest)
+    choice = [(k, m, m.within(T) or m.smallest) for k, m in menus]
     return _sizing("balanced", kg, ctx, fill, choice, alt_tolerance, max_alternatives)
 
 
