@@ -50,15 +50,13 @@ def viewer_page(graph: KGraph, solution: Solution, score: Score) -> str:
     parameters on hover, the SRAM layer from the contest memory. There are no routed lanes (the
     contest scores centre-to-centre wirelength instead)."""
     from wsecc.ispd2020.perf import kernel_graph, kernel_spec
-    from wsecc.ispd2020.size import PRECISION, contest_target
+    from wsecc.ispd2020.size import BYTES_PER_WORD, PRECISION, contest_target
     from wsecc.kernels import KernelSizing, Sizing, SramBreakdown
-    from wsecc.kernels.costs import CostContext
     from wsecc.place.problem import Placement
     from wsecc.route.problem import Routing
     from wsecc.view.viewer import render_viewer
 
     kg, target = kernel_graph(graph), contest_target(graph)
-    bytes_per_word = CostContext(target, PRECISION).sb
     nodes = {n.name: n for n in graph.kernels}
     sized, info = [], {}
     for k in solution.kernels:
@@ -66,7 +64,7 @@ def viewer_page(graph: KGraph, solution: Solution, score: Score) -> str:
         params = spec.params_from_args(k.args)
         perf = spec.perf(params)
         r = score.rects[k.name]
-        sram = SramBreakdown(math.ceil(perf.memory * bytes_per_word), 0, 0, 0)
+        sram = SramBreakdown(math.ceil(perf.memory * BYTES_PER_WORD), 0, 0, 0)
         sized.append(KernelSizing(k.name, k.kind, r.h, r.w, sram, perf.time, 0))
         info[k.name] = {
             "time": perf.time,

@@ -20,13 +20,14 @@ from fractions import Fraction
 
 from wsecc.ispd2020.kgraph import KGraph
 from wsecc.ispd2020.perf import KernelSpec
-from wsecc.kernels import CostContext, KernelGraph, SizingError, size_regions
+from wsecc.kernels import CostContext, KernelGraph, SizingError, precision, size_regions
 from wsecc.kernels.conv import ConvShape, frontier
 from wsecc.kernels.costs import conv_memlimit
 from wsecc.targets import Target, load_target
 
 PRECISION = "fp16"
 """The contest counts memory in 16-bit words (reference/ispd2020.md §1.1): fp16 storage."""
+BYTES_PER_WORD = precision(PRECISION).storage_bytes
 
 
 def contest_target(graph: KGraph) -> Target:
@@ -39,8 +40,7 @@ def contest_target(graph: KGraph) -> Target:
         program_width=graph.width,
         program_height=graph.height,
     )
-    bytes_per_word = 2  # PRECISION's storage bytes
-    sram = replace(base.sram, bytes_per_pe=graph.memlimit * bytes_per_word, reserved_bytes=0)
+    sram = replace(base.sram, bytes_per_pe=graph.memlimit * BYTES_PER_WORD, reserved_bytes=0)
     return replace(base, fabric=fabric, sram=sram)
 
 
