@@ -48,17 +48,17 @@ Precisions (`wsecc.kernels.ir.PRECISION_TABLE`: storage and accumulate types)
             step); each stage of a kernel (scores, exp, mean, variance, epilogue) is evaluated in
             float32 and rounded to fp16 at its end. A finite attention `fill` below the fp16
             range is clamped to -65504 rather than becoming -inf.
-    Not modelled: the order of the kh multiply-adds inside one PE (BLAS forms a PE's partial),
-    the PE's transcendental approximations (evaluated to float32 accuracy, then rounded),
-    denormal flushing.
+    Not modelled: the order of the kh multiply-adds inside one PE (BLAS forms a PE's partial of
+    two or more products), the PE's transcendental approximations (evaluated to float32
+    accuracy, then rounded), denormal flushing.
 
 Cost. The fabric's order makes the simulator add h x M x N partials per linear kernel where a
-matmul would add none, so it runs a few times slower than onnxruntime on real models (bench/
-bench_sim.py). Its BLAS calls are many and small, one per region row: it runs them on one
-thread (threadpoolctl), as BLAS threads stall on a busy machine. fp16 rounds each of those
-partials and running sums as well, in twelve array passes per element with float arithmetic
-(`_to_f16`, `_accumulate_f16`; numpy's own float16 conversion goes one element at a time): about
-six times the float32 run (GPT-2 small at 1x128: 4.3 s, 0.75 s in float32).
+matmul would add none. A linear runs as column blocks (`wsecc.sim.compiled.column_block`,
+compiled, the GIL released) on a thread per CPU (`_THREADS`); a block forms its partials with one
+BLAS call per region row (BLAS itself on one thread: threadpoolctl), and in fp16 the roundings of
+partials and running sums happen in the same loop, in hardware. On this repository's 2-core
+machine GPT-2 small at 1x128 runs in 0.3 s (fp32, mixed) and 0.5 s (fp16), 3-5x onnxruntime on
+its two threads (bench/bench_sim.py, bench/RESULTS.md).
 
 Values between kernels are float32 arrays holding storage-precision values, so the graph's dtypes
 hold throughout. Faults for tests (`fault=`): "drop_partial" drops PE (0, 0)'s partial sum in the
@@ -71,6 +71,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -79,7 +80,6 @@ from typing import Any
 
 import numpy as np
 from scipy import special
-from scipy.linalg.blas import sgemm
 
 from wsecc.errors import WseccError
 from wsecc.ir.core import Graph, Node, Op, Value
@@ -88,22 +88,23 @@ from wsecc.kernels import KernelGraph, KernelKind, KernelSizing, Sizing, precisi
 from wsecc.kernels.costs import cdiv
 from wsecc.numerics import OutputError, compare, ort_run
 from wsecc.passes.lower import kernel_names
+from wsecc.sim.compiled import chain_f16, column_block, round_f16_into
 
 FAULTS = ("drop_partial", "misplace_tile")
 
-_WHOLE_ELEMS = 1 << 21
-"""Partials (h x M x N) up to this many elements are formed in one batched matmul and summed in
-one reduction; larger kernels stream row by row over column chunks, the running sum in cache.
-The two paths form a partial with different BLAS calls, which may add its kh products in another
-order, so moving this limit changes results."""
-_WHOLE_PRODUCT_ELEMS = 1 << 18
-"""The limit for one-term partials (kh = 1) in float32 accumulation, which both paths form and
-add alike, so they stream once their partials outgrow the cache. (In fp16 the batched path keeps
-the sign of a -0 product, BLAS does not: there the limit above holds.)"""
-_CHUNK_ELEMS = 1 << 17
-"""Running-sum elements (M x columns) per column chunk of a streamed kernel (512 KB). BLAS may
-order a partial's kh products differently at another chunk width, so changing it changes
-results."""
+_BLOCK_ELEMS = 1 << 16
+"""Running-sum elements (M x columns) per column block of a linear kernel (64 KB: a block's
+partial and running sums stay in the core's cache, and a kernel of a few hundred columns still
+splits into blocks for the threads)."""
+_MIN_BLOCK_COLUMNS = 16
+"""Blocks no narrower than this, however many rows M (BLAS calls on fewer columns are slow)."""
+_THREADS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+"""Threads for a linear kernel's column blocks: the CPUs this process may use."""
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(_THREADS, thread_name_prefix="wsecc-sim")
 
 
 class SimulationError(WseccError):
@@ -112,129 +113,15 @@ class SimulationError(WseccError):
 
 # --- precision ------------------------------------------------------------------------------------
 
-_ABS_BITS = np.uint32(0x7FFFFFFF)
-_SIGN_BIT = np.uint32(0x80000000)
-_F16_MAX = np.float32(65504)
-_F16_MAX_BITS = np.uint32(0x477FE000)  # 65504 as float32
-_F16_MIN_NORMAL_BITS = np.uint32(0x38800000)  # 2^-14 as float32
-_F32_INF_BITS = np.uint32(0x7F800000)
-_TWO_13 = np.float32(8192)  # float32 keeps 13 significand bits more than float16
-_VELTKAMP = np.float32(8193)  # 2^13 + 1: Veltkamp's splitting constant for those 13 bits
-
 
 def round_to_f16(x: np.ndarray) -> np.ndarray:
     """float32 values rounded to the nearest float16 (ties to even; beyond 65504 to inf;
     subnormals kept), returned as float32. Bit-identical to x.astype(float16).astype(float32)
-    (tests/sim pin it; the slow tests try every float32 of fp16's range). numpy converts float16
-    one element at a time, which is faster only for small arrays; larger ones go through
-    `_to_f16` in blocks that stay in cache."""
+    (tests/sim pin it), in one vectorized pass (`wsecc.sim.compiled`)."""
     x = np.ascontiguousarray(x, np.float32)
     out = np.empty_like(x)
-    _round_into(x.reshape(-1), out.reshape(-1))
+    round_f16_into(x.reshape(-1), out.reshape(-1))
     return out
-
-
-def _round_into(src: np.ndarray, dst: np.ndarray) -> None:
-    """dst = round_to_f16(src) for 1-D float32 arrays of one size; dst may be src."""
-    if src.size <= _CAST_ELEMS:
-        with np.errstate(over="ignore", invalid="ignore"):
-            dst[...] = src.astype(np.float16)
-        return
-    scratch = _f16_scratch(min(src.size, _ROUND_BLOCK))
-    for i in range(0, src.size, _ROUND_BLOCK):
-        block = src[i : i + _ROUND_BLOCK]
-        _to_f16(block, dst[i : i + _ROUND_BLOCK], _sized(scratch, block.size))
-
-
-_ROUND_BLOCK = 1 << 15
-_CAST_ELEMS = 2048
-"""Up to this many elements numpy's conversion is faster than `_to_f16`'s dozen calls."""
-
-_F16Scratch = tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
-def _f16_scratch(n: int) -> _F16Scratch:
-    """Work arrays for `_to_f16` on up to n elements: two scratch arrays and n copies of 0.75
-    (numpy's maximum is several times slower against a scalar than against an array)."""
-    return np.empty(n, np.float32), np.empty(n, np.float32), np.full(n, 0.75, np.float32)
-
-
-def _sized(scratch: _F16Scratch, n: int) -> _F16Scratch:
-    """The first n elements of each of `_f16_scratch`'s arrays."""
-    a, b, quarters = scratch
-    return a[:n], b[:n], quarters[:n]
-
-
-def _to_f16(x: np.ndarray, out: np.ndarray, scratch: _F16Scratch, in_range: bool = False) -> None:
-    """out = round_to_f16(x) for 1-D float32 arrays of one size (out may be x), in eight
-    passes. |x| is rounded by adding and taking off a B that fixes the rounding position:
-    c = |x| + B, r = c - (c - |x|). B = 8192 |x| is Veltkamp's split, which rounds |x| to 11
-    significant bits with ties to even (fp16's normal numbers); below 1.5 x 2^-14, where fp16's
-    step is a fixed 2^-24 (its subnormals and lowest binade), B = 0.75 instead, and c in
-    [0.75, 1) rounds |x| to a multiple of 2^-24, again with ties to even. The sign goes back
-    on after, so -0 and negatives that round to zero stay negative. Magnitudes beyond 65504
-    (and inf, nan) take the bitwise method; `in_range`: the caller knows there are none.
-    `scratch`: `_f16_scratch`'s arrays, of x's size."""
-    a, b, quarters = scratch
-    np.abs(x, out=a)
-    if not in_range and not np.maximum.reduce(a, initial=0) <= _F16_MAX:  # nan fails too
-        out[...] = _round_bits(x)
-        return
-    np.multiply(a, _TWO_13, out=b)
-    np.maximum(b, quarters, out=b)
-    b += a  # c
-    np.subtract(b, a, out=a)
-    np.subtract(b, a, out=a)  # |x| rounded
-    bits = b.view(np.uint32)
-    np.bitwise_and(x.view(np.uint32), _SIGN_BIT, out=bits)
-    np.bitwise_or(a.view(np.uint32), bits, out=out.view(np.uint32))
-
-
-def _accumulate_f16(
-    acc: np.ndarray, p: np.ndarray, s: np.ndarray, c: np.ndarray, in_range: bool = False
-) -> None:
-    """acc = round_to_f16(acc + p) in place, where acc and p hold fp16 values (1-D float32
-    arrays of one size; s and c scratch). Their float32 sum rounds to fp16 as Veltkamp's split
-    alone does it, c - (c - s) with c = 8193 s: exactly where |s| >= 2^-14, and where it is
-    smaller the sum of two multiples of 2^-24 is itself an fp16 number, which the split keeps
-    (tests/sim check every pair of fp16 numbers). A sum beyond 65504 takes the bitwise method;
-    `in_range`: the caller knows there is none."""
-    if in_range:
-        _split_sum(acc, p, s, c)
-        return
-    with np.errstate(invalid="ignore"):  # inf - inf, for the bitwise method to replace
-        _split_sum(acc, p, s, c)
-    hi, lo = np.maximum.reduce(acc, initial=0), np.minimum.reduce(acc, initial=0)
-    if not (hi <= _F16_MAX and lo >= -_F16_MAX):  # nan fails too
-        acc[...] = _round_bits(s)
-
-
-def _split_sum(acc: np.ndarray, p: np.ndarray, s: np.ndarray, c: np.ndarray) -> None:
-    """`_accumulate_f16`'s arithmetic: s = acc + p, c = 8193 s, acc = c - (c - s)."""
-    np.add(acc, p, out=s)
-    np.multiply(s, _VELTKAMP, out=c)
-    np.subtract(c, s, out=acc)
-    np.subtract(c, acc, out=acc)
-
-
-def _round_bits(x: np.ndarray) -> np.ndarray:
-    """round_to_f16 on the float32 bit patterns: the exact method for every input, the one
-    `_to_f16` and `_accumulate_f16` fall back to beyond fp16's range."""
-    u = x.view(np.uint32)
-    a = u & _ABS_BITS
-    r = (a >> 13) & np.uint32(1)  # round half to even at the 13 dropped mantissa bits
-    r += np.uint32(0x0FFF)
-    r += a
-    r &= np.uint32(0xFFFFE000)
-    over = r > _F16_MAX_BITS
-    if over.any():
-        r[over] = np.where(a[over] > _F32_INF_BITS, np.uint32(0x7FC00000), _F32_INF_BITS)
-    small = a < _F16_MIN_NORMAL_BITS
-    if small.any():  # fp16 subnormals: a fixed quantum of 2^-24
-        q = np.rint(np.abs(x[small]) * np.float32(2.0**24)) * np.float32(2.0**-24)
-        r[small] = q.view(np.uint32)
-    r |= u & _SIGN_BIT
-    return r.view(np.float32)
 
 
 def _identity(x: np.ndarray) -> np.ndarray:
@@ -274,24 +161,16 @@ def _chain(partials: np.ndarray, ar: Arithmetic) -> np.ndarray:
     """partials[0] + partials[1] + ... in that order, each partial and each running sum in the
     accumulate type. numpy reduces a non-innermost axis of a C-contiguous array in index order
     (pairwise summation applies only along the innermost axis), so in float32 one reduction
-    keeps the order when each partial has two or more elements; tests/sim pin that. In fp16 the
-    partials are rounded at once, in place (they are the caller's to give up: fresh large arrays
-    cost page faults), then added one at a time (`_accumulate_f16`)."""
+    keeps the order when each partial has two or more elements; tests/sim pin that. In fp16,
+    `wsecc.sim.compiled.chain_f16`."""
     partials = np.ascontiguousarray(partials, np.float32)
     if not ar.half_accum:  # accumulate, unlike reduce, adds in index order at any size
         if partials[0].size > 1:
             return np.add.reduce(partials, axis=0)
         return np.add.accumulate(partials, axis=0)[-1]
-    ps = partials.reshape(len(partials), -1)
-    _round_into(ps.reshape(-1), ps.reshape(-1))
-    # a running sum is at most the sum of each partial's largest |p|, grown by (1 + 2^-11) per
-    # fp16 rounding
-    bound = float(np.maximum(ps.max(axis=1), -ps.min(axis=1)).sum()) if ps.size else 0.0
-    in_range = bound * (1 + 2.0**-11) ** len(ps) <= float(_F16_MAX)
-    acc, s, c = ps[0].copy(), np.empty_like(ps[0]), np.empty_like(ps[0])
-    for p in ps[1:]:
-        _accumulate_f16(acc, p, s, c, in_range)
-    return acc.reshape(partials.shape[1:])
+    out = np.empty(partials.shape[1:], np.float32)
+    chain_f16(partials.reshape(len(partials), -1), out.reshape(-1))
+    return out
 
 
 def _pad_to(x: np.ndarray, axis: int, n: int, value: float) -> np.ndarray:
@@ -370,127 +249,55 @@ as a PE would (the reference rule evaluates in float64, ten times slower here)."
 @dataclass(frozen=True)
 class _MatmulTiles:
     """W[K, N] as a region holds it: row i owns K_i (zero-padded to kh), column j owns N_j.
-    Stored as column blocks [h, kh, cols]: one block when the kernel's partials are formed all
-    at once (`streamed` False), else blocks whose running sums (M x cols) stay in cache.
-    `abs_max` and `col_abs_sum`: the largest |W| and the largest sum of |W| down a column, as
-    held, for `_in_f16_range`."""
+    Stored as column blocks `tiles`[blocks, h, kh, cw] (`wsecc.sim.compiled.column_block`), of
+    `_block_columns` columns each, the last zero-padded."""
 
-    h: int
-    kh: int
-    streamed: bool
-    blocks: tuple[tuple[slice, np.ndarray], ...]
-    abs_max: float
-    col_abs_sum: float
+    N: int
+    tiles: np.ndarray
 
     @staticmethod
-    def of(
-        W: np.ndarray, h: int, w: int, M: int, ar: Arithmetic, fault: str | None
-    ) -> _MatmulTiles:
+    def of(W: np.ndarray, h: int, w: int, M: int, fault: str | None) -> _MatmulTiles:
         """`misplace_tile` swaps PE (0, 0)'s tile with PE (0, 1)'s (PE (1, 0)'s if w = 1)."""
         K, N = W.shape
         kh, nw = cdiv(K, h), cdiv(N, w)
-        tiles = np.zeros((h, kh, w, nw), np.float32)
-        tiles.reshape(h * kh, w * nw)[:K, :N] = W
+        cw = _block_columns(M, N)
+        blocks = cdiv(N, cw)
+        tiles = np.zeros((h, kh, max(w * nw, blocks * cw)), np.float32)
+        tiles.reshape(h * kh, -1)[:K, :N] = W
         if fault == "misplace_tile":
+            pe = tiles[:, :, : w * nw].reshape(h, kh, w, nw)
             i, j = (0, 1) if w > 1 else (1, 0)
-            tiles[0, :, 0], tiles[i, :, j] = tiles[i, :, j].copy(), tiles[0, :, 0].copy()
-        by_column = tiles.reshape(h, kh, w * nw)
-        whole_elems = _WHOLE_PRODUCT_ELEMS if kh == 1 and not ar.half_accum else _WHOLE_ELEMS
-        streamed = h * M * N > whole_elems
-        chunk = min(N, max(64, _CHUNK_ELEMS // M)) if streamed else N
-        cols = [slice(c, min(N, c + chunk)) for c in range(0, N, chunk)]
-        blocks = tuple((c, np.ascontiguousarray(by_column[:, :, c])) for c in cols)
-        held = np.abs(by_column)
-        col_abs_sum = float(held.sum(axis=(0, 1), dtype=np.float64).max(initial=0))
-        return _MatmulTiles(h, kh, streamed, blocks, float(held.max(initial=0)), col_abs_sum)
+            pe[0, :, 0], pe[i, :, j] = pe[i, :, j].copy(), pe[0, :, 0].copy()
+        by_block = tiles[:, :, : blocks * cw].reshape(h, kh, blocks, cw).transpose(2, 0, 1, 3)
+        return _MatmulTiles(N, np.ascontiguousarray(by_block))
+
+
+def _block_columns(M: int, N: int) -> int:
+    """Columns per block: a block's running sums (M x columns) stay in cache. Fixed by the
+    kernel's shape alone, never the thread count: BLAS may add a partial's kh products in
+    another order at another block width, so changing this changes results."""
+    return min(N, max(_MIN_BLOCK_COLUMNS, _BLOCK_ELEMS // M))
 
 
 def _column_sums(
     x: np.ndarray, tiles: _MatmulTiles, ar: Arithmetic, dropped: slice | None
 ) -> np.ndarray:
     """y[M, N] = x[M, K] W: PE row i's partial x[:, K_i] W[K_i, :], added to the running sum
-    arriving from row i - 1 (row 0 starts it). `dropped`: columns of row 0's partial that never
-    arrive. In float32 a streamed block adds each row's partial with one BLAS call,
-    sum = 1 * (x_i W_i) + 1 * sum (the product formed first, then added; tests/sim pin it)."""
-    h, kh = tiles.h, tiles.kh
-    M, K = x.shape
+    arriving from row i - 1 (row 0 starts it), a column block per task on `_THREADS` threads.
+    `dropped`: columns of row 0's partial that never arrive."""
+    blocks, h, kh, _ = tiles.tiles.shape
+    M = x.shape[0]
     xt = np.ascontiguousarray(_pad_to(x, 1, h * kh, 0.0).reshape(M, h, kh).transpose(1, 0, 2))
-    if not tiles.streamed:
-        ((_, W),) = tiles.blocks
-        # numpy's matmul is slow with an inner dimension of 1; that partial is a product
-        P = xt * W if kh == 1 else np.matmul(xt, W)
-        if dropped is not None:
-            P[0, :, dropped] = 0
-        return _chain(P, ar)
-    if ar.half_accum:
-        return _streamed_sums_f16(xt, tiles, dropped, _in_f16_range(x, tiles))
-    out = np.empty((M, tiles.blocks[-1][0].stop), np.float32)
-    for cols, W in tiles.blocks:
-        drop = _within(dropped, cols)
-        acc = np.empty((M, cols.stop - cols.start), np.float32)  # C order: acc.T is Fortran's
-        for i in range(h):
-            # into the running sum: acc = 1 * (x_i W_i) + [i > 0] * acc, in place
-            acc = sgemm(1.0, W[i].T, xt[i].T, beta=float(i > 0), c=acc.T, overwrite_c=1).T
-            if i == 0 and drop is not None:
-                acc[:, drop] = 0
-        out[:, cols] = acc
-    return out
-
-
-def _streamed_sums_f16(
-    xt: np.ndarray, tiles: _MatmulTiles, dropped: slice | None, in_range: bool
-) -> np.ndarray:
-    """The streamed blocks in fp16: sum = fp16(sum + fp16(x_i W_i)), row 0 first. BLAS forms
-    the partials of a group of rows (one row, unless a block is small) into reused arrays,
-    rounded there at once (`_to_f16`) and added in row order (`_accumulate_f16`), so that a
-    block's arrays stay in cache. `in_range`: `_in_f16_range` holds."""
-    M = xt.shape[1]
-    n_max = M * tiles.blocks[0][1].shape[2]
-    group = max(1, min(tiles.h, _CHUNK_ELEMS // n_max))
-    P, scratch = np.empty((group, n_max), np.float32), _f16_scratch(group * n_max)
-    acc, s, c = np.empty((3, n_max), np.float32)
-    out = np.empty((M, tiles.blocks[-1][0].stop), np.float32)
-    for cols, W in tiles.blocks:
-        drop = _within(dropped, cols)
-        n = M * W.shape[2]
-        for i0 in range(0, tiles.h, group):
-            rows = range(i0, min(tiles.h, i0 + group))
-            ps = P[: len(rows), :n]
-            for p, i in zip(ps, rows, strict=True):  # into p: Fortran order, float32, overwrite
-                sgemm(1.0, W[i].T, xt[i].T, c=p.reshape(M, -1).T, overwrite_c=1)
-            if i0 == 0 and drop is not None:
-                ps[0].reshape(M, -1)[:, drop] = 0
-            flat = ps.reshape(-1)
-            _to_f16(flat, flat, _sized(scratch, flat.size), in_range)
-            for p, i in zip(ps, rows, strict=True):
-                if i == 0:
-                    acc[:n] = p
-                else:
-                    _accumulate_f16(acc[:n], p, s[:n], c[:n], in_range)
-        out[:, cols] = acc[:n].reshape(M, -1)
-    return out
-
-
-def _within(dropped: slice | None, cols: slice) -> slice | None:
-    """The columns of `dropped` that fall in `cols`, counted from cols.start."""
-    if dropped is None:
-        return None
-    return slice(max(dropped.start - cols.start, 0), max(dropped.stop - cols.start, 0))
-
-
-def _in_f16_range(x: np.ndarray, tiles: _MatmulTiles) -> bool:
-    """Whether no partial or running sum of x W can pass fp16's 65504, so that the fp16 path
-    may skip its range checks. Each is at most sum_k |x_k| |W_k| over the rows summed so far
-    (at most max |x| times W's largest column sum of |W|, and at most x's largest row sum of
-    |x| times max |W|), grown by BLAS's float32 roundings, (1 + 2^-23)^kh, and the fp16 ones,
-    (1 + 2^-11) for the partial and for each running sum. False when x is not finite."""
-    ax = np.abs(x)
-    bound = min(
-        float(ax.max(initial=0)) * tiles.col_abs_sum,
-        float(ax.sum(axis=1, dtype=np.float64).max(initial=0)) * tiles.abs_max,
-    )
-    growth = (1 + 2.0**-23) ** tiles.kh * (1 + 2.0**-11) ** (tiles.h + 1)
-    return bound * growth <= float(_F16_MAX)
+    y = np.empty((M, tiles.N), np.float32)
+    drop = (dropped.start, dropped.stop) if dropped is not None else (0, 0)
+    block = functools.partial(column_block, xt, tiles.tiles, ar.half_accum, *drop, y)
+    if blocks == 1 or _THREADS == 1:
+        for b in range(blocks):
+            block(b)
+    else:
+        for _ in _pool().map(block, range(blocks)):
+            pass
+    return y
 
 
 def _linear(b: _Build) -> Run:
@@ -501,7 +308,7 @@ def _linear(b: _Build) -> Run:
     if b.fault == "misplace_tile" and h * w < 2:
         raise b.fail("misplace_tile needs two PEs, the region is 1x1")
     x = b.node.inputs[0].type
-    tiles = _MatmulTiles.of(W, h, w, x.size // x.shape[-1], b.ar, b.fault)
+    tiles = _MatmulTiles.of(W, h, w, x.size // x.shape[-1], b.fault)
     dropped = slice(0, cdiv(W.shape[1], w)) if b.fault == "drop_partial" else None
     has_bias = len(b.node.inputs) == 3
     act = b.node.attr("activation", "none")
