@@ -25,6 +25,7 @@ from wsecc.flow import lower_and_size
 from wsecc.frontend.onnx import import_model
 from wsecc.interp import run as interp_run
 from wsecc.ir.core import DType, Graph, Node, Op, TensorType, Value, make_attrs
+from wsecc.ir.rules import attention_keep
 from wsecc.kernels import (
     Flow,
     Kernel,
@@ -38,7 +39,7 @@ from wsecc.kernels import (
 )
 from wsecc.numerics import TOLERANCE, make_inputs
 from wsecc.pm import PassManager
-from wsecc.sim.compiled import chain_f16
+from wsecc.sim.compiled import attention_heads, chain_f16
 from wsecc.sim.functional import (
     SimulationError,
     _chain,
@@ -177,6 +178,7 @@ def path_(request, monkeypatch):
         monkeypatch.setattr(functional, "_BLOCK_ELEMS", 1)
         monkeypatch.setattr(functional, "_MIN_BLOCK_COLUMNS", 3)
         monkeypatch.setattr(functional, "_THREADS", 2)
+        monkeypatch.setattr(functional, "_THREAD_WORK", 0)
     return request.param
 
 
@@ -344,6 +346,68 @@ def test_fp16_addition_is_exact_for_a_sample_of_pairs():
 @pytest.mark.slow
 def test_fp16_addition_is_exact_for_every_pair():
     check_fp16_addition(every=1)
+
+
+# --- the attention kernel against its row-merge reference -----------------------------------
+
+
+def reference_attention(qs, k, v, keep, fill, rows, ar):
+    """The attention kernel's order written out with numpy, one PE row at a time: keys dealt
+    cyclically (key t on row t mod rows), each row's max, sum of e = exp(s - max) and e v, then
+    the rows merged in order, rescaled by exp of the running max's change. [B, Sq, H, d]."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        s = np.where(keep, ar.acc(qs @ k.transpose(0, 1, 3, 2)), fill)  # [B, H, Sq, Sk]
+        Sk = s.shape[3]
+        m, l_pe, pv = [], [], []
+        for r in range(rows):
+            keys = np.arange(r, Sk, rows)
+            sr = s[..., keys]
+            mr = sr.max(axis=3) if len(keys) else np.full(s.shape[:3], -np.inf, np.float32)
+            e = np.zeros_like(sr) if np.isneginf(mr).all() else np.exp(sr - mr[..., None])
+            e = ar.acc(np.where(np.isneginf(mr)[..., None], np.float32(0), e))
+            m.append(mr)
+            l_pe.append(ar.acc(e.sum(axis=3, dtype=np.float32)))
+            pv.append(ar.acc(e @ v[:, :, keys] + np.float32(0)))
+        m_run, l_run, acc = m[0], l_pe[0], pv[0]
+        for r in range(1, rows):
+            before, m_run = m_run, np.maximum(m_run, m[r])
+            c_run = np.where(np.isneginf(before), 0, np.exp(before - m_run)).astype(np.float32)
+            c_pe = np.where(np.isneginf(m[r]), 0, np.exp(m[r] - m_run)).astype(np.float32)
+            l_run = ar.acc(l_run * c_run + l_pe[r] * c_pe)
+            acc = ar.acc(acc * c_run[..., None] + pv[r] * c_pe[..., None])
+        out = np.where(np.isnan(acc / l_run[..., None]), np.float32(0), acc / l_run[..., None])
+    return ar.store(out).transpose(0, 2, 1, 3)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "mixed", "fp16"])
+@pytest.mark.parametrize("rows", [1, 3, 7, 40])  # 40 rows for 33 keys: seven hold none
+@pytest.mark.parametrize("fill", [-np.inf, np.finfo(np.float32).min, -10000.0])
+def test_attention_kernel_matches_its_row_merge_reference(precision, rows, fill):
+    """Causal, with padded keys, and one batch whose keys are all padded (its rows are fully
+    masked: the reference's softmax of fills, or nan made 0). Scores spread over 2^±6, so the
+    per-row maxima differ and the rescaling matters."""
+    rng = np.random.default_rng(rows)
+    B, H, Sq, Sk, d = 3, 2, 9, 33, 8
+    ar = functional.Arithmetic.of(precision)
+    qs = ar.store((rng.standard_normal((B, H, Sq, d)) * 4).astype(np.float32))
+    k = ar.store(rng.standard_normal((B, H, Sk, d)).astype(np.float32))
+    v = ar.store(rng.standard_normal((B, H, Sk, d)).astype(np.float32))
+    mask = np.ones((B, Sk), np.int64)
+    mask[0, -5:], mask[2] = 0, 0
+    attrs = {"causal": True, "mask": "key_padding"}
+    keep = attention_keep(attrs, B, Sq, Sk, mask)
+    fill = np.float32(fill)
+    if ar.half_accum and np.isfinite(fill):
+        fill = np.float32(np.finfo(np.float16).min)
+    out = np.empty((B, Sq, H, d), np.float32)
+    attention_heads(
+        qs, k, v, np.ascontiguousarray(keep[:, 0]), fill, rows, ar.half_accum,
+        ar.store is round_to_f16, True, out, 0, B * H,
+    )  # fmt: skip
+    want = reference_attention(qs, k, v, keep, fill, rows, ar)
+    rtol = {"fp32": 2e-6, "mixed": 2e-6, "fp16": 2e-3}[precision]
+    np.testing.assert_allclose(out, want, rtol=rtol, atol=rtol * np.abs(want).max())
+    assert (out[2] == 0).all() == np.isneginf(fill)  # fully masked: nan made 0, else mean of v
 
 
 # --- a softmax kernel, tiled row-wise ----------------------------------------------------------

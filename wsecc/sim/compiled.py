@@ -64,7 +64,14 @@ def chain_f16(partials, out):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
-def column_block(xt, tiles, half, drop0, drop1, y, b):  # type: ignore[no-untyped-def]
+def column_blocks(xt, tiles, half, drop0, drop1, y, b0, b1):  # type: ignore[no-untyped-def]
+    """`_column_block` for blocks b0 .. b1 - 1."""
+    for b in range(b0, b1):
+        _column_block(xt, tiles, half, drop0, drop1, y, b)
+
+
+@njit
+def _column_block(xt, tiles, half, drop0, drop1, y, b):  # type: ignore[no-untyped-def]
     """Columns b cw .. of y[M, N] = x W in the fabric's order. xt[h, M, kh]: x's columns as PE
     rows hold them; tiles[blocks, h, kh, cw]: W's column blocks, zero-padded. PE row i's
     partial x_i W_i, then the running sum from row i - 1 plus it (row 0 starts the sum). A
@@ -119,3 +126,90 @@ def column_block(xt, tiles, half, drop0, drop1, y, b):  # type: ignore[no-untype
                     for j in range(n):
                         acc[m, j] = _f16_sum(acc[m, j], _f16(p[m, j]))
     y[:, c0 : c0 + n] = acc[:, :n]
+
+
+_QUERY_BLOCK = 128
+"""Queries an attention head scores at once (their scores, Sk each, stay in cache)."""
+_EXP_ZERO = np.float32(-104)  # exp(-104) = 6.8e-46 < 2^-150: float32's exp is 0 below
+
+
+@njit(nogil=True, cache=True, error_model="numpy")  # x / 0 is inf or nan, as in numpy
+def attention_heads(q, k, v, keep, fill, rows, half, store_half, nan_to_zero, out, t0, t1):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Heads t0 .. t1 - 1 (t = batch H + head) of an attention kernel in the fabric's order
+    (`wsecc.sim.functional._attention` states it). q[B, H, Sq, d] (scaled, in storage), k and
+    v [B, H, Sk, d], keep[B, Sq, Sk]; writes out[B, Sq, H, d]. Scores q k^T are BLAS's, for
+    a block of queries at a time. PE row r holds keys r, r + rows, ...: its max m_r, its sum
+    l_r of e = exp(s - m_r) in key order, and its e v (BLAS again, over its keys). `half`:
+    scores, e, l_r, the e v sums and every merge step rounded to fp16; `store_half`: the
+    output rounded to fp16."""
+    B, H, Sq, d = q.shape
+    Sk = k.shape[2]
+    ninf, zero = np.float32(-np.inf), np.float32(0)
+    kT = np.empty((d, Sk), np.float32)
+    m = np.empty((_QUERY_BLOCK, rows), np.float32)
+    lsum = np.empty((_QUERY_BLOCK, rows), np.float32)
+    pv = np.empty((rows, _QUERY_BLOCK, d), np.float32)
+    acc = np.empty(d, np.float32)
+    for t in range(t0, t1):
+        b, hh = t // H, t % H
+        kT[:, :] = k[b, hh].T
+        for q0 in range(0, Sq, _QUERY_BLOCK):
+            nq = min(Sq, q0 + _QUERY_BLOCK) - q0
+            s = np.dot(q[b, hh, q0 : q0 + nq], kT)  # [nq, Sk]
+            for i in range(nq):
+                m[i, :] = ninf
+                lsum[i, :] = zero
+                r = 0  # key % rows
+                for key in range(Sk):
+                    if not keep[b, q0 + i, key]:
+                        s[i, key] = fill
+                    elif half:
+                        s[i, key] = _f16(s[i, key])
+                    m[i, r] = max(m[i, r], s[i, key])
+                    r = r + 1 if r + 1 < rows else 0
+                r = 0
+                for key in range(Sk):  # s becomes e
+                    x = s[i, key] - m[i, r]
+                    # exp(x) < 2^-150 rounds to 0 below -103.98: skip the call (masked pairs)
+                    e = zero if m[i, r] == ninf or x < _EXP_ZERO else np.float32(np.exp(x))
+                    e = _f16(e) if half else e
+                    s[i, key] = e
+                    lsum[i, r] += e
+                    r = r + 1 if r + 1 < rows else 0
+                if half:
+                    for r in range(rows):
+                        lsum[i, r] = _f16(lsum[i, r])
+            for r in range(rows):
+                n = len(range(r, Sk, rows))
+                if n == 0:
+                    pv[r, :nq] = zero
+                    continue
+                e_row = np.empty((nq, n), np.float32)
+                v_row = np.empty((n, d), np.float32)
+                for j in range(n):
+                    e_row[:, j] = s[:, r + j * rows]
+                    v_row[j, :] = v[b, hh, r + j * rows]
+                pv[r, :nq] = np.dot(e_row, v_row)
+            for i in range(nq):
+                # merge down the column: the running (max, sum, acc) rescaled at each row
+                m_run, l_run = m[i, 0], lsum[i, 0]
+                acc[:] = pv[0, i]
+                if half:
+                    for j in range(d):
+                        acc[j] = _f16(acc[j])
+                for r in range(1, rows):
+                    before = m_run
+                    m_run = max(m_run, m[i, r])
+                    c_run = zero if before == ninf else np.float32(np.exp(before - m_run))
+                    c_pe = zero if m[i, r] == ninf else np.float32(np.exp(m[i, r] - m_run))
+                    l_run = l_run * c_run + lsum[i, r] * c_pe
+                    l_run = _f16(l_run) if half else l_run
+                    for j in range(d):
+                        p = _f16(pv[r, i, j]) if half else pv[r, i, j]
+                        a = acc[j] * c_run + p * c_pe
+                        acc[j] = _f16(a) if half else a
+                for j in range(d):
+                    o = acc[j] / l_run
+                    if nan_to_zero and o != o:
+                        o = zero
+                    out[b, q0 + i, hh, j] = _f16(o) if store_half else o

@@ -53,7 +53,7 @@ Precisions (`wsecc.kernels.ir.PRECISION_TABLE`: storage and accumulate types)
     accuracy, then rounded), denormal flushing.
 
 Cost. The fabric's order makes the simulator add h x M x N partials per linear kernel where a
-matmul would add none. A linear runs as column blocks (`wsecc.sim.compiled.column_block`,
+matmul would add none. A linear runs as column blocks (`wsecc.sim.compiled.column_blocks`,
 compiled, the GIL released) on a thread per CPU (`_THREADS`); a block forms its partials with one
 BLAS call per region row (BLAS itself on one thread: threadpoolctl), and in fp16 the roundings of
 partials and running sums happen in the same loop, in hardware. On this repository's 2-core
@@ -88,7 +88,7 @@ from wsecc.kernels import KernelGraph, KernelKind, KernelSizing, Sizing, precisi
 from wsecc.kernels.costs import cdiv
 from wsecc.numerics import OutputError, compare, ort_run
 from wsecc.passes.lower import kernel_names
-from wsecc.sim.compiled import chain_f16, column_block, round_f16_into
+from wsecc.sim.compiled import attention_heads, chain_f16, column_blocks, round_f16_into
 
 FAULTS = ("drop_partial", "misplace_tile")
 
@@ -98,6 +98,8 @@ partial and running sums stay in the core's cache, and a kernel of a few hundred
 splits into blocks for the threads)."""
 _MIN_BLOCK_COLUMNS = 16
 """Blocks no narrower than this, however many rows M (BLAS calls on fewer columns are slow)."""
+_THREAD_WORK = 1 << 20
+"""Multiply-adds below which a kernel runs on the calling thread (handing out costs more)."""
 _THREADS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
 """Threads for a linear kernel's column blocks: the CPUs this process may use."""
 
@@ -249,7 +251,7 @@ as a PE would (the reference rule evaluates in float64, ten times slower here)."
 @dataclass(frozen=True)
 class _MatmulTiles:
     """W[K, N] as a region holds it: row i owns K_i (zero-padded to kh), column j owns N_j.
-    Stored as column blocks `tiles`[blocks, h, kh, cw] (`wsecc.sim.compiled.column_block`), of
+    Stored as column blocks `tiles`[blocks, h, kh, cw] (`wsecc.sim.compiled.column_blocks`), of
     `_block_columns` columns each, the last zero-padded."""
 
     N: int
@@ -290,14 +292,21 @@ def _column_sums(
     xt = np.ascontiguousarray(_pad_to(x, 1, h * kh, 0.0).reshape(M, h, kh).transpose(1, 0, 2))
     y = np.empty((M, tiles.N), np.float32)
     drop = (dropped.start, dropped.stop) if dropped is not None else (0, 0)
-    block = functools.partial(column_block, xt, tiles.tiles, ar.half_accum, *drop, y)
-    if blocks == 1 or _THREADS == 1:
-        for b in range(blocks):
-            block(b)
-    else:
-        for _ in _pool().map(block, range(blocks)):
-            pass
+    block = functools.partial(column_blocks, xt, tiles.tiles, ar.half_accum, *drop, y)
+    _on_threads(block, blocks, work=M * h * kh * tiles.N)
     return y
+
+
+def _on_threads(task: Callable[[int, int], None], n: int, work: int) -> None:
+    """task(i0, i1) for n items split into one contiguous run per thread (`_THREADS`), or
+    task(0, n) on this one when the `work` (multiply-adds) is under `_THREAD_WORK`."""
+    runs = min(n, _THREADS) if work >= _THREAD_WORK else 1
+    bounds = [n * t // runs for t in range(runs + 1)]
+    if runs <= 1:
+        task(0, n)
+        return
+    for _ in _pool().map(task, bounds[:-1], bounds[1:]):
+        pass
 
 
 def _linear(b: _Build) -> Run:
@@ -331,7 +340,8 @@ def _linear(b: _Build) -> Run:
 
 def _attention(b: _Build) -> Run:
     """attention_cost's mapping: keys cyclic over the rows, per-PE online-softmax partials merged
-    down the column in row order, normalised at the bottom."""
+    down the column in row order, normalised at the bottom (`wsecc.sim.compiled.attention_heads`,
+    the heads split over the threads)."""
     b.expect(Op.ATTENTION)
     a: dict[str, Any] = b.node.attr_dict
     H, dh, rows, ar = a["num_heads"], a["head_dim"], b.region.h, b.ar
@@ -341,44 +351,19 @@ def _attention(b: _Build) -> Run:
 
     def run(args: Arrays) -> list[np.ndarray]:
         q = split_heads(args[0], a["q_offset"], H, dh)  # [B, H, Sq, d]
-        k = split_heads(args[1], a["k_offset"], H, dh)
-        v = split_heads(args[2], a["v_offset"], H, dh)
+        k = np.ascontiguousarray(split_heads(args[1], a["k_offset"], H, dh))
+        v = np.ascontiguousarray(split_heads(args[2], a["v_offset"], H, dh))
         B, _, Sq, _ = q.shape
         Sk = k.shape[2]
-        sh = cdiv(Sk, rows)
         keep = attention_keep(a, B, Sq, Sk, args[3] if len(args) == 4 else None)
-        qs = ar.store(q * np.float32(a["scale"]))
-        s = np.where(keep, ar.acc(np.matmul(qs, k.transpose(0, 1, 3, 2))), fill)
-        # slots past the last key are absent (-inf): they contribute nothing
-        s = _pad_to(s, 3, sh * rows, -np.inf).reshape(B, H, Sq, sh, rows)  # key t rows + r: row r
-        v = _pad_to(v, 2, sh * rows, 0.0).reshape(B, H, sh, rows, dh).transpose(0, 1, 3, 2, 4)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            m = s.max(axis=3)  # [B, H, Sq, rows]: each PE's max
-            e = ar.acc(np.where(m[:, :, :, None, :] == -np.inf, 0, np.exp(s - m[..., None, :])))
-            l_pe = ar.acc(e.sum(axis=3, dtype=np.float32))  # [B, H, Sq, rows]
-            e_rows = e.transpose(0, 1, 4, 2, 3)
-            # with one key per PE the product is the partial; + 0 turns -0 into the +0 a dot
-            # product starting from 0 gives (numpy's matmul is slow with an inner dimension of 1)
-            pv = e_rows * v + np.float32(0) if sh == 1 else np.matmul(e_rows, v)
-            acc_pe = ar.acc(pv)  # [B, H, rows, Sq, d]
-            # merging row r into the running (max, sum, acc): the running max is exact in any
-            # order, so its rescaling factors are computed for all rows at once
-            m_run = np.maximum.accumulate(m, axis=3)
-            before = np.concatenate([m_run[..., :1], m_run[..., :-1]], axis=3)
-            c_run = np.where(before == -np.inf, 0, np.exp(before - m_run))
-            c_pe = np.where(m == -np.inf, 0, np.exp(m - m_run))
-            # so are rows 1.. rescaled partials (acc_pe's in place); the loop adds them in turn
-            l_rows = l_pe * c_pe
-            acc_pe[:, :, 1:] *= np.moveaxis(c_pe, 3, 2)[:, :, 1:, :, None]
-            l_run, acc = l_pe[..., 0], acc_pe[:, :, 0]
-            for r in range(1, rows):
-                l_run = ar.acc(l_run * c_run[..., r] + l_rows[..., r])
-                acc = ar.acc(acc * c_run[..., r, None] + acc_pe[:, :, r])
-            out = acc / l_run[..., None]
-        if a.get("nan_to_zero"):
-            out = np.where(np.isnan(out), np.float32(0), out)
-        out = ar.store(out.astype(np.float32))
-        return [out.transpose(0, 2, 1, 3).reshape(B, Sq, H * dh)]
+        qs = np.ascontiguousarray(ar.store(q * np.float32(a["scale"])))
+        out = np.empty((B, Sq, H, dh), np.float32)
+        heads = functools.partial(
+            attention_heads, qs, k, v, np.ascontiguousarray(keep[:, 0]), fill, rows,
+            ar.half_accum, ar.store is round_to_f16, bool(a.get("nan_to_zero")), out,
+        )  # fmt: skip
+        _on_threads(heads, B * H, work=B * H * Sq * Sk * dh)
+        return [out.reshape(B, Sq, H * dh)]
 
     return run
 
