@@ -39,7 +39,7 @@ from wsecc.kernels import (
 )
 from wsecc.numerics import TOLERANCE, make_inputs
 from wsecc.pm import PassManager
-from wsecc.sim.compiled import attention_heads, chain_f16
+from wsecc.sim.compiled import attention_heads, chain_f16, layernorm_rows
 from wsecc.sim.functional import (
     SimulationError,
     _chain,
@@ -155,12 +155,14 @@ def test_kernel_names_are_lowerings_names():
 # --- a hand-worked linear on a 4x4 region ----------------------------------------------------
 
 
-def linear_program(W: np.ndarray, b: np.ndarray, M: int, h: int = 4, w: int = 4):
-    """y = x W + b as one Linear node; its kernel sized to an h x w region."""
+def linear_program(
+    W: np.ndarray, b: np.ndarray, M: int, h: int = 4, w: int = 4, activation: str = "none"
+):
+    """y = activation(x W + b) as one Linear node; its kernel sized to an h x w region."""
     K, N = W.shape
     x = Value("x", TensorType(DType.FLOAT32, (M, K)))
     y = Value("y", TensorType(DType.FLOAT32, (M, N)))
-    attrs = make_attrs({"activation": "none", "has_bias": True})
+    attrs = make_attrs({"activation": activation, "has_bias": True})
     node = Node(
         Op.LINEAR, (x, Value.constant("W", W), Value.constant("b", b)), (y,), attrs, "y", ("mm",)
     )
@@ -199,6 +201,17 @@ def test_tiled_linear_equals_x_w_plus_b(path_, rows):
     for precision in ("fp32", "mixed", "fp16"):
         got = simulate_functional(graph, kg, sizing, precision, {"x": x})["y"]
         np.testing.assert_array_equal(got, x @ W + b)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "gelu", "gelu_tanh"])
+def test_the_epilogue_applies_the_bias_then_the_activation(path_, activation):
+    """Against the reference rule (float64) on the same x W + b: float32 evaluation only."""
+    rng = np.random.default_rng(1)
+    W, b = small_ints((8, 8), 0) / 4, small_ints(8, 1) / 4
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    graph, kg, sizing = linear_program(W, b, 3, activation=activation)
+    got = simulate_functional(graph, kg, sizing, "fp32", {"x": x})["y"]
+    np.testing.assert_allclose(got, interp_run(graph, {"x": x})["y"], rtol=2e-6, atol=1e-6)
 
 
 def test_partials_are_summed_down_the_column_row_0_first(path_, rows):
@@ -408,6 +421,65 @@ def test_attention_kernel_matches_its_row_merge_reference(precision, rows, fill)
     rtol = {"fp32": 2e-6, "mixed": 2e-6, "fp16": 2e-3}[precision]
     np.testing.assert_allclose(out, want, rtol=rtol, atol=rtol * np.abs(want).max())
     assert (out[2] == 0).all() == np.isneginf(fill)  # fully masked: nan made 0, else mean of v
+
+
+# --- the layernorm kernel against its per-PE reference ---------------------------------------
+
+
+def reference_layernorm(x, gamma, beta, eps, cols, half):
+    """The layernorm kernel written out, one float32 operation at a time: each PE sums its
+    features in order, the per-PE sums are chained in column order (in fp16 each rounded, and
+    each running sum), for the mean and then the variance of x - mean."""
+    f = to_f16 if half else np.float32
+
+    def row_sum(v):
+        dw, total = -(-len(v) // cols), None
+        for c0 in range(0, len(v), dw):
+            p = np.float32(0)
+            for t in v[c0 : c0 + dw]:
+                p = np.float32(p + t)
+            total = f(p) if total is None else f(total + f(p))
+        return total
+
+    out = np.empty_like(x)
+    for i, row in enumerate(x):
+        mean = f(row_sum(row) / np.float32(len(row)))
+        d = f(row - mean)
+        var = f(row_sum(d * d) / np.float32(len(row)))
+        rstd = f(np.float32(1) / np.sqrt(var + eps))
+        out[i] = f(d * rstd) * gamma + beta
+    return f(out)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("cols", [1, 3, 4, 16])  # 16 columns for 10 features: six hold none
+def test_layernorm_kernel_matches_its_per_pe_reference(precision, cols):
+    """Rows whose mean is far from zero (the two-pass variance must not cancel), bit for bit."""
+    rng = np.random.default_rng(cols)
+    half = precision == "fp16"
+    x = to_f16(rng.standard_normal((4, 10)) * 3 + 40) if half else rng.standard_normal((4, 10))
+    x = np.asarray(x, np.float32) + np.float32(0 if half else 1000)
+    gamma, beta = to_f16(rng.standard_normal(10)), to_f16(rng.standard_normal(10))
+    eps = np.float32(1e-5)
+    y, none = np.empty_like(x), np.empty((0, 0), np.float32)
+    layernorm_rows(x, none, gamma, beta, eps, cols, half, half, y, none, 0, len(x))
+    want = reference_layernorm(x, gamma, beta, eps, cols, half)
+    np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
+
+
+def test_layernorm_sums_per_pe_then_along_the_row():
+    """Features 2^24, 1, 1, -2^24: two PEs sum to 2^24 and 1 - 2^24, and their chain to 1; one
+    PE alone ends at 0 (2^24 + 1 rounds back to 2^24). The means differ, so do the outputs."""
+    x = np.float32([[2.0**24, 1, 1, -(2.0**24)]])
+    ones, zeros = np.ones(4, np.float32), np.zeros(4, np.float32)
+    none = np.empty((0, 0), np.float32)
+    ys = []
+    for cols in (1, 2):
+        y = np.empty_like(x)
+        layernorm_rows(x, none, ones, zeros, np.float32(0), cols, False, False, y, none, 0, 1)
+        np.testing.assert_array_equal(y, reference_layernorm(x, ones, zeros, 0, cols, False))
+        ys.append(y)
+    assert not np.array_equal(*ys)
 
 
 # --- a softmax kernel, tiled row-wise ----------------------------------------------------------

@@ -17,6 +17,8 @@ numbers).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
@@ -64,25 +66,45 @@ def chain_f16(partials, out):  # type: ignore[no-untyped-def]
 
 
 @njit(nogil=True, cache=True)
-def column_blocks(xt, tiles, half, drop0, drop1, y, b0, b1):  # type: ignore[no-untyped-def]
-    """`_column_block` for blocks b0 .. b1 - 1."""
+def column_blocks(xt, tiles, half, drop0, drop1, bias, act, store_half, y, b0, b1):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Blocks b0 .. b1 - 1 of a linear kernel: `_column_sums`, then the epilogue on each
+    column sum, in float32 and rounded to fp16 after each stage when `half`: + bias (if
+    `bias` has any elements), the activation `act` (0 none, 1 relu, 2 gelu: the erf form),
+    and the result rounded to fp16 when `store_half`. (A tanh activation is numpy's to apply
+    after: libm's tanhf, which numba calls, is one element at a time, numpy's is vectorized.)"""
+    n_all = y.shape[1]
+    half_, one, rsqrt2 = np.float32(0.5), np.float32(1), np.float32(1 / np.sqrt(2))
     for b in range(b0, b1):
-        _column_block(xt, tiles, half, drop0, drop1, y, b)
+        acc = _column_sums(xt, tiles, half, drop0, drop1, n_all, b)
+        c0 = b * tiles.shape[3]
+        for m in range(acc.shape[0]):
+            for j in range(min(n_all - c0, acc.shape[1])):
+                v = acc[m, j]
+                if bias.size:
+                    v = v + bias[c0 + j]
+                    v = _f16(v) if half else v
+                if act:
+                    if act == 1:
+                        v = max(v, np.float32(0))
+                    else:
+                        v = half_ * v * (one + np.float32(math.erf(v * rsqrt2)))
+                    v = _f16(v) if half else v
+                y[m, c0 + j] = _f16(v) if store_half else v
 
 
 @njit
-def _column_block(xt, tiles, half, drop0, drop1, y, b):  # type: ignore[no-untyped-def]
-    """Columns b cw .. of y[M, N] = x W in the fabric's order. xt[h, M, kh]: x's columns as PE
+def _column_sums(xt, tiles, half, drop0, drop1, N, b):  # type: ignore[no-untyped-def]
+    """Columns b cw .. of x W [M, N] in the fabric's order, as [M, cw]. xt[h, M, kh]: x's columns as PE
     rows hold them; tiles[blocks, h, kh, cw]: W's column blocks, zero-padded. PE row i's
     partial x_i W_i, then the running sum from row i - 1 plus it (row 0 starts the sum). A
     partial of one product (kh = 1) is that product; longer ones are BLAS's sgemm. `half`: the
     partial and every running sum rounded to fp16 (`_f16`, `_f16_sum`), else float32 throughout
     (sgemm adds the partial in: acc = 1 * (x_i W_i) + acc, the product formed first). Columns
-    drop0 .. drop1 - 1 of y lose row 0's partial (the drop_partial fault; drop0 = drop1: none)."""
+    drop0 .. drop1 - 1 lose row 0's partial (the drop_partial fault; drop0 = drop1: none)."""
     h, M, kh = xt.shape
     cw = tiles.shape[3]
     c0 = b * cw
-    n = min(y.shape[1] - c0, cw)
+    n = min(N - c0, cw)
     d0, d1 = max(drop0 - c0, 0), min(max(drop1 - c0, 0), n)
     acc = np.empty((M, cw), np.float32)  # C order [M, cw] is Fortran's [cw, M]
     if kh == 1:
@@ -100,8 +122,7 @@ def _column_block(xt, tiles, half, drop0, drop1, y, b):  # type: ignore[no-untyp
                 else:
                     for j in range(n):
                         acc[m, j] = acc[m, j] + xv * w[j]
-        y[:, c0 : c0 + n] = acc[:, :n]
-        return
+        return acc
     # Fortran sgemm: C[n, M] = alpha A[n, kh] B[kh, M] + beta C, A = W_i's block (C order
     # [kh, cw]: lda = cw), B = x_i (C order [M, kh]: ldb = kh), C = acc or p (ldc = cw)
     trans = np.array([78], np.uint8)  # 'N'
@@ -125,7 +146,7 @@ def _column_block(xt, tiles, half, drop0, drop1, y, b):  # type: ignore[no-untyp
                 else:
                     for j in range(n):
                         acc[m, j] = _f16_sum(acc[m, j], _f16(p[m, j]))
-    y[:, c0 : c0 + n] = acc[:, :n]
+    return acc
 
 
 _QUERY_BLOCK = 128
@@ -137,79 +158,125 @@ _EXP_ZERO = np.float32(-104)  # exp(-104) = 6.8e-46 < 2^-150: float32's exp is 0
 def attention_heads(q, k, v, keep, fill, rows, half, store_half, nan_to_zero, out, t0, t1):  # type: ignore[no-untyped-def]  # noqa: E501
     """Heads t0 .. t1 - 1 (t = batch H + head) of an attention kernel in the fabric's order
     (`wsecc.sim.functional._attention` states it). q[B, H, Sq, d] (scaled, in storage), k and
-    v [B, H, Sk, d], keep[B, Sq, Sk]; writes out[B, Sq, H, d]. Scores q k^T are BLAS's, for
-    a block of queries at a time. PE row r holds keys r, r + rows, ...: its max m_r, its sum
-    l_r of e = exp(s - m_r) in key order, and its e v (BLAS again, over its keys). `half`:
-    scores, e, l_r, the e v sums and every merge step rounded to fp16; `store_half`: the
-    output rounded to fp16."""
+    v [B, H, Sk, d], keep[B, Sq, Sk]; writes out[B, Sq, H, d]. Scores q k^T are BLAS's, for a
+    block of queries at a time. PE row r holds keys r, r + rows, ...: its max m_r, and, in key
+    order, its sum l_r of e = exp(s - m_r) and its sum of e v (each product formed, then
+    added; a zero e is skipped when the head's v is finite, which changes no sum that starts
+    from +0). `half`: scores, e, l_r, the e v sums and every merge step rounded to fp16;
+    `store_half`: the output rounded to fp16."""
     B, H, Sq, d = q.shape
     Sk = k.shape[2]
     ninf, zero = np.float32(-np.inf), np.float32(0)
     kT = np.empty((d, Sk), np.float32)
-    m = np.empty((_QUERY_BLOCK, rows), np.float32)
-    lsum = np.empty((_QUERY_BLOCK, rows), np.float32)
-    pv = np.empty((rows, _QUERY_BLOCK, d), np.float32)
+    m = np.empty(rows, np.float32)
+    lsum = np.empty(rows, np.float32)
+    pv = np.empty((rows, d), np.float32)
     acc = np.empty(d, np.float32)
     for t in range(t0, t1):
         b, hh = t // H, t % H
         kT[:, :] = k[b, hh].T
+        vh = v[b, hh]
+        v_finite = True
+        for key in range(Sk):
+            for j in range(d):
+                v_finite = v_finite and np.isfinite(vh[key, j])
         for q0 in range(0, Sq, _QUERY_BLOCK):
             nq = min(Sq, q0 + _QUERY_BLOCK) - q0
             s = np.dot(q[b, hh, q0 : q0 + nq], kT)  # [nq, Sk]
             for i in range(nq):
-                m[i, :] = ninf
-                lsum[i, :] = zero
+                si = s[i]
+                m[:] = ninf
                 r = 0  # key % rows
                 for key in range(Sk):
                     if not keep[b, q0 + i, key]:
-                        s[i, key] = fill
+                        si[key] = fill
                     elif half:
-                        s[i, key] = _f16(s[i, key])
-                    m[i, r] = max(m[i, r], s[i, key])
+                        si[key] = _f16(si[key])
+                    m[r] = max(m[r], si[key])
                     r = r + 1 if r + 1 < rows else 0
+                lsum[:] = zero
+                pv[:, :] = zero
                 r = 0
-                for key in range(Sk):  # s becomes e
-                    x = s[i, key] - m[i, r]
+                for key in range(Sk):
+                    x = si[key] - m[r]
                     # exp(x) < 2^-150 rounds to 0 below -103.98: skip the call (masked pairs)
-                    e = zero if m[i, r] == ninf or x < _EXP_ZERO else np.float32(np.exp(x))
+                    e = zero if m[r] == ninf or x < _EXP_ZERO else np.float32(np.exp(x))
                     e = _f16(e) if half else e
-                    s[i, key] = e
-                    lsum[i, r] += e
+                    lsum[r] += e
+                    if e != zero or not v_finite:
+                        for j in range(d):
+                            pv[r, j] = pv[r, j] + e * vh[key, j]
                     r = r + 1 if r + 1 < rows else 0
                 if half:
                     for r in range(rows):
-                        lsum[i, r] = _f16(lsum[i, r])
-            for r in range(rows):
-                n = len(range(r, Sk, rows))
-                if n == 0:
-                    pv[r, :nq] = zero
-                    continue
-                e_row = np.empty((nq, n), np.float32)
-                v_row = np.empty((n, d), np.float32)
-                for j in range(n):
-                    e_row[:, j] = s[:, r + j * rows]
-                    v_row[j, :] = v[b, hh, r + j * rows]
-                pv[r, :nq] = np.dot(e_row, v_row)
-            for i in range(nq):
+                        lsum[r] = _f16(lsum[r])
+                        for j in range(d):
+                            pv[r, j] = _f16(pv[r, j])
                 # merge down the column: the running (max, sum, acc) rescaled at each row
-                m_run, l_run = m[i, 0], lsum[i, 0]
-                acc[:] = pv[0, i]
-                if half:
-                    for j in range(d):
-                        acc[j] = _f16(acc[j])
+                m_run, l_run = m[0], lsum[0]
+                acc[:] = pv[0]
                 for r in range(1, rows):
                     before = m_run
-                    m_run = max(m_run, m[i, r])
+                    m_run = max(m_run, m[r])
                     c_run = zero if before == ninf else np.float32(np.exp(before - m_run))
-                    c_pe = zero if m[i, r] == ninf else np.float32(np.exp(m[i, r] - m_run))
-                    l_run = l_run * c_run + lsum[i, r] * c_pe
+                    c_pe = zero if m[r] == ninf else np.float32(np.exp(m[r] - m_run))
+                    l_run = l_run * c_run + lsum[r] * c_pe
                     l_run = _f16(l_run) if half else l_run
                     for j in range(d):
-                        p = _f16(pv[r, i, j]) if half else pv[r, i, j]
-                        a = acc[j] * c_run + p * c_pe
+                        a = acc[j] * c_run + pv[r, j] * c_pe
                         acc[j] = _f16(a) if half else a
                 for j in range(d):
                     o = acc[j] / l_run
                     if nan_to_zero and o != o:
                         o = zero
                     out[b, q0 + i, hh, j] = _f16(o) if store_half else o
+
+
+@njit(nogil=True, cache=True)
+def layernorm_rows(x, skip, gamma, beta, eps, cols, half, store_half, y, s_out, r0, r1):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Rows r0 .. r1 - 1 of a layernorm kernel (`wsecc.sim.functional._layernorm` states it):
+    s = x + skip when `skip` has elements (its rounded copy into `s_out` when that has any),
+    then y = (s - mean) / sqrt(var + eps) * gamma + beta with the mean and the variance each a
+    sum of per-PE sums (each PE its cdiv(D, cols) features in order) chained in column order.
+    `half`: every stage rounded to fp16 (the chain: each per-PE sum and each running sum);
+    `store_half`: y and s_out rounded to fp16."""
+    D = x.shape[1]
+    dw = (D + cols - 1) // cols
+    s = np.empty(D, np.float32)
+    d = np.empty(D, np.float32)
+    for row in range(r0, r1):
+        for j in range(D):
+            v = x[row, j] + skip[row, j] if skip.size else x[row, j]
+            s[j] = _f16(v) if half and skip.size else v
+            if s_out.size:
+                s_out[row, j] = _f16(s[j]) if store_half else s[j]
+        mean = _row_sum(s, dw, half) / np.float32(D)
+        mean = _f16(mean) if half else mean
+        for j in range(D):
+            v = s[j] - mean
+            d[j] = _f16(v) if half else v
+        var = _row_sum(d, dw, half, True) / np.float32(D)
+        var = _f16(var) if half else var
+        rstd = np.float32(1) / np.sqrt(var + eps)
+        rstd = _f16(rstd) if half else rstd
+        for j in range(D):
+            v = d[j] * rstd
+            v = (_f16(v) if half else v) * gamma[j] + beta[j]
+            y[row, j] = _f16(v) if store_half else v
+
+
+@njit(inline="always")
+def _row_sum(x, dw, half, square=False):  # type: ignore[no-untyped-def]
+    """Sum of x (or of x * x) as a region row forms it: each PE sums its dw features in order,
+    and the per-PE sums are added in column order (in fp16 each rounded, and the running sum
+    after each addition)."""
+    total = np.float32(0)
+    for c0 in range(0, x.size, dw):
+        p = np.float32(0)
+        for j in range(c0, min(x.size, c0 + dw)):
+            p += x[j] * x[j] if square else x[j]
+        if c0 == 0:
+            total = _f16(p) if half else p
+        else:
+            total = _f16_sum(total, _f16(p)) if half else total + p
+    return total

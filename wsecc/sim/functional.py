@@ -79,16 +79,27 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from wsecc.errors import WseccError
 from wsecc.ir.core import Graph, Node, Op, Value
-from wsecc.ir.rules import GELU_TANH_C, attention_keep, evaluate_op, split_heads
+from wsecc.ir.rules import (
+    ACTIVATIONS,
+    GELU_TANH_C,
+    attention_keep,
+    evaluate_op,
+    split_heads,
+)
 from wsecc.kernels import KernelGraph, KernelKind, KernelSizing, Sizing, precision
 from wsecc.kernels.costs import cdiv
 from wsecc.numerics import OutputError, compare, ort_run
 from wsecc.passes.lower import kernel_names
-from wsecc.sim.compiled import attention_heads, chain_f16, column_blocks, round_f16_into
+from wsecc.sim.compiled import (
+    attention_heads,
+    chain_f16,
+    column_blocks,
+    layernorm_rows,
+    round_f16_into,
+)
 
 FAULTS = ("drop_partial", "misplace_tile")
 
@@ -98,6 +109,8 @@ partial and running sums stay in the core's cache, and a kernel of a few hundred
 splits into blocks for the threads)."""
 _MIN_BLOCK_COLUMNS = 16
 """Blocks no narrower than this, however many rows M (BLAS calls on fewer columns are slow)."""
+_NO_BIAS = np.empty(0, np.float32)
+_EMPTY_ROWS = np.empty((0, 0), np.float32)
 _THREAD_WORK = 1 << 20
 """Multiply-adds below which a kernel runs on the calling thread (handing out costs more)."""
 _THREADS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
@@ -231,23 +244,6 @@ class _Build:
             raise self.fail(f"a {self.region.kind} kernel cannot run op {self.node.op.name}")
 
 
-_HALF, _ONE = np.float32(0.5), np.float32(1)
-_GELU_C, _GELU_A = np.float32(GELU_TANH_C), np.float32(0.044715)
-_RSQRT2 = np.float32(1 / np.sqrt(2))
-
-ACTIVATIONS: Mapping[str, Callable[[np.ndarray], np.ndarray]] = MappingProxyType(
-    {
-        "none": _identity,
-        "relu": lambda y: np.maximum(y, np.float32(0)),
-        "tanh": np.tanh,
-        "gelu": lambda y: _HALF * y * (_ONE + special.erf(y * _RSQRT2)),
-        "gelu_tanh": lambda y: _HALF * y * (_ONE + np.tanh(_GELU_C * (y + _GELU_A * y * y * y))),
-    }
-)
-"""A linear epilogue's activation (the Linear op's `activation` attribute), evaluated in float32
-as a PE would (the reference rule evaluates in float64, ten times slower here)."""
-
-
 @dataclass(frozen=True)
 class _MatmulTiles:
     """W[K, N] as a region holds it: row i owns K_i (zero-padded to kh), column j owns N_j.
@@ -281,20 +277,42 @@ def _block_columns(M: int, N: int) -> int:
     return min(N, max(_MIN_BLOCK_COLUMNS, _BLOCK_ELEMS // M))
 
 
-def _column_sums(
-    x: np.ndarray, tiles: _MatmulTiles, ar: Arithmetic, dropped: slice | None
-) -> np.ndarray:
-    """y[M, N] = x[M, K] W: PE row i's partial x[:, K_i] W[K_i, :], added to the running sum
-    arriving from row i - 1 (row 0 starts it), a column block per task on `_THREADS` threads.
-    `dropped`: columns of row 0's partial that never arrive."""
+def _tiled_linear(
+    x: np.ndarray, tiles: _MatmulTiles, ar: Arithmetic, dropped: slice | None,
+    bias: np.ndarray | None, act: str,
+) -> np.ndarray:  # fmt: skip
+    """y[M, N] = act(x[M, K] W + bias) in storage: PE row i's partial x[:, K_i] W[K_i, :],
+    added to the running sum arriving from row i - 1 (row 0 starts it), then the epilogue; the
+    column blocks split over the threads. `dropped`: columns of row 0's partial that never
+    arrive."""
     blocks, h, kh, _ = tiles.tiles.shape
     M = x.shape[0]
     xt = np.ascontiguousarray(_pad_to(x, 1, h * kh, 0.0).reshape(M, h, kh).transpose(1, 0, 2))
     y = np.empty((M, tiles.N), np.float32)
     drop = (dropped.start, dropped.stop) if dropped is not None else (0, 0)
-    block = functools.partial(column_blocks, xt, tiles.tiles, ar.half_accum, *drop, y)
+    bias = _NO_BIAS if bias is None else np.ascontiguousarray(bias, np.float32)
+    in_kernel = act in _KERNEL_ACTIVATIONS  # else numpy's, after
+    code = _KERNEL_ACTIVATIONS.index(act) if in_kernel else 0
+    store_half = ar.store is round_to_f16 and in_kernel
+    block = functools.partial(
+        column_blocks, xt, tiles.tiles, ar.half_accum, *drop, bias, code, store_half, y
+    )
     _on_threads(block, blocks, work=M * h * kh * tiles.N)
-    return y
+    return y if in_kernel else ar.store(ar.acc(_NUMPY_ACTIVATIONS[act](y)))
+
+
+_KERNEL_ACTIVATIONS = ("none", "relu", "gelu")
+"""The activations the compiled epilogue applies (`wsecc.sim.compiled.column_blocks`)."""
+_GELU_C, _GELU_A = np.float32(GELU_TANH_C), np.float32(0.044715)
+_NUMPY_ACTIVATIONS: Mapping[str, Callable[[np.ndarray], np.ndarray]] = MappingProxyType(
+    {
+        "tanh": np.tanh,
+        "gelu_tanh": lambda y: (
+            np.float32(0.5) * y * (np.float32(1) + np.tanh(_GELU_C * (y + _GELU_A * y * y * y)))
+        ),
+    }
+)
+"""The tanh activations, evaluated in float32 with numpy's vectorized tanh."""
 
 
 def _on_threads(task: Callable[[int, int], None], n: int, work: int) -> None:
@@ -323,17 +341,12 @@ def _linear(b: _Build) -> Run:
     act = b.node.attr("activation", "none")
     if act not in ACTIVATIONS:
         raise b.fail(f"unknown activation {act!r}")
-    activation = ACTIVATIONS[act]
     ar, shape = b.ar, b.node.output.type.shape
 
     def run(args: Arrays) -> list[np.ndarray]:
-        x = args[0]
-        y = _column_sums(x.reshape(-1, x.shape[-1]), tiles, ar, dropped)
-        if has_bias:
-            y = ar.acc(y + args[2])
-        if activation is not _identity:
-            y = ar.acc(activation(y))
-        return [ar.store(y).reshape(shape)]
+        x = args[0].reshape(-1, args[0].shape[-1])
+        bias = args[2] if has_bias else None
+        return [_tiled_linear(x, tiles, ar, dropped, bias, act).reshape(shape)]
 
     return run
 
@@ -377,18 +390,23 @@ def _layernorm(b: _Build) -> Run:
     cols, ar = b.region.w, b.ar
 
     def run(args: Arrays) -> list[np.ndarray]:
-        s = ar.acc(args[0] + args[1]) if skip else args[0]
-        gamma, beta = args[-2], args[-1]
-        D = s.shape[-1]
-        x = s.reshape(-1, D)
-        mean = ar.acc(_row_reduce(x, cols, ar) / np.float32(D))
-        d = ar.acc(x - mean[:, None])
-        var = ar.acc(_row_reduce(d * d, cols, ar) / np.float32(D))
-        rstd = ar.acc(np.float32(1) / np.sqrt(var + eps))
-        y = ar.store(ar.acc(d * rstd[:, None]) * gamma + beta).reshape(s.shape)
-        return [y, ar.store(s)] if emit else [y]
+        shape = args[0].shape
+        x = np.ascontiguousarray(args[0]).reshape(-1, shape[-1])
+        skipped = np.ascontiguousarray(args[1]).reshape(x.shape) if skip else _EMPTY_ROWS
+        y = np.empty_like(x)
+        s = np.empty_like(x) if emit else _EMPTY_ROWS
+        rows = functools.partial(
+            layernorm_rows, x, skipped, _vector(args[-2]), _vector(args[-1]), eps, cols, ar.half_accum,
+            ar.store is round_to_f16, y, s,
+        )  # fmt: skip
+        _on_threads(rows, len(x), work=x.size * 8)  # about eight operations a feature
+        return [y.reshape(shape), s.reshape(shape)] if emit else [y.reshape(shape)]
 
     return run
+
+
+def _vector(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, np.float32).reshape(-1)
 
 
 def _softmax(b: _Build) -> Run:
