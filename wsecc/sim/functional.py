@@ -53,12 +53,13 @@ Precisions (`wsecc.kernels.ir.PRECISION_TABLE`: storage and accumulate types)
     accuracy, then rounded), denormal flushing.
 
 Cost. The fabric's order makes the simulator add h x M x N partials per linear kernel where a
-matmul would add none. A linear runs as column blocks (`wsecc.sim.compiled.column_blocks`,
-compiled, the GIL released) on a thread per CPU (`_THREADS`); a block forms its partials with one
-BLAS call per region row (BLAS itself on one thread: threadpoolctl), and in fp16 the roundings of
-partials and running sums happen in the same loop, in hardware. On this repository's 2-core
-machine GPT-2 small at 1x128 runs in 0.3 s (fp32, mixed) and 0.5 s (fp16), 3-5x onnxruntime on
-its two threads (bench/bench_sim.py, bench/RESULTS.md).
+matmul would add none. The linear, attention and layernorm kernels are compiled loops
+(`wsecc.sim.compiled`, the GIL released) that split a kernel's column blocks, heads or rows over
+a thread per CPU (`_THREADS`; results are the same at any count); their products are BLAS calls
+(one per region row, BLAS itself on one thread: threadpoolctl), and fp16's roundings of partials
+and running sums happen in the same loops, in hardware. On a 2-core machine GPT-2 small at
+1x128 runs in 0.25-0.3 s (fp32, mixed) and 0.43 s (fp16): 3-5x onnxruntime on its two threads
+(bench/bench_sim.py, bench/RESULTS.md).
 
 Values between kernels are float32 arrays holding storage-precision values, so the graph's dtypes
 hold throughout. Faults for tests (`fault=`): "drop_partial" drops PE (0, 0)'s partial sum in the
