@@ -31,6 +31,20 @@ llvm.add_symbol("wsecc_sgemm", get_cython_function_address("scipy.linalg.cython_
 _sgemm = types.ExternalFunction("wsecc_sgemm", types.void(*[types.voidptr] * 13))
 
 
+def _arrays(dtype: types.Type, ndim: int) -> tuple[types.Array, types.Array]:
+    """C-contiguous arrays read-only (a writable one passes too) and writable: the exported
+    loops are compiled once, for these types, not once per flag combination met."""
+    return types.Array(dtype, ndim, "C", readonly=True), types.Array(dtype, ndim, "C")
+
+
+_IN1, _OUT1 = _arrays(types.float32, 1)
+_IN2, _OUT2 = _arrays(types.float32, 2)
+_IN3, _ = _arrays(types.float32, 3)
+_IN4, _OUT4 = _arrays(types.float32, 4)
+_KEEP, _ = _arrays(types.boolean, 3)
+_f32, _i64, _bool = types.float32, types.int64, types.boolean
+
+
 @intrinsic
 def _f16(typingctx, v):  # type: ignore[no-untyped-def]
     """float32 v rounded to the nearest fp16, as float32."""
@@ -47,14 +61,14 @@ def _f16_sum(x, y):  # type: ignore[no-untyped-def]
     return _f16(x + y)
 
 
-@njit(nogil=True, cache=True)
+@njit(types.void(_IN1, _OUT1), nogil=True, cache=True)
 def round_f16_into(src, dst):  # type: ignore[no-untyped-def]
     """dst = `_f16`(src), 1-D float32 arrays of one size (dst may be src)."""
     for i in range(src.size):
         dst[i] = _f16(src[i])
 
 
-@njit(nogil=True, cache=True)
+@njit(types.void(_IN2, _OUT1), nogil=True, cache=True)
 def chain_f16(partials, out):  # type: ignore[no-untyped-def]
     """out = the fp16 chain of partials[P, L]: each partial rounded to fp16 and added to the
     running sum, itself rounded to fp16 after each addition, partial 0 first."""
@@ -63,33 +77,6 @@ def chain_f16(partials, out):  # type: ignore[no-untyped-def]
     for i in range(1, partials.shape[0]):
         for j in range(partials.shape[1]):
             out[j] = _f16_sum(out[j], _f16(partials[i, j]))
-
-
-@njit(nogil=True, cache=True)
-def column_blocks(xt, tiles, half, drop0, drop1, bias, act, store_half, y, b0, b1):  # type: ignore[no-untyped-def]  # noqa: E501
-    """Blocks b0 .. b1 - 1 of a linear kernel: `_column_sums`, then the epilogue on each
-    column sum, in float32 and rounded to fp16 after each stage when `half`: + bias (if
-    `bias` has any elements), the activation `act` (0 none, 1 relu, 2 gelu: the erf form),
-    and the result rounded to fp16 when `store_half`. (A tanh activation is numpy's to apply
-    after: libm's tanhf, which numba calls, is one element at a time, numpy's is vectorized.)"""
-    n_all = y.shape[1]
-    half_, one, rsqrt2 = np.float32(0.5), np.float32(1), np.float32(1 / np.sqrt(2))
-    for b in range(b0, b1):
-        acc = _column_sums(xt, tiles, half, drop0, drop1, n_all, b)
-        c0 = b * tiles.shape[3]
-        for m in range(acc.shape[0]):
-            for j in range(min(n_all - c0, acc.shape[1])):
-                v = acc[m, j]
-                if bias.size:
-                    v = v + bias[c0 + j]
-                    v = _f16(v) if half else v
-                if act:
-                    if act == 1:
-                        v = max(v, np.float32(0))
-                    else:
-                        v = half_ * v * (one + np.float32(math.erf(v * rsqrt2)))
-                    v = _f16(v) if half else v
-                y[m, c0 + j] = _f16(v) if store_half else v
 
 
 @njit
@@ -149,12 +136,48 @@ def _column_sums(xt, tiles, half, drop0, drop1, N, b):  # type: ignore[no-untype
     return acc
 
 
+@njit(
+    types.void(_IN3, _IN4, _bool, _i64, _i64, _IN1, _i64, _bool, _OUT2, _i64, _i64),
+    nogil=True,
+    cache=True,
+)
+def column_blocks(xt, tiles, half, drop0, drop1, bias, act, store_half, y, b0, b1):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Blocks b0 .. b1 - 1 of a linear kernel: `_column_sums`, then the epilogue on each
+    column sum, in float32 and rounded to fp16 after each stage when `half`: + bias (if
+    `bias` has any elements), the activation `act` (0 none, 1 relu, 2 gelu: the erf form),
+    and the result rounded to fp16 when `store_half`. (A tanh activation is numpy's to apply
+    after: libm's tanhf, which numba calls, is one element at a time, numpy's is vectorized.)"""
+    n_all = y.shape[1]
+    half_, one, rsqrt2 = np.float32(0.5), np.float32(1), np.float32(1 / np.sqrt(2))
+    for b in range(b0, b1):
+        acc = _column_sums(xt, tiles, half, drop0, drop1, n_all, b)
+        c0 = b * tiles.shape[3]
+        for m in range(acc.shape[0]):
+            for j in range(min(n_all - c0, acc.shape[1])):
+                v = acc[m, j]
+                if bias.size:
+                    v = v + bias[c0 + j]
+                    v = _f16(v) if half else v
+                if act:
+                    if act == 1:
+                        v = max(v, np.float32(0))
+                    else:
+                        v = half_ * v * (one + np.float32(math.erf(v * rsqrt2)))
+                    v = _f16(v) if half else v
+                y[m, c0 + j] = _f16(v) if store_half else v
+
+
 _QUERY_BLOCK = 128
 """Queries an attention head scores at once (their scores, Sk each, stay in cache)."""
 _EXP_ZERO = np.float32(-104)  # exp(-104) = 6.8e-46 < 2^-150: float32's exp is 0 below
 
 
-@njit(nogil=True, cache=True, error_model="numpy")  # x / 0 is inf or nan, as in numpy
+@njit(
+    types.void(_IN4, _IN4, _IN4, _KEEP, _f32, _i64, _bool, _bool, _bool, _OUT4, _i64, _i64),
+    nogil=True,
+    cache=True,
+    error_model="numpy",  # x / 0 is inf or nan, as in numpy
+)
 def attention_heads(q, k, v, keep, fill, rows, half, store_half, nan_to_zero, out, t0, t1):  # type: ignore[no-untyped-def]  # noqa: E501
     """Heads t0 .. t1 - 1 (t = batch H + head) of an attention kernel in the fabric's order
     (`wsecc.sim.functional._attention` states it). q[B, H, Sq, d] (scaled, in storage), k and
@@ -232,7 +255,28 @@ def attention_heads(q, k, v, keep, fill, rows, half, store_half, nan_to_zero, ou
                     out[b, q0 + i, hh, j] = _f16(o) if store_half else o
 
 
-@njit(nogil=True, cache=True)
+@njit(inline="always")
+def _row_sum(x, dw, half, square=False):  # type: ignore[no-untyped-def]
+    """Sum of x (or of x * x) as a region row forms it: each PE sums its dw features in order,
+    and the per-PE sums are added in column order (in fp16 each rounded, and the running sum
+    after each addition)."""
+    total = np.float32(0)
+    for c0 in range(0, x.size, dw):
+        p = np.float32(0)
+        for j in range(c0, min(x.size, c0 + dw)):
+            p += x[j] * x[j] if square else x[j]
+        if c0 == 0:
+            total = _f16(p) if half else p
+        else:
+            total = _f16_sum(total, _f16(p)) if half else total + p
+    return total
+
+
+@njit(
+    types.void(_IN2, _IN2, _IN1, _IN1, _f32, _i64, _bool, _bool, _OUT2, _OUT2, _i64, _i64),
+    nogil=True,
+    cache=True,
+)
 def layernorm_rows(x, skip, gamma, beta, eps, cols, half, store_half, y, s_out, r0, r1):  # type: ignore[no-untyped-def]  # noqa: E501
     """Rows r0 .. r1 - 1 of a layernorm kernel (`wsecc.sim.functional._layernorm` states it):
     s = x + skip when `skip` has elements (its rounded copy into `s_out` when that has any),
@@ -263,20 +307,3 @@ def layernorm_rows(x, skip, gamma, beta, eps, cols, half, store_half, y, s_out, 
             v = d[j] * rstd
             v = (_f16(v) if half else v) * gamma[j] + beta[j]
             y[row, j] = _f16(v) if store_half else v
-
-
-@njit(inline="always")
-def _row_sum(x, dw, half, square=False):  # type: ignore[no-untyped-def]
-    """Sum of x (or of x * x) as a region row forms it: each PE sums its dw features in order,
-    and the per-PE sums are added in column order (in fp16 each rounded, and the running sum
-    after each addition)."""
-    total = np.float32(0)
-    for c0 in range(0, x.size, dw):
-        p = np.float32(0)
-        for j in range(c0, min(x.size, c0 + dw)):
-            p += x[j] * x[j] if square else x[j]
-        if c0 == 0:
-            total = _f16(p) if half else p
-        else:
-            total = _f16_sum(total, _f16(p)) if half else total + p
-    return total
