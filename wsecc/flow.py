@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from wsecc.ir.core import Graph
 from wsecc.kernels import DEFAULT_CHUNK_TOKENS, KernelGraph, Sizing, size_regions, sizing_at
@@ -50,9 +50,13 @@ def lane_bytes_per_sample(sizing: Sizing, target: Target) -> float:
     return sizing.stage_cycles * target.link_bytes_per_cycle
 
 
-LANE_CAPS = (None, 16, 4, 1)
-"""Lanes per flow tried in turn: what the bandwidth asks for (edge slots permitting), then at
-most 16, 4, 1 — fewer lanes when the wide routing congests links beyond their capacity."""
+LANE_CAPS = (16, 4, 1)
+"""Lanes per flow tried in turn when narrowing the flows at the congestion does not route: at
+most 16, 4, 1 for every flow."""
+NARROWINGS = 4
+"""Times a failed routing takes a quarter of the lanes (rounded up) from the flows crossing its
+witness (the overloaded link, or the router short of colors) before the caps above narrow every
+flow: 16 lanes become 12, 9, 6, 4."""
 
 
 def _route_widest(
@@ -62,10 +66,13 @@ def _route_widest(
     target: Target,
     say: Callable[[str], None],
 ) -> tuple[RoutingProblem, Routing]:
-    """Route with as many lanes per flow as the bandwidth needs, narrowing while it congests.
-    Raises the narrowest attempt's RoutingError when even one lane per flow cannot route."""
-    for cap in LANE_CAPS:
-        rp = make_routing_problem(
+    """Route with as many lanes per flow as the bandwidth needs (edge slots permitting). While
+    it does not route, narrow the flows crossing the failure's witness by a quarter (up to
+    `NARROWINGS` times), then cap every flow (`LANE_CAPS`). Raises the narrowest attempt's
+    RoutingError when even one lane per flow cannot route."""
+
+    def problem_at(cap: int | None) -> RoutingProblem:
+        return make_routing_problem(
             problem,
             placement,
             colors_total=target.colors.total,
@@ -73,13 +80,31 @@ def _route_widest(
             bytes_per_lane=lane_bytes_per_sample(sizing, target),
             max_lanes=cap,
         )
+
+    rp = problem_at(None)
+    for attempt in range(NARROWINGS + 1):
+        try:
+            return rp, route(rp, placement)
+        except RoutingError as e:
+            fewer = {
+                f.name: f.lanes * 3 // 4 for f in rp.flows if f.name in e.flows and f.lanes > 1
+            }
+            if not fewer or attempt == NARROWINGS:
+                break
+            say(
+                f"route      {str(e)[:60]}...: a quarter fewer lanes for the {len(fewer)} flows there"
+            )
+            narrower = tuple(replace(f, lanes=fewer.get(f.name, f.lanes)) for f in rp.flows)
+            rp = replace(rp, flows=narrower)
+    for cap in LANE_CAPS:
+        rp = problem_at(cap)
         try:
             return rp, route(rp, placement)
         except RoutingError as e:
             if cap == LANE_CAPS[-1]:
                 raise
             say(
-                f"route      {'' if cap is None else f'at most {cap} '}lanes per flow do not route ({str(e)[:80]}...); fewer lanes"
+                f"route      at most {cap} lanes per flow do not route ({str(e)[:80]}...); fewer lanes"
             )
     raise AssertionError("unreachable")
 

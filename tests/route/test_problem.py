@@ -6,12 +6,15 @@ import json
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from wsecc.place.problem import PlaceFlow, PlaceKernel, Placement, PlacementProblem, Rect
 from wsecc.route.problem import (
     Routing,
     RoutingProblem,
     decode_path,
+    edge_shares,
     encode_path,
     facing_sides,
     make_routing_problem,
@@ -67,6 +70,55 @@ def test_lanes_are_capped_by_bytes_and_edges(routed):
     assert problem.color_budget == 21
     wide = make_routing_problem(PLACE, PLACEMENT, bytes_per_lane=0.01, max_lanes=16)
     assert {f.lanes for f in wide.flows} == {4}  # the 4-PE facing edge
+
+
+def test_a_shared_edge_goes_to_the_flows_in_proportion_to_their_bytes():
+    """A kernel's 16-PE edge shared by a 14 MB flow and a 2 MB one: 14 and 2 PEs (equal
+    shares, 8 and 8, would leave the heavy flow at 8 lanes of the 14 it needs)."""
+    big = Rect(0, 0, 4, 16)
+    rects = {"S": big, "T": Rect(10, 0, 4, 16), "U": Rect(10, 20, 4, 4)}
+    flows = (PlaceFlow("S", "T", 14.0), PlaceFlow("S", "U", 2.0))
+    place = PlacementProblem(
+        30, 30, tuple(PlaceKernel(n, ((r.w, r.h),)) for n, r in rects.items()), flows
+    )
+    placement = Placement.of(place, rects, placer="test", bound=0, status="", seconds=0, seed=0)
+    problem = make_routing_problem(place, placement, bytes_per_lane=1.0, max_lanes=None)
+    assert [f.lanes for f in problem.flows] == [14, 2]
+    assert validate_routing(problem, placement, route(problem, placement)) == []
+
+
+def test_equal_flows_interleave_along_an_edge():
+    assert edge_shares(7, (3.0, 3.0, 3.0)) == (0, 1, 2, 0, 1, 2, 0)
+    assert edge_shares(4, (0.0, 0.0)) == (0, 1, 0, 1)  # no bytes: equal shares
+
+
+@given(
+    st.integers(1, 60).flatmap(
+        lambda n: st.tuples(
+            st.just(n), st.lists(st.floats(0, 1e9, allow_nan=False), min_size=1, max_size=n)
+        )
+    )
+)
+def test_edge_shares_give_each_flow_a_pe_and_the_rest_max_min_fair(case):
+    """Every flow at least one PE, all n PEs given, and no PE could move from one flow to
+    another and raise the smallest PEs-per-byte (over flows with bytes); each flow's PEs
+    spread along the edge (gaps at most n / its share + the number of flows)."""
+    n, weights = case
+    owners = edge_shares(n, tuple(weights))
+    k = len(weights)
+    quota = [owners.count(i) for i in range(k)]
+    assert len(owners) == n and min(quota) >= 1
+    w = weights if any(weights) else [1.0] * k
+    ratio = [q / b for q, b in zip(quota, w, strict=True) if b > 0]
+    for i in range(k):
+        for j in range(k):
+            if i != j and quota[i] > 1 and w[i] > 0 and w[j] > 0:
+                moved = [(quota[t] - (t == i) + (t == j)) / w[t] for t in range(k) if w[t] > 0]
+                assert min(moved) <= min(ratio) * (1 + 1e-9)
+    for i in range(k):
+        at = [p for p, o in enumerate(owners) if o == i]
+        gaps = [b - a for a, b in zip(at, at[1:], strict=False)]
+        assert all(g <= n / quota[i] + k for g in gaps)
 
 
 def test_legal_routing_round_trips(routed):

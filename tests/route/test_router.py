@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wsecc.targets import load_target
 
+import wsecc.flow as flow
 from wsecc.place.greedy import place_greedy
 from wsecc.place.problem import PlaceFlow, PlaceKernel, Placement, PlacementProblem, Rect
 from wsecc.place.synthetic import chain_problem, transformer_problem
@@ -163,3 +165,38 @@ def test_maze_path_is_a_cheapest_path_in_its_window(seed):
     assert cost == pytest.approx(nx.dijkstra_path_length(window, s, t))
     assert cost_of(net.maze_path(s, t, cost + 0.5)) == pytest.approx(cost)
     assert net.maze_path(s, t, cost) is None  # only a cheaper path is returned
+
+
+def test_a_failed_routing_narrows_only_the_flows_at_its_witness(monkeypatch):
+    """The first routing fails at a link two flows cross: the retry takes a quarter of their
+    lanes and leaves the third flow's as the bandwidth asked."""
+    rects = {"A": Rect(0, 0, 8, 8), "B": Rect(20, 0, 8, 8), "C": Rect(0, 20, 8, 8)}
+    place_problem = PlacementProblem(
+        40,
+        40,
+        tuple(PlaceKernel(n, ((8, 8),)) for n in rects),
+        (PlaceFlow("A", "B", 6.0), PlaceFlow("B", "C", 6.0), PlaceFlow("C", "A", 6.0)),
+    )
+    placement = Placement.of(
+        place_problem, rects, placer="t", bound=0, status="", seconds=0, seed=0
+    )
+    tried = []
+
+    def fake_route(problem, placement):
+        tried.append(problem)
+        if len(tried) == 1:
+            raise RoutingError("cannot route: link (1, 1) going E", flows=["A->B", "B->C"])
+        return "routed"
+
+    monkeypatch.setattr(flow, "route", fake_route)
+    monkeypatch.setattr(flow, "lane_bytes_per_sample", lambda sizing, target: 1.0)
+    said: list[str] = []
+    rp, routing = flow._route_widest(
+        place_problem, placement, None, load_target("wse2"), said.append
+    )
+    assert routing == "routed" and len(tried) == 2
+    assert [f.lanes for f in tried[0].flows] == [4, 4, 6]  # B's west edge: 4 PEs each
+    assert [f.lanes for f in rp.flows] == [3, 3, 6]
+    assert said == [
+        "route      cannot route: link (1, 1) going E...: a quarter fewer lanes for the 2 flows there"
+    ]

@@ -18,6 +18,8 @@ Link capacity: lanes per link direction (default 1: each lane gets a link's full
 
 from __future__ import annotations
 
+import functools
+import heapq
 import json
 import math
 from collections import defaultdict
@@ -36,7 +38,12 @@ _DIRECTION = {step: d for d, step in STEPS.items()}
 
 
 class RoutingError(Exception):
-    """Routing is impossible within the budget; the message names the router that proves it."""
+    """Routing is impossible within the budget; the message names the router that proves it,
+    `flows` the flows crossing it."""
+
+    def __init__(self, message: str, flows: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.flows = tuple(sorted(set(flows)))
 
 
 @dataclass(frozen=True)
@@ -155,32 +162,64 @@ def edge_pes(r: Rect, side: str) -> list[Point]:
     return [(x, y) for x in range(r.x, r.x + r.w)]
 
 
-EdgeUsers = dict[tuple[str, str], list[int]]
+EdgeUsers = dict[tuple[str, str], list[tuple[int, float]]]
 
 
 def edge_users(flows: Iterable[PlaceFlow | RouteFlow], placement: Placement) -> EdgeUsers:
-    """(kernel, side) -> indices (in `flows`) of the flows that leave or enter by that edge."""
+    """(kernel, side) -> (index in `flows`, bytes per sample) of the flows that leave or enter
+    by that edge."""
     users: EdgeUsers = defaultdict(list)
     for i, f in enumerate(flows):
         s_side, d_side = facing_sides(placement.rects[f.src], placement.rects[f.dst])
-        users[(f.src, s_side)].append(i)
-        users[(f.dst, d_side)].append(i)
+        users[(f.src, s_side)].append((i, f.bytes_per_sample))
+        users[(f.dst, d_side)].append((i, f.bytes_per_sample))
     return users
 
 
 def _slot_sets(
     src: Rect, dst: Rect, users: EdgeUsers, src_name: str, dst_name: str, flow_index: int
 ) -> tuple[list[Point], list[Point]]:
-    """Edge PEs this flow may use: every M-th PE of each edge, M = flows sharing that edge,
-    offset by the flow's rank, so flows sharing an edge never share a start or end PE (unless
-    more flows share the edge than it has PEs: then M = the edge length)."""
+    """Edge PEs this flow may use on its two facing edges: its share of each (`edge_shares`),
+    so flows sharing an edge never share a start or end PE, unless more flows share the edge
+    than it has PEs: then flow r of the edge takes PE r mod (edge length)."""
     s_side, d_side = facing_sides(src, dst)
     out = []
-    for rect, key, side in ((src, (src_name, s_side), s_side), (dst, (dst_name, d_side), d_side)):
-        edge = edge_pes(rect, side)
-        stride = min(len(users[key]), len(edge))
-        out.append(edge[users[key].index(flow_index) % stride :: stride])
+    for rect, key in ((src, (src_name, s_side)), (dst, (dst_name, d_side))):
+        edge = edge_pes(rect, key[1])
+        flows = users[key]
+        rank = [i for i, _ in flows].index(flow_index)
+        if len(flows) >= len(edge):
+            out.append([edge[rank % len(edge)]])
+            continue
+        owners = edge_shares(len(edge), tuple(b for _, b in flows))
+        out.append([p for p, owner in zip(edge, owners, strict=True) if owner == rank])
     return out[0], out[1]
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def edge_shares(n: int, weights: tuple[float, ...]) -> tuple[int, ...]:
+    """The owner (index into `weights`) of each of an edge's n PEs, for len(weights) <= n flows
+    weighted by their bytes: each flow one PE, then each next PE to the flow with the fewest PEs
+    per byte (the earlier flow on a tie), so that the flow whose lanes would be shortest of its
+    bandwidth gains first; then each flow's PEs spread evenly along the edge, so equal flows
+    interleave: PE p to flow p mod len(weights)."""
+    k = len(weights)
+    w = [max(b, 0.0) for b in weights]
+    if not any(w):
+        w = [1.0] * k
+    quota = [1] * k
+    # fewest PEs per byte first; a flow of no bytes never gains past its one PE
+    heap = [(1 / b, i) for i, b in enumerate(w) if b > 0]
+    heapq.heapify(heap)
+    for _ in range(n - k):
+        _, i = heapq.heappop(heap)
+        quota[i] += 1
+        heapq.heappush(heap, (quota[i] / w[i], i))
+    # flow i's t-th PE ideally at (t + 1/2) n / quota_i along the edge: all flows' ideal
+    # points in order, the earlier flow first on a tie
+    ideal = sorted(((t + 0.5) * n / quota[i], i) for i in range(k) for t in range(quota[i]))
+    owners = [i for _, i in ideal]
+    return tuple(owners)
 
 
 def _spread(slots: list[Point], n: int) -> list[Point]:

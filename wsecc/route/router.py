@@ -372,7 +372,7 @@ def route(
         hot = sorted({at for i in over for at in routed[i].path if at in shared})
         todo = sorted(set(over) | {j for i in over for j in adj[i]})
         net.negotiate(hot)
-    raise RoutingError(_failure(problem, ids, lanes, colored, net))
+    raise RoutingError(*_failure(problem, ids, lanes, colored, net))
 
 
 def _failure(
@@ -381,8 +381,9 @@ def _failure(
     lanes: list[tuple[str, int, Point, Point]],
     colored: tuple[RoutedLane, ...],
     net: _Negotiation,
-) -> str:
-    """One line naming the router that shows why routing failed, and the flows crossing it."""
+) -> tuple[str, list[str]]:
+    """One line naming the router that shows why routing failed and the flows crossing it; and
+    those flows' names."""
     flows = {f.name: f for f in problem.flows}
 
     def crossing(names: Iterable[str]) -> str:
@@ -397,7 +398,7 @@ def _failure(
         return (
             f"cannot route within link capacity {problem.link_capacity}: link from router "
             f"({x}, {y}) going {d} needs {len(names)} lanes; flows crossing it: {crossing(names)}"
-        )
+        ), names
     r = Routing.of(colored, problem.color_budget, 0)
     passes = router_passes(r.lanes)
     budget = problem.color_budget
@@ -420,5 +421,7 @@ def _failure(
             f"{budget} (no router alone needs more than {r.color_lower_bound}); router "
             f"({at[0]}, {at[1]}) sees the most colors ({colors_at(at)})"
         )
-    flow_names = (r.lanes[i].flow for i, _ in passes[at])
-    return f"cannot route within {budget} colors: {what}; flows crossing it: {crossing(flow_names)}"
+    flow_names = [r.lanes[i].flow for i, _ in passes[at]]
+    return (
+        f"cannot route within {budget} colors: {what}; flows crossing it: {crossing(flow_names)}"
+    ), flow_names
