@@ -54,9 +54,9 @@ LANE_CAPS = (16, 4, 1)
 """Lanes per flow tried in turn when narrowing the flows at the congestion does not route: at
 most 16, 4, 1 for every flow."""
 NARROWINGS = 4
-"""Times a failed routing takes a quarter of the lanes (rounded up) from the flows crossing its
-witness (the overloaded link, or the router short of colors) before the caps above narrow every
-flow: 16 lanes become 12, 9, 6, 4."""
+"""Times a failed routing takes a quarter of the lanes (rounded up) from the flows it failed on
+(those crossing an overloaded link, or the router short of colors) before the caps above narrow
+every flow: 16 lanes become 12, 9, 6, 4."""
 
 
 def _route_widest(
@@ -67,8 +67,8 @@ def _route_widest(
     say: Callable[[str], None],
 ) -> tuple[RoutingProblem, Routing]:
     """Route with as many lanes per flow as the bandwidth needs (edge slots permitting). While
-    it does not route, narrow the flows crossing the failure's witness by a quarter (up to
-    `NARROWINGS` times), then cap every flow (`LANE_CAPS`). Raises the narrowest attempt's
+    it does not route, narrow the flows it failed on by a quarter (up to `NARROWINGS` times),
+    then cap every flow (`LANE_CAPS`). Raises the narrowest attempt's
     RoutingError when even one lane per flow cannot route."""
 
     def problem_at(cap: int | None) -> RoutingProblem:
@@ -92,7 +92,7 @@ def _route_widest(
             if not fewer or attempt == NARROWINGS:
                 break
             say(
-                f"route      {str(e)[:60]}...: a quarter fewer lanes for the {len(fewer)} flows there"
+                f"route      {str(e)[:60]}...: a quarter fewer lanes for the {len(fewer)} flows it failed on"
             )
             narrower = tuple(replace(f, lanes=fewer.get(f.name, f.lanes)) for f in rp.flows)
             rp = replace(rp, flows=narrower)

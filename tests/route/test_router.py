@@ -198,5 +198,5 @@ def test_a_failed_routing_narrows_only_the_flows_at_its_witness(monkeypatch):
     assert [f.lanes for f in tried[0].flows] == [4, 4, 6]  # B's west edge: 4 PEs each
     assert [f.lanes for f in rp.flows] == [3, 3, 6]
     assert said == [
-        "route      cannot route: link (1, 1) going E...: a quarter fewer lanes for the 2 flows there"
+        "route      cannot route: link (1, 1) going E...: a quarter fewer lanes for the 2 flows it failed on"
     ]

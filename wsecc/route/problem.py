@@ -38,8 +38,8 @@ _DIRECTION = {step: d for d, step in STEPS.items()}
 
 
 class RoutingError(Exception):
-    """Routing is impossible within the budget; the message names the router that proves it,
-    `flows` the flows crossing it."""
+    """Routing is impossible within the budget; the message names the router that proves it.
+    `flows`: the flows whose lanes it failed on (crossing an overloaded link, or that router)."""
 
     def __init__(self, message: str, flows: Iterable[str] = ()) -> None:
         super().__init__(message)

@@ -383,7 +383,7 @@ def _failure(
     net: _Negotiation,
 ) -> tuple[str, list[str]]:
     """One line naming the router that shows why routing failed and the flows crossing it; and
-    those flows' names."""
+    the flows to narrow: those crossing any overloaded link, or that router's."""
     flows = {f.name: f for f in problem.flows}
 
     def crossing(names: Iterable[str]) -> str:
@@ -391,14 +391,16 @@ def _failure(
             f"{n} [{', '.join(flows[n].onnx_nodes) or 'no onnx nodes'}]" for n in sorted(set(names))
         )
 
-    if net.overused():
+    over = net.overused()
+    if over:
         worst = int(net.flat.argmax())
         (x, y), d = net.link_at(worst)
         names = [lanes[i][0] for i, li in enumerate(ids) if worst in li]
+        every = [lanes[i][0] for i, li in enumerate(ids) if not over.isdisjoint(li)]
         return (
             f"cannot route within link capacity {problem.link_capacity}: link from router "
             f"({x}, {y}) going {d} needs {len(names)} lanes; flows crossing it: {crossing(names)}"
-        ), names
+        ), every
     r = Routing.of(colored, problem.color_budget, 0)
     passes = router_passes(r.lanes)
     budget = problem.color_budget
