@@ -1,10 +1,12 @@
-"""The functional simulator's inner loops, compiled with numba: rounding to fp16, the fp16 running
-sum, and one column block of a linear kernel in the fabric's order.
+"""The functional simulator's inner loops, compiled with numba: rounding to fp16 and the fp16
+running sum; the linear kernel's column blocks, the attention kernel's heads and the layernorm
+kernel's rows, each in the fabric's order (`wsecc.sim.functional` states the orders).
 
-The loops release the GIL (`nogil`), so `wsecc.sim.functional` runs a kernel's column blocks on
-several threads; each block's arithmetic is fixed, so the thread count never changes a result.
-numba compiles them on first use (a few seconds) and caches the machine code beside this file
-(or in its user cache directory when this one is read-only).
+The loops release the GIL (`nogil`), so `wsecc.sim.functional` splits a kernel's blocks, heads
+or rows over several threads; each one's arithmetic is fixed, so the thread count never changes
+a result. Each loop has one signature, compiled when this module is first imported after an
+install (about 6 s) and cached beside this file (or in numba's user cache directory when this
+one is read-only): later imports load it in a fraction of a second.
 
 Rounding to fp16 is the IEEE conversion, float32 to half and back (`_f16`: LLVM's fptrunc and
 fpext, which x86's F16C and Arm's fcvt do in hardware, many lanes an instruction): round to
@@ -81,13 +83,14 @@ def chain_f16(partials, out):  # type: ignore[no-untyped-def]
 
 @njit
 def _column_sums(xt, tiles, half, drop0, drop1, N, b):  # type: ignore[no-untyped-def]
-    """Columns b cw .. of x W [M, N] in the fabric's order, as [M, cw]. xt[h, M, kh]: x's columns as PE
-    rows hold them; tiles[blocks, h, kh, cw]: W's column blocks, zero-padded. PE row i's
-    partial x_i W_i, then the running sum from row i - 1 plus it (row 0 starts the sum). A
-    partial of one product (kh = 1) is that product; longer ones are BLAS's sgemm. `half`: the
-    partial and every running sum rounded to fp16 (`_f16`, `_f16_sum`), else float32 throughout
-    (sgemm adds the partial in: acc = 1 * (x_i W_i) + acc, the product formed first). Columns
-    drop0 .. drop1 - 1 lose row 0's partial (the drop_partial fault; drop0 = drop1: none)."""
+    """Columns b cw .. of x W [M, N] in the fabric's order, as [M, cw]. xt[h, M, kh]: x's
+    columns as PE rows hold them; tiles[blocks, h, kh, cw]: W's column blocks, zero-padded. PE
+    row i's partial x_i W_i, then the running sum from row i - 1 plus it (row 0 starts the
+    sum). A partial of one product (kh = 1) is that product; longer ones are BLAS's sgemm.
+    `half`: the partial and every running sum rounded to fp16 (`_f16`, `_f16_sum`), else
+    float32 throughout (sgemm adds the partial in: acc = 1 * (x_i W_i) + acc, the product
+    formed first). Columns drop0 .. drop1 - 1 lose row 0's partial (the drop_partial fault;
+    drop0 = drop1: none)."""
     h, M, kh = xt.shape
     cw = tiles.shape[3]
     c0 = b * cw
@@ -148,7 +151,7 @@ def column_blocks(xt, tiles, half, drop0, drop1, bias, act, store_half, y, b0, b
     and the result rounded to fp16 when `store_half`. (A tanh activation is numpy's to apply
     after: libm's tanhf, which numba calls, is one element at a time, numpy's is vectorized.)"""
     n_all = y.shape[1]
-    half_, one, rsqrt2 = np.float32(0.5), np.float32(1), np.float32(1 / np.sqrt(2))
+    c_half, one, rsqrt2 = np.float32(0.5), np.float32(1), np.float32(1 / np.sqrt(2))
     for b in range(b0, b1):
         acc = _column_sums(xt, tiles, half, drop0, drop1, n_all, b)
         c0 = b * tiles.shape[3]
@@ -162,7 +165,7 @@ def column_blocks(xt, tiles, half, drop0, drop1, bias, act, store_half, y, b0, b
                     if act == 1:
                         v = max(v, np.float32(0))
                     else:
-                        v = half_ * v * (one + np.float32(math.erf(v * rsqrt2)))
+                        v = c_half * v * (one + np.float32(math.erf(v * rsqrt2)))
                     v = _f16(v) if half else v
                 y[m, c0 + j] = _f16(v) if store_half else v
 

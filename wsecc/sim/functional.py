@@ -16,13 +16,14 @@ What is emulated, per kernel kind
     attention   keys and values dealt cyclically over the h rows (key j on row j mod h). Each PE
         scores the queries against its keys (the 1/sqrt(d) scale folded into the queries, as the
         cost model says), masked pairs replaced by the node's `fill` as in the reference, and
-        keeps a partial (max m_i, sum l_i = sum exp(s - m_i), acc_i = sum exp(s - m_i) v); the
-        partials are merged down the column row by row (online softmax: m = max(m, m_i),
-        l = l e^(m_old - m) + l_i e^(m_i - m), same for acc) and normalised at the bottom,
-        out = acc / l. Heads and query groups over columns change no arithmetic.
+        keeps a partial (max m_i, sum l_i = sum exp(s - m_i), acc_i = sum exp(s - m_i) v, both
+        sums in key order); the partials are merged down the column row by row (online
+        softmax: m = max(m, m_i), l = l e^(m_old - m) + l_i e^(m_i - m), same for acc) and
+        normalised at the bottom, out = acc / l. Heads and query groups over columns change no
+        arithmetic.
     layernorm   the feature dim split over the w columns (dw = cdiv(dim, w)). Each PE sums its
-        features; the per-PE sums are combined along the region row in column order (column 0
-        first). Two such row reductions: sum x gives the mean, then sum (x - mean)^2 the
+        features in order; the per-PE sums are combined along the region row in column order
+        (column 0 first). Two such row reductions: sum x gives the mean, then sum (x - mean)^2 the
         variance. (The cost model charges stats = 2 per row and LAYERNORM_OPS = 6 per element;
         the two-pass form has the same counts and, unlike sum x^2 - mean^2, does not cancel when
         |mean| >> std.) With a skip input, s = x + skip is formed in the accumulate type and
@@ -396,8 +397,9 @@ def _layernorm(b: _Build) -> Run:
         skipped = np.ascontiguousarray(args[1]).reshape(x.shape) if skip else _EMPTY_ROWS
         y = np.empty_like(x)
         s = np.empty_like(x) if emit else _EMPTY_ROWS
+        gamma, beta = _vector(args[-2]), _vector(args[-1])
         rows = functools.partial(
-            layernorm_rows, x, skipped, _vector(args[-2]), _vector(args[-1]), eps, cols, ar.half_accum,
+            layernorm_rows, x, skipped, gamma, beta, eps, cols, ar.half_accum,
             ar.store is round_to_f16, y, s,
         )  # fmt: skip
         _on_threads(rows, len(x), work=x.size * 8)  # about eight operations a feature
