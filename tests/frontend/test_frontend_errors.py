@@ -201,6 +201,14 @@ def test_absurd_declared_tensor(tmp_path, capsys):
     assert_one_line_error(*run_cli(capsys, "check", str(p)), "refusing to allocate")
 
 
+def test_a_sequence_past_the_position_table_names_the_limit(tmp_path, capsys):
+    """The sample's position table has 128 rows: --seq 256 looks up row 255."""
+    code, err = run_cli(capsys, "check", str(SAMPLE), "--seq", "256")
+    assert_one_line_error(
+        code, err, "index 255 is out of range for a dim of size 128", "bind --seq 128 or less"
+    )
+
+
 def test_negative_dim(tmp_path, capsys):
     t = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4, -3])
     p = tmp_path / "neg.onnx"

@@ -1061,9 +1061,14 @@ def _check_indices(n: onnx.NodeProto, idx: Value, sizes: Sequence[int]) -> None:
     for j, size in enumerate(sizes):
         lo, hi = int(cols[:, j].min()), int(cols[:, j].max())
         if lo < -size or hi >= size:
+            hint = (
+                f" (if these are positions, the model holds {size}: bind --seq {size} or less)"
+                if hi >= size and lo >= 0
+                else ""
+            )
             raise FrontendError(
                 f"{n.op_type} {n.name!r}: index {hi if hi >= size else lo} is out of range for "
-                f"a dim of size {size}"
+                f"a dim of size {size}{hint}"
             )
 
 
