@@ -39,7 +39,7 @@ from wsecc.kernels import (
 )
 from wsecc.numerics import TOLERANCE, make_inputs
 from wsecc.pm import PassManager
-from wsecc.sim.compiled import attention_heads, chain_f16, layernorm_rows
+from wsecc.sim.compiled import attention_heads, chain_f16, fallback_cache_dir, layernorm_rows
 from wsecc.sim.functional import (
     SimulationError,
     _chain,
@@ -552,6 +552,17 @@ def test_chain_adds_partials_in_index_order(shape):
 
 
 # --- errors and files ---------------------------------------------------------------------------
+
+
+def test_the_compiled_loops_cache_in_the_temporary_directory_when_nothing_else_is_writable(
+    tmp_path,
+):
+    """A read-only install without a home: numba would refuse to cache, so the cache moves to
+    the temporary directory; with a writable candidate it stays where numba looks first."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert fallback_cache_dir([blocked / "__pycache__"]).endswith("wsecc-numba-cache")
+    assert fallback_cache_dir([blocked / "__pycache__", tmp_path / "cache"]) is None
 
 
 def test_products_of_another_graph_are_refused():

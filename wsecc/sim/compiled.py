@@ -20,12 +20,40 @@ numbers).
 from __future__ import annotations
 
 import math
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
 
 import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
-from numba import njit, types
+from numba import config, njit, types
 from numba.extending import get_cython_function_address, intrinsic
+from numba.misc.appdirs import AppDirs
+
+
+def fallback_cache_dir(candidates: Iterable[Path]) -> str | None:
+    """None when numba can cache in one of `candidates` (it tries this file's __pycache__, then
+    its user cache directory); else a folder in the temporary directory, so that a read-only
+    install without a home still imports (numba refuses to cache with nowhere to write)."""
+    for path in candidates:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=path).close()
+            return None
+        except OSError:
+            continue
+    return os.path.join(tempfile.gettempdir(), "wsecc-numba-cache")
+
+
+if not config.CACHE_DIR:  # NUMBA_CACHE_DIR, if the user set it, wins
+    config.CACHE_DIR = (
+        fallback_cache_dir(
+            (Path(__file__).with_name("__pycache__"), Path(AppDirs("numba", False).user_cache_dir))
+        )
+        or ""
+    )
 
 # scipy's BLAS sgemm (the library scipy.linalg.blas calls), by a symbol name that cached machine
 # code can find again in a later process
