@@ -7,8 +7,8 @@ precision: onnxruntime's time (session creation, and the best of --repeat runs o
 graph optimizations off, as `wsecc.numerics.ort_run` runs it), the simulator's time (loading the
 program — weights rounded and tiled — and the best of --repeat runs), the ratios, and the largest
 max-rel-err and smallest PCC over the outputs. Inputs: `make_inputs(seed=0, padded=True)`.
-onnxruntime runs with its default thread count unless --ort-threads is given; the simulator's
-BLAS calls run on one thread (wsecc.sim.functional).
+onnxruntime runs with its default thread count unless --ort-threads is given; the simulator
+splits each kernel over every CPU (wsecc.sim.functional), its BLAS calls each on one thread.
 """
 
 from __future__ import annotations

@@ -27,13 +27,13 @@ def param_count(graph: Graph) -> int:
         c = v.const
         if c is None or c.size < 2 or c.dtype.kind != "f":
             continue
-        same = seen.get(_fingerprint(c), ())
+        key = _fingerprint(c)
         transposed = seen.get(_fingerprint(c.T), ()) if c.ndim == 2 else ()
-        if any(np.array_equal(c, y) for y in same) or any(
+        if any(np.array_equal(c, y) for y in seen.get(key, ())) or any(
             np.array_equal(c, y.T) for y in transposed
         ):
             continue
-        seen.setdefault(_fingerprint(c), []).append(c)
+        seen.setdefault(key, []).append(c)
         total += int(c.size)
     return total
 

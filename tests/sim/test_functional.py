@@ -321,7 +321,7 @@ def test_fp16_linear_rounds_every_partial_and_running_sum(path_, scale, drop_par
 
 
 def test_fp16_chain_matches_the_per_step_reference():
-    """`_chain` (layernorm and softmax row sums, batched linears) on fp16-rounded partials of
+    """`_chain` (the softmax kernel's row sums) on fp16-rounded partials of
     every magnitude, with infinities and nans among them."""
     rng = np.random.default_rng(0)
     ar = functional.Arithmetic.of("fp16")

@@ -76,7 +76,7 @@ class Conv:
     @property
     def macs(self) -> int:
         """Multiply-accumulates: cdiv(H, T)·cdiv(W, U) outputs of K channels, C·R·S each."""
-        return _cdiv(self.H, self.T) * _cdiv(self.W, self.U) * self.K * self.C * self.R * self.S
+        return cdiv(self.H, self.T) * cdiv(self.W, self.U) * self.K * self.C * self.R * self.S
 
 
 @dataclass(frozen=True)
@@ -103,14 +103,15 @@ class ExecParams:
     k: tuple[int, ...]
 
 
-def _cdiv(a: int, b: int) -> int:
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for integers."""
     return -(-a // b)
 
 
 def conv_time(conv: Conv, h: int, w: int, c: int, k: int) -> int:
     """ceil(ceil(H/h')·ceil(W/w')·ceil(C/c')·ceil(K/k')·R·S / (T·U))."""
-    work = _cdiv(conv.H, h) * _cdiv(conv.W, w) * _cdiv(conv.C, c) * _cdiv(conv.K, k)
-    return _cdiv(work * conv.R * conv.S, conv.T * conv.U)
+    work = cdiv(conv.H, h) * cdiv(conv.W, w) * cdiv(conv.C, c) * cdiv(conv.K, k)
+    return cdiv(work * conv.R * conv.S, conv.T * conv.U)
 
 
 def conv_memory(conv: Conv, h: int, w: int, c: int, k: int) -> Fraction:
@@ -144,7 +145,7 @@ def cblock_convs(H: int, W: int, F: int) -> tuple[Conv, ...]:
     return (
         Conv(H, W, 1, 1, half, q),
         Conv(H, W, 3, 3, q, q, 2, 2),
-        Conv(_cdiv(H, 2), _cdiv(W, 2), 1, 1, q, F),
+        Conv(cdiv(H, 2), cdiv(W, 2), 1, 1, q, F),
         Conv(H, W, 1, 1, half, F, 2, 2),
     )
 

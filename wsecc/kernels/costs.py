@@ -35,6 +35,7 @@ from types import MappingProxyType
 from wsecc.kernels.conv import (
     Conv,
     ConvShape,
+    cdiv,
     conv_memory,
     convs_of,
     frontier,
@@ -59,10 +60,6 @@ DEFAULT_CHUNK_TOKENS = 8
 double-buffered chunks stay a few KB per PE. A compiler option, not a hardware fact."""
 
 INDEX_BYTES = ELEM_TYPE_BYTES["i32"]
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def least_true(pred: Callable[[int], bool], lo: int, hi: int) -> int:
