@@ -1,12 +1,10 @@
-"""Analyses computed on demand from a Graph: parameters, FLOPs, fused-op provenance."""
+"""Analyses computed on demand from a Graph: parameters, FLOPs per sample, fused-op provenance."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
-from wsecc.ir.core import FUSED_OPS, Graph, Node, Op
+from wsecc.ir.core import FUSED_OPS, Graph
 
 _SAMPLES = 64
 
@@ -38,49 +36,13 @@ def param_count(graph: Graph) -> int:
     return total
 
 
-def _linear_flops(n: Node) -> int:
-    x, w = n.inputs[0], n.inputs[1]
-    rows = x.type.size // x.type.shape[-1]
-    return 2 * rows * w.type.shape[0] * w.type.shape[1]
+def flops_per_sample(graph: Graph) -> int:
+    """FLOPs of one sample (vector ops counted as flops) of a fused graph, as its kernels do the
+    work: each kind's one formula (`wsecc.kernels.kinds`), the figure sizing's ceiling and the
+    utilization use too."""
+    from wsecc.passes.lower import lower_to_kernels  # passes import this module's package
 
-
-def _matmul_flops(n: Node) -> int:
-    return 2 * n.output.type.size * n.inputs[0].type.shape[-1]
-
-
-def _attention_flops(n: Node) -> int:
-    b, sq, _ = n.inputs[0].type.shape
-    sk = n.inputs[1].type.shape[1]
-    h, dh = n.attr("num_heads"), n.attr("head_dim")
-    return 4 * b * h * sq * sk * dh  # q·kᵀ and p·v, dense (a causal kernel may skip half)
-
-
-_FLOPS: dict[Op, Callable[[Node], int]] = {
-    Op.LINEAR: _linear_flops,
-    Op.LM_HEAD: _linear_flops,
-    Op.MATMUL: _matmul_flops,
-    Op.GEMM: _matmul_flops,
-    Op.ATTENTION: _attention_flops,
-    Op.LAYER_NORM: lambda n: 8 * n.outputs[0].type.size,
-    Op.GELU: lambda n: 8 * n.output.type.size,
-    Op.SOFTMAX: lambda n: 5 * n.output.type.size,
-}
-
-
-def flops(graph: Graph) -> int:
-    """Floating-point operations of one run of the graph (all batch rows)."""
-    total = 0
-    for n in graph.nodes:
-        fn = _FLOPS.get(n.op)
-        if fn is not None:
-            total += fn(n)
-        elif n.outputs and n.outputs[0].type.dtype.is_float:
-            total += n.outputs[0].type.size
-    return total
-
-
-def batch_size(graph: Graph) -> int:
-    return graph.inputs[0].type.shape[0] if graph.inputs and graph.inputs[0].type.rank else 1
+    return lower_to_kernels(graph).flops_per_sample
 
 
 def fused_ops(graph: Graph) -> list[dict[str, object]]:

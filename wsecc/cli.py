@@ -137,7 +137,7 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from wsecc.analysis import batch_size, flops, fused_ops, param_count
+    from wsecc.analysis import flops_per_sample, fused_ops, param_count
 
     c = _load(args)
     fused, info = c.fused, c.import_info
@@ -148,7 +148,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "model": str(args.model),
         "bindings": info.bindings,
         "params": param_count(fused),
-        "flops_per_sample": flops(fused) // batch_size(fused),
+        "flops_per_sample": flops_per_sample(fused),
         "ops_raw": info.raw_ops,
         "ops_after": fused.op_histogram(),
         "fused": [{"op": f["op"], "onnx_nodes": f["onnx_nodes"]} for f in fused_ops(fused)],

@@ -328,14 +328,15 @@ class Compilation:
     def _model(self, g: Any) -> dict[str, Any]:
         """The report's model facts for graph `g`, computed once (hashing the file and
         counting the parameters take seconds on a real model)."""
-        from wsecc.analysis import batch_size, flops, param_count
+        from wsecc.analysis import flops_per_sample, param_count
 
         if self._model_facts is None or self._model_facts[0] is not g:
             facts = {
                 "path": str(self.model_path),
                 "sha256": sha256_of(self.model_path),
                 "params": param_count(g),
-                "flops_per_sample": flops(g) // batch_size(g),
+                # as the kernels do the work: known once the passes have fused the graph
+                "flops_per_sample": flops_per_sample(g) if g is self.fused else None,
             }
             self._model_facts = (g, facts)
         return dict(self._model_facts[1])

@@ -12,7 +12,7 @@ from wsecc.ispd2020.kgraph import parse_kgraph, read_kgraph
 from wsecc.ispd2020.perf import Conv, ExecParams, KernelSpec, kernel_graph
 from wsecc.ispd2020.size import PRECISION, contest_target
 from wsecc.ispd2020.solve import Instance
-from wsecc.kernels import COST_MODELS, Kernel, KernelKind, kernel_cost, size_regions
+from wsecc.kernels import KINDS, Kernel, KernelKind, kernel_cost, size_regions
 from wsecc.kernels.conv import breakpoints, frontier
 
 
@@ -106,9 +106,9 @@ def test_area_lower_bound_is_tight_at_the_step() -> None:
 
 
 def test_contest_kinds_are_shared_cost_models() -> None:
-    """conv/dblock/cblock sit in COST_MODELS; at a fixed region the model picks the fastest
+    """conv/dblock/cblock are kinds of the shared table; at a fixed region the model picks the fastest
     parameters whose rectangle fits it (checked by brute force on a small conv)."""
-    assert {KernelKind.CONV, KernelKind.DBLOCK, KernelKind.CBLOCK} <= set(COST_MODELS)
+    assert {KernelKind.CONV, KernelKind.DBLOCK, KernelKind.CBLOCK} <= set(KINDS)
     graph = parse_kgraph(TWO_CONVS)
     target = contest_target(graph)
     conv = Conv(8, 8, 1, 1, 8, 8)

@@ -12,14 +12,40 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wsecc.targets import load_target
 
-from wsecc.kernels import COST_MODELS, Kernel, KernelKind, kernel_cost
+from wsecc.kernels import KINDS, Kernel, KernelKind, kernel_cost
 from wsecc.kernels.costs import breakpoints, cdiv
+from wsecc.kernels.kind import PARAM_CHECKS
 
 TINY = load_target("tiny32")
 
 
-def test_every_kind_has_a_cost_model() -> None:
-    assert set(COST_MODELS) == set(KernelKind)
+def test_every_kind_is_defined_once_and_whole() -> None:
+    """Each kind's one definition names known param checks and edges, a cost model with a menu
+    for sizing, a tile split over params it has, and (transformer kinds) a functional builder
+    that resolves; no fused op is claimed by two kinds."""
+    contest = {KernelKind.CONV, KernelKind.DBLOCK, KernelKind.CBLOCK}
+    assert set(KINDS) == set(KernelKind)
+    claimed: dict[object, KernelKind] = {}
+    for kind, d in KINDS.items():
+        assert d.kind is kind
+        assert set(d.params.values()) <= set(PARAM_CHECKS)
+        assert {d.in_edge, d.out_edge} <= {"N", "S", "E", "W"}
+        assert (d.shapes is None) != (d.frontier is None)
+        assert {p for p in d.tile_split if p is not None} <= set(d.params)
+        assert callable(d.builder()) or kind in contest
+        for op in d.lowers:
+            assert op not in claimed, (op, kind, claimed[op])
+            claimed[op] = kind
+
+
+def test_split_kinds_size_on_their_tile_split() -> None:
+    """Sizing's candidate rows and columns for a kind that splits a param over each axis are
+    that param's breakpoints: the SRAM map and sizing read the same split."""
+    k = Kernel("fc", KernelKind.LINEAR, dict(tokens=8, K=40, N=24, has_bias=False,
+                                              activation="", residual=False))  # fmt: skip
+    rows, cols = k.spec.shapes(k.params, 32, 32)
+    assert k.spec.tile_split == ("K", "N")
+    assert rows == breakpoints(40, 32) and cols == breakpoints(24, 32)
 
 
 def test_linear_on_4x4_by_hand() -> None:

@@ -9,7 +9,8 @@ import pytest
 from wsecc.targets import PRECISIONS
 
 from wsecc.kernels import Flow, Kernel, KernelGraph, KernelGraphError, KernelKind, Port
-from wsecc.kernels.ir import PRECISION_TABLE, attention_pairs
+from wsecc.kernels.ir import PRECISION_TABLE
+from wsecc.kernels.kinds.attention import attention_pairs
 
 LINEAR = dict(tokens=16, K=64, N=32, has_bias=True, activation="gelu_tanh", residual=True)
 

@@ -1,7 +1,7 @@
 """Sizing a contest graph with the shared machinery of `wsecc.kernels`.
 
 The kgraph's kernels are a `KernelGraph` of kinds conv, dblock and cblock (perf.kernel_graph),
-whose cost model (`wsecc.kernels.conv`, registered in `COST_MODELS`) lists each kernel's
+whose cost model (`wsecc.kernels.conv`, defined in `wsecc.kernels.kinds.contest`) lists each kernel's
 (height, width) frontier at a Δt. The contest's fabric is the `cs1-ispd2020` target with the
 kgraph header's width, height and memlimit; its 16-bit words are the fp16 storage type.
 
@@ -22,7 +22,7 @@ from wsecc.ispd2020.kgraph import KGraph
 from wsecc.ispd2020.perf import KernelSpec
 from wsecc.kernels import CostContext, KernelGraph, SizingError, precision, size_regions
 from wsecc.kernels.conv import ConvShape, frontier
-from wsecc.kernels.costs import conv_memlimit
+from wsecc.kernels.kinds.contest import conv_memlimit
 from wsecc.targets import Target, load_target
 
 PRECISION = "fp16"

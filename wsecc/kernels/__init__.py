@@ -1,11 +1,11 @@
-"""The kernel library: kernel-level IR, per-kind cost models, and region sizing.
+"""The kernel library: kernel-level IR, the kernel kinds (each defined once, `kinds/`), the cost
+machinery, and region sizing.
 
 from wsecc.kernels import KernelGraph, size_regions
 sizing = size_regions(kernel_graph, load_target("wse2"), "mixed")
 """
 
 from wsecc.kernels.costs import (
-    COST_MODELS,
     DEFAULT_CHUNK_TOKENS,
     CostContext,
     KernelCost,
@@ -13,7 +13,6 @@ from wsecc.kernels.costs import (
     kernel_cost,
 )
 from wsecc.kernels.ir import (
-    KIND_SPECS,
     Flow,
     Kernel,
     KernelGraph,
@@ -22,6 +21,8 @@ from wsecc.kernels.ir import (
     Port,
     precision,
 )
+from wsecc.kernels.kind import KindDef
+from wsecc.kernels.kinds import KINDS, lower_node
 from wsecc.kernels.sizing import (
     FitBounds,
     KernelSizing,
@@ -34,9 +35,9 @@ from wsecc.kernels.sizing import (
 )
 
 __all__ = [
-    "COST_MODELS",
     "DEFAULT_CHUNK_TOKENS",
-    "KIND_SPECS",
+    "KINDS",
+    "KindDef",
     "CostContext",
     "Flow",
     "Kernel",
@@ -51,6 +52,7 @@ __all__ = [
     "SizingError",
     "SramBreakdown",
     "kernel_cost",
+    "lower_node",
     "precision",
     "fit_bounds",
     "size_regions",

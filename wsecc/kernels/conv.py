@@ -18,8 +18,8 @@ A dblock/cblock is a group of convs sharing h' and w' (each conv i has its own c
     cblock(H, W, F):  conv(H, W, 1, 1, F/2, F/4, 1), conv(H, W, 3, 3, F/4, F/4, 2),
                       conv(H/2, W/2, 1, 1, F/4, F, 1), conv(H, W, 1, 1, F/2, F, 2)
 
-These are the kernel kinds `conv`, `dblock` and `cblock` of `wsecc.kernels`: their entries in
-`COST_MODELS` (costs.py) turn the (height, width) `frontier` below into the shared sizing's menu,
+These are the kernel kinds `conv`, `dblock` and `cblock` of `wsecc.kernels`: their definitions
+(`wsecc.kernels.kinds.contest`) turn the (height, width) `frontier` below into the shared sizing's menu,
 so `size_regions` sizes a contest graph with the same search as a transformer's.
 
 Our conventions for what the handout leaves open (docs/ispd2020.md §Conventions):

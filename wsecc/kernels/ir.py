@@ -7,9 +7,9 @@ changes throughput and latency but no kernel's shape, work or SRAM.
 
 Kernels
     `Kernel(name, kind, params, provenance)`. `kind` is a `KernelKind`; `params` holds plain
-    ints/floats/bools/strs whose names and types are fixed per kind by `KIND_SPECS` (the table the
-    verifier checks against). Work (`flops_per_sample`) and resident weights (`weight_elems`) are
-    derived from the params by the same table, so lowering states shapes once and every consumer
+    ints/floats/bools/strs whose names and types are fixed by the kind's definition
+    (`wsecc.kernels.kinds`, which the verifier checks against). Work (`flops_per_sample`) and
+    resident weights (`weight_elems`) are derived from the params by the same definition, so lowering states shapes once and every consumer
     agrees on the numbers. Weight *bytes* depend on the precision chosen at sizing:
     `kernel.weight_bytes("mixed")`.
 
@@ -21,7 +21,7 @@ Flows
 
 Region edges (`src_edge`, `dst_edge` in N/S/E/W)
     Which edge of its region a flow leaves or enters, so the router knows where lanes start and
-    end. Each kind has a default pair in `KIND_SPECS` (see `wsecc.kernels.costs` for why):
+    end. Each kind's definition has a default pair (its cost model's docstring says why):
     matmul-like kinds (linear, lm_head) and embedding take input on W (K split over rows) and emit
     on S (N split over columns); row-wise kinds (layernorm, softmax, elementwise) take input on N
     and emit on S (the feature dim split over columns); attention takes queries on N, keys/values on
@@ -41,17 +41,19 @@ Graph inputs and outputs
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
-from wsecc.kernels.conv import BLOCK_ARGS, CONV_ARGS, convs_of
+from wsecc.kernels.kind import PARAM_CHECKS, Params
+
+if TYPE_CHECKING:
+    from wsecc.kernels.kind import KindDef
 
 Scalar = int | float | bool | str
-Params = Mapping[str, Any]  # values are Scalars, checked per kind by the verifier
 EDGES: tuple[str, ...] = ("N", "S", "E", "W")
 
 
@@ -113,219 +115,6 @@ def elem_bytes(elem_type: str, precision_name: str) -> int:
     return precision(precision_name).storage_bytes if fixed is None else fixed
 
 
-# --- per-element operation counts ----------------------------------------------------------------
-# Vector ops per element, the unit the cost models charge at `vector_ops_per_cycle`. Add, mul,
-# max and moves are 1. No transcendental or divide appears in the WSE-2 SIMD table (wafer-facts
-# §3.1), so TRANSCENDENTAL_OPS is our estimate: range reduction (2) + a degree-5 polynomial in
-# Horner form (5) + scaling (1) = 8. Composite ops are written out as sums.
-
-TRANSCENDENTAL_OPS = 8
-
-ELEMENTWISE_OPS: Mapping[str, int] = MappingProxyType(
-    {
-        "add": 1,
-        "sub": 1,
-        "mul": 1,
-        "neg": 1,
-        "max": 1,
-        "min": 1,
-        "relu": 1,
-        "where": 1,
-        "copy": 1,
-        "cast": 1,
-        "div": TRANSCENDENTAL_OPS,  # reciprocal by Newton iterations, then a multiply
-        "exp": TRANSCENDENTAL_OPS,
-        "tanh": TRANSCENDENTAL_OPS,
-        "erf": TRANSCENDENTAL_OPS,
-        "sqrt": TRANSCENDENTAL_OPS,
-        "sigmoid": TRANSCENDENTAL_OPS + 2,  # 1 / (1 + exp(-x))
-        # 0.5 x (1 + tanh(c (x + 0.044715 x^3))): x^3 2, fma 1, scale 1, tanh, +1 1, 0.5 x 2
-        "gelu_tanh": TRANSCENDENTAL_OPS + 7,
-        # 0.5 x (1 + erf(x / sqrt 2)): scale 1, erf, +1 1, 0.5 x 2
-        "gelu_erf": TRANSCENDENTAL_OPS + 4,
-    }
-)
-
-ACTIVATIONS: Mapping[str, int] = MappingProxyType(
-    {
-        "": 0,
-        "relu": 1,
-        "gelu_tanh": ELEMENTWISE_OPS["gelu_tanh"],
-        "gelu_erf": ELEMENTWISE_OPS["gelu_erf"],
-        "tanh": TRANSCENDENTAL_OPS,  # BERT's pooler
-    }
-)
-"""Linear epilogue activations and their vector ops per output element."""
-
-LAYERNORM_OPS = 6
-"""Per element: sum x (1), sum x^2 (1 FMA), x - mean (1), * rstd (1), * gamma (1), + beta (1)."""
-
-SOFTMAX_OPS = 3 + TRANSCENDENTAL_OPS + 1
-"""Per element: running max (1), x - max (1), exp (8), running sum (1), * 1/sum (1) = 12."""
-
-SCORE_OPS = 3 + TRANSCENDENTAL_OPS
-"""Per attention score: running max (1), s - max (1), exp (8), running sum (1) = 11.
-The 1/sqrt(d) scale is folded into Q; a padding mask adds 1 op (an add) per score."""
-
-
-def attention_pairs(seq: int, causal: bool) -> int:
-    """(query, key) pairs of one head: seq^2, or seq (seq + 1) / 2 under a causal mask."""
-    return seq * (seq + 1) // 2 if causal else seq * seq
-
-
-# --- per-kind specs ------------------------------------------------------------------------------
-
-_PARAM_CHECKS: Mapping[str, tuple[Callable[[Any], bool], str]] = MappingProxyType(
-    {
-        "int+": (lambda v: type(v) is int and v > 0, "a positive int"),
-        "int0": (lambda v: type(v) is int and v >= 0, "an int >= 0"),
-        "bool": (lambda v: type(v) is bool, "a bool"),
-        "str": (lambda v: type(v) is str, "a str"),
-    }
-)
-
-
-def _no_check(p: Params) -> str:
-    return ""
-
-
-def _one_of(param: str, table: Mapping[str, int]) -> Callable[[Params], str]:
-    def check(p: Params) -> str:
-        if p[param] in table:
-            return ""
-        return f"{param} {p[param]!r} is not one of {', '.join(repr(k) for k in table)}"
-
-    return check
-
-
-@dataclass(frozen=True)
-class KindSpec:
-    """What a kernel kind requires and how its work and weights follow from its params."""
-
-    params: Mapping[str, str]  # name -> check tag in _PARAM_CHECKS
-    flops: Callable[[Params], int]  # per sample; vector ops count as flops
-    weight_elems: Callable[[Params], int]  # resident weight elements
-    in_edge: str
-    out_edge: str
-    check: Callable[[Params], str] = _no_check  # '' or why the params are invalid
-
-
-def _linear_flops(p: Params) -> int:
-    epilogue = int(p["has_bias"]) + int(p["residual"]) + ACTIVATIONS[str(p["activation"])]
-    return int(2 * p["tokens"] * p["K"] * p["N"] + p["tokens"] * p["N"] * epilogue)
-
-
-def _attention_flops(p: Params) -> int:
-    heads, seq, d = int(p["heads"]), int(p["seq"]), int(p["head_dim"])
-    per_pair = 4 * d + SCORE_OPS + int(p["padding_mask"])  # QK^T 2d, PV 2d, softmax
-    return heads * attention_pairs(seq, bool(p["causal"])) * per_pair + heads * seq * d
-
-
-def _conv_spec(kind: str) -> KindSpec:
-    """A contest kernel: 2 flops per MAC of its convs, their filters as weights. Activations
-    stream west to east (the contest does not model ports)."""
-    block = kind != "conv"
-
-    def check(p: Params) -> str:
-        return f"F={p['F']} is not divisible by 4" if block and p["F"] % 4 else ""
-
-    return KindSpec(
-        params=dict.fromkeys(BLOCK_ARGS if block else CONV_ARGS, "int+"),
-        flops=lambda p: 2 * sum(c.macs for c in convs_of(kind, p)),
-        weight_elems=lambda p: sum(c.C * c.K * c.R * c.S for c in convs_of(kind, p)),
-        in_edge="W",
-        out_edge="E",
-        check=check,
-    )
-
-
-KIND_SPECS: Mapping[KernelKind, KindSpec] = MappingProxyType(
-    {
-        # y[M,N] = act(x[M,K] W[K,N] + b) + residual
-        KernelKind.LINEAR: KindSpec(
-            params={
-                "tokens": "int+",
-                "K": "int+",
-                "N": "int+",
-                "has_bias": "bool",
-                "activation": "str",
-                "residual": "bool",
-            },
-            flops=_linear_flops,
-            weight_elems=lambda p: p["K"] * p["N"] + int(p["has_bias"]) * p["N"],
-            in_edge="W",
-            out_edge="S",
-            check=_one_of("activation", ACTIVATIONS),
-        ),
-        # softmax(Q K^T / sqrt(d) + mask) V over `heads` heads; projections are linear kernels
-        KernelKind.ATTENTION: KindSpec(
-            params={
-                "seq": "int+",
-                "heads": "int+",
-                "head_dim": "int+",
-                "causal": "bool",
-                "padding_mask": "bool",
-            },
-            flops=_attention_flops,
-            weight_elems=lambda p: 0,
-            in_edge="N",
-            out_edge="S",
-        ),
-        # y = LN(x + r) (and x + r as a second output when has_residual)
-        KernelKind.LAYERNORM: KindSpec(
-            params={"rows": "int+", "dim": "int+", "has_residual": "bool"},
-            flops=lambda p: p["rows"] * p["dim"] * (LAYERNORM_OPS + int(p["has_residual"])),
-            weight_elems=lambda p: 2 * p["dim"],
-            in_edge="N",
-            out_edge="S",
-        ),
-        KernelKind.SOFTMAX: KindSpec(
-            params={"rows": "int+", "dim": "int+"},
-            flops=lambda p: p["rows"] * p["dim"] * SOFTMAX_OPS,
-            weight_elems=lambda p: 0,
-            in_edge="N",
-            out_edge="S",
-        ),
-        # out[rows, dim] = op(in_1, ..., in_inputs)
-        KernelKind.ELEMENTWISE: KindSpec(
-            params={"rows": "int+", "dim": "int+", "op": "str", "inputs": "int+"},
-            flops=lambda p: p["rows"] * p["dim"] * ELEMENTWISE_OPS[str(p["op"])],
-            weight_elems=lambda p: 0,
-            in_edge="N",
-            out_edge="S",
-            check=_one_of("op", ELEMENTWISE_OPS),
-        ),
-        # out[t] = sum over n_tables lookups of table[id]; vocab = rows of all tables together
-        KernelKind.EMBEDDING: KindSpec(
-            params={"vocab": "int+", "dim": "int+", "rows": "int+", "n_tables": "int+"},
-            flops=lambda p: p["rows"] * p["dim"] * (p["n_tables"] - 1),
-            weight_elems=lambda p: p["vocab"] * p["dim"],
-            in_edge="W",
-            out_edge="S",
-        ),
-        # logits[rows, vocab] = x[rows, K] W[K, vocab]; tied: W is the embedding table
-        KernelKind.LM_HEAD: KindSpec(
-            params={"rows": "int+", "K": "int+", "vocab": "int+", "tied": "bool"},
-            flops=lambda p: 2 * p["rows"] * p["K"] * p["vocab"],
-            weight_elems=lambda p: p["K"] * p["vocab"],
-            in_edge="W",
-            out_edge="S",
-        ),
-        # anything else: its work, weights and largest activation given directly
-        KernelKind.GENERIC: KindSpec(
-            params={"op": "str", "flops": "int0", "weight_elems": "int0", "elements": "int+"},
-            flops=lambda p: int(p["flops"]),
-            weight_elems=lambda p: int(p["weight_elems"]),
-            in_edge="W",
-            out_edge="S",
-        ),
-        KernelKind.CONV: _conv_spec("conv"),
-        KernelKind.DBLOCK: _conv_spec("dblock"),
-        KernelKind.CBLOCK: _conv_spec("cblock"),
-    }
-)
-
-
 # --- the IR -------------------------------------------------------------------------------------
 
 
@@ -344,8 +133,11 @@ class Kernel:
         object.__setattr__(self, "provenance", tuple(self.provenance))
 
     @property
-    def spec(self) -> KindSpec:
-        return KIND_SPECS[self.kind]
+    def spec(self) -> KindDef:
+        """Its kind's definition (`wsecc.kernels.kinds`)."""
+        from wsecc.kernels.kinds import KINDS  # the kinds import this module
+
+        return KINDS[self.kind]
 
     @property
     def flops_per_sample(self) -> int:
@@ -373,7 +165,7 @@ class Kernel:
         for key in sorted(self.params.keys() - expected.keys()):
             raise KernelGraphError(f"{self.describe()}: unknown param {key!r}")
         for key, tag in expected.items():
-            ok, word = _PARAM_CHECKS[tag]
+            ok, word = PARAM_CHECKS[tag]
             if not ok(self.params[key]):
                 raise KernelGraphError(
                     f"{self.describe()}: param {key!r} must be {word}, got {self.params[key]!r}"

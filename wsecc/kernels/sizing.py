@@ -41,13 +41,12 @@ from typing import Any
 from wsecc.kernels.costs import (
     DEFAULT_CHUNK_TOKENS,
     CostContext,
-    CostModel,
     KernelCost,
     SramBreakdown,
-    cost_model,
     least_true,
 )
 from wsecc.kernels.ir import Kernel, KernelGraph
+from wsecc.kernels.kind import KindDef
 from wsecc.targets import Target, check_precision
 
 DEFAULT_FILL = 0.85
@@ -247,9 +246,9 @@ class _Menu:
 
 class _FrontierMenu:
     """The menu of a kind whose cost model lists its own shapes within a stage time
-    (`CostModel.frontier`): computed per T on demand and kept."""
+    (`KindDef.frontier`): computed per T on demand and kept."""
 
-    def __init__(self, model: CostModel, kernel: Kernel, ctx: CostContext) -> None:
+    def __init__(self, model: KindDef, kernel: Kernel, ctx: CostContext) -> None:
         self._shapes = functools.partial(model.frontier, kernel.params, ctx=ctx)
         self._cache: dict[int | None, tuple[KernelCost, ...]] = {}
 
@@ -302,7 +301,7 @@ def _menu_of(
     kernel: Kernel, ctx: CostContext, max_aspect: float
 ) -> tuple[list[KernelCost], Menu | None]:
     """A kernel's menu (None if no shape fits a PE) and the shapes costed to build it."""
-    model = cost_model(kernel.kind)
+    model = kernel.spec
     if model.frontier is not None:
         menu = _FrontierMenu(model, kernel, ctx)
         return [], menu if menu.shapes_within(None) else None
@@ -527,7 +526,8 @@ def sizing_at(
     kernels, over = [], []
     for ks in base.kernels:
         h, w = shapes.get(ks.name, (ks.h, ks.w))
-        c = cost_model(kg.kernel(ks.name).kind).cost(kg.kernel(ks.name).params, h, w, ctx)
+        kernel = kg.kernel(ks.name)
+        c = kernel.spec.cost(kernel.params, h, w, ctx)
         if c.sram.total > target.sram.bytes_per_pe:
             over.append(f"{ks.name!r} {c.sram.total:,} B")
         kernels.append(

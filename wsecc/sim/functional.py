@@ -471,20 +471,8 @@ def _reference(b: _Build) -> Run:
 
 
 Builder = Callable[[_Build], Run]
-
-BUILDERS: Mapping[KernelKind, Builder] = MappingProxyType(
-    {
-        KernelKind.LINEAR: _linear,
-        KernelKind.LM_HEAD: _linear,
-        KernelKind.ATTENTION: _attention,
-        KernelKind.LAYERNORM: _layernorm,
-        KernelKind.SOFTMAX: _softmax,
-        KernelKind.EMBEDDING: _embedding,
-        KernelKind.ELEMENTWISE: _reference,
-        KernelKind.GENERIC: _reference,
-    }
-)
-"""The tiled implementation of each kernel kind (a kind without one is an error)."""
+"""A kernel kind's tiled implementation, named by its definition's `simulate`
+(`wsecc.kernels.kinds`)."""
 
 
 # --- the program ------------------------------------------------------------------------------------
@@ -584,11 +572,13 @@ def compile_functional(
         else:
             if name not in regions:
                 raise SimulationError(f"sizing {sizing.graph!r} has no region for {name!r}")
-            kind = kernels[name].kind
-            if kind not in BUILDERS:
-                raise SimulationError(f"no functional model for kernel kind {kind.value!r}")
+            builder = kernels[name].spec.builder()
+            if builder is None:
+                raise SimulationError(
+                    f"no functional model for kernel kind {kernels[name].kind.value!r}"
+                )
             build = _Build(n, regions[name], ar, fault if name == faulty else None)
-            run = BUILDERS[kind](build)
+            run = builder(build)
             held = build.held
         args = tuple(arg(v, j in held) for j, v in enumerate(n.inputs))
         free = tuple(dict.fromkeys(v for v in n.inputs if last_use.get(v) == i and v not in keep))

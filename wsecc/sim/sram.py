@@ -2,8 +2,8 @@
 
 Each kernel's cost model reports its region's *fullest* PE (`SramBreakdown`); the map spreads
 that over the region the way the mapping tiles it. A kind's mapping splits one param over the
-region's rows and one over its columns (`TILE_SPLITS`, read off the mappings in
-`wsecc.kernels.costs`): an extent X over r PEs gives X mod r of them cdiv(X, r) items and the
+region's rows and one over its columns (its definition's `tile_split`, `wsecc.kernels.kinds`,
+from which sizing's candidate shapes also come): an extent X over r PEs gives X mod r of them cdiv(X, r) items and the
 rest X // r (none when X < r: those PEs hold only the reserve, the code every PE of a region
 loads). A PE's bytes are the cost model evaluated with the split params narrowed to its share
 (X' = share x r, so cdiv(X', r) = share), so the fullest PE is exactly the cost model's figure.
@@ -26,26 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from wsecc.kernels import Kernel, KernelGraph, KernelKind, Sizing, SramBreakdown, kernel_cost
+from wsecc.kernels import Kernel, KernelGraph, Sizing, SramBreakdown, kernel_cost
 from wsecc.place.problem import Placement
 from wsecc.sim.perf import SimulationError
 from wsecc.targets import Target, check_precision
 
 COMPONENTS: tuple[str, ...] = ("weights", "buffers", "kv", "reserve")
-
-TILE_SPLITS: Mapping[KernelKind, tuple[str | None, str | None]] = MappingProxyType(
-    {
-        KernelKind.LINEAR: ("K", "N"),  # W[K_i, N_j] on PE (i, j)
-        KernelKind.LM_HEAD: ("K", "vocab"),
-        KernelKind.EMBEDDING: ("vocab", "dim"),  # table rows over rows, features over columns
-        KernelKind.ATTENTION: ("seq", None),  # keys cyclic over rows; heads over columns
-        KernelKind.LAYERNORM: (None, "dim"),  # features over columns
-        KernelKind.SOFTMAX: (None, "dim"),
-        KernelKind.ELEMENTWISE: (None, "dim"),
-        KernelKind.GENERIC: (None, None),  # spread evenly over all PEs
-    }
-)
-"""Per kind: the param its mapping splits over region rows, and over columns."""
 
 HISTOGRAM_BIN_BYTES = 1024  # 1 KiB bins: the reserve and buffers are KiB-sized
 
@@ -146,7 +132,7 @@ def _pe_breakdowns(
     kernel: Kernel, h: int, w: int, precision: str, target: Target, chunk_tokens: int
 ) -> tuple[dict[tuple[int, int], SramBreakdown], np.ndarray, np.ndarray]:
     """({(row share, col share): bytes}, row shares, col shares) of a kernel on h x w."""
-    row_param, col_param = TILE_SPLITS[kernel.kind]
+    row_param, col_param = kernel.spec.tile_split
     rows = _shares(kernel.params[row_param], h) if row_param else np.ones(h, np.int64)
     cols = _shares(kernel.params[col_param], w) if col_param else np.ones(w, np.int64)
     full = (int(rows.max()), int(cols.max()))

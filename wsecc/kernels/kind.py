@@ -1,0 +1,113 @@
+"""What defines a kernel kind: `KindDef`, the one record per kind.
+
+Every fact about a kind lives in its `KindDef`, written once in `wsecc.kernels.kinds.<family>`:
+
+    params        the typed parameters (name -> check tag of `PARAM_CHECKS`), and `check` for
+                  constraints between them
+    flops         work per sample (vector ops count as flops): sizing's ceiling, utilization and
+                  the report's FLOPs all read this one formula
+    weight_elems  resident weight elements
+    in_edge, out_edge   the region edges its activations enter and leave by (`wsecc.kernels.ir`)
+    cost          SRAM per PE and cycles per sample on an h x w region (`wsecc.kernels.costs`)
+    shapes / frontier   sizing's menu: candidate row and column counts, or a frontier of shapes
+                  per stage time (the contest's convolutions)
+    tile_split    the param its mapping splits over region rows and over columns: the SRAM map
+                  spreads the fullest PE over the region by it, and, when `shapes` is not given,
+                  sizing's candidates are its breakpoints, so map and sizing agree by construction
+    lowers, lower which fused ops become this kind, and their params (`wsecc.passes.lower`)
+    simulate      the functional simulator's tiled implementation (`wsecc.sim.functional`), a
+                  dotted "module:function" resolved when a program is built, so importing a kind
+                  never imports the simulator
+
+A new kind is one new `KindDef` added to `KINDS` (`wsecc.kernels.kinds`); a new fact about every
+kind (a gradient rule, a cache) is one new field here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wsecc.ir.core import Node, Op
+    from wsecc.kernels.costs import CostFn, FrontierFn, ShapesFn
+    from wsecc.kernels.ir import KernelKind
+
+Params = Mapping[str, Any]  # values are Scalars, checked per kind by the verifier
+
+PARAM_CHECKS: Mapping[str, tuple[Callable[[Any], bool], str]] = MappingProxyType(
+    {
+        "int+": (lambda v: type(v) is int and v > 0, "a positive int"),
+        "int0": (lambda v: type(v) is int and v >= 0, "an int >= 0"),
+        "bool": (lambda v: type(v) is bool, "a bool"),
+        "str": (lambda v: type(v) is str, "a str"),
+    }
+)
+"""Check tags for `KindDef.params`: a predicate and the words an error uses."""
+
+
+def no_check(p: Params) -> str:
+    return ""
+
+
+def one_of(param: str, table: Mapping[str, int]) -> Callable[[Params], str]:
+    """A `KindDef.check`: `param` must be a key of `table`."""
+
+    def check(p: Params) -> str:
+        if p[param] in table:
+            return ""
+        return f"{param} {p[param]!r} is not one of {', '.join(repr(k) for k in table)}"
+
+    return check
+
+
+# --- per-element operation counts shared by several kinds ----------------------------------------
+# Vector ops per element, the unit the cost models charge at `vector_ops_per_cycle`. Add, mul,
+# max and moves are 1. No transcendental or divide appears in the WSE-2 SIMD table
+# (wafer-facts §3.1), so TRANSCENDENTAL_OPS is our estimate: range reduction (2) + a degree-5
+# polynomial in Horner form (5) + scaling (1) = 8.
+
+TRANSCENDENTAL_OPS = 8
+
+LoweringFn = Callable[["Node", int], "dict[str, object] | None"]
+"""A fused node and the batch size -> the kernel's params, or None when the node is not this
+kind after all (an elementwise op on a scalar is generic)."""
+
+
+@dataclass(frozen=True)
+class KindDef:
+    """One kernel kind, every fact about it (module doc)."""
+
+    kind: KernelKind
+    params: Mapping[str, str]
+    flops: Callable[[Params], int]
+    weight_elems: Callable[[Params], int]
+    in_edge: str
+    out_edge: str
+    cost: CostFn
+    tile_split: tuple[str | None, str | None]
+    shapes: ShapesFn | None = None
+    frontier: FrontierFn | None = None
+    check: Callable[[Params], str] = no_check
+    lowers: frozenset[Op] = frozenset()
+    lower: LoweringFn | None = None
+    simulate: str = ""  # "module:function" of its functional builder; "" = not simulated
+
+    def __post_init__(self) -> None:
+        if self.shapes is None and self.frontier is None:
+            rows, cols = self.tile_split
+            if rows is None or cols is None:
+                raise ValueError(f"kind {self.kind}: give shapes when tile_split is not full")
+            from wsecc.kernels.costs import split_shapes
+
+            object.__setattr__(self, "shapes", split_shapes(rows, cols))
+
+    def builder(self) -> Callable[..., Any] | None:
+        """The functional simulator's builder for this kind, imported on first use."""
+        if not self.simulate:
+            return None
+        module, _, name = self.simulate.partition(":")
+        return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]

@@ -1,0 +1,65 @@
+"""`embedding`: out[t] = sum over n_tables lookups of table[id]; vocab = rows of all tables
+together."""
+
+from __future__ import annotations
+
+from wsecc.ir.core import Node, Op
+from wsecc.kernels.costs import INDEX_BYTES, CostContext, KernelCost, cdiv
+from wsecc.kernels.ir import KernelKind
+from wsecc.kernels.kind import KindDef, Params
+from wsecc.kernels.kinds.common import rows_per_sample
+
+
+def embedding_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
+    """Gather: out[t] = sum of n_tables rows table[id], table[vocab, dim] resident.
+
+    Mapping: table rows split over region rows, vh = cdiv(vocab, h); features over columns,
+    dw = cdiv(dim, w). Ids (i32) enter on the W edge and are multicast to every PE; the PE row
+    owning an id sends its dw slice down the column, where the n_tables lookups of a token are
+    summed in flight; results leave on the S edge. Compute is charged for the worst case, all
+    lookups of a sample landing on one PE row (a repeated token), so it does not shrink with h.
+
+        weights = vh dw sb
+        buffers = 2 c n_tables INDEX_BYTES + 2 c dw sb   double-buffered ids and output chunk
+        compute = cdiv(rows n_tables dw, v)
+        link    = max(cdiv(rows n_tables INDEX_BYTES, L), cdiv(rows dw sb, L))
+    """
+    vocab, dim, M, n = p["vocab"], p["dim"], p["rows"], p["n_tables"]
+    sb, c = ctx.sb, ctx.chunk(M)
+    vh, dw = cdiv(vocab, h), cdiv(dim, w)
+    return ctx.cost(
+        h,
+        w,
+        weights=vh * dw * sb,
+        buffers=2 * c * n * INDEX_BYTES + 2 * c * dw * sb,
+        compute=cdiv(M * n * dw, ctx.v),
+        link=max(cdiv(M * n * INDEX_BYTES, ctx.L), cdiv(M * dw * sb, ctx.L)),
+        in_bytes=M * n * INDEX_BYTES,
+        out_bytes=M * dim * sb,
+    )
+
+
+def _lower(n: Node, b: int) -> dict[str, object]:
+    tables = n.inputs[1::2]
+    out = n.output
+    return {
+        "vocab": sum(t.type.shape[0] for t in tables),
+        "dim": out.type.shape[-1],
+        "rows": rows_per_sample(out, b),
+        "n_tables": len(tables),
+    }
+
+
+EMBEDDING = KindDef(
+    kind=KernelKind.EMBEDDING,
+    params={"vocab": "int+", "dim": "int+", "rows": "int+", "n_tables": "int+"},
+    flops=lambda p: p["rows"] * p["dim"] * (p["n_tables"] - 1),
+    weight_elems=lambda p: p["vocab"] * p["dim"],
+    in_edge="W",
+    out_edge="S",
+    cost=embedding_cost,
+    tile_split=("vocab", "dim"),  # table rows over rows, features over columns
+    lowers=frozenset({Op.EMBEDDING}),
+    lower=_lower,
+    simulate="wsecc.sim.functional:_embedding",
+)

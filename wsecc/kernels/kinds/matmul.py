@@ -1,0 +1,179 @@
+"""Matmul kinds: `linear` (a fused Linear with its epilogue) and `lm_head`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from wsecc.ir.core import Node, Op
+from wsecc.kernels.costs import CostContext, KernelCost, cdiv
+from wsecc.kernels.ir import KernelKind
+from wsecc.kernels.kind import TRANSCENDENTAL_OPS, KindDef, Params, one_of
+from wsecc.kernels.kinds.common import rows_per_sample
+from wsecc.kernels.kinds.rowwise import ELEMENTWISE_OPS
+
+ACTIVATIONS: Mapping[str, int] = MappingProxyType(
+    {
+        "": 0,
+        "relu": 1,
+        "gelu_tanh": ELEMENTWISE_OPS["gelu_tanh"],
+        "gelu_erf": ELEMENTWISE_OPS["gelu_erf"],
+        "tanh": TRANSCENDENTAL_OPS,  # BERT's pooler
+    }
+)
+"""Linear epilogue activations and their vector ops per output element."""
+
+_FUSED_ACTIVATION = {  # the fused Linear's `activation` attribute -> ACTIVATIONS key
+    "none": "",
+    "relu": "relu",
+    "tanh": "tanh",
+    "gelu": "gelu_erf",
+    "gelu_tanh": "gelu_tanh",
+}
+
+
+def matmul_cost(
+    M: int,
+    K: int,
+    N: int,
+    h: int,
+    w: int,
+    ctx: CostContext,
+    *,
+    bias: bool = False,
+    act_ops: int = 0,
+    residual: bool = False,
+) -> KernelCost:
+    """y[M,N] = act(x[M,K] W[K,N] + b) + r, weights resident, K split over rows, N over columns.
+
+    Mapping: PE (i, j) holds the tile W[K_i, N_j], kh = cdiv(K, h) by nw = cdiv(N, w). Input
+    chunks x[:, K_i] enter row i on the W edge and are multicast east along the row. Partial sums
+    y[:, N_j] are reduced along the column: the partial arriving from the previous PE is the
+    accumulator its FMACs add into (y += x W), so the reduction costs link bandwidth, not extra
+    ops. The column's nw outputs are cut into h segments, each chain ending on its own row
+    (a reduce-scatter), so each PE finishes own = cdiv(nw, h) outputs (bias, activation, residual
+    add); they stream down the column and leave on the S edge. A residual enters on the S edge
+    (links are full duplex).
+
+        weights  = (kh nw + bias own) sb
+        buffers  = 2 c kh sb            double-buffered input chunk
+                 + 2 c nw ab            double-buffered partial sums
+                 + residual 2 c own sb  double-buffered residual chunk
+        compute  = cdiv(2 M kh nw, f)                          MACs
+                 + cdiv(M own (bias + act_ops + residual), v)  epilogue
+        link     = max(cdiv(M kh sb, L),        input lane along a row
+                       red cdiv(M nw ab, L),    partial sums along a column (≈ one per output)
+                       cdiv(M nw sb, L))        output lane down a column
+    where red = 1 if h > 1 else 0.
+    """
+    sb, ab, c = ctx.sb, ctx.ab, ctx.chunk(M)
+    kh, nw = cdiv(K, h), cdiv(N, w)
+    own = cdiv(nw, h)
+    red = int(h > 1)
+    epilogue = int(bias) + act_ops + int(residual)
+    return ctx.cost(
+        h,
+        w,
+        weights=(kh * nw + int(bias) * own) * sb,
+        buffers=2 * c * kh * sb + 2 * c * nw * ab + int(residual) * 2 * c * own * sb,
+        compute=cdiv(2 * M * kh * nw, ctx.f) + cdiv(M * own * epilogue, ctx.v),
+        link=max(
+            cdiv(M * kh * sb, ctx.L), red * cdiv(M * nw * ab, ctx.L), cdiv(M * nw * sb, ctx.L)
+        ),
+        in_bytes=M * K * sb + int(residual) * M * N * sb,
+        out_bytes=M * N * sb,
+    )
+
+
+# --- linear: y[M,N] = act(x[M,K] W[K,N] + b) + residual ------------------------------------------
+
+
+def _linear_flops(p: Params) -> int:
+    epilogue = int(p["has_bias"]) + int(p["residual"]) + ACTIVATIONS[str(p["activation"])]
+    return int(2 * p["tokens"] * p["K"] * p["N"] + p["tokens"] * p["N"] * epilogue)
+
+
+def linear_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
+    """A linear layer with its fused epilogue: `matmul_cost` with M = tokens, bias, activation
+    (ACTIVATIONS ops per output element) and residual add."""
+    return matmul_cost(
+        p["tokens"],
+        p["K"],
+        p["N"],
+        h,
+        w,
+        ctx,
+        bias=p["has_bias"],
+        act_ops=ACTIVATIONS[p["activation"]],
+        residual=p["residual"],
+    )
+
+
+def _lower_linear(n: Node, b: int) -> dict[str, object]:
+    x, w = n.inputs[0], n.inputs[1]
+    return {
+        "tokens": rows_per_sample(x, b),
+        "K": w.type.shape[0],
+        "N": w.type.shape[1],
+        "has_bias": bool(n.attr("has_bias")),
+        "activation": _FUSED_ACTIVATION[n.attr("activation")],
+        "residual": False,
+    }
+
+
+LINEAR = KindDef(
+    kind=KernelKind.LINEAR,
+    params={
+        "tokens": "int+",
+        "K": "int+",
+        "N": "int+",
+        "has_bias": "bool",
+        "activation": "str",
+        "residual": "bool",
+    },
+    check=one_of("activation", ACTIVATIONS),
+    flops=_linear_flops,
+    weight_elems=lambda p: p["K"] * p["N"] + int(p["has_bias"]) * p["N"],
+    in_edge="W",
+    out_edge="S",
+    cost=linear_cost,
+    tile_split=("K", "N"),  # W[K_i, N_j] on PE (i, j)
+    lowers=frozenset({Op.LINEAR}),
+    lower=_lower_linear,
+    simulate="wsecc.sim.functional:_linear",
+)
+
+
+# --- lm_head: logits[rows, vocab] = x[rows, K] W[K, vocab]; tied: W is the embedding table ------
+
+
+def lm_head_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
+    """The LM head: `matmul_cost` with M = rows, N = vocab, no epilogue. A tied head still holds
+    its own copy of the table here: every region keeps its weights resident (execution model
+    §3)."""
+    return matmul_cost(p["rows"], p["K"], p["vocab"], h, w, ctx)
+
+
+def _lower_lm_head(n: Node, b: int) -> dict[str, object]:
+    x, w = n.inputs[0], n.inputs[1]
+    return {
+        "rows": rows_per_sample(x, b),
+        "K": w.type.shape[0],
+        "vocab": w.type.shape[1],
+        "tied": bool(n.attr("tied")),
+    }
+
+
+LM_HEAD = KindDef(
+    kind=KernelKind.LM_HEAD,
+    params={"rows": "int+", "K": "int+", "vocab": "int+", "tied": "bool"},
+    flops=lambda p: 2 * p["rows"] * p["K"] * p["vocab"],
+    weight_elems=lambda p: p["K"] * p["vocab"],
+    in_edge="W",
+    out_edge="S",
+    cost=lm_head_cost,
+    tile_split=("K", "vocab"),
+    lowers=frozenset({Op.LM_HEAD}),
+    lower=_lower_lm_head,
+    simulate="wsecc.sim.functional:_linear",
+)

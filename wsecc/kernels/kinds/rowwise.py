@@ -1,0 +1,231 @@
+"""Row-wise kinds: `layernorm`, `softmax` and `elementwise`, costed by one mapping (`_rowwise`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from wsecc.ir.core import Node, Op
+from wsecc.kernels.costs import CostContext, KernelCost, breakpoints, cdiv
+from wsecc.kernels.ir import KernelKind
+from wsecc.kernels.kind import TRANSCENDENTAL_OPS, KindDef, Params, one_of
+from wsecc.kernels.kinds.common import rows_per_sample
+
+ELEMENTWISE_OPS: Mapping[str, int] = MappingProxyType(
+    {
+        "add": 1,
+        "sub": 1,
+        "mul": 1,
+        "neg": 1,
+        "max": 1,
+        "min": 1,
+        "relu": 1,
+        "where": 1,
+        "copy": 1,
+        "cast": 1,
+        "div": TRANSCENDENTAL_OPS,  # reciprocal by Newton iterations, then a multiply
+        "exp": TRANSCENDENTAL_OPS,
+        "tanh": TRANSCENDENTAL_OPS,
+        "erf": TRANSCENDENTAL_OPS,
+        "sqrt": TRANSCENDENTAL_OPS,
+        "sigmoid": TRANSCENDENTAL_OPS + 2,  # 1 / (1 + exp(-x))
+        # 0.5 x (1 + tanh(c (x + 0.044715 x^3))): x^3 2, fma 1, scale 1, tanh, +1 1, 0.5 x 2
+        "gelu_tanh": TRANSCENDENTAL_OPS + 7,
+        # 0.5 x (1 + erf(x / sqrt 2)): scale 1, erf, +1 1, 0.5 x 2
+        "gelu_erf": TRANSCENDENTAL_OPS + 4,
+    }
+)
+"""Vector ops per element of each elementwise op (composite ops written out as sums)."""
+
+LAYERNORM_OPS = 6
+"""Per element: sum x (1), sum x^2 (1 FMA), x - mean (1), * rstd (1), * gamma (1), + beta (1)."""
+
+SOFTMAX_OPS = 3 + TRANSCENDENTAL_OPS + 1
+"""Per element: running max (1), x - max (1), exp (8), running sum (1), * 1/sum (1) = 12."""
+
+
+def _rowwise(
+    rows: int,
+    dim: int,
+    h: int,
+    w: int,
+    ctx: CostContext,
+    *,
+    ops: int,
+    weight_vectors: int = 0,
+    inputs: int = 1,
+    outputs: int = 1,
+    stats: int = 0,
+) -> KernelCost:
+    """out[rows, dim] computed row by row: dim split over columns, rows dealt over region rows.
+
+    Mapping: dw = cdiv(dim, w) features per column (the layout a matmul's S edge emits); whole
+    c-token chunks are dealt round-robin to region rows, mr = cdiv(rows, h) rows per PE. Inputs
+    enter on the N edge and stream down the columns; outputs leave on the S edge. Kinds with
+    per-row statistics (`stats` scalars per row, e.g. sum and sum of squares) all-reduce them
+    along the region row (w > 1). `weight_vectors` per-feature vectors (gamma, beta) are resident.
+
+        weights = weight_vectors dw sb
+        buffers = 2 c dw sb (inputs + outputs)   double-buffered chunks
+                + c stats ab                     per-row statistics
+        compute = cdiv(mr dw ops, v)
+        link    = max(cdiv(rows dw sb inputs, L),   input lane per column
+                      cdiv(rows dw sb outputs, L),  output lane per column
+                      [w > 1 and stats > 0] cdiv(2 mr stats ab, L))   row all-reduce
+    """
+    sb, ab, L, c = ctx.sb, ctx.ab, ctx.L, ctx.chunk(rows)
+    dw, mr = cdiv(dim, w), cdiv(rows, h)
+    allreduce = int(w > 1 and stats > 0)
+    return ctx.cost(
+        h,
+        w,
+        weights=weight_vectors * dw * sb,
+        buffers=2 * c * dw * sb * (inputs + outputs) + c * stats * ab,
+        compute=cdiv(mr * dw * ops, ctx.v),
+        link=max(
+            cdiv(rows * dw * sb * inputs, L),
+            cdiv(rows * dw * sb * outputs, L),
+            allreduce * cdiv(2 * mr * stats * ab, L),
+        ),
+        in_bytes=rows * dim * sb * inputs,
+        out_bytes=rows * dim * sb * outputs,
+    )
+
+
+def rowwise_shapes(p: Params, hmax: int, wmax: int) -> tuple[list[int], list[int]]:
+    """Rows: breakpoints of the rows (whole chunks per region row); columns: of the features."""
+    return breakpoints(p["rows"], hmax), breakpoints(p["dim"], wmax)
+
+
+# Row-wise SRAM does not depend on the region row (whole chunks are dealt to rows), so only the
+# features split: the map leaves every row of a column at its fullest figure.
+_ROWWISE_SPLIT: tuple[str | None, str | None] = (None, "dim")
+
+
+# --- layernorm: y = LN(x + r) (and x + r as a second output when has_residual) ------------------
+
+
+def layernorm_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
+    """LN(x + r): `_rowwise` with ops = LAYERNORM_OPS (+1 for the residual add), gamma and beta
+    resident, stats = 2 (sum x, sum x^2); with a residual it reads x and r and writes both
+    LN(x + r) and x + r (the residual stream), so inputs = outputs = 2."""
+    res = int(p["has_residual"])
+    return _rowwise(
+        p["rows"],
+        p["dim"],
+        h,
+        w,
+        ctx,
+        ops=LAYERNORM_OPS + res,
+        weight_vectors=2,
+        inputs=1 + res,
+        outputs=1 + res,
+        stats=2,
+    )
+
+
+def _lower_layernorm(n: Node, b: int) -> dict[str, object]:
+    x = n.inputs[0]
+    return {
+        "rows": rows_per_sample(x, b),
+        "dim": x.type.shape[-1],
+        "has_residual": bool(n.attr("has_skip")),
+    }
+
+
+LAYERNORM = KindDef(
+    kind=KernelKind.LAYERNORM,
+    params={"rows": "int+", "dim": "int+", "has_residual": "bool"},
+    flops=lambda p: p["rows"] * p["dim"] * (LAYERNORM_OPS + int(p["has_residual"])),
+    weight_elems=lambda p: 2 * p["dim"],
+    in_edge="N",
+    out_edge="S",
+    cost=layernorm_cost,
+    shapes=rowwise_shapes,
+    tile_split=_ROWWISE_SPLIT,
+    lowers=frozenset({Op.LAYER_NORM}),
+    lower=_lower_layernorm,
+    simulate="wsecc.sim.functional:_layernorm",
+)
+
+
+# --- softmax over the last dim ------------------------------------------------------------------
+
+
+def softmax_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
+    """softmax over the last dim: `_rowwise` with ops = SOFTMAX_OPS, stats = 2 (max, sum)."""
+    return _rowwise(p["rows"], p["dim"], h, w, ctx, ops=SOFTMAX_OPS, stats=2)
+
+
+SOFTMAX = KindDef(
+    kind=KernelKind.SOFTMAX,
+    params={"rows": "int+", "dim": "int+"},
+    flops=lambda p: p["rows"] * p["dim"] * SOFTMAX_OPS,
+    weight_elems=lambda p: 0,
+    in_edge="N",
+    out_edge="S",
+    cost=softmax_cost,
+    shapes=rowwise_shapes,
+    tile_split=_ROWWISE_SPLIT,
+    simulate="wsecc.sim.functional:_softmax",
+)
+
+
+# --- elementwise: out[rows, dim] = op(in_1, ..., in_inputs) --------------------------------------
+
+
+def elementwise_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
+    """op(in_1..in_k): `_rowwise` with ops = ELEMENTWISE_OPS[op], inputs = k, no statistics."""
+    return _rowwise(
+        p["rows"], p["dim"], h, w, ctx, ops=ELEMENTWISE_OPS[p["op"]], inputs=p["inputs"]
+    )
+
+
+def _lower_elementwise(n: Node, b: int) -> dict[str, object] | None:
+    out = n.outputs[0]
+    if not out.type.rank:  # a scalar op: generic
+        return None
+    if n.op is Op.GELU:  # a GELU names its formula
+        op = "gelu_tanh" if n.attr("approximate") == "tanh" else "gelu_erf"
+    else:
+        op = n.op.value
+    return {
+        "rows": rows_per_sample(out, b),
+        "dim": out.type.shape[-1],
+        "op": op,
+        "inputs": sum(not v.is_const for v in n.inputs),
+    }
+
+
+ELEMENTWISE = KindDef(
+    kind=KernelKind.ELEMENTWISE,
+    params={"rows": "int+", "dim": "int+", "op": "str", "inputs": "int+"},
+    check=one_of("op", ELEMENTWISE_OPS),
+    flops=lambda p: p["rows"] * p["dim"] * ELEMENTWISE_OPS[str(p["op"])],
+    weight_elems=lambda p: 0,
+    in_edge="N",
+    out_edge="S",
+    cost=elementwise_cost,
+    shapes=rowwise_shapes,
+    tile_split=_ROWWISE_SPLIT,
+    lowers=frozenset(
+        {
+            Op.ADD,
+            Op.SUB,
+            Op.MUL,
+            Op.DIV,
+            Op.MAX,
+            Op.MIN,
+            Op.WHERE,
+            Op.GELU,
+            Op.TANH,
+            Op.RELU,
+            Op.SIGMOID,
+            Op.NEG,
+            Op.EXP,
+            Op.SQRT,
+        }
+    ),
+    lower=_lower_elementwise,
+    simulate="wsecc.sim.functional:_reference",
+)
