@@ -1,34 +1,53 @@
-"""Graph passes, one per file, registered explicitly (name -> function). Installed as
-`wsecc.passes`. Every pass is a pure `(Graph, PassContext) -> Graph`."""
+"""Graph passes, one per file, each declaring its `Pass` (`wsecc.pm`: name, function, the IR
+level it requires and produces); registered here by name. Installed as `wsecc.passes`.
+
+`DEFAULT_PIPELINE` is the compile's fusion stage (Graph -> fused Graph); `LOWERING` runs
+lowering as a pass (fused Graph -> KernelGraph)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
+from types import MappingProxyType
 
-from wsecc.passes.canonicalize import canonicalize
-from wsecc.passes.context import PassContext
-from wsecc.passes.fuse_attention import fuse_attention
-from wsecc.passes.fuse_embedding import fuse_embedding
-from wsecc.passes.fuse_gelu import fuse_gelu
-from wsecc.passes.fuse_layernorm import fuse_layernorm
-from wsecc.passes.fuse_linear import fuse_linear
-from wsecc.passes.fuse_lm_head import fuse_lm_head
+from wsecc.passes import (
+    canonicalize,
+    fuse_attention,
+    fuse_embedding,
+    fuse_gelu,
+    fuse_layernorm,
+    fuse_linear,
+    fuse_lm_head,
+    lower,
+)
 
-from wsecc.ir.core import Graph
+from wsecc.pm import Pass, PassContext
 
-Pass = Callable[[Graph, PassContext], Graph]
-
-PASSES: dict[str, Pass] = {
-    "canonicalize": canonicalize,
-    "fuse-embedding": fuse_embedding,
-    "fuse-linear": fuse_linear,
-    "fuse-layernorm": fuse_layernorm,
-    "fuse-gelu": fuse_gelu,
-    "fuse-attention": fuse_attention,
-    "fuse-lm-head": fuse_lm_head,
-}
+PASSES: Mapping[str, Pass] = MappingProxyType(
+    {
+        m.PASS.name: m.PASS
+        for m in (
+            canonicalize,
+            fuse_embedding,
+            fuse_linear,
+            fuse_layernorm,
+            fuse_gelu,
+            fuse_attention,
+            fuse_lm_head,
+            lower,
+        )
+    }
+)
 
 # The default pipeline, in order: fusions assume canonical forms; GELU folds into Linear.
-DEFAULT_PIPELINE: tuple[str, ...] = tuple(PASSES)
+DEFAULT_PIPELINE: tuple[str, ...] = (
+    "canonicalize",
+    "fuse-embedding",
+    "fuse-linear",
+    "fuse-layernorm",
+    "fuse-gelu",
+    "fuse-attention",
+    "fuse-lm-head",
+)
+LOWERING: tuple[str, ...] = ("lower",)
 
-__all__ = ["DEFAULT_PIPELINE", "PASSES", "Pass", "PassContext"]
+__all__ = ["DEFAULT_PIPELINE", "LOWERING", "PASSES", "Pass", "PassContext"]

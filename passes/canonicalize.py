@@ -15,11 +15,11 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
-from wsecc.passes.context import PassContext
 
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import COMMUTATIVE, Replacement, apply, make_node
 from wsecc.ir.rules import evaluate_op
+from wsecc.pm import Pass, PassContext
 
 _FOLDABLE = frozenset({Op.TRANSPOSE, Op.RESHAPE, Op.CAST, Op.EXPAND, Op.SLICE, Op.CONCAT})
 
@@ -132,3 +132,6 @@ def _einsum_to_matmul(n: Node, ins: list[Value]) -> Replacement | None:
     mm = make_node(Op.MATMUL, [r1.output, w2], f"{out.name}/mm", n.origin)
     r2 = make_node(Op.RESHAPE, [mm.output], out.name, n.origin, shape=out.type.shape)
     return Replacement([r1, mm, r2], {out: r2.output})
+
+
+PASS = Pass("canonicalize", canonicalize)

@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from wsecc.passes.context import PassContext
 
 from wsecc.ir.core import DType, Graph, Node, Op, Value
 from wsecc.ir.rewrite import (
@@ -38,6 +37,7 @@ from wsecc.ir.rewrite import (
     scalar,
 )
 from wsecc.ir.rules import split_heads
+from wsecc.pm import Pass, PassContext
 
 VERY_NEGATIVE = -1000.0  # an additive bias at or below this masks the key out
 
@@ -335,3 +335,6 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> Graph:
     for m in misses:
         ctx.note("fuse-attention", m)
     return g
+
+
+PASS = Pass("fuse-attention", fuse_attention)

@@ -7,10 +7,9 @@ Position ids that folded to constants stay constant operands.
 
 from __future__ import annotations
 
-from wsecc.passes.context import PassContext
-
 from wsecc.ir.core import Graph, Node, Op
 from wsecc.ir.rewrite import GraphView, NoMatch, Replacement, make_node, origin_of, rewrite_nodes
+from wsecc.pm import Pass, PassContext
 
 
 def _gather(view: GraphView, n: Node) -> tuple[Replacement, set[Node]]:
@@ -43,3 +42,6 @@ def fuse_embedding(graph: Graph, ctx: PassContext) -> Graph:
         if len(g2.nodes) == len(g.nodes):
             return g2
         g = g2
+
+
+PASS = Pass("fuse-embedding", fuse_embedding)

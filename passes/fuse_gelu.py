@@ -13,7 +13,6 @@ has no other user (Tanh is BERT's pooler).
 from __future__ import annotations
 
 import numpy as np
-from wsecc.passes.context import PassContext
 
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import (
@@ -29,6 +28,7 @@ from wsecc.ir.rewrite import (
     rewrite_nodes,
 )
 from wsecc.ir.rules import gelu
+from wsecc.pm import Pass, PassContext
 
 _PROBE = np.linspace(-6.0, 6.0, 601, dtype=np.float32)
 _REFS = {a: gelu(_PROBE, a) for a in ("none", "tanh")}
@@ -107,3 +107,6 @@ def fuse_gelu(graph: Graph, ctx: PassContext) -> Graph:
         ctx.note("fuse-gelu", m)
     g, _ = rewrite_nodes(g, _epilogue, anchor_ops=frozenset({Op.GELU, Op.TANH, Op.RELU}))
     return g
+
+
+PASS = Pass("fuse-gelu", fuse_gelu)

@@ -14,7 +14,6 @@ Then `LayerNorm(Add(a, b)) -> LayerNorm(a, skip=b)` (emitting the sum when it is
 from __future__ import annotations
 
 import numpy as np
-from wsecc.passes.context import PassContext
 
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import (
@@ -29,6 +28,7 @@ from wsecc.ir.rewrite import (
     region_between,
     rewrite_nodes,
 )
+from wsecc.pm import Pass, PassContext
 
 _ALLOWED = ELEMENTWISE | {Op.REDUCE_MEAN}
 _ROWS = 8
@@ -161,3 +161,6 @@ def fuse_layernorm(graph: Graph, ctx: PassContext) -> Graph:
         ctx.note("fuse-layernorm", m)
     g, _ = rewrite_nodes(g, _residual, anchor_ops=frozenset({Op.LAYER_NORM}))
     return g
+
+
+PASS = Pass("fuse-layernorm", fuse_layernorm)

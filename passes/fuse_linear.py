@@ -8,10 +8,9 @@ Reshapes disappear; the bias may then follow the Reshape back (TensorFlow's Tens
 
 from __future__ import annotations
 
-from wsecc.passes.context import PassContext
-
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import GraphView, NoMatch, Replacement, make_node, origin_of, rewrite_nodes
+from wsecc.pm import Pass, PassContext
 
 
 def _bias(view: GraphView, y: Value) -> tuple[Node, Value] | None:
@@ -76,3 +75,6 @@ def fuse_linear(graph: Graph, ctx: PassContext) -> Graph:
     for m in misses:
         ctx.note("fuse-linear", m)
     return g
+
+
+PASS = Pass("fuse-linear", fuse_linear)

@@ -8,10 +8,10 @@ equal to the transpose of that table is the tied head of GPT-style models (`tied
 from __future__ import annotations
 
 import numpy as np
-from wsecc.passes.context import PassContext
 
 from wsecc.ir.core import Graph, Node, Op
 from wsecc.ir.rewrite import GraphView, NoMatch, Replacement, make_node, rewrite_nodes
+from wsecc.pm import Pass, PassContext
 
 
 def _match(view: GraphView, lin: Node) -> tuple[Replacement, set[Node]]:
@@ -46,3 +46,6 @@ def _match(view: GraphView, lin: Node) -> tuple[Replacement, set[Node]]:
 def fuse_lm_head(graph: Graph, ctx: PassContext) -> Graph:
     g, _ = rewrite_nodes(graph, _match, anchor_ops=frozenset({Op.LINEAR}))
     return g
+
+
+PASS = Pass("fuse-lm-head", fuse_lm_head)

@@ -9,17 +9,16 @@ Layout ops (Reshape, Transpose, Split, Slice, Expand, Cast) are not kernels: the
 re-addressed on the way, so a flow runs from the producing kernel through them to the
 consumer. Flows carry the producer's elements per sample; graph inputs and outputs are ports.
 Provenance: each kernel keeps the ONNX node names of the op it came from.
-Requires: a fused graph (verify(..., allow_unfused=False) holds).
+Requires a FUSED graph (the pass manager checks it), produces KERNELS.
 """
 
 from __future__ import annotations
 
 import re
 
-from wsecc.passes.context import PassContext
-
 from wsecc.ir.core import DType, Graph, Node, Op, Value
 from wsecc.kernels import Flow, Kernel, KernelGraph, Port, lower_node
+from wsecc.pm import Level, Pass, PassContext
 
 _VIEW_OPS = frozenset(
     {Op.RESHAPE, Op.TRANSPOSE, Op.SPLIT, Op.SLICE, Op.EXPAND, Op.CAST, Op.IDENTITY, Op.DROPOUT}
@@ -112,3 +111,6 @@ def lower_to_kernels(graph: Graph, ctx: PassContext | None = None) -> KernelGrap
     )
     kg.verify()
     return kg
+
+
+PASS = Pass("lower", lower_to_kernels, requires=Level.FUSED, produces=Level.KERNELS)

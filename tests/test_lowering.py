@@ -47,3 +47,41 @@ def test_sizing_never_loses_to_work_proportional(name, target):
     assert s.kernel(s.bottleneck).cycles_per_sample <= wp.kernel(wp.bottleneck).cycles_per_sample
     assert s.max_sram_per_pe <= t.sram.bytes_per_pe
     assert s.pes_used <= t.usable_pes
+
+
+def test_lowering_is_a_pass_that_requires_a_fused_graph():
+    """The pass manager runs lowering like any pass, and refuses it a graph whose attention was
+    not fused, naming the op left over and how to see why (--explain)."""
+    from wsecc.passes import LOWERING
+
+    from wsecc.kernels import KernelGraph
+    from wsecc.pm import Level, PassError
+
+    graph, _ = import_model(SAMPLES / "gpt2_legacy_op17.onnx", batch=1, seq=16)
+    fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
+    kg, records = PassManager(LOWERING).run(fused)
+    assert isinstance(kg, KernelGraph) and records[0].nodes_after == len(kg.kernels)
+    assert PASSES_LEVELS() == (Level.FUSED, Level.KERNELS)
+    no_attention = [p for p in DEFAULT_PIPELINE if p != "fuse-attention"]
+    with pytest.raises(PassError, match=r"input of pass lower is not fused: .*SOFTMAX.*--explain"):
+        PassManager([*no_attention, *LOWERING]).run(graph)
+
+
+def PASSES_LEVELS():  # noqa: N802 - reads like the table it checks
+    from wsecc.passes import PASSES
+
+    return PASSES["lower"].requires, PASSES["lower"].produces
+
+
+def test_explain_names_the_rules_that_did_not_fire():
+    """A MatMul of two activations (attention's scores before fuse-attention) is not a Linear:
+    the pass records why, and the compile's --explain prints it."""
+    from wsecc.compiler import Compilation, Options
+
+    lines: list[str] = []
+    c = Compilation.load(
+        SAMPLES / "bert_dynamo.onnx", Options(seq=16, explain=True), lambda s, m: lines.append(m)
+    ).fuse()
+    notes = [n for r in c.pass_records for n in r.notes]
+    assert any("fuse-linear: MATMUL" in n and "not a constant matrix" in n for n in notes)
+    assert sum("not fused: " in line for line in lines) == len(notes)

@@ -311,7 +311,7 @@ def _options(args: argparse.Namespace) -> Any:
         target=args.target, batch=args.batch or 1, seq=args.seq, dims=_parse_dims(args.dim),
         precision=args.precision, chunk_tokens=args.chunk_tokens, placer=args.placer,
         time_budget_s=args.time_budget, seed=args.seed, deterministic=args.deterministic,
-        pins=args.pins, check_each_pass=args.check_each_pass,
+        pins=args.pins, check_each_pass=args.check_each_pass, explain=args.explain,
         print_after_all=args.print_after_all, dump_dir=args.dump_dir, sim=args.sim,
         validate=args.validate, inputs=args.inputs, save_outputs=args.save_outputs,
     )  # fmt: skip
@@ -404,6 +404,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--profile",
         action="store_true",
         help="print where the compile's time went (cProfile, top functions; or WSECC_PROFILE=1)",
+    )
+    c.add_argument(
+        "--explain",
+        action="store_true",
+        help="say why each fusion did not fire where it did not (one line per unmatched anchor)",
     )
     c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--dump-dir", default=None, help="write the IR after every pass into DIR")

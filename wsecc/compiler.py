@@ -70,6 +70,7 @@ class Options:
     inputs: str | None = None  # an .npz of model inputs for the numerics
     save_outputs: bool = False
     check_each_pass: bool = False
+    explain: bool = False  # report why each fusion did not fire where it did not
     print_after_all: bool = False
     dump_dir: str | None = None
 
@@ -217,6 +218,9 @@ class Compilation:
                 "passes",
                 f"{r.name:<15} {r.nodes_before:>5} -> {r.nodes_after:<5} ops ({r.seconds * 1e3:.0f} ms)",
             )
+            if o.explain:
+                for note in r.notes:
+                    self.progress("passes", f"  not fused: {note}")
         return self
 
     def lower_and_size(self) -> Compilation:
@@ -438,7 +442,7 @@ class Compilation:
         rep["options"] = {
             k: v
             for k, v in dataclasses.asdict(self.options).items()
-            if k not in ("print_after_all", "dump_dir", "check_each_pass")
+            if k not in ("print_after_all", "dump_dir", "check_each_pass", "explain")
         }
         if self.import_info is not None:
             rep["bindings"] = dict(self.import_info.bindings)

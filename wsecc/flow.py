@@ -15,11 +15,12 @@ from dataclasses import dataclass, replace
 
 from wsecc.ir.core import Graph
 from wsecc.kernels import DEFAULT_CHUNK_TOKENS, KernelGraph, Sizing, size_regions, sizing_at
-from wsecc.passes.lower import lower_to_kernels
+from wsecc.passes import LOWERING
 from wsecc.place.api import place
 from wsecc.place.from_kernels import placement_problem
 from wsecc.place.manual import load_pins, with_pins
 from wsecc.place.problem import Placement, PlacementError, PlacementProblem, validate_placement
+from wsecc.pm import PassManager
 from wsecc.route.problem import (
     Routing,
     RoutingError,
@@ -36,7 +37,9 @@ FILL_STEPS = (0.85, 0.75, 0.65, 0.55)
 def lower_and_size(
     fused: Graph, target: Target, precision: str, chunk_tokens: int = DEFAULT_CHUNK_TOKENS
 ) -> tuple[KernelGraph, Sizing]:
-    kg = lower_to_kernels(fused)
+    """Lower (the `lower` pass, which requires a fused graph) and size at the first fill."""
+    kg, _ = PassManager(LOWERING).run(fused)
+    assert isinstance(kg, KernelGraph)  # lowering produces the KERNELS level
     return kg, size_regions(kg, target, precision, fill=FILL_STEPS[0], chunk_tokens=chunk_tokens)
 
 

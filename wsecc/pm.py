@@ -1,7 +1,13 @@
-"""The PassManager: runs named passes in order; verifies, times, prints, dumps, checks numerics.
+"""Passes and the PassManager: runs passes in order; checks IR levels, verifies, times, prints,
+dumps, checks numerics.
 
-After every pass it runs the verifier (a failing pass is named in the error), records the
-seconds it took, optionally prints the IR (`print_after_all`) or writes it to
+A `Pass` is a pure function of (product, `PassContext`) with the IR `Level` it requires and the
+one it produces: the fusions take and give a `Graph` (GRAPH), lowering requires a FUSED graph
+(no Softmax/Erf/Tanh/Pow/ReduceMean/Sqrt left outside a fused op) and produces a `KernelGraph`
+(KERNELS). Before a pass the manager checks its product is at the level the pass requires (a
+graph is checked at FUSED with the fused-level verifier); after a pass it runs the verifier of
+the level produced (a failing pass is named in the error). It records the seconds each took and
+the reasons its rules did not fire (`PassContext.note`, shown by `wsecc compile --explain`), optionally prints the IR (`print_after_all`) or writes it to
 `dump_dir/NN-<pass>.txt`, and optionally evaluates the graph with the reference interpreter
 against reference outputs (onnxruntime on the original file), naming the first pass — and in
 it the first op — whose result diverges.
@@ -9,6 +15,8 @@ it the first op — whose result diverges.
 
 from __future__ import annotations
 
+import enum
+import json
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,12 +31,46 @@ from wsecc.interp import evaluate
 from wsecc.ir.core import Graph, Node, Value
 from wsecc.ir.printer import format_graph, format_node
 from wsecc.ir.verify import VerificationError, verify
+from wsecc.kernels.ir import KernelGraph
 from wsecc.numerics import compare
-from wsecc.passes import PASSES, Pass, PassContext
+
+Product = Graph | KernelGraph
 
 
 class PassError(WseccError):
-    """A pass broke the IR or the numerics."""
+    """A pass broke the IR or the numerics, or got a product below the level it requires."""
+
+
+class Level(enum.Enum):
+    """The IR levels a pass requires and produces, each with its verifier."""
+
+    GRAPH = "graph"  # a wsecc IR Graph: every op has a rule, types agree (verify)
+    FUSED = "fused"  # a Graph with no unfused math outside fused ops (verify, allow_unfused)
+    KERNELS = "kernels"  # a KernelGraph (KernelGraph.verify)
+
+
+@dataclass
+class PassContext:
+    """Options for the passes, and where a pass records why its rules did not fire."""
+
+    options: dict[str, object] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, pass_name: str, text: str) -> None:
+        self.notes.append(f"{pass_name}: {text}")
+
+
+@dataclass(frozen=True)
+class Pass:
+    """A named, pure transformation with the IR level it requires and the one it produces."""
+
+    name: str
+    run: Callable[[Graph, PassContext], Product]
+    requires: Level = Level.GRAPH
+    produces: Level = Level.GRAPH
+
+    def __call__(self, graph: Graph, ctx: PassContext) -> Product:
+        return self.run(graph, ctx)
 
 
 @dataclass(frozen=True)
@@ -36,7 +78,41 @@ class PassRecord:
     name: str
     seconds: float
     nodes_before: int
-    nodes_after: int
+    nodes_after: int  # kernels, after a pass that produces KERNELS
+    notes: tuple[str, ...] = ()  # why its rules did not fire where they did not
+
+
+def _size(product: Product) -> int:
+    return len(product.nodes) if isinstance(product, Graph) else len(product.kernels)
+
+
+def _format(product: Product) -> str:
+    if isinstance(product, Graph):
+        return format_graph(product)
+    return json.dumps(product.to_json(), indent=1) + "\n"
+
+
+def check_level(product: Product, level: Level, what: str) -> None:
+    """Raise PassError unless `product` is valid at `level`; `what` names it in the message."""
+    if level is Level.KERNELS:
+        if isinstance(product, Graph):
+            raise PassError(f"{what} is a graph where kernels are required (run lowering)")
+        product.verify()
+        return
+    if not isinstance(product, Graph):
+        raise PassError(f"{what} is a kernel graph where a tensor graph is required")
+    try:
+        verify(product, allow_unfused=level is not Level.FUSED)
+    except VerificationError as e:
+        at = ""
+        if e.node is not None:
+            onnx = f" (ONNX {', '.join(e.node.origin[:3])})" if e.node.origin else ""
+            at = f" at node {e.node.name!r}{onnx}"
+        if level is Level.FUSED:
+            raise PassError(
+                f"{what} is not fused: {e.reason}{at}; no fusion matched it (--explain shows why)"
+            ) from None
+        raise PassError(f"{what} is invalid IR: {e.reason}{at}") from None
 
 
 @dataclass(frozen=True)
@@ -50,48 +126,57 @@ class NumericsCheck:
 
 @dataclass
 class PassManager:
-    pipeline: Sequence[str]
+    """Runs `pipeline` (pass names of `wsecc.passes.PASSES`, or `Pass`es) on a Graph."""
+
+    pipeline: Sequence[str | Pass]
     print_after_all: bool = False
     dump_dir: Path | None = None
     numerics: NumericsCheck | None = None
     out: TextIO = field(default_factory=lambda: sys.stderr)
     on_pass: Callable[[PassRecord], None] | None = None
+    passes: tuple[Pass, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        unknown = [p for p in self.pipeline if p not in PASSES]
+        from wsecc.passes import PASSES  # the passes import this module
+
+        unknown = [p for p in self.pipeline if isinstance(p, str) and p not in PASSES]
         if unknown:
             raise PassError(f"unknown passes {unknown}; known: {', '.join(PASSES)}")
+        self.passes = tuple(PASSES[p] if isinstance(p, str) else p for p in self.pipeline)
 
-    def run(self, graph: Graph, ctx: PassContext | None = None) -> tuple[Graph, list[PassRecord]]:
+    def run(self, graph: Graph, ctx: PassContext | None = None) -> tuple[Product, list[PassRecord]]:
+        """The pipeline's product (a Graph, or a KernelGraph after lowering) and a record per
+        pass. Raises PassError naming the pass whose input or output is below its level."""
         ctx = ctx or PassContext()
         records: list[PassRecord] = []
         if self.dump_dir is not None:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
             (self.dump_dir / "00-input.txt").write_text(format_graph(graph))
-        prev = graph
-        for i, name in enumerate(self.pipeline, 1):
-            fn: Pass = PASSES[name]
+        prev: Product = graph
+        for i, p in enumerate(self.passes, 1):
+            if p.requires is not Level.GRAPH:
+                check_level(prev, p.requires, f"the input of pass {p.name}")
+            if not isinstance(prev, Graph):
+                raise PassError(f"pass {p.name} follows lowering: it has no graph to work on")
+            n_notes = len(ctx.notes)
             t0 = time.perf_counter()
-            graph = fn(graph, ctx)
+            product = p(prev, ctx)
             dt = time.perf_counter() - t0
-            try:
-                verify(graph)
-            except VerificationError as e:
-                raise PassError(f"pass {name} produced invalid IR: {e}") from None
-            rec = PassRecord(name, dt, len(prev.nodes), len(graph.nodes))
+            check_level(product, p.produces, f"the output of pass {p.name}")
+            rec = PassRecord(p.name, dt, _size(prev), _size(product), tuple(ctx.notes[n_notes:]))
             records.append(rec)
             if self.on_pass is not None:
                 self.on_pass(rec)
             if self.print_after_all:
                 self.out.write(
-                    f"// ----- IR after {name} ({dt * 1e3:.1f} ms)\n{format_graph(graph)}"
+                    f"// ----- IR after {p.name} ({dt * 1e3:.1f} ms)\n{_format(product)}"
                 )
             if self.dump_dir is not None:
-                (self.dump_dir / f"{i:02d}-{name}.txt").write_text(format_graph(graph))
-            if self.numerics is not None:
-                self._check(name, prev, graph)
-            prev = graph
-        return graph, records
+                (self.dump_dir / f"{i:02d}-{p.name}.txt").write_text(_format(product))
+            if self.numerics is not None and isinstance(product, Graph):
+                self._check(p.name, prev, product)
+            prev = product
+        return prev, records
 
     def _check(self, name: str, before: Graph, after: Graph) -> None:
         assert self.numerics is not None
@@ -128,4 +213,3 @@ def _first_divergent(
             if not compare(v.name, env_after[v], ref).passed:
                 return n
     return None
-

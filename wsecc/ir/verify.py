@@ -7,14 +7,20 @@ from wsecc.ir.rules import RULES, infer_types
 
 
 class VerificationError(IRError):
-    pass
+    """The message quotes the offending node's IR on a second line; `reason` is the first line
+    and `node` the node (None for graph-level faults)."""
+
+    def __init__(self, reason: str, node: Node | None = None, where: str = "") -> None:
+        super().__init__(reason + where)
+        self.reason = reason
+        self.node = node
 
 
 def _fail(node: Node | None, msg: str) -> VerificationError:
     from wsecc.ir.printer import format_node
 
     where = f"\n  at: {format_node(node)}" if node is not None else ""
-    return VerificationError(f"{msg}{where}")
+    return VerificationError(msg, node, where)
 
 
 def verify(graph: Graph, *, allow_unfused: bool = True) -> None:
