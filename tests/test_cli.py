@@ -144,23 +144,6 @@ def test_targets_lists_builtins(capsys):
     assert "wse2: 750x994 PEs" in out and "wse3" in out
 
 
-def test_only_the_frontend_and_numerics_import_onnx():
-    root = Path(__file__).resolve().parents[1]
-    allowed_onnx = {"wsecc/frontend/onnx.py", "wsecc/numerics.py"}
-    for path in (
-        list((root / "wsecc").rglob("*.py"))
-        + list((root / "passes").rglob("*.py"))
-        + list((root / "targets").rglob("*.py"))
-    ):
-        rel = path.relative_to(root).as_posix()
-        text = path.read_text()
-        if rel not in allowed_onnx:
-            imports = re.findall(r"^\s*(?:from|import)\s+(onnx\w*)", text, flags=re.M)
-            assert not imports, (rel, imports)
-        if not (rel.startswith("wsecc/place/") or rel.startswith("wsecc/route/")):
-            assert "ortools" not in text.replace("# ortools", ""), rel
-
-
 def _custom_target(tmp_path: Path, **replace: str) -> Path:
     from wsecc.targets import load_target
 

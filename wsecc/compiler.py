@@ -596,13 +596,13 @@ class Compilation:
 
 
 def _sram_png(c: Compilation, path: Path) -> None:
-    from wsecc.sim.roofline import write_sram_png
+    from wsecc.view.png import write_sram_png
 
     write_sram_png(path, c.sram)
 
 
 def _roofline_png(c: Compilation, path: Path) -> None:
-    from wsecc.sim.roofline import write_roofline_png
+    from wsecc.view.png import write_roofline_png
 
     write_roofline_png(path, c.perf, c.target)
 

@@ -11,7 +11,8 @@ from wsecc.targets import load_target, parse_target
 from wsecc.kernels import Flow, Kernel, KernelKind, Port
 from wsecc.place.problem import Rect
 from wsecc.sim.perf import SimulationError, memory_port_demand, simulate_l0
-from wsecc.sim.roofline import roofline, write_roofline_png
+from wsecc.sim.roofline import roofline
+from wsecc.view.png import write_roofline_png
 
 HZ = 850e6  # tiny32's clock
 

@@ -12,8 +12,8 @@ from wsecc.targets import load_target, parse_target
 
 from wsecc.kernels import Flow, Kernel, KernelKind, Port, SramBreakdown
 from wsecc.place.problem import Rect
-from wsecc.sim.roofline import write_sram_png
 from wsecc.sim.sram import SramError, sram_map
+from wsecc.view.png import write_sram_png
 
 RESERVE = 8192  # tiny32's sram.reserved_bytes
 

@@ -452,8 +452,12 @@ def attention_keep(a: Attrs, b: int, sq: int, sk: int, mask: np.ndarray | None) 
         keep &= np.tril(np.ones((sq, sk), dtype=bool), k=sk - sq)[None, None]
     if a.get("window", 0):
         keep &= np.triu(np.ones((sq, sk), dtype=bool), k=sk - sq - a["window"] + 1)[None, None]
+    if a["mask"] == "none":
+        return keep
+    if mask is None:
+        raise IRError(f"attention with mask {a['mask']!r} needs a mask input")
     if a["mask"] == "key_padding":
-        keep &= (mask != 0)[:, None, None, :]
+        keep &= np.not_equal(mask, 0)[:, None, None, :]
     elif a["mask"] == "key_length":
         keep &= (np.arange(sk)[None, :] < mask[:, None])[:, None, None, :]
     return keep

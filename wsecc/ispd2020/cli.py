@@ -11,10 +11,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from wsecc.ispd2020.draw import draw_placement, viewer_page
+from wsecc.ispd2020.draw import viewer_page
 from wsecc.ispd2020.kgraph import KGraphError, read_kgraph
 from wsecc.ispd2020.score import write_solution
 from wsecc.ispd2020.solve import SolveOptions, solve
+from wsecc.view.png import draw_contest_placement
 
 
 class _Parser(argparse.ArgumentParser):
@@ -83,7 +84,7 @@ def main_ispd2020(argv: list[str] | None = None) -> int:
     print(f"  time      {result.seconds:.1f} s (budget {args.time_budget:g} s)")
     print(f"  solution  {out}")
     for path, label, write in (
-        (args.png, "picture", lambda p: draw_placement(graph, s, p)),
+        (args.png, "picture", lambda p: draw_contest_placement(graph, s, p)),
         (args.html, "viewer", lambda p: p.write_text(viewer_page(graph, result.solution, s))),
     ):
         if path is None:

@@ -1,9 +1,17 @@
-"""`write_placement_png`: the placement as a static picture (matplotlib, Agg, no pyplot)."""
+"""Static pictures, the only module that imports matplotlib (Agg canvases, no pyplot, so they
+are safe on any thread): the placement (`write_placement_png`), the roofline and the SRAM heat
+map of a simulation (`write_roofline_png`, `write_sram_png`), and an ISPD 2020 solution
+(`draw_contest_placement`)."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PatchCollection
 from matplotlib.figure import Figure
@@ -13,6 +21,12 @@ from wsecc.kernels import KernelGraph
 from wsecc.place.problem import Placement
 from wsecc.targets import Target
 from wsecc.view.data import kind_colors
+
+if TYPE_CHECKING:
+    from wsecc.ispd2020.kgraph import KGraph
+    from wsecc.ispd2020.score import Score
+    from wsecc.sim.perf import PerfResult
+    from wsecc.sim.sram import SramMap
 
 _LONG_SIDE_IN = 9.0  # figure size of the fabric's long side, inches
 _DPI = 120
@@ -74,3 +88,112 @@ def write_placement_png(
         frameon=False,
     )
     fig.savefig(os.fspath(path), format="png")
+
+
+def _figure(size: tuple[float, float]) -> tuple[Figure, Axes]:
+    fig = Figure(figsize=size)
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def write_roofline_png(path: str | os.PathLike[str], perf: PerfResult, target: Target) -> None:
+    """Every kernel of `perf` on the per-PE roofline of `target` (module doc), colored by the
+    bound L0 found for it; the slowest kernels labelled."""
+    from wsecc.sim.roofline import BOUND_COLORS, roofline
+
+    roof = roofline(target, perf.precision)
+    ks = [k for k in perf.kernels if np.isfinite(k.intensity) and k.intensity > 0]
+    x = np.array([k.intensity for k in ks])
+    y = np.array([k.achieved_flops_per_s / k.pes for k in ks])
+    lo = min(x.min(initial=1.0), roof.ridge_intensity()) / 4
+    hi = max(x.max(initial=1.0), roof.ridge_intensity()) * 4
+    xs = np.geomspace(lo, hi, 200)
+    fig, ax = _figure((8, 5.5))
+    ax.loglog(
+        xs,
+        np.minimum(roof.flops_per_pe_s, roof.link_bytes_per_s * xs),
+        "k-",
+        lw=2,
+        label=f"FMAC {roof.flops_per_pe_s / 1e9:.1f} GFLOP/s, link "
+        f"{roof.link_bytes_per_s / 1e9:.1f} GB/s per PE",
+    )
+    ax.loglog(
+        xs,
+        np.minimum(roof.vector_ops_per_pe_s, roof.link_bytes_per_s * xs),
+        "k--",
+        lw=1,
+        label=f"vector {roof.vector_ops_per_pe_s / 1e9:.2f} Gop/s per PE",
+    )
+    for bound, color in BOUND_COLORS.items():
+        sel = [i for i, k in enumerate(ks) if k.bound == bound]
+        if sel:
+            ax.scatter(x[sel], y[sel], s=18, c=color, label=f"{bound}-bound kernels", zorder=3)
+    for k in sorted(ks, key=lambda k: -k.cycles_per_sample)[:5]:
+        ax.annotate(
+            k.name,
+            (k.intensity, k.achieved_flops_per_s / k.pes),
+            fontsize=7,
+            xytext=(4, 4),
+            textcoords="offset points",
+        )
+    ax.set_xlabel("arithmetic intensity (flop per fabric byte)")
+    ax.set_ylabel("achieved flop/s per PE")
+    ax.set_title(
+        f"{perf.graph} on {perf.target} ({perf.precision}): {perf.samples_per_s:,.0f} samples/s, "
+        f"bottleneck {perf.bottleneck}",
+        fontsize=9,
+    )
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+
+
+def write_sram_png(path: str | os.PathLike[str], sram: SramMap) -> None:
+    """Heat map of bytes per PE (KiB) over the program rectangle; unused PEs blank."""
+    kib = np.ma.masked_where(~sram.used, sram.total / 1024.0)
+    H, W = sram.owner.shape
+    fig, ax = _figure((min(12, 3 + 8 * W / max(H, W)), min(10, 2 + 8 * H / max(H, W))))
+    im = ax.imshow(
+        kib,
+        origin="upper",
+        interpolation="nearest",
+        cmap="viridis",
+        vmin=0,
+        vmax=sram.sram_bytes_per_pe / 1024,
+    )
+    fig.colorbar(im, ax=ax, label="KiB per PE")
+    ax.set_xlabel("x (columns, east)")
+    ax.set_ylabel("y (rows, south)")
+    ax.set_title(
+        f"SRAM per PE on {sram.target} ({sram.precision}): max {sram.max_bytes / 1024:.1f} KiB, "
+        f"mean {sram.mean_used_bytes / 1024:.1f} KiB over {sram.pes_used:,} used PEs",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+
+
+def draw_contest_placement(graph: KGraph, score: Score, path: str | Path, title: str = "") -> None:
+    """Write an ISPD 2020 solution's placement (`score.rects` on the `graph`'s fabric) to
+    `path` (PNG): rectangles labelled by kernel name, edges centre to centre."""
+    fig, ax = _figure((8, 8))
+    ax.add_patch(Rectangle((0, 0), graph.width, graph.height, fill=False, lw=1.5, ec="black"))
+    cmap = colormaps["tab20"]
+    for i, (name, r) in enumerate(sorted(score.rects.items())):
+        ax.add_patch(
+            Rectangle((r.x, r.y), r.w, r.h, fc=cmap(i % 20), ec="black", lw=0.5, alpha=0.7)
+        )
+        size = max(4.0, min(9.0, 0.05 * min(r.w, r.h) + 3))
+        ax.text(r.x + r.w / 2, r.y + r.h / 2, name, ha="center", va="center", fontsize=size)
+    for e in graph.kernel_edges:
+        u, v = score.rects.get(graph.node(e.src).name), score.rects.get(graph.node(e.dst).name)
+        if u is not None and v is not None:
+            (ux, uy), (vx, vy) = u.center2(), v.center2()
+            ax.plot([ux / 2, vx / 2], [uy / 2, vy / 2], color="black", lw=0.7, alpha=0.6)
+    ax.set_xlim(-5, graph.width + 5)
+    ax.set_ylim(-5, graph.height + 5)
+    ax.set_aspect("equal")
+    ax.set_title(title or f"{graph.source}: Δt={score.delta_t} WL={score.wirelength:g}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
