@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from wsecc.version import __version__
 
 __all__ = ["Compilation", "Options", "WseccError", "__version__", "compile"]
 

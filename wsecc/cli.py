@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from wsecc import __version__, profiling
+from wsecc import profiling
 from wsecc.errors import WseccError
 from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
+from wsecc.version import __version__
 
 EXAMPLES = """examples:
   wsecc compile samples/gpt2_legacy_op17.onnx --seq 32

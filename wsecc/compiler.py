@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wsecc import __version__
 from wsecc.errors import WseccError
 from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
 from wsecc.targets import target_source
+from wsecc.version import __version__
 
 REPORT_SCHEMA = "wsecc.report/1"
 PRECISIONS = ("fp32", "mixed", "fp16")

@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from wsecc import __version__
 from wsecc.kernels import KernelGraph, Sizing
 from wsecc.place.problem import Placement
 from wsecc.route.problem import Point, Routing
 from wsecc.targets import Target
+from wsecc.version import __version__
 from wsecc.view.data import (
     LINK_DIRS,
     kernel_records,
