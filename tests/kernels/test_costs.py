@@ -181,3 +181,18 @@ def test_linear_tiles_cover_the_weights(K: int, N: int, h: int, w: int, precisio
     c = kernel_cost(k, h, w, precision, TINY)
     assert c.sram.weights * h * w >= k.weight_bytes(precision)
     assert c.compute_cycles * h * w * TINY.flops_per_cycle[precision] >= k.flops_per_sample
+
+
+def test_a_shape_is_costed_once() -> None:
+    """Sizing, the placed sizing, the SRAM map and L0 ask for the same shapes: the model runs
+    once per (kernel, shape, context) and every caller gets the same answer."""
+    from wsecc.kernels.costs import CostContext, _cost_at, cost_at
+
+    k = Kernel("att", KernelKind.ATTENTION,
+               dict(seq=64, heads=4, head_dim=16, causal=True, padding_mask=False))  # fmt: skip
+    ctx = CostContext(TINY, "mixed", 8)
+    before = _cost_at.cache_info()
+    first = cost_at(k, 8, 4, ctx)
+    assert cost_at(k, 8, 4, ctx) is first is kernel_cost(k, 8, 4, "mixed", TINY)
+    after = _cost_at.cache_info()
+    assert after.misses - before.misses <= 1 and after.hits - before.hits >= 2

@@ -27,11 +27,13 @@ latencies lengthen the pipeline fill, not the steady state, and are not charged 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from wsecc.kernels.conv import cdiv
-from wsecc.kernels.ir import ELEM_TYPE_BYTES, Kernel, precision
+from wsecc.kernels.ir import ELEM_TYPE_BYTES, Kernel, KernelKind, precision
 from wsecc.kernels.kind import Params
 from wsecc.targets import Target
 
@@ -194,5 +196,20 @@ def kernel_cost(
     """SRAM per PE and cycles per sample of `kernel` on an h x w region of `target`."""
     if h <= 0 or w <= 0:
         raise ValueError(f"{kernel.describe()}: region {h}x{w} must be at least 1x1")
-    ctx = CostContext(target, precision_name, chunk_tokens)
-    return kernel.spec.cost(kernel.params, h, w, ctx)
+    return cost_at(kernel, h, w, CostContext(target, precision_name, chunk_tokens))
+
+
+def cost_at(kernel: Kernel, h: int, w: int, ctx: CostContext) -> KernelCost:
+    """`kernel`'s cost model at h x w in `ctx`, evaluated once per (kind, params, shape,
+    context): sizing's menus, the placed sizing, the SRAM map and L0 all ask for the same
+    shapes, and an attention model is not free."""
+    return _cost_at(kernel.kind, tuple(sorted(kernel.params.items())), h, w, ctx)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _cost_at(
+    kind: KernelKind, params: tuple[tuple[str, Any], ...], h: int, w: int, ctx: CostContext
+) -> KernelCost:
+    from wsecc.kernels.kinds import KINDS  # the kinds import this module
+
+    return KINDS[kind].cost(dict(params), h, w, ctx)

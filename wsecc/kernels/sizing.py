@@ -43,6 +43,7 @@ from wsecc.kernels.costs import (
     CostContext,
     KernelCost,
     SramBreakdown,
+    cost_at,
     least_true,
 )
 from wsecc.kernels.ir import Kernel, KernelGraph
@@ -307,7 +308,7 @@ def _menu_of(
         return [], menu if menu.shapes_within(None) else None
     fab = ctx.target.fabric
     rows, cols = model.shapes(kernel.params, fab.program_height, fab.program_width)
-    costs = [model.cost(kernel.params, h, w, ctx) for h in rows for w in cols]
+    costs = [cost_at(kernel, h, w, ctx) for h in rows for w in cols]
     return costs, _menu(costs, ctx.target.sram.bytes_per_pe, max_aspect)
 
 
@@ -526,8 +527,7 @@ def sizing_at(
     kernels, over = [], []
     for ks in base.kernels:
         h, w = shapes.get(ks.name, (ks.h, ks.w))
-        kernel = kg.kernel(ks.name)
-        c = kernel.spec.cost(kernel.params, h, w, ctx)
+        c = cost_at(kg.kernel(ks.name), h, w, ctx)
         if c.sram.total > target.sram.bytes_per_pe:
             over.append(f"{ks.name!r} {c.sram.total:,} B")
         kernels.append(
