@@ -28,11 +28,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from wsecc.errors import WseccError
+
 PRECISIONS: tuple[str, ...] = ("fp32", "mixed", "fp16")
 """fp32: fp32 storage and math; mixed: fp16 storage, fp32 accumulation; fp16: fp16 throughout."""
 
 
-class TargetError(ValueError):
+class TargetError(WseccError, ValueError):
     """A target file that cannot be used; the message is one line naming the file and field."""
 
 

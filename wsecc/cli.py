@@ -490,11 +490,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return main_ispd2020(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
-    from wsecc.kernels import KernelGraphError, SizingError
-    from wsecc.place.problem import PlacementError
-    from wsecc.route.problem import RoutingError
-    from wsecc.targets import TargetError
-
     interrupted = False
 
     def on_sigint(signum: int, frame: object) -> None:
@@ -507,14 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if profiling.wanted(getattr(args, "profile", False)):
             return profiling.run_profiled(lambda: int(args.fn(args)))
         return int(args.fn(args))
-    except (
-        WseccError,
-        TargetError,
-        KernelGraphError,
-        SizingError,
-        PlacementError,
-        RoutingError,
-    ) as e:
+    except WseccError as e:  # every error a user can cause (wsecc.errors)
         if getattr(args, "debug", False):
             traceback.print_exc()
         print(f"wsecc: error: {_one_line(str(e))}", file=sys.stderr)

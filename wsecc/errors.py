@@ -1,4 +1,10 @@
-"""User-facing errors: the CLI prints their one-line message and exits with code 2."""
+"""User-facing errors: the CLI prints their one-line message and exits with code 2.
+
+Every error a user can cause derives from `WseccError`: the frontend's, the pass manager's
+(`PassError`), kernel graphs' (`KernelGraphError`), sizing's (`SizingError`), targets'
+(`TargetError`), placement's and routing's (`PlacementError`, `RoutingError`), the
+simulators' (`SimulationError` and its kinds), the ISPD 2020 readers' (`KGraphError`,
+`SolutionError`). Those that were `ValueError`s stay `ValueError`s too."""
 
 
 class WseccError(Exception):
@@ -7,3 +13,8 @@ class WseccError(Exception):
 
 class FrontendError(WseccError):
     """The ONNX file cannot be read, bound or converted."""
+
+
+class SimulationError(WseccError, ValueError):
+    """The products do not describe one program (a kernel not placed, a flow not routed, inputs
+    that do not fit it), or a simulation cannot finish; the message names what is wrong."""

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from wsecc.errors import WseccError
+
 KERNEL_KINDS = ("conv", "dblock", "cblock")
 TERMINAL_KINDS = ("input", "output")
 
@@ -54,7 +56,7 @@ _HEADER_RE = re.compile(r"(?P<key>\w+)\s*=\s*(?P<value>\S.*?)\s*")
 _Fail = Callable[[int, str, str], "KGraphError"]
 
 
-class KGraphError(ValueError):
+class KGraphError(WseccError, ValueError):
     """A malformed kgraph file; the message starts with `file:line:`."""
 
 

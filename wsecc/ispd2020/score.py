@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from wsecc.errors import WseccError
 from wsecc.ispd2020.kgraph import KERNEL_KINDS, KGraph
 from wsecc.ispd2020.perf import KernelSpec, kernel_spec
 from wsecc.place.problem import Rect
@@ -50,7 +51,7 @@ _IGNORED = (
 )
 
 
-class SolutionError(ValueError):
+class SolutionError(WseccError, ValueError):
     """A malformed solution file; the message starts with `file:line:`."""
 
 

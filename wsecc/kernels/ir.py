@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
+from wsecc.errors import WseccError
 from wsecc.kernels.kind import PARAM_CHECKS, Params
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ Scalar = int | float | bool | str
 EDGES: tuple[str, ...] = ("N", "S", "E", "W")
 
 
-class KernelGraphError(ValueError):
+class KernelGraphError(WseccError, ValueError):
     """A malformed kernel graph; the message names the offending kernel, port or flow."""
 
 

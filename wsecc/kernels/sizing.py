@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
+from wsecc.errors import WseccError
 from wsecc.kernels.costs import (
     DEFAULT_CHUNK_TOKENS,
     CostContext,
@@ -56,7 +57,7 @@ DEFAULT_ALT_TOLERANCE = 0.05
 DEFAULT_MAX_ALTERNATIVES = 4
 
 
-class SizingError(ValueError):
+class SizingError(WseccError, ValueError):
     """The model cannot be sized on this target; one line naming the kernel(s) and the shortfall."""
 
 

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
+from wsecc.errors import WseccError
+
 
 @dataclass(frozen=True)
 class Rect:
@@ -110,7 +112,7 @@ class PlacementProblem:
         return json.dumps(self.to_json(), indent=1, sort_keys=True)
 
 
-class PlacementError(Exception):
+class PlacementError(WseccError):
     """A placement could not be produced, or a given one is illegal; the message says why."""
 
 

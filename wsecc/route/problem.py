@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import Any
 
+from wsecc.errors import WseccError
 from wsecc.place.problem import PlaceFlow, Placement, PlacementProblem, Rect
 
 Point = tuple[int, int]
@@ -37,7 +38,7 @@ OPPOSITE = {"E": "W", "W": "E", "S": "N", "N": "S"}
 _DIRECTION = {step: d for d, step in STEPS.items()}
 
 
-class RoutingError(Exception):
+class RoutingError(WseccError):
     """Routing is impossible within the budget; the message names the router that proves it.
     `flows`: the flows whose lanes it failed on (crossing an overloaded link, or that router)."""
 

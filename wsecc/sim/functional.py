@@ -82,7 +82,7 @@ from typing import Any
 
 import numpy as np
 
-from wsecc.errors import WseccError
+from wsecc.errors import SimulationError
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rules import (
     ACTIVATIONS,
@@ -122,10 +122,6 @@ _THREADS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity
 @functools.cache
 def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(_THREADS, thread_name_prefix="wsecc-sim")
-
-
-class SimulationError(WseccError):
-    """The products do not describe one program, or the inputs do not fit it."""
 
 
 # --- precision ------------------------------------------------------------------------------------

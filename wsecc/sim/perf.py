@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from wsecc.errors import SimulationError
 from wsecc.kernels import KernelCost, KernelGraph, KernelKind, Sizing, kernel_cost
 from wsecc.kernels.costs import cdiv
 from wsecc.kernels.ir import elem_bytes
@@ -65,11 +66,6 @@ from wsecc.targets import Target, check_precision
 HOST_IN = "host-in"
 HOST_OUT = "host-out"
 KERNEL, FLOW, HOST = "kernel", "flow", "host"
-
-
-class SimulationError(ValueError):
-    """The products do not describe one program (a kernel not placed, a flow not routed, ...),
-    or a simulation cannot finish; the message names what is wrong."""
 
 
 def flow_name(src: str, dst: str) -> str:
