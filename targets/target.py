@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from wsecc.errors import WseccError
+from wsecc.vocab import Precision
 
-PRECISIONS: tuple[str, ...] = ("fp32", "mixed", "fp16")
-"""fp32: fp32 storage and math; mixed: fp16 storage, fp32 accumulation; fp16: fp16 throughout."""
+PRECISIONS: tuple[str, ...] = tuple(p.value for p in Precision)
+"""The precisions a target gives rates for (`wsecc.vocab.Precision`)."""
 
 
 class TargetError(WseccError, ValueError):

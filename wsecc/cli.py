@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from wsecc import profiling
+from wsecc.compiler import VALIDATE_AUTO_MAX_PARAMS
 from wsecc.errors import WseccError
-from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
+from wsecc.options import choices
+from wsecc.options import default as option_default
 from wsecc.version import __version__
 
 EXAMPLES = """examples:
@@ -38,7 +40,10 @@ EXAMPLES = """examples:
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="path to an .onnx file")
     p.add_argument(
-        "--batch", type=_positive_int, default=None, help="bind the batch dim (default 1)"
+        "--batch",
+        type=_positive_int,
+        default=None,
+        help=f"bind the batch dim (default {option_default('batch')})",
     )
     p.add_argument(
         "--seq",
@@ -65,16 +70,17 @@ def _add_target_args(p: argparse.ArgumentParser, default: str | None = "wse2") -
     )
     p.add_argument(
         "--precision",
-        default="mixed",
-        choices=("fp32", "mixed", "fp16"),
-        help="storage/compute precision (default mixed)",
+        default=option_default("precision"),
+        choices=choices("precision"),
+        help=f"storage/compute precision (default {option_default('precision')})",
     )
     p.add_argument(
         "--chunk-tokens",
         type=_positive_int,
-        default=DEFAULT_CHUNK_TOKENS,
+        default=option_default("chunk_tokens"),
         metavar="N",
-        help=f"tokens a kernel buffers per step; fewer need less SRAM (default {DEFAULT_CHUNK_TOKENS})",
+        help="tokens a kernel buffers per step; fewer need less SRAM "
+        f"(default {option_default('chunk_tokens')})",
     )
 
 
@@ -274,17 +280,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def _add_sim_args(p: argparse.ArgumentParser, defaults: bool = True) -> None:
     p.add_argument(
         "--sim",
-        choices=("l0", "l1"),
-        default="l1" if defaults else None,
+        choices=choices("sim"),
+        default=option_default("sim") if defaults else None,
         help="performance model: l0 analytical, l1 event-level with contention and a trace "
-        "(default l1)",
+        f"(default {option_default('sim')})",
     )
     p.add_argument(
         "--validate",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="run the tiled functional simulation and compare with onnxruntime (default: on "
-        "for models up to 50M parameters)",
+        f"for models up to {VALIDATE_AUTO_MAX_PARAMS / 1e6:g}M parameters)",
     )
 
 
@@ -365,18 +371,23 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", "-o", default=None, help="output folder (default MODEL_STEM.wsecc/)")
     c.add_argument(
         "--placer",
-        default="cpsat",
-        choices=("greedy", "cpsat", "manual"),
-        help="placement strategy (default cpsat)",
+        default=option_default("placer"),
+        choices=choices("placer"),
+        help=f"placement strategy (default {option_default('placer')})",
     )
     c.add_argument(
         "--time-budget",
         type=float,
-        default=10.0,
+        default=option_default("time_budget_s"),
         metavar="S",
-        help="placement wall-clock budget in seconds (default 10)",
+        help=f"placement wall-clock budget in seconds (default {option_default('time_budget_s'):g})",
     )
-    c.add_argument("--seed", type=int, default=0, help="placer seed (default 0)")
+    c.add_argument(
+        "--seed",
+        type=int,
+        default=option_default("seed"),
+        help=f"placer and input seed (default {option_default('seed')})",
+    )
     c.add_argument(
         "--deterministic",
         action="store_true",
@@ -443,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sim_args(s)
     s.add_argument(
         "--precision",
-        choices=("fp32", "mixed", "fp16"),
+        choices=choices("precision"),
         default=None,
         help="simulate in this precision (default: the compile's)",
     )

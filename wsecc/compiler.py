@@ -31,13 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from wsecc.errors import WseccError
-from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
+from wsecc.options import Options
 from wsecc.targets import target_source
 from wsecc.version import __version__
 
 REPORT_SCHEMA = "wsecc.report/1"
-PRECISIONS = ("fp32", "mixed", "fp16")
-SIM_LEVELS = ("l0", "l1")
 VALIDATE_AUTO_MAX_PARAMS = 50_000_000
 """`validate=None` (auto) runs the numerics when the model has at most this many parameters:
 the functional simulation then takes seconds, not minutes."""
@@ -47,44 +45,6 @@ Progress = Callable[[str, str], None]  # (stage, message)
 
 def _quiet(stage: str, message: str) -> None:
     pass
-
-
-@dataclass(frozen=True)
-class Options:
-    """Every knob of a compile; the defaults are `wsecc compile`'s."""
-
-    target: str = "wse2"
-    batch: int = 1
-    seq: int | None = None  # None: from the graph, else 128
-    dims: Mapping[str, int] = field(default_factory=dict)
-    precision: str = "mixed"
-    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
-    placer: str = "cpsat"
-    time_budget_s: float = 10.0
-    seed: int = 0
-    deterministic: bool = False
-    pins: str | None = None
-    validate: bool | None = None  # None: on when the model is small enough to run quickly
-    sim: str = "l1"
-    sim_samples: int = 4
-    inputs: str | None = None  # an .npz of model inputs for the numerics
-    save_outputs: bool = False
-    check_each_pass: bool = False
-    explain: bool = False  # report why each fusion did not fire where it did not
-    print_after_all: bool = False
-    dump_dir: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise WseccError(
-                f"unknown precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}"
-            )
-        if self.sim not in SIM_LEVELS:
-            raise WseccError(f"unknown simulator level {self.sim!r}: choose l0 or l1")
-        if self.placer == "manual" and not self.pins:
-            raise WseccError("placer 'manual' needs pins (--pins FILE)")
-        if self.time_budget_s <= 0:
-            raise WseccError(f"time budget must be positive, got {self.time_budget_s}")
 
 
 def sha256_of(path: str | os.PathLike[str]) -> str:

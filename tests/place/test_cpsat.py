@@ -78,4 +78,4 @@ def test_place_dispatches_and_rejects_unknown_placers():
     with pytest.raises(
         PlacementError, match="unknown placer 'sa'; choose one of cpsat, greedy, manual"
     ):
-        place(problem, placer="sa")
+        place(problem, placer="sa", time_budget_s=1.0)

@@ -81,24 +81,25 @@ class KernelKind(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class Precision:
-    """How a precision stores tensors and accumulates sums, in bytes per element."""
+class NumberFormat:
+    """How a precision (`wsecc.vocab.Precision`) stores tensors and accumulates sums, in bytes
+    per element."""
 
     name: str
     storage_bytes: int
     accum_bytes: int
 
 
-PRECISION_TABLE: Mapping[str, Precision] = MappingProxyType(
+PRECISION_TABLE: Mapping[str, NumberFormat] = MappingProxyType(
     {
-        "fp32": Precision("fp32", storage_bytes=4, accum_bytes=4),
-        "mixed": Precision("mixed", storage_bytes=2, accum_bytes=4),
-        "fp16": Precision("fp16", storage_bytes=2, accum_bytes=2),
+        "fp32": NumberFormat("fp32", storage_bytes=4, accum_bytes=4),
+        "mixed": NumberFormat("mixed", storage_bytes=2, accum_bytes=4),
+        "fp16": NumberFormat("fp16", storage_bytes=2, accum_bytes=2),
     }
 )
 
 
-def precision(name: str) -> Precision:
+def precision(name: str) -> NumberFormat:
     if name not in PRECISION_TABLE:
         raise ValueError(
             f"unknown precision {name!r} (expected one of {', '.join(PRECISION_TABLE)})"

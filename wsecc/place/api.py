@@ -23,8 +23,8 @@ PLACERS: dict[str, Placer] = {
 def place(
     problem: PlacementProblem,
     *,
-    placer: str = "cpsat",
-    time_budget_s: float = 20.0,
+    placer: str,
+    time_budget_s: float,
     seed: int = 0,
     deterministic: bool = False,
 ) -> Placement:

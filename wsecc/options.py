@@ -1,0 +1,70 @@
+"""`Options`: every knob of a compile, the one place its choices and defaults are written.
+
+`wsecc compile`'s flags take their choices and defaults from here (`default`, `choices`), and so
+do `wsecc.compile(...)`'s keywords, so the two cannot drift apart."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from wsecc.errors import WseccError
+from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
+from wsecc.vocab import Placer, Precision, SimLevel, parse
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every knob of a compile; the defaults are `wsecc compile`'s. Enum fields accept their
+    string values ("mixed", "l1", "cpsat")."""
+
+    target: str = "wse2"
+    batch: int = 1
+    seq: int | None = None  # None: the model's own context where the graph shows it, else 128
+    dims: Mapping[str, int] = field(default_factory=dict)
+    precision: Precision = Precision.MIXED
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    placer: Placer = Placer.CPSAT
+    time_budget_s: float = 10.0  # CP-SAT's wall-clock budget for placement, seconds
+    seed: int = 0
+    deterministic: bool = False
+    pins: str | None = None
+    validate: bool | None = None  # None: on when the model is small enough to run quickly
+    sim: SimLevel = SimLevel.L1
+    sim_samples: int = 4
+    inputs: str | None = None  # an .npz of model inputs for the numerics
+    save_outputs: bool = False
+    check_each_pass: bool = False
+    explain: bool = False  # report why each fusion did not fire where it did not
+    print_after_all: bool = False
+    dump_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "precision", parse(Precision, self.precision, "precision"))
+        set_(self, "sim", parse(SimLevel, self.sim, "simulator level"))
+        set_(self, "placer", parse(Placer, self.placer, "placer"))
+        if self.placer is Placer.MANUAL and not self.pins:
+            raise WseccError("placer 'manual' needs pins (--pins FILE)")
+        if self.time_budget_s <= 0:
+            raise WseccError(f"time budget must be positive, got {self.time_budget_s}")
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Options)}
+
+
+def default(name: str) -> Any:
+    """The default of option `name` (what the CLI flag defaults to)."""
+    f = _FIELDS[name]
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+
+
+def choices(name: str) -> tuple[str, ...]:
+    """The values an enum option takes, in order."""
+    kind = Options.__annotations__[name]
+    enums = {"Precision": Precision, "SimLevel": SimLevel, "Placer": Placer}
+    e: type[enum.StrEnum] = enums[kind]
+    return tuple(m.value for m in e)

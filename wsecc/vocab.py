@@ -1,0 +1,46 @@
+"""The words every stage shares: precisions, simulation levels and placers, as enums.
+
+They are `StrEnum`s, so `Precision.MIXED == "mixed"` and a string from a file or a script works
+wherever an enum is expected; `parse` turns a user's string into one with a one-line error."""
+
+from __future__ import annotations
+
+import enum
+from typing import TypeVar
+
+from wsecc.errors import WseccError
+
+
+class Precision(enum.StrEnum):
+    """fp32: fp32 storage and math; mixed: fp16 storage and products, fp32 accumulation; fp16:
+    fp16 throughout."""
+
+    FP32 = "fp32"
+    MIXED = "mixed"
+    FP16 = "fp16"
+
+
+class SimLevel(enum.StrEnum):
+    """l0: analytical (per-kernel bounds, stage time); l1: event-level (chunks through kernels
+    and routed links)."""
+
+    L0 = "l0"
+    L1 = "l1"
+
+
+class Placer(enum.StrEnum):
+    GREEDY = "greedy"
+    CPSAT = "cpsat"
+    MANUAL = "manual"
+
+
+E = TypeVar("E", bound=enum.StrEnum)
+
+
+def parse(kind: type[E], value: str, what: str) -> E:
+    """`value` as a member of `kind`; WseccError naming `what` and the choices otherwise."""
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in kind)
+        raise WseccError(f"unknown {what} {value!r}: choose one of {choices}") from None
