@@ -27,8 +27,8 @@ def main() -> None:
         graph, _ = import_model(path, batch=1, seq=int(seq or 1024))
         fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
         kg, sizing = lower_and_size(fused, target, "mixed")
-        placed = place_and_route(kg, sizing, target, "mixed", placer="greedy")
-        s, r = placed.sizing, placed.routing
+        placed = place_and_route(kg, sizing, target, "mixed", placer="greedy", time_budget_s=10)
+        s, r = placed.program.sizing, placed.program.routing
         name = path.split("/")[-1].removesuffix(".onnx")
         print(
             f"| {name} | {seq} | {100 * s.fill:.0f}% | {s.pes_used:,} | {s.bottleneck} | "

@@ -26,9 +26,9 @@ def row(spec: str, target_name: str, budget: float) -> str:
     graph, _ = import_model(path, batch=1, seq=int(seq or 1024))
     fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
     kg, sizing = lower_and_size(fused, target, "mixed")
-    g = place_and_route(kg, sizing, target, "mixed", placer="greedy")
+    g = place_and_route(kg, sizing, target, "mixed", placer="greedy", time_budget_s=budget).program
     t0 = time.perf_counter()
-    c = place_and_route(kg, g.sizing, target, "mixed", placer="cpsat", time_budget_s=budget)
+    c = place_and_route(kg, g.sizing, target, "mixed", placer="cpsat", time_budget_s=budget).program
     wall = time.perf_counter() - t0
     gp, cp, r = g.placement, c.placement, c.routing
     imp = 100 * (1 - cp.objective / gp.objective)

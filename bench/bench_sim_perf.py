@@ -51,10 +51,9 @@ def rows(spec: str, targets: list[str], samples: int, placer: str, budget: float
             kg, sizing = lower_and_size(fused, target, "mixed")
             p = place_and_route(kg, sizing, target, "mixed", placer=placer, time_budget_s=budget)
             compile_s = time.perf_counter() - t0
-            products = (kg, p.sizing, p.placement, p.routing, target, "mixed")
-            r = simulate_l1(*products, samples=samples)
+            r = simulate_l1(p.program, samples=samples)
             try:
-                bare = simulate_l1(*products, samples=samples, skew_buffers=False)
+                bare = simulate_l1(p.program, samples=samples, skew_buffers=False)
                 no_skew = f"{bare.throughput_rel_diff:+.1%} thr"
             except SimulationError as e:
                 no_skew = str(e).split(":")[0]  # "deadlock at cycle N"

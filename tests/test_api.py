@@ -55,8 +55,23 @@ def test_stages_run_one_at_a_time():
     assert "kernels" not in c.report()
     c.lower_and_size()
     assert "kernels" in c.report() and "placement" not in c.report()
+    with pytest.raises(WseccError, match="run the place_and_route stage first"):
+        c.simulate()
     c.place_and_route()
     assert c.report()["routing"]["colors_max"] <= c.target.color_budget
+
+
+def test_other_options_make_another_compilation():
+    """`with_options` leaves the compilation it came from as it was: another precision is the
+    same placement re-costed in it, with the simulations cleared."""
+    c = Compilation.load(GPT2, Options(seq=8, placer="greedy", validate=False))
+    c.fuse().lower_and_size().place_and_route().simulate()
+    fp32 = c.with_options(precision="fp32", sim="l0")
+    assert c.options.precision == "mixed" and c.program.precision == "mixed" and c.perf
+    assert fp32.program.precision == "fp32" and fp32.perf is None and fp32.events is None
+    assert fp32.program.placement is c.program.placement
+    fp32.simulate()
+    assert fp32.sram.max_bytes > c.sram.max_bytes  # fp32 stores 4 bytes where mixed stores 2
 
 
 def test_bad_options_are_one_line_errors():

@@ -267,8 +267,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     folder = Path(args.outdir)
     with StageDisplay(quiet=args.json) as display:
-        c = Compilation.from_outdir(folder, display.update)
-        c.simulate(sim=args.sim, precision=args.precision, validate=args.validate)
+        saved = Compilation.from_outdir(folder, display.update)
+        changes = {"sim": args.sim, "precision": args.precision, "validate": args.validate}
+        c = saved.with_options(**{k: v for k, v in changes.items() if v is not None})
+        c.simulate()
         c.write(folder, keep=True)
     if args.json:
         print(json.dumps(c.report(), indent=1))
@@ -300,13 +302,13 @@ def cmd_view(args: argparse.Namespace) -> int:
 
     folder = Path(args.outdir)
     v = load_outdir(folder)
-    html = render_viewer(v.kg, v.sizing, v.placement, v.routing, v.target, title=v.title)
+    html = render_viewer(v.program, title=v.title)
     out = folder / "viewer.html"
     tmp = out.with_name(".viewer.html.tmp")
     tmp.write_text(html)
     os.replace(tmp, out)
     if args.png:
-        write_placement_png(folder / "placement.png", v.kg, v.placement, v.target, v.title)
+        write_placement_png(folder / "placement.png", v.program.kg, v.program.placement, v.program.target, v.title)
     print(out.resolve().as_uri())
     return 0
 

@@ -28,12 +28,30 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from wsecc.errors import WseccError
 from wsecc.options import Options
 from wsecc.targets import target_source
 from wsecc.version import __version__
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from wsecc.frontend.onnx import ModelInfo
+    from wsecc.ir.core import Graph
+    from wsecc.kernels import KernelGraph, Sizing
+    from wsecc.place.problem import Placement, PlacementProblem
+    from wsecc.pm import PassRecord
+    from wsecc.program import Program
+    from wsecc.route.problem import Routing
+    from wsecc.sim.events import EventResult
+    from wsecc.sim.functional import NumericsResult
+    from wsecc.sim.perf import PerfResult
+    from wsecc.sim.sram import SramMap
+    from wsecc.targets import Target
+
+T = TypeVar("T")
 
 REPORT_SCHEMA = "wsecc.report/1"
 VALIDATE_AUTO_MAX_PARAMS = 50_000_000
@@ -57,30 +75,40 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
 
 @dataclass
 class Compilation:
-    """Every product of one compile, filled stage by stage (None until its stage ran)."""
+    """Every product of one compile, filled stage by stage (None until its stage ran). The
+    stages themselves are the pure functions of `wsecc.flow`; a method runs one, times it,
+    reports progress and keeps its products. Options never change after construction
+    (`with_options` gives a new Compilation)."""
 
     model_path: Path
     options: Options
+    target: Target
     progress: Progress = _quiet
-    graph: Any = None  # imported wsecc.ir Graph
-    import_info: Any = None
-    fused: Any = None
-    pass_records: list[Any] = field(default_factory=list)
-    target: Any = None
-    kernel_graph: Any = None
-    sizing: Any = None
-    problem: Any = None  # PlacementProblem
-    placement: Any = None
-    routing: Any = None
-    sram: Any = None  # wsecc.sim.sram.SramMap
-    perf: Any = None  # L0 result
-    events: Any = None  # L1 result (when options.sim == "l1")
-    numerics: Any = None  # NumericsResult, or None when not validated
+    graph: Graph | None = None  # imported, folded
+    import_info: ModelInfo | None = None
+    fused: Graph | None = None
+    pass_records: list[PassRecord] = field(default_factory=list)
+    kernel_graph: KernelGraph | None = None
+    sizing: Sizing | None = None  # lowering's; after placement, the program's
+    problem: PlacementProblem | None = None
+    program: Program | None = None  # placed and routed
+    sram: SramMap | None = None
+    perf: PerfResult | None = None  # L0
+    events: EventResult | None = None  # L1 (when options.sim is l1)
+    numerics: NumericsResult | None = None  # None when not validated
     saved_report: dict[str, Any] | None = None  # when reloaded from an output folder
-    sim_inputs: dict[str, Any] | None = None
-    sim_outputs: dict[str, Any] | None = None
+    sim_inputs: dict[str, np.ndarray] | None = None
+    sim_outputs: dict[str, np.ndarray] | None = None
     seconds: dict[str, float] = field(default_factory=dict)  # per stage
-    _model_facts: tuple[Any, dict[str, Any]] | None = field(default=None, repr=False)
+    _model_facts: tuple[Graph, dict[str, Any]] | None = field(default=None, repr=False)
+
+    @property
+    def placement(self) -> Placement | None:
+        return self.program.placement if self.program is not None else None
+
+    @property
+    def routing(self) -> Routing | None:
+        return self.program.routing if self.program is not None else None
 
     # --- stages ------------------------------------------------------------------------------
 
@@ -92,19 +120,14 @@ class Compilation:
         progress: Progress = _quiet,
     ) -> Compilation:
         """Stage 1: load, bind and import the ONNX file (folded, into the wsecc IR)."""
-        from wsecc.frontend.onnx import import_model
+        from wsecc.flow import load
         from wsecc.targets import load_target
 
         options = options or Options()
-        c = cls(Path(path), options, progress)
-        c.target = load_target(options.target)  # a bad target fails before the slow stages
+        # a bad target fails before the slow stages
+        c = cls(Path(path), options, load_target(options.target), progress)
         with c._stage("frontend"):
-            c.graph, c.import_info = import_model(
-                path,
-                batch=options.batch,
-                seq=options.seq if options.seq is not None else 128,
-                dims=dict(options.dims),
-            )
+            c.graph, c.import_info = load(c.model_path, options)
         c.progress(
             "frontend",
             f"{len(c.graph.nodes)} ops after folding, bindings {c.import_info.bindings}",
@@ -132,12 +155,28 @@ class Compilation:
             options = Options(**opts)
         except (TypeError, WseccError) as e:
             raise WseccError(f"{folder / 'report.json'}: unusable options ({e})") from None
-        c = cls(Path(saved["model"]["path"]), options, progress)
-        c.target, c.kernel_graph, c.sizing = v.target, v.kg, v.sizing
-        c.placement, c.routing = v.placement, v.routing
-        c.problem = placement_problem(v.kg, v.sizing, v.target, options.precision)
+        prog = v.program
+        c = cls(Path(saved["model"]["path"]), options, prog.target, progress)
+        c.kernel_graph, c.sizing, c.program = prog.kg, prog.sizing, prog
+        c.problem = placement_problem(prog.kg, prog.sizing, prog.target, prog.precision)
         c.saved_report = saved
         return c
+
+    def with_options(self, **changes: Any) -> Compilation:
+        """A copy with some options changed (keywords are `Options` fields) and the stages they
+        invalidate cleared: another precision re-costs the placed program in it (no re-placing),
+        and every simulation result is dropped. `wsecc simulate` re-simulates a saved compile
+        this way."""
+        options = dataclasses.replace(self.options, **changes)
+        program = self.program
+        if program is not None and options.precision != program.precision:
+            program = program.in_precision(options.precision)
+        return dataclasses.replace(
+            self, options=options, program=program,
+            sizing=program.sizing if program is not None else self.sizing,
+            sram=None, perf=None, events=None, numerics=None, sim_inputs=None, sim_outputs=None,
+            seconds={}, _model_facts=None,
+        )  # fmt: skip
 
     def _ensure_fused(self) -> None:
         """Re-import and fuse the model (a compilation reloaded from a folder has no graph)."""
@@ -147,38 +186,23 @@ class Compilation:
             raise WseccError(
                 f"{self.model_path}: the compiled model is gone; numerics need it (--no-validate)"
             )
-        fresh = Compilation.load(self.model_path, self.options, self.progress)
-        fresh.fuse()
+        fresh = Compilation.load(self.model_path, self.options, self.progress).fuse()
         self.graph, self.import_info = fresh.graph, fresh.import_info
         self.fused, self.pass_records = fresh.fused, fresh.pass_records
 
     def fuse(self) -> Compilation:
         """Stage 2: the pass pipeline (canonicalize and fuse) on the imported graph."""
-        from wsecc.passes import DEFAULT_PIPELINE, PassContext
-        from wsecc.pm import PassManager
+        from wsecc.flow import fuse
 
-        o = self.options
-        numerics = None
-        if o.check_each_pass:
-            from wsecc.numerics import make_inputs, ort_run
-            from wsecc.pm import NumericsCheck
-
-            feeds = make_inputs(self.graph)
-            numerics = NumericsCheck(feeds, ort_run(self.model_path, feeds))
-        pm = PassManager(
-            DEFAULT_PIPELINE,
-            print_after_all=o.print_after_all,
-            dump_dir=Path(o.dump_dir) if o.dump_dir else None,
-            numerics=numerics,
-        )
+        graph = self._need(self.graph, "load")
         with self._stage("passes"):
-            self.fused, self.pass_records = pm.run(self.graph, PassContext())
+            self.fused, self.pass_records = fuse(graph, self.model_path, self.options)
         for r in self.pass_records:
             self.progress(
                 "passes",
                 f"{r.name:<15} {r.nodes_before:>5} -> {r.nodes_after:<5} ops ({r.seconds * 1e3:.0f} ms)",
             )
-            if o.explain:
+            if self.options.explain:
                 for note in r.notes:
                     self.progress("passes", f"  not fused: {note}")
         return self
@@ -187,9 +211,10 @@ class Compilation:
         """Stage 3: lower the fused graph to kernels and size each kernel's region."""
         from wsecc.flow import lower_and_size
 
+        fused = self._need(self.fused, "fuse")
         with self._stage("size"):
             self.kernel_graph, self.sizing = lower_and_size(
-                self.fused, self.target, self.options.precision, self.options.chunk_tokens
+                fused, self.target, self.options.precision, self.options.chunk_tokens
             )
         self.progress(
             "size",
@@ -203,19 +228,17 @@ class Compilation:
         from wsecc.flow import place_and_route
 
         o = self.options
+        kg = self._need(self.kernel_graph, "lower_and_size")
+        sizing = self._need(self.sizing, "lower_and_size")
         with self._stage("place"):
             placed = place_and_route(
-                self.kernel_graph, self.sizing, self.target, o.precision, placer=o.placer,
+                kg, sizing, self.target, o.precision, placer=o.placer,
                 time_budget_s=o.time_budget_s, seed=o.seed, deterministic=o.deterministic,
                 pins=o.pins, say=lambda s: self.progress("place", s),
             )  # fmt: skip
-        self.problem, self.placement, self.routing = (
-            placed.problem,
-            placed.placement,
-            placed.routing,
-        )
-        self.sizing = placed.sizing
-        p, r = self.placement, self.routing
+        self.problem, self.program = placed.problem, placed.program
+        self.sizing = placed.program.sizing
+        p, r = placed.program.placement, placed.program.routing
         self.progress(
             "place",
             f"{o.placer}: weighted wirelength {p.objective:.4g} B·PE, bound {p.bound:.4g}, "
@@ -228,46 +251,17 @@ class Compilation:
         )
         return self
 
-    def simulate(
-        self, *, sim: str | None = None, precision: str | None = None, validate: bool | None = None
-    ) -> Compilation:
-        """Stage 5: SRAM map, L0 (and L1) performance, and numerics against onnxruntime.
+    def simulate(self) -> Compilation:
+        """Stage 5: SRAM map, L0 (and L1) performance, and numerics against onnxruntime (when
+        `options.validate`, or auto). Numerics need the fused graph (with its weights): a
+        compilation reloaded from a folder re-imports the model. To simulate at another level
+        or precision, `with_options(...)` first."""
+        from wsecc.flow import simulate
 
-        `sim`, `precision` and `validate` override the options for this run (`wsecc simulate`
-        re-simulates a saved compile at another level or precision). Numerics need the fused
-        graph (with its weights): a compilation reloaded from a folder re-imports the model.
-        """
-        from wsecc.sim.perf import simulate_l0
-        from wsecc.sim.sram import sram_map
-
-        if sim is not None or precision is not None or validate is not None:
-            self.options = dataclasses.replace(
-                self.options,
-                sim=sim or self.options.sim,
-                precision=precision or self.options.precision,
-                validate=self.options.validate if validate is None else validate,
-            )
         o = self.options
-        if self.sizing.precision != o.precision:  # the same placement in another precision
-            from wsecc.kernels import sizing_at
-
-            self.sizing = sizing_at(self.sizing, self.kernel_graph, self.target, o.precision)
-        args = (self.kernel_graph, self.sizing, self.placement, self.routing, self.target)
+        program = self._need(self.program, "place_and_route")
         with self._stage("simulate"):
-            self.sram = sram_map(
-                self.kernel_graph, self.sizing, self.placement, self.target, o.precision
-            )
-            self.perf = simulate_l0(
-                *args, o.precision, o.batch, chunk_tokens=self.sizing.chunk_tokens
-            )
-            self.events = None
-            if o.sim == "l1":
-                from wsecc.sim.events import simulate_l1
-
-                self.events = simulate_l1(
-                    *args, o.precision, o.batch, samples=o.sim_samples,
-                    chunk_tokens=self.sizing.chunk_tokens,
-                )  # fmt: skip
+            self.sram, self.perf, self.events = simulate(program, o)
         perf = self.report_performance()
         self.progress(
             "simulate",
@@ -283,6 +277,11 @@ class Compilation:
         if self._should_validate():
             self.validate_numerics()
         return self
+
+    def _need(self, product: T | None, stage: str) -> T:
+        if product is None:
+            raise WseccError(f"{self.model_path}: run the {stage} stage first")
+        return product
 
     def _should_validate(self) -> bool:
         if self.options.validate is not None:
@@ -543,8 +542,7 @@ class Compilation:
                 for k in self.perf.kernels
             }
         return render_viewer(
-            self.kernel_graph, self.sizing, self.placement, self.routing, self.target,
-            title=self.title, kernel_info=info,
+            self._need(self.program, "place_and_route"), title=self.title, kernel_info=info,
             sram_per_pe=self.sram.total if self.sram is not None else None,
         )  # fmt: skip
 

@@ -1,6 +1,9 @@
-"""The back half of the compile flow as plain functions over products (no CLI state).
+"""The compile's stages as pure functions over products (no CLI or Compilation state).
 
-    fused Graph ─lower─▶ KernelGraph ─size─▶ Sizing ─place─▶ Placement ─route─▶ Routing
+    model.onnx ─load─▶ Graph ─fuse─▶ fused Graph ─lower_and_size─▶ KernelGraph, Sizing
+               ─place_and_route─▶ Program ─simulate─▶ SramMap, L0, L1
+
+`wsecc.compiler.Compilation` runs them one at a time, times them and keeps their products.
 
 `place_and_route` owns the one feedback loop of the flow: sizing fills at most FILL_STEPS[0]
 of the fabric, and when the placer cannot pack those regions the kernels are sized again at
@@ -12,15 +15,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wsecc.ir.core import Graph
 from wsecc.kernels import DEFAULT_CHUNK_TOKENS, KernelGraph, Sizing, size_regions, sizing_at
-from wsecc.passes import LOWERING
+from wsecc.options import Options
+from wsecc.passes import DEFAULT_PIPELINE, LOWERING
 from wsecc.place.api import place
 from wsecc.place.from_kernels import placement_problem
 from wsecc.place.manual import load_pins, with_pins
 from wsecc.place.problem import Placement, PlacementError, PlacementProblem, validate_placement
-from wsecc.pm import PassManager
+from wsecc.pm import NumericsCheck, PassContext, PassManager, PassRecord
+from wsecc.program import Program
 from wsecc.route.problem import (
     Routing,
     RoutingError,
@@ -30,8 +37,43 @@ from wsecc.route.problem import (
 )
 from wsecc.route.router import route
 from wsecc.targets import Target
+from wsecc.vocab import SimLevel
+
+if TYPE_CHECKING:
+    from wsecc.frontend.onnx import ModelInfo
+    from wsecc.sim.events import EventResult
+    from wsecc.sim.perf import PerfResult
+    from wsecc.sim.sram import SramMap
 
 FILL_STEPS = (0.85, 0.75, 0.65, 0.55)
+
+
+def load(path: Path, options: Options) -> tuple[Graph, ModelInfo]:
+    """Load, bind and import the ONNX file (folded, into the wsecc IR)."""
+    from wsecc.frontend.onnx import import_model
+
+    seq = options.seq if options.seq is not None else 128
+    return import_model(path, batch=options.batch, seq=seq, dims=dict(options.dims))
+
+
+def fuse(graph: Graph, model_path: Path, options: Options) -> tuple[Graph, list[PassRecord]]:
+    """The pass pipeline (canonicalize and fuse); with `check_each_pass`, every pass's graph is
+    checked against onnxruntime on `model_path`."""
+    numerics = None
+    if options.check_each_pass:
+        from wsecc.numerics import make_inputs, ort_run
+
+        feeds = make_inputs(graph)
+        numerics = NumericsCheck(feeds, ort_run(model_path, feeds))
+    pm = PassManager(
+        DEFAULT_PIPELINE,
+        print_after_all=options.print_after_all,
+        dump_dir=Path(options.dump_dir) if options.dump_dir else None,
+        numerics=numerics,
+    )
+    fused, records = pm.run(graph, PassContext())
+    assert isinstance(fused, Graph)  # the fusion pipeline stays at the graph level
+    return fused, records
 
 
 def lower_and_size(
@@ -115,9 +157,7 @@ def _route_widest(
 @dataclass(frozen=True)
 class Placed:
     problem: PlacementProblem
-    placement: Placement
-    routing: Routing
-    sizing: Sizing  # the sizing that packed, costed at the placed shapes
+    program: Program  # its sizing: the one that packed, costed at the placed shapes
 
 
 def place_and_route(
@@ -173,4 +213,20 @@ def place_and_route(
     bad = validate_placement(problem, placement) + validate_routing(rp, placement, routing)
     if bad:
         raise RuntimeError(f"placement/routing failed validation: {bad[0]}")
-    return Placed(problem, placement, routing, sizing)
+    return Placed(problem, Program(kg, sizing, placement, routing, target))
+
+
+def simulate(program: Program, options: Options) -> tuple[SramMap, PerfResult, EventResult | None]:
+    """The SRAM map, L0, and L1 when `options.sim` is l1, of a placed and routed program."""
+    from wsecc.sim.events import simulate_l1
+    from wsecc.sim.perf import simulate_l0
+    from wsecc.sim.sram import sram_map
+
+    sram = sram_map(
+        program.kg, program.sizing, program.placement, program.target, program.precision
+    )
+    perf = simulate_l0(program, options.batch)
+    events = None
+    if options.sim is SimLevel.L1:
+        events = simulate_l1(program, options.batch, samples=options.sim_samples)
+    return sram, perf, events

@@ -13,35 +13,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 from wsecc.targets import Target, load_target
 
 from wsecc.kernels import (
+    DEFAULT_CHUNK_TOKENS,
     Flow,
     Kernel,
     KernelGraph,
     KernelKind,
     KernelSizing,
     Port,
-    Sizing,
     kernel_cost,
     size_regions,
 )
 from wsecc.place.problem import Placement, Rect
+from wsecc.program import Program
 from wsecc.route.problem import RoutedLane, Routing
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 Path_ = tuple[tuple[int, int], ...]
-
-
-class Program(NamedTuple):
-    kg: KernelGraph
-    sizing: Sizing
-    placement: Placement
-    routing: Routing
-    target: Target
 
 
 def program(
@@ -55,10 +47,11 @@ def program(
     inputs: Sequence[Port] = (),
     outputs: Sequence[Port] = (),
     precision: str = "mixed",
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
 ) -> Program:
     kg = KernelGraph("test", tokens, tuple(kernels), tuple(flows), tuple(inputs), tuple(outputs))
     kg.verify()
-    base = size_regions(kg, target, precision)
+    base = size_regions(kg, target, precision, chunk_tokens=chunk_tokens)
     sized = []
     for k in kernels:
         r = rects[k.name]
@@ -119,8 +112,7 @@ def _compiled(sample: str, seq: int, target_name: str) -> Program:
     graph, _ = import_model(str(SAMPLES / sample), batch=1, seq=seq)
     fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
     kg, sizing = lower_and_size(fused, target, "mixed")
-    placed = place_and_route(kg, sizing, target, "mixed", placer="greedy")
-    return Program(kg, placed.sizing, placed.placement, placed.routing, target)
+    return place_and_route(kg, sizing, target, "mixed", placer="greedy", time_budget_s=10).program
 
 
 @pytest.fixture(scope="session")

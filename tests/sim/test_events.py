@@ -20,7 +20,7 @@ BENCH_MODELS = Path(__file__).resolve().parents[2] / "bench" / "models"
 @pytest.mark.parametrize("sample", ["gpt2_dynamo.onnx", "bert_dynamo.onnx"])
 @pytest.mark.parametrize("host_io", [True, False])
 def test_l1_agrees_with_l0_on_samples(compiled, sample, host_io):
-    r = simulate_l1(*compiled(sample), "mixed", samples=6, host_io=host_io)
+    r = simulate_l1(compiled(sample), samples=6, host_io=host_io)
     assert abs(r.throughput_rel_diff) < 0.15
     assert abs(r.latency_rel_diff) < 0.15
     assert r.kernel_busy and max(r.stage_busy.values()) <= 1 + 1e-6
@@ -30,7 +30,7 @@ def test_l1_agrees_with_l0_on_samples(compiled, sample, host_io):
 
 def test_l1_agrees_with_l0_on_a_chain(build):
     prog = build.chain([4, 2, 8, 3, 6], ["copy", "exp", "relu", "tanh", "add"])
-    r = simulate_l1(*prog, "mixed", samples=6)
+    r = simulate_l1(prog, samples=6)
     assert r.l0.bottleneck == "k1"  # exp on 1 x 2 PEs: 32 tokens x 32 features x 8 ops = 8192
     assert abs(r.throughput_rel_diff) < 0.15 and abs(r.latency_rel_diff) < 0.15
     assert r.stage_busy["k1"] == pytest.approx(1.0, abs=0.02)
@@ -43,7 +43,7 @@ def test_a_single_buffer_slows_the_chain(build):
     until its outgoing flow (256 cycles a chunk) has moved the previous one: 2048 / (2048 + 256)
     of L0's rate, a little less for the hop latency."""
     prog = build.chain([4, 2, 8, 3, 6], ["copy", "exp", "relu", "tanh", "add"])
-    r = simulate_l1(*prog, "mixed", samples=6, buffer_chunks=1)
+    r = simulate_l1(prog, samples=6, buffer_chunks=1)
     assert -0.13 < r.throughput_rel_diff < 2048 / (2048 + 256) - 1 + 1e-9
 
 
@@ -76,7 +76,7 @@ def residual(build):
 
 
 def test_skew_buffers_keep_a_residual_at_full_rate(build):
-    r = simulate_l1(*residual(build), "mixed", samples=6)
+    r = simulate_l1(residual(build), samples=6)
     assert abs(r.throughput_rel_diff) < 0.15
     skip = {s.edge: s for s in r.skew_buffers}
     assert "a->d => d" in skip and skip["a->d => d"].chunks >= 4
@@ -84,7 +84,7 @@ def test_skew_buffers_keep_a_residual_at_full_rate(build):
 
 
 def test_without_skew_buffers_back_pressure_throttles_a_residual(build):
-    r = simulate_l1(*residual(build), "mixed", samples=6, skew_buffers=False)
+    r = simulate_l1(residual(build), samples=6, skew_buffers=False)
     assert r.throughput_rel_diff < -0.2 and not r.skew_buffers
 
 
@@ -112,15 +112,16 @@ def barrier(build):
         "a->d": [build.straight(3, 10, 1)],
     }
     return build.program(
-        target, [a, attn, d], flows, rects, lanes, tokens=T, inputs=[x], outputs=[y]
-    )
+        target, [a, attn, d], flows, rects, lanes, tokens=T, inputs=[x], outputs=[y],
+        chunk_tokens=4,
+    )  # fmt: skip
 
 
 def test_a_barrier_without_skew_buffers_deadlocks(build):
     prog = barrier(build)
     with pytest.raises(SimulationError, match=r"deadlock .* a waits for a slot on a => a->d"):
-        simulate_l1(*prog, "mixed", samples=3, chunk_tokens=4, skew_buffers=False)
-    r = simulate_l1(*prog, "mixed", samples=4, chunk_tokens=4)
+        simulate_l1(prog, samples=3, skew_buffers=False)
+    r = simulate_l1(prog, samples=4)
     assert abs(r.throughput_rel_diff) < 0.15
     assert {s.edge for s in r.skew_buffers} >= {"a->d => d"}
 
@@ -155,7 +156,7 @@ def crossing(build):
 
 
 def test_flows_sharing_a_link_share_its_bandwidth(build):
-    r = simulate_l1(*crossing(build), "mixed", samples=6)
+    r = simulate_l1(crossing(build), samples=6)
     assert r.l0.stage_cycles == 4096  # L0 gives each flow its lanes' full bandwidth
     assert r.throughput_rel_diff == pytest.approx(-0.5, abs=0.05)
     (shared,) = r.contended_links
@@ -169,7 +170,7 @@ def test_oversubscribed_link_is_an_invariant_error(build):
         match=r"link \(7, 0, E\) and 3 more links with the same users carrying A->B, C->D is "
         r"200% busy in windows 0-",
     ):
-        simulate_l1(*crossing(build), "mixed", samples=4, faults=Faults(ignore_contention=True))
+        simulate_l1(crossing(build), samples=4, faults=Faults(ignore_contention=True))
 
 
 def test_dropped_chunk_breaks_conservation(build):
@@ -179,12 +180,12 @@ def test_dropped_chunk_breaks_conservation(build):
     with pytest.raises(
         InvariantError, match=r"bytes not conserved: k0->k1 => k1: sent 7,168 B, received 6,144 B"
     ):
-        simulate_l1(*prog, "mixed", samples=6, faults=Faults(drop_chunk=("k0->k1", 5)))
+        simulate_l1(prog, samples=6, faults=Faults(drop_chunk=("k0->k1", 5)))
 
 
 def test_trace_is_chrome_trace_format(build, tmp_path):
     prog = build.chain([4, 2, 8], ["copy", "exp", "relu"])
-    r = simulate_l1(*prog, "mixed", samples=5)
+    r = simulate_l1(prog, samples=5)
     path = tmp_path / "trace.json"
     r.write_trace(path)
     doc = json.loads(path.read_text())
@@ -212,8 +213,8 @@ def test_gpt2_small_seq_1024_on_wse2_in_a_minute():
     graph, _ = import_model(str(model), batch=1, seq=1024)
     fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
     kg, sizing = lower_and_size(fused, target, "mixed")
-    p = place_and_route(kg, sizing, target, "mixed", placer="greedy")
+    p = place_and_route(kg, sizing, target, "mixed", placer="greedy", time_budget_s=10)
     t0 = time.perf_counter()
-    r = simulate_l1(kg, p.sizing, p.placement, p.routing, target, "mixed", samples=3)
+    r = simulate_l1(p.program, samples=3)
     assert time.perf_counter() - t0 < 60
     assert abs(r.throughput_rel_diff) < 0.15

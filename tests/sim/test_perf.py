@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from importlib import resources
 
 import pytest
@@ -54,7 +55,7 @@ def test_hand_worked_l0(build):
     Flops: A 2 * 32 * 64 * 64 = 262,144; B 32 * 64 * 6 = 12,288 -> 274,432 per sample.
     """
     prog = two_kernels(build)
-    r = simulate_l0(*prog, "mixed", batch=3)
+    r = simulate_l0(prog, batch=3)
     assert [k.cycles_per_sample for k in r.kernels] == [8192, 3072]
     a, b = r.kernels
     assert (a.compute_cycles, a.link_cycles, a.memory_cycles, a.bound) == (
@@ -87,9 +88,9 @@ def test_hand_worked_l0(build):
 
 
 def test_more_lanes_shorten_a_flow_and_host_io_can_be_left_out(build):
-    r = simulate_l0(*two_kernels(build, lanes=2), "mixed")
+    r = simulate_l0(two_kernels(build, lanes=2))
     assert r.flow("A->B").cycles_per_sample == 4096 // (2 * 4) and r.flow("A->B").lanes == 2
-    no_io = simulate_l0(*two_kernels(build), "mixed", host_io=False)
+    no_io = simulate_l0(two_kernels(build), host_io=False)
     assert no_io.flow("host-in").cycles_per_sample == 0
     assert no_io.latency_cycles == pytest.approx(9235 - 12)  # two 6-cycle host chunks fewer
 
@@ -107,26 +108,24 @@ def test_narrow_memory_ports_make_kernels_memory_bound(build):
     text = (resources.files("wsecc.targets") / "tiny32.toml").read_text()
     narrow = parse_target(text.replace("width_bits = 64", "width_bits = 16"), "narrow.toml")
     assert memory_port_demand(narrow, "mixed") == 4.0  # 2 FMAs x 4 B written vs a 2 B port
-    r = simulate_l0(*two_kernels(build, target=narrow), "mixed")
+    r = simulate_l0(two_kernels(build, target=narrow))
     assert [k.bound for k in r.kernels] == ["memory", "memory"]
     assert r.kernel("A").memory_cycles == 4 * 8192 == r.stage_cycles
 
 
 def test_products_must_agree(build):
     prog = two_kernels(build)
-    no_lanes = prog._replace(routing=type(prog.routing).of((), 21, 0))
+    no_lanes = replace(prog, routing=type(prog.routing).of((), 21, 0))
     with pytest.raises(SimulationError, match="flow 'A->B' has no routed lanes"):
-        simulate_l0(*no_lanes, "mixed")
-    with pytest.raises(
-        SimulationError, match=r"sizing is for tiny32 \(mixed\), not tiny32 \(fp16\)"
-    ):
-        simulate_l0(*prog, "fp16")
+        simulate_l0(no_lanes)
+    with pytest.raises(SimulationError, match=r"sizing is for tiny32, not small64"):
+        simulate_l0(replace(prog, target=load_target("small64")))
 
 
 @pytest.mark.parametrize("sample", ["gpt2_dynamo.onnx", "bert_dynamo.onnx"])
 def test_samples(compiled, sample, tmp_path):
     prog = compiled(sample)
-    r = simulate_l0(*prog, "mixed", batch=8)
+    r = simulate_l0(prog, batch=8)
     assert 0 < r.utilization <= r.utilization_used <= 1
     names = {k.name for k in prog.kg.kernels} | {f.name for f in r.flows}
     assert r.bottleneck in names and r.critical_path[0] == "host-in"

@@ -58,7 +58,8 @@ def test_per_pe_tiles(build):
     """A: K = 10 over 4 rows -> 3, 3, 2, 2; N = 6 over 4 columns -> 2, 2, 1, 1. PE (i, j) holds
     W[k_i, n_j] and one bias element (own = cdiv(n_j, 4) = 1): weights (k n + 1) x 2 B; buffers
     2 c k 2 B + 2 c n 4 B with c = 8 tokens. B: dim = 3 over 4 columns -> 1, 1, 1, 0."""
-    m = sram_map(*tiles(build)[:3], load_target("tiny32"), "mixed")
+    p = tiles(build)
+    m = sram_map(p.kg, p.sizing, p.placement, load_target("tiny32"), "mixed")
     k = np.array([3, 3, 2, 2])[:, None]
     n = np.array([2, 2, 1, 1])[None, :]
     assert (m.weights[1:5, 2:6] == (k * n + 1) * 2).all()
@@ -73,7 +74,8 @@ def test_per_pe_tiles(build):
 
 
 def test_disagreeing_with_sizing_is_an_error(build):
-    kg, sizing, placement, _, target = tiles(build)
+    p = tiles(build)
+    kg, sizing, placement, target = p.kg, p.sizing, p.placement, p.target
     ks = sizing.kernel("A")
     wrong = replace(ks, sram=SramBreakdown(ks.sram.weights + 2, ks.sram.buffers, 0, RESERVE))
     bad = replace(sizing, kernels=tuple(wrong if k.name == "A" else k for k in sizing.kernels))
@@ -86,6 +88,7 @@ def test_disagreeing_with_sizing_is_an_error(build):
 def test_a_pe_over_its_sram_is_an_error(build):
     text = (resources.files("wsecc.targets") / "tiny32.toml").read_text()
     small = parse_target(text.replace("bytes_per_pe = 49152", "bytes_per_pe = 8400"), "s.toml")
-    kg, sizing, placement, _, _ = tiles(build)
+    p = tiles(build)
+    kg, sizing, placement = p.kg, p.sizing, p.placement
     with pytest.raises(SramError, match=r"4 PEs exceed 8,400 B: 'A' at \(2, 1\) 8,430 B"):
         sram_map(kg, sizing, placement, small, "mixed")

@@ -18,15 +18,15 @@ def _json(folder, name):
 
 def test_round_trip(compiled_outdir):
     v = load_outdir(compiled_outdir)
-    assert v.kg.to_json() == _json(compiled_outdir, "kernels.json")
-    assert v.sizing.to_json() == _json(compiled_outdir, "sizing.json")
-    assert v.placement.to_json(include_timing=False) == _json(compiled_outdir, "placement.json")
-    assert v.routing.to_json() == _json(compiled_outdir, "routing.json")
+    assert v.program.kg.to_json() == _json(compiled_outdir, "kernels.json")
+    assert v.program.sizing.to_json() == _json(compiled_outdir, "sizing.json")
+    assert v.program.placement.to_json(include_timing=False) == _json(compiled_outdir, "placement.json")
+    assert v.program.routing.to_json() == _json(compiled_outdir, "routing.json")
     report = _json(compiled_outdir, "report.json")
-    assert v.target.name == report["target"]["name"]
-    assert v.target.fabric.program_width == report["target"]["fabric"]["width"]
+    assert v.program.target.name == report["target"]["name"]
+    assert v.program.target.fabric.program_width == report["target"]["fabric"]["width"]
     assert v.title == "gpt2_legacy_op17.onnx on wse2"
-    assert set(v.placement.rects) == {k.name for k in v.kg.kernels}
+    assert set(v.program.placement.rects) == {k.name for k in v.program.kg.kernels}
 
 
 def test_missing_file_is_named(compiled_outdir, tmp_path):
@@ -48,10 +48,10 @@ def test_unreadable_json_is_named(compiled_outdir, tmp_path):
 def test_saved_target_is_used_and_else_the_name(compiled_outdir, tmp_path):
     folder = tmp_path / "odd"
     shutil.copytree(compiled_outdir, folder)
-    assert load_outdir(folder).target.name == "wse2"  # from the folder's target.toml
+    assert load_outdir(folder).program.target.name == "wse2"  # from the folder's target.toml
     (folder / "target.toml").write_text((folder / "target.toml").read_text().replace(
         'name = "wse2"', 'name = "my-wafer"'))  # fmt: skip
-    assert load_outdir(folder).target.name == "my-wafer"
+    assert load_outdir(folder).program.target.name == "my-wafer"
     (folder / "target.toml").unlink()
     report = _json(folder, "report.json")
     report["target"]["name"] = "wse9"

@@ -22,12 +22,12 @@ def _png_size(data: bytes) -> tuple[int, int]:
 def test_placement_png(compiled_outdir, tmp_path):
     v = load_outdir(compiled_outdir)
     path = tmp_path / "placement.png"
-    write_placement_png(path, v.kg, v.placement, v.target, v.title)
+    write_placement_png(path, v.program.kg, v.program.placement, v.program.target, v.title)
     width, height = _png_size(path.read_bytes())
     # the fabric is taller than wide (750 x 994): so is the plot area, legend aside
     assert 600 <= width <= 2000 and 800 <= height <= 2000
     pixels = imread(path)[:, :, :3]
-    for kind in {k.kind.value for k in v.kg.kernels}:
+    for kind in {k.kind.value for k in v.program.kg.kernels}:
         want = np.array(to_rgb(KIND_COLORS[kind]))
         assert (np.abs(pixels - want).max(axis=2) < 0.02).any(), f"no {kind} color drawn"
     keep_artifact(path, "placement_gpt2.png")
@@ -35,10 +35,10 @@ def test_placement_png(compiled_outdir, tmp_path):
 
 def test_kernels_the_graph_does_not_know_are_still_drawn(compiled_outdir, tmp_path):
     v = load_outdir(compiled_outdir)
-    rects = dict(v.placement.rects)
-    r = rects[v.kg.kernels[0].name]
+    rects = dict(v.program.placement.rects)
+    r = rects[v.program.kg.kernels[0].name]
     rects["stranger"] = type(r)(0, 900, 40, 40)
-    placement = type(v.placement)(**{**v.placement.__dict__, "rects": rects})
+    placement = type(v.program.placement)(**{**v.program.placement.__dict__, "rects": rects})
     path = tmp_path / "p.png"
-    write_placement_png(path, v.kg, placement, v.target, "with a stranger")
+    write_placement_png(path, v.program.kg, placement, v.program.target, "with a stranger")
     assert _png_size(path.read_bytes())[0] > 0

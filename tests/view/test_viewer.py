@@ -8,12 +8,14 @@ import json
 import re
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from view.conftest import keep_artifact, synthetic_wse2
 
+from wsecc.program import Program
 from wsecc.route.problem import Routing
 from wsecc.view import load_outdir, render_viewer
 from wsecc.view.data import unpack_array
@@ -31,9 +33,7 @@ def _page_data(html: str) -> dict:
 
 def _render(outdir: Path, title: str | None = None, **kw) -> str:
     v = load_outdir(outdir)
-    return render_viewer(
-        v.kg, v.sizing, v.placement, v.routing, v.target, title=title or v.title, **kw
-    )
+    return render_viewer(v.program, title=title or v.title, **kw)
 
 
 # --- without a browser -----------------------------------------------------------------------
@@ -46,16 +46,19 @@ def test_page_is_self_contained(compiled_outdir):
     assert "http://" not in html and "https://" not in html
     data = _page_data(html)
     v = load_outdir(compiled_outdir)
-    assert [k["name"] for k in data["kernels"]] == [k.name for k in v.kg.kernels]
-    assert data["lanes"]["count"] == len(v.routing.lanes)
+    assert [k["name"] for k in data["kernels"]] == [k.name for k in v.program.kg.kernels]
+    assert data["lanes"]["count"] == len(v.program.routing.lanes)
     sram = unpack_array(data["heat"]["sram"]["data"])
-    assert sram.shape == (v.target.fabric.program_height, v.target.fabric.program_width)
-    r = v.placement.rects[v.kg.kernels[0].name]
-    assert sram[r.y, r.x] == v.sizing.kernel(v.kg.kernels[0].name).sram.total
+    assert sram.shape == (
+        v.program.target.fabric.program_height,
+        v.program.target.fabric.program_width,
+    )
+    r = v.program.placement.rects[v.program.kg.kernels[0].name]
+    assert sram[r.y, r.x] == v.program.sizing.kernel(v.program.kg.kernels[0].name).sram.total
 
 
 def test_markup_in_names_and_info_is_escaped(compiled_outdir):
-    first = load_outdir(compiled_outdir).kg.kernels[0].name
+    first = load_outdir(compiled_outdir).program.kg.kernels[0].name
     evil = "</script><script>alert(1)</script> __DATA__"
     html = _render(compiled_outdir, title=evil, kernel_info={first: {"note": evil}})
     assert html.count("</script>") == 2  # the data block's and the code's, nothing else
@@ -63,7 +66,7 @@ def test_markup_in_names_and_info_is_escaped(compiled_outdir):
 
 
 def test_kernel_info_overrides_sizing_figures(compiled_outdir):
-    name = load_outdir(compiled_outdir).kg.kernels[1].name
+    name = load_outdir(compiled_outdir).program.kg.kernels[1].name
     extra = {name: {"bound": "memory", "sram_bytes_per_pe": 123}}
     info = _page_data(_render(compiled_outdir, kernel_info=extra))["kernels"][1]["info"]
     assert (info["bound"], info["sram_bytes_per_pe"]) == ("memory", 123)
@@ -71,11 +74,9 @@ def test_kernel_info_overrides_sizing_figures(compiled_outdir):
 
 def test_a_compile_without_lanes_still_renders(compiled_outdir):
     v = load_outdir(compiled_outdir)
-    html = render_viewer(
-        v.kg, v.sizing, v.placement, Routing.of([], 21, 0), v.target, title="no lanes"
-    )
+    html = render_viewer(replace(v.program, routing=Routing.of([], 21, 0)), title="no lanes")
     data = _page_data(html)
-    assert data["lanes"]["count"] == 0 and len(data["kernels"]) == len(v.kg.kernels)
+    assert data["lanes"]["count"] == 0 and len(data["kernels"]) == len(v.program.kg.kernels)
     assert not unpack_array(data["heat"]["colors"]["data"]).any()
 
 
@@ -131,13 +132,13 @@ def test_viewer_in_chromium(chromium, compiled_outdir, tmp_path):
     html_path.write_text(_render(compiled_outdir))
     page = _Page(chromium, html_path)
     try:
-        n = len(v.kg.kernels)
+        n = len(v.program.kg.kernels)
         assert page.js("window.__wsecc.kernels") == n
         assert page.js("window.__wsecc.kernelsDrawn") == n
         page.check()
 
         # hover: every kernel, found by name (which zooms to it), shows its own details
-        for k in v.kg.kernels:
+        for k in v.program.kg.kernels:
             assert page.js("name => window.__wsecc.find(name)", k.name) >= 0
             page.next_frame()
             c = page.js("name => window.__wsecc.kernelCenter(name)", k.name)
@@ -150,7 +151,7 @@ def test_viewer_in_chromium(chromium, compiled_outdir, tmp_path):
         page.check()
 
         # the search box finds by name and zooms there
-        big = max(v.kg.kernels, key=lambda k: v.placement.rects[k.name].area)
+        big = max(v.program.kg.kernels, key=lambda k: v.program.placement.rects[k.name].area)
         page.page.fill("#search", big.name)
         page.page.press("#search", "Enter")
         page.next_frame()
@@ -230,7 +231,7 @@ def test_viewer_is_smooth_on_a_full_wse2(chromium, tmp_path, record_property):
     t0 = time.perf_counter()
     kg, sizing, placement, routing, target = synthetic_wse2(300, lane_copies=3)
     t1 = time.perf_counter()
-    html = render_viewer(kg, sizing, placement, routing, target, title="synthetic WSE-2")
+    html = render_viewer(Program(kg, sizing, placement, routing, target), title="synthetic WSE-2")
     t2 = time.perf_counter()
     html_path = tmp_path / "viewer.html"
     html_path.write_text(html)

@@ -18,6 +18,7 @@ def viewer_page(graph: KGraph, solution: Solution, score: Score) -> str:
     from wsecc.ispd2020.size import BYTES_PER_WORD, PRECISION, contest_target
     from wsecc.kernels import KernelSizing, Sizing, SramBreakdown
     from wsecc.place.problem import Placement
+    from wsecc.program import Program
     from wsecc.route.problem import Routing
     from wsecc.view.viewer import render_viewer
 
@@ -63,4 +64,5 @@ def viewer_page(graph: KGraph, solution: Solution, score: Score) -> str:
     )
     routing = Routing.of((), target.color_budget, 0)
     title = f"{graph.source}: Δt={score.delta_t} WL={score.wirelength:g} score={score.score:g}"
-    return render_viewer(kg, sizing, placement, routing, target, title=title, kernel_info=info)
+    program = Program(kg, sizing, placement, routing, target)
+    return render_viewer(program, title=title, kernel_info=info)

@@ -54,9 +54,8 @@ from typing import Any
 
 import numpy as np
 
-from wsecc.kernels import KernelGraph, Sizing
-from wsecc.place.problem import Placement
-from wsecc.route.problem import STEPS, Routing
+from wsecc.program import Program
+from wsecc.route.problem import STEPS
 from wsecc.sim.perf import (
     FLOW,
     HOST_IN,
@@ -68,7 +67,6 @@ from wsecc.sim.perf import (
     build_pipeline,
     l0_result,
 )
-from wsecc.targets import Target
 
 DIRS = tuple(STEPS)  # link directions, indexed in link ids
 TRACE_SAMPLES = 2  # samples written to the trace: enough to see the fill and the steady state
@@ -560,16 +558,10 @@ def _check(
 
 
 def simulate_l1(
-    kg: KernelGraph,
-    sizing: Sizing,
-    placement: Placement,
-    routing: Routing,
-    target: Target,
-    precision: str,
+    program: Program,
     batch: int = 1,
     *,
     samples: int = 4,
-    chunk_tokens: int | None = None,
     buffer_chunks: int = 2,
     skew_buffers: bool = True,
     host_io: bool = True,
@@ -578,7 +570,7 @@ def simulate_l1(
 ) -> EventResult:
     """Simulate `samples` samples (module doc); compare with L0 at the same chunking.
 
-    `chunk_tokens` defaults to sizing's; `window_cycles` to 4 chunk periods of the slowest stage.
+    Precision and chunking are the program's; `window_cycles` to 4 chunk periods of the slowest stage.
     Raises InvariantError (a resource above 100% in a window, or bytes lost) and SimulationError
     (the run stopped before every sample finished: names the waiting stages).
     """
@@ -588,16 +580,8 @@ def simulate_l1(
         raise ValueError(f"buffer_chunks must be >= 1, got {buffer_chunks}")
     t0 = time.perf_counter()
     faults = faults or Faults()
-    pipe = build_pipeline(
-        kg,
-        sizing,
-        placement,
-        routing,
-        target,
-        precision,
-        chunk_tokens=chunk_tokens,
-        host_io=host_io,
-    )
+    pipe = build_pipeline(program, host_io=host_io)
+    target = program.target
     l0 = l0_result(pipe, target, batch)
     depth, skew = buffer_depths(pipe, buffer_chunks, skew_buffers)
     groups = _link_groups(pipe, target.fabric.program_width)

@@ -55,13 +55,12 @@ from typing import Any
 import numpy as np
 
 from wsecc.errors import SimulationError
-from wsecc.kernels import KernelCost, KernelGraph, KernelKind, Sizing, kernel_cost
+from wsecc.kernels import KernelCost, KernelKind, kernel_cost
 from wsecc.kernels.costs import cdiv
 from wsecc.kernels.ir import elem_bytes
 from wsecc.kernels.ir import precision as precision_info
-from wsecc.place.problem import Placement
-from wsecc.route.problem import Routing
-from wsecc.targets import Target, check_precision
+from wsecc.program import Program
+from wsecc.targets import Target
 
 HOST_IN = "host-in"
 HOST_OUT = "host-out"
@@ -190,29 +189,20 @@ class Pipeline:
         return f"{self.stages[e.src].name} => {self.stages[e.dst].name}"
 
 
-def build_pipeline(
-    kg: KernelGraph,
-    sizing: Sizing,
-    placement: Placement,
-    routing: Routing,
-    target: Target,
-    precision: str,
-    *,
-    chunk_tokens: int | None = None,
-    host_io: bool = True,
-) -> Pipeline:
+def build_pipeline(program: Program, *, host_io: bool = True) -> Pipeline:
     """The stages and edges of the compiled program (see the module doc).
 
     Raises SimulationError when the products disagree: a kernel without a rectangle or sizing,
     a kernel-to-kernel flow without routed lanes (or lanes of an unknown flow), a kernel whose
     cost at sizing's own shape differs from sizing's (another target or precision).
     """
-    check_precision(precision)
-    if sizing.precision != precision or sizing.target != target.name:
-        raise SimulationError(
-            f"sizing is for {sizing.target} ({sizing.precision}), not {target.name} ({precision})"
-        )
-    chunk = chunk_tokens or sizing.chunk_tokens
+    kg, sizing, placement, routing, target = (
+        program.kg, program.sizing, program.placement, program.routing, program.target
+    )  # fmt: skip
+    precision = program.precision
+    if sizing.target != target.name:
+        raise SimulationError(f"sizing is for {sizing.target}, not {target.name}")
+    chunk = sizing.chunk_tokens
     n = cdiv(kg.tokens_per_sample, chunk)
     L = target.link_bytes_per_cycle
     demand = memory_port_demand(target, precision)
@@ -496,36 +486,15 @@ class PerfResult:
         )
 
 
-def simulate_l0(
-    kg: KernelGraph,
-    sizing: Sizing,
-    placement: Placement,
-    routing: Routing,
-    target: Target,
-    precision: str,
-    batch: int = 1,
-    *,
-    chunk_tokens: int | None = None,
-    host_io: bool = True,
-) -> PerfResult:
-    """The analytical model of the module doc. `chunk_tokens` defaults to sizing's.
+def simulate_l0(program: Program, batch: int = 1, *, host_io: bool = True) -> PerfResult:
+    """The analytical model of the module doc, at the program's precision and chunking.
 
     Raises SimulationError if the products disagree (see `build_pipeline`); asserts that no
     kernel and neither utilization exceeds 100%.
     """
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
-    pipe = build_pipeline(
-        kg,
-        sizing,
-        placement,
-        routing,
-        target,
-        precision,
-        chunk_tokens=chunk_tokens,
-        host_io=host_io,
-    )
-    return l0_result(pipe, target, batch)
+    return l0_result(build_pipeline(program, host_io=host_io), program.target, batch)
 
 
 def l0_result(pipe: Pipeline, target: Target, batch: int = 1) -> PerfResult:

@@ -2,8 +2,9 @@
 
     from wsecc.view import load_outdir, render_viewer, write_placement_png
     v = load_outdir("model.wsecc")
-    html = render_viewer(v.kg, v.sizing, v.placement, v.routing, v.target, title=v.title)
-    write_placement_png("placement.png", v.kg, v.placement, v.target, v.title)
+    html = render_viewer(v.program, title=v.title)
+    write_placement_png("placement.png", v.program.kg, v.program.placement, v.program.target,
+                        v.title)
 
 matplotlib is imported only by `write_placement_png`'s module, on first use.
 """

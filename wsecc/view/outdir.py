@@ -16,6 +16,7 @@ from typing import Any
 from wsecc.errors import WseccError
 from wsecc.kernels import KernelGraph, Sizing
 from wsecc.place.problem import Placement
+from wsecc.program import Program
 from wsecc.route.problem import Routing
 from wsecc.targets import Target, load_target, parse_target
 
@@ -26,11 +27,7 @@ OUTDIR_FILES = ("kernels.json", "sizing.json", "placement.json", "routing.json",
 class ViewInputs:
     """What `render_viewer` takes, loaded from a compile folder."""
 
-    kg: KernelGraph
-    sizing: Sizing
-    placement: Placement
-    routing: Routing
-    target: Target
+    program: Program
     title: str
 
 
@@ -50,14 +47,14 @@ def load_outdir(path: str | os.PathLike[str]) -> ViewInputs:
         raise WseccError(f"{folder / 'report.json'}: no target.name") from None
     model = Path(str(report.get("model", {}).get("path", folder.name))).name
     try:
-        return ViewInputs(
+        program = Program(
             kg=KernelGraph.from_json(docs["kernels.json"]),
             sizing=Sizing.from_json(docs["sizing.json"]),
             placement=Placement.from_json(docs["placement.json"]),
             routing=Routing.from_json(docs["routing.json"]),
             target=_target(folder, target_name),
-            title=f"{model} on {target_name}",
         )
+        return ViewInputs(program, title=f"{model} on {target_name}")
     except (KeyError, TypeError) as e:
         raise WseccError(f"{folder}: malformed compile output ({type(e).__name__}: {e})") from None
 

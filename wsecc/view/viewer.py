@@ -10,10 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from wsecc.kernels import KernelGraph, Sizing
-from wsecc.place.problem import Placement
-from wsecc.route.problem import Point, Routing
-from wsecc.targets import Target
+from wsecc.program import Program
+from wsecc.route.problem import Point
 from wsecc.version import __version__
 from wsecc.view.data import (
     LINK_DIRS,
@@ -29,11 +27,7 @@ from wsecc.view.page import BODY, CSS, JS, TEMPLATE
 
 
 def render_viewer(
-    kg: KernelGraph,
-    sizing: Sizing,
-    placement: Placement,
-    routing: Routing,
-    target: Target,
+    program: Program,
     *,
     title: str,
     kernel_info: Mapping[str, Mapping[str, Any]] | None = None,
@@ -57,6 +51,9 @@ def render_viewer(
         `routing.link_loads()`.
     Raises ValueError if `sram_per_pe` has the wrong shape.
     """
+    kg, sizing, placement, routing, target = (
+        program.kg, program.sizing, program.placement, program.routing, program.target
+    )  # fmt: skip
     fab = target.fabric
     W, H = fab.program_width, fab.program_height
     if sram_per_pe is None:
