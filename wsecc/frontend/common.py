@@ -1,0 +1,24 @@
+"""What the frontend's modules share: the dtype table and the size caps."""
+
+from __future__ import annotations
+
+from onnx import TensorProto
+
+from wsecc.ir.core import DType
+
+MAX_TENSOR_BYTES = 16 << 30  # one tensor: larger than any weight of a model that fits a wafer
+
+MAX_MODEL_BYTES = 64 << 30
+
+VALIDATED_MARK = "wsecc-validated"  # marks an external tensor whose location load_model checked
+
+DTYPES = {
+    TensorProto.FLOAT: DType.FLOAT32,
+    TensorProto.FLOAT16: DType.FLOAT16,
+    TensorProto.DOUBLE: DType.FLOAT64,
+    TensorProto.INT64: DType.INT64,
+    TensorProto.INT32: DType.INT32,
+    TensorProto.INT8: DType.INT8,
+    TensorProto.UINT8: DType.UINT8,
+    TensorProto.BOOL: DType.BOOL,
+}

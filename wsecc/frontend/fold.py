@@ -1,0 +1,144 @@
+"""Folding: constants and shape subgraphs folded by onnxscript's optimizer (`fold`); the weights
+are taken out of the model and returned beside it."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
+
+import onnx
+from onnx import TensorProto, helper
+
+from wsecc.errors import FrontendError
+
+
+def fold(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[TensorProto]]:
+    """Fold constants and shape subgraphs with onnxscript's optimizer (shapes must be static).
+
+    Returns the folded model without its weights, and the weights it still reads (pass both
+    to `to_graph`). Weights take no part in shape arithmetic, so the optimizer sees them as
+    typed graph inputs: it never copies gigabytes of parameters, and a lookup into a weight
+    table (the position embedding at constant positions) stays a lookup rather than becoming
+    a new constant. The weights are *taken out* of `model` (moving them is free; copying them
+    back into a protobuf costs about a second per 500 MB).
+    """
+    m, big = _without_weights(model)
+    weights = {t.name: t for t in big}
+    try:
+        with _quiet_libraries():
+            folded = _fold_constants(m)
+    except Exception as e:  # the optimizer raises a variety of errors on hostile graphs
+        raise FrontendError(
+            f"constant folding failed ({_causes(e)}); the graph is malformed or uses ONNX "
+            "features wsecc does not support"
+        ) from None
+    keep = [i for i in folded.graph.input if i.name not in weights]
+    inputs = {i.name for i in model.graph.input} - set(weights)
+    extra = [i.name for i in keep if i.name not in inputs]
+    if extra:  # the optimizer renames a weight or input that a graph output passes through
+        raise FrontendError(
+            f"a graph output passes {extra[0].removesuffix('_orig')!r} through unchanged; "
+            "wsecc compiles outputs computed by the graph only"
+        )
+    used = {x for n in folded.graph.node for x in n.input} | {o.name for o in folded.graph.output}
+    del folded.graph.input[:]
+    folded.graph.input.extend(keep)
+    return folded, [t for name, t in weights.items() if name in used]
+
+
+_WEIGHT_ELEMS = 1024  # initializers larger than this are weights, not shape data
+
+
+def _causes(e: BaseException) -> str:
+    """The optimizer wraps the real error in pass errors: name the node it was folding (if
+    any) and the innermost cause."""
+    chain: list[BaseException] = []
+    while e is not None and len(chain) < 20:
+        chain.append(e)
+        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+    node = next((str(x) for x in chain if "for node" in str(x)), "")
+    root = chain[-1]
+    text = f"{type(root).__name__}: {str(root).splitlines()[0] if str(root) else ''}"
+    return f"{node.splitlines()[0]}: {text}" if node else text
+
+
+@contextlib.contextmanager
+def _quiet_libraries() -> Iterator[None]:
+    """onnxscript and onnx_ir log (and warn) about the graphs they fold, on stderr; wsecc turns
+    what matters into its own one-line errors, so their records are dropped while they run."""
+    loggers = [logging.getLogger(name) for name in ("onnxscript", "onnx_ir")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnxscript's `optimize` without its pattern rewriter: inline, fold constants (with node
+    shape inference) and drop dead nodes to a fixed point, then lift and deduplicate constants.
+
+    The rewriter's rules are left out: our passes match semantics themselves, and its matcher
+    walks the whole graph per candidate (quadratic: 50 s of the 55 s of folding GPT-2 large).
+    """
+    import onnx_ir as ir
+    import onnx_ir.passes.common as common
+    from onnxscript.optimizer import constant_folding
+
+    m = ir.serde.deserialize_model(model)
+    ir.passes.Sequential(
+        common.InlinePass(),
+        ir.passes.PassManager(
+            [
+                constant_folding.FoldConstantsPass(
+                    shape_inference=True,
+                    input_size_limit=_WEIGHT_ELEMS,
+                    output_size_limit=1 << 20,
+                    should_fold=lambda node: None,
+                ),
+                common.RemoveUnusedNodesPass(),
+            ],
+            steps=3,
+            early_stop=True,
+        ),
+        common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+        common.LiftSubgraphInitializersToMainGraphPass(),
+        common.DeduplicateInitializersPass(),
+        common.CommonSubexpressionEliminationPass(),
+        common.OutputFixPass(),
+        common.NameFixPass(),
+    )(m)
+    return ir.serde.serialize_model(m)
+
+
+def _elems(t: TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        n *= d
+    return n
+
+
+def _without_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[TensorProto]]:
+    """A copy whose large initializers are typed graph inputs instead, and those initializers,
+    taken out of `model` (which keeps its small ones; no tensor data is copied)."""
+    graph = model.graph
+    small = [t for t in graph.initializer if _elems(t) <= _WEIGHT_ELEMS]
+    big = [t for t in graph.initializer if _elems(t) > _WEIGHT_ELEMS]
+    del graph.initializer[:]
+    graph.initializer.extend(small)
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.graph.input.extend(
+        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in big
+    )
+    return m, big
+
+
+# ================================================================ conversion
