@@ -14,10 +14,8 @@ def test_every_package_is_installed() -> None:
     listed = set(tool["packages"])
     dirs = {v: k for k, v in tool["package-dir"].items()}  # source folder -> package
     found = set()
-    for init in ROOT.glob("**/__init__.py"):
-        rel = init.parent.relative_to(ROOT)
-        top = rel.parts[0]
-        if top not in dirs:
-            continue  # tests, bench, samples: not installed
-        found.add(".".join((dirs[top], *rel.parts[1:])))
+    for top, package in dirs.items():
+        for init in (ROOT / top).glob("**/__init__.py"):
+            rel = init.parent.relative_to(ROOT / top)
+            found.add(".".join((package, *rel.parts)))
     assert found == listed
