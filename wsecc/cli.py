@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 from wsecc import profiling
 from wsecc.compiler import VALIDATE_AUTO_MAX_PARAMS
 from wsecc.errors import WseccError
+from wsecc.frontend.bind import DEFAULT_SEQ
 from wsecc.options import choices
 from wsecc.options import default as option_default
 from wsecc.version import __version__
@@ -49,7 +50,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         "--seq",
         type=_positive_int,
         default=None,
-        help="bind the sequence dim (default: from the graph, else 128)",
+        help="bind the sequence dim (default: the model's context where the graph shows it — "
+        f"its position table — else {DEFAULT_SEQ})",
     )
     p.add_argument(
         "--dim",
@@ -172,7 +174,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    print(f"{args.model}: {sum(info.raw_ops.values())} ONNX nodes, bindings {info.bindings}")
+    print(f"{args.model}: {sum(info.raw_ops.values())} ONNX nodes, bindings {info.describe_bindings()}")
     print(f"params {out['params']:,}   FLOPs/sample {out['flops_per_sample']:,}")
     print("ops (raw):   " + ", ".join(f"{k} {v}" for k, v in info.raw_ops.items()))
     print("ops (fused): " + ", ".join(f"{k} {v}" for k, v in fused.op_histogram().items()))
@@ -197,7 +199,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Does it load, bind, convert and fit? Every problem in one error; seconds, no placement."""
-    from wsecc.frontend.onnx import check_past_inputs, load_model, resolve_bindings, unsupported_ops
+    from wsecc.frontend.onnx import (
+        check_past_inputs,
+        default_seq,
+        load_model,
+        resolve_bindings,
+        unsupported_ops,
+    )
     from wsecc.kernels import fit_bounds
     from wsecc.passes.lower import lower_to_kernels
     from wsecc.targets import load_target
@@ -206,7 +214,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     check_past_inputs(model)
     try:
-        resolve_bindings(model, args.batch or 1, args.seq or 128, _parse_dims(args.dim))
+        seq = args.seq or default_seq(model)[0]
+        resolve_bindings(model, args.batch or 1, seq, _parse_dims(args.dim))
     except WseccError as e:  # folding needs the bindings: name the ops now, unfolded
         bad = unsupported_ops(model)
         ops = f"; {len(bad)} unsupported ops before folding: " + ", ".join(bad) if bad else ""

@@ -130,7 +130,7 @@ class Compilation:
             c.graph, c.import_info = load(c.model_path, options)
         c.progress(
             "frontend",
-            f"{len(c.graph.nodes)} ops after folding, bindings {c.import_info.bindings}",
+            f"{len(c.graph.nodes)} ops after folding, bindings {c.import_info.describe_bindings()}",
         )
         return c
 

@@ -52,8 +52,7 @@ def load(path: Path, options: Options) -> tuple[Graph, ModelInfo]:
     """Load, bind and import the ONNX file (folded, into the wsecc IR)."""
     from wsecc.frontend.onnx import import_model
 
-    seq = options.seq if options.seq is not None else 128
-    return import_model(path, batch=options.batch, seq=seq, dims=dict(options.dims))
+    return import_model(path, batch=options.batch, seq=options.seq, dims=dict(options.dims))
 
 
 def fuse(graph: Graph, model_path: Path, options: Options) -> tuple[Graph, list[PassRecord]]:

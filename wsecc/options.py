@@ -23,7 +23,7 @@ class Options:
 
     target: str = "wse2"
     batch: int = 1
-    seq: int | None = None  # None: the model's own context where the graph shows it, else 128
+    seq: int | None = None  # None: the model's context where the graph shows it, else 128
     dims: Mapping[str, int] = field(default_factory=dict)
     precision: Precision = Precision.MIXED
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS

@@ -152,3 +152,20 @@ def test_interpreter_attention_matches_manual_computation():
     p /= p.sum(-1, keepdims=True)
     want = (p @ vv).transpose(0, 2, 1, 3).reshape(b, s, h * dh)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_special_values_are_results_not_warnings():
+    """sqrt of a negative is nan and 1/0 is inf, as onnxruntime computes them; the reference
+    rules say nothing on the user's terminal while folding or probing."""
+    import warnings
+
+    import numpy as np
+
+    from wsecc.ir.core import Op
+    from wsecc.ir.rules import evaluate_op
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (r,) = evaluate_op(Op.SQRT, [np.array([-1.0, 4.0], np.float32)], {})
+        (q,) = evaluate_op(Op.DIV, [np.ones(2, np.float32), np.zeros(2, np.float32)], {})
+    assert np.isnan(r[0]) and r[1] == 2 and np.isinf(q).all()

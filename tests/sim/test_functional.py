@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,7 +40,7 @@ from wsecc.kernels import (
 )
 from wsecc.numerics import TOLERANCE, make_inputs
 from wsecc.pm import PassManager
-from wsecc.sim.compiled import attention_heads, chain_f16, fallback_cache_dir, layernorm_rows
+from wsecc.sim.compiled import attention_heads, cache_dir, chain_f16, layernorm_rows
 from wsecc.sim.functional import (
     SimulationError,
     _chain,
@@ -554,15 +555,21 @@ def test_chain_adds_partials_in_index_order(shape):
 # --- errors and files ---------------------------------------------------------------------------
 
 
-def test_the_compiled_loops_cache_in_the_temporary_directory_when_nothing_else_is_writable(
-    tmp_path,
-):
-    """A read-only install without a home: numba would refuse to cache, so the cache moves to
-    the temporary directory; with a writable candidate it stays where numba looks first."""
+def test_the_compiled_loops_cache_in_the_user_cache_never_in_the_package(tmp_path, monkeypatch):
+    """The compiled loops cache per user (WSECC_CACHE_DIR, else XDG_CACHE_HOME/wsecc, else
+    ~/.cache/wsecc), never beside the installed package (pip would not remove those files);
+    with nothing writable, in the temporary directory."""
+    import wsecc
+    from wsecc.sim import compiled
+
+    package = Path(wsecc.__file__).resolve().parent
+    assert package not in Path(compiled.config.CACHE_DIR).resolve().parents
+    assert cache_dir({"WSECC_CACHE_DIR": str(tmp_path / "w")}) == tmp_path / "w" / "numba"
+    assert cache_dir({"XDG_CACHE_HOME": str(tmp_path / "x")}) == tmp_path / "x" / "wsecc" / "numba"
     blocked = tmp_path / "a-file"
     blocked.write_text("")
-    assert fallback_cache_dir([blocked / "__pycache__"]).endswith("wsecc-numba-cache")
-    assert fallback_cache_dir([blocked / "__pycache__", tmp_path / "cache"]) is None
+    monkeypatch.setenv("HOME", str(blocked))
+    assert cache_dir({"WSECC_CACHE_DIR": str(blocked)}).name == "wsecc-numba-cache"
 
 
 def test_products_of_another_graph_are_refused():

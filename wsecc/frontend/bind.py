@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 
+import numpy as np
 import onnx
+from onnx import TensorProto
 
 from wsecc.errors import FrontendError
 from wsecc.frontend.common import DTYPES, MAX_TENSOR_BYTES
@@ -142,3 +144,100 @@ def bind_dims(model: onnx.ModelProto, bindings: Mapping[str, int]) -> onnx.Model
 
 
 # ================================================================ folding
+
+
+DEFAULT_SEQ = 128
+"""The sequence length bound when neither --seq nor the graph's position table says one."""
+
+_INDEX_VIEWS = frozenset({"Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Flatten"})
+
+
+def position_table_rows(model: onnx.ModelProto) -> tuple[int, str] | None:
+    """Rows of the model's learned position table and the name of the indices it is read
+    with, or None.
+
+    A position table is a 2-D float initializer read by a Gather (axis 0) whose indices are
+    computed in the graph (a Range, a slice of a constant buffer, an offset) or come from an
+    input named like position ids; a table read with a graph input's own ids (tokens, token
+    types) is not one. With several, the one with the most rows."""
+    tables = {
+        i.name: int(i.dims[0])
+        for i in model.graph.initializer
+        if len(i.dims) == 2 and i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)
+    }
+    inputs = {i.name for i in model.graph.input} - {i.name for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+
+    def index_source(name: str) -> str | None:
+        """The graph input the indices are, seen through views; None if computed."""
+        while name not in inputs:
+            n = producer.get(name)
+            if n is None or n.op_type not in _INDEX_VIEWS or not n.input:
+                return None
+            name = n.input[0]
+        return name
+
+    found = []
+    for n in model.graph.node:
+        if n.op_type != "Gather" or len(n.input) < 2 or n.input[0] not in tables:
+            continue
+        if any(a.name == "axis" and a.i != 0 for a in n.attribute):
+            continue
+        source = index_source(n.input[1])
+        if source is None or "position" in source.lower():
+            found.append((tables[n.input[0]], n.input[1]))
+    return max(found) if found else None
+
+
+def _largest_position(model: onnx.ModelProto, indices: str, seq: int) -> int | None:
+    """The largest index the position lookup reads for one sample of `seq` tokens, all of
+    them attended: the subgraph computing `indices` run by onnx's reference evaluator on
+    ones (a mask of ones; token ids of 1). None when it cannot be run."""
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        g = model.graph
+        producer = {o: n for n in g.node for o in n.output}
+        nodes, todo, seen = [], [indices], set()
+        while todo:  # the nodes `indices` depends on
+            name = todo.pop()
+            n = producer.get(name)
+            if n is None or id(n) in seen:
+                continue
+            seen.add(id(n))
+            nodes.append(n)
+            todo.extend(n.input)
+        used = {i for n in nodes for i in n.input}
+        order = {id(n): k for k, n in enumerate(g.node)}
+        sub_graph = onnx.helper.make_graph(
+            sorted(nodes, key=lambda n: order[id(n)]),
+            "positions",
+            [i for i in g.input if i.name in used],
+            [onnx.helper.make_tensor_value_info(indices, TensorProto.INT64, None)],
+            [t for t in g.initializer if t.name in used and t.ByteSize() < 1 << 20],
+        )
+        sub = onnx.helper.make_model(sub_graph, opset_imports=model.opset_import)
+        feeds = {}
+        for i in sub.graph.input:
+            rank = len(i.type.tensor_type.shape.dim)
+            shape = (1, seq)[:rank] + (1,) * max(0, rank - 2)
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+            feeds[i.name] = np.ones(shape, dtype)
+        (out,) = ReferenceEvaluator(sub).run(None, feeds)
+        return int(np.max(out))
+    except Exception:  # an exotic subgraph: fall back to the table's rows
+        return None
+
+
+def default_seq(model: onnx.ModelProto) -> tuple[int, str]:
+    """The sequence length to bind when the user gave none, and where it came from: the
+    position table's rows, less the offset its lookup adds (OPT reads row position + 2,
+    RoBERTa position + padding index + 1), else DEFAULT_SEQ."""
+    table = position_table_rows(model)
+    if table is None:
+        return DEFAULT_SEQ, "default"
+    rows, indices = table
+    largest = _largest_position(model, indices, rows)
+    if largest is not None and largest >= rows:
+        return rows - (largest - rows + 1), "position table"
+    return rows, "position table"

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from wsecc.errors import FrontendError
 from wsecc.frontend.bind import (
     BATCH_NAMES,
+    DEFAULT_SEQ,
     SEQ_NAMES,
     bind_dims,
     check_past_inputs,
+    default_seq,
     resolve_bindings,
     symbolic_dims,
 )
@@ -35,10 +37,12 @@ from wsecc.ir.core import Graph
 
 __all__ = [
     "BATCH_NAMES",
+    "DEFAULT_SEQ",
     "SEQ_NAMES",
     "ModelInfo",
     "bind_dims",
     "check_past_inputs",
+    "default_seq",
     "fold",
     "import_model",
     "load_model",
@@ -58,6 +62,14 @@ class ModelInfo:
     producer: str
     bindings: dict[str, int] = field(default_factory=dict)
     raw_ops: dict[str, int] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)  # dim name -> where its value came from
+
+    def describe_bindings(self) -> str:
+        """'batch=1 (--batch), sequence=64 (position table)': each value and its source."""
+        return ", ".join(
+            f"{k}={v} ({self.sources[k]})" if k in self.sources else f"{k}={v}"
+            for k, v in self.bindings.items()
+        )
 
 
 def import_model(
@@ -67,16 +79,29 @@ def import_model(
     seq: int | None = None,
     dims: Mapping[str, int] | None = None,
 ) -> tuple[Graph, ModelInfo]:
-    """Load, bind, fold and convert. Returns the graph and what was learned on the way."""
+    """Load, bind, fold and convert. Returns the graph and what was learned on the way.
+
+    `seq=None` binds the sequence to the model's own context where the graph shows it (its
+    position table's rows, less the offset its lookup adds: `default_seq`), else
+    `DEFAULT_SEQ`; `ModelInfo.sources` says where each bound value came from."""
     model = load_model(path)
     check_past_inputs(model)
+    seq_source = "--seq"
+    if seq is None:
+        seq, seq_source = default_seq(model)
+    dims = dict(dims or {})
     bindings = resolve_bindings(model, batch, seq, dims)
+    sources = {
+        k: "--dim" if k in dims else seq_source if k.lower() in SEQ_NAMES else "--batch"
+        for k in bindings
+    }
     info = ModelInfo(
         path=str(path),
         opset=next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0),
         producer=f"{model.producer_name} {model.producer_version}".strip(),
         bindings=bindings,
         raw_ops=raw_op_histogram(model),
+        sources=sources,
     )
     declared = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
     folded, weights = fold(bind_dims(model, bindings))
