@@ -18,7 +18,7 @@ from wsecc.ispd2020.kgraph import read_kgraph
 from wsecc.ispd2020.score import read_solution, score_solution, write_solution
 from wsecc.ispd2020.solve import SolveOptions, solve
 
-CORPUS = Path("/work/shared/corpus/ispd2020")
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "ispd2020"
 
 # bench -> ((CU.POKer Δt, WL, score), (BU ISPD'22 Δt, WL, score))
 PUBLISHED: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {

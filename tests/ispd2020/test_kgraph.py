@@ -10,7 +10,6 @@ from conftest import ISPD_CORPUS
 from wsecc.ispd2020.kgraph import KGraphError, parse_kgraph, read_kgraph
 
 CORPUS = ISPD_CORPUS
-needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="ISPD 2020 corpus not present")
 
 # file -> (kernels, edges, kernel->kernel edges, kernel kinds)
 EXPECTED = {
@@ -23,7 +22,6 @@ EXPECTED = {
 }
 
 
-@needs_corpus
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_reads_corpus(name: str) -> None:
     g = read_kgraph(CORPUS / name)
@@ -37,7 +35,6 @@ def test_reads_corpus(name: str) -> None:
     assert len({k.name for k in g.kernels}) == kernels  # names are unique
 
 
-@needs_corpus
 def test_node_details() -> None:
     a = read_kgraph(CORPUS / "A.kgraph")
     k1 = a.node(1)

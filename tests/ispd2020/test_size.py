@@ -70,7 +70,6 @@ def test_frontier_against_brute_force(spec: KernelSpec, dt: int, memlimit: int) 
         assert bool(front) == bool(pareto)
 
 
-needs_corpus = pytest.mark.skipif(not ISPD_CORPUS.is_dir(), reason="ISPD 2020 corpus not present")
 
 TWO_CONVS = """(*
 width=30
@@ -130,7 +129,6 @@ def test_contest_kinds_are_shared_cost_models() -> None:
         kernel_cost(kernel, 1, 1, PRECISION, target)
 
 
-@needs_corpus
 def test_shared_sizing_balances_a_contest_graph() -> None:
     """`size_regions` — the transformer sizing — sizes a kgraph: every kernel within Δt and
     memlimit, the regions within the fabric."""
@@ -143,7 +141,6 @@ def test_shared_sizing_balances_a_contest_graph() -> None:
     assert sizing.stage_cycles >= Instance.of(graph).sizer().area_lower_bound()
 
 
-@needs_corpus
 @pytest.mark.parametrize(("bench", "bound"), [("A", 33152), ("B", 62181), ("D", 32256)])
 def test_area_lower_bound_of_the_benchmarks(bench: str, bound: int) -> None:
     """The bound RESULTS.md reports (the contest sizer's own search gave the same numbers)."""

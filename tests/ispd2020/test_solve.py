@@ -15,7 +15,6 @@ from wsecc.ispd2020.solve import Instance, SolveOptions, solve
 from wsecc.kernels.conv import ConvShape
 
 CORPUS = ISPD_CORPUS
-needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="ISPD 2020 corpus not present")
 
 # Published best scores (CU.POKer, ICCAD'20); see docs/ispd2020.md.
 PUBLISHED = {"A": 35810, "B": 66143.5, "C": 66920, "D": 36435}
@@ -37,7 +36,6 @@ def test_column_floorplan_packs_and_respects_the_fabric() -> None:
     assert column_floorplan([orientations((_shape(6, 6),))] * 4, [], (10, 10), 0) is None
 
 
-@needs_corpus
 def test_sequence_keeps_chains_together() -> None:
     a = read_kgraph(CORPUS / "A.kgraph")
     names = [n.name for n in kernel_sequence(a)]
@@ -46,7 +44,6 @@ def test_sequence_keeps_chains_together() -> None:
     assert len(kernel_sequence(d)) == 52
 
 
-@needs_corpus
 @pytest.mark.parametrize("bench", ["Fork_fork.txt", "ConvBlock_conv.txt"])
 def test_samples(bench: str, tmp_path: Path) -> None:
     graph = read_kgraph(CORPUS / bench)
@@ -57,7 +54,6 @@ def test_samples(bench: str, tmp_path: Path) -> None:
     assert score_solution(graph, read_solution(tmp_path / "s.solution")) == result.score
 
 
-@needs_corpus
 @pytest.mark.parametrize("bench", ["A", "B", "C", "D"])
 def test_contest_benchmarks(bench: str, tmp_path: Path) -> None:
     graph = read_kgraph(CORPUS / f"{bench}.kgraph")
@@ -81,7 +77,6 @@ def test_instance_edges_are_kernel_positions() -> None:
     assert inst.edges == ((0, 1), (1, 2))
 
 
-@needs_corpus
 def test_deterministic_mode_repeats() -> None:
     graph = read_kgraph(CORPUS / "Fork_fork.txt")
     opts = SolveOptions(time_budget_s=1, deterministic=True, seed=3)

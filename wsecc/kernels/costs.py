@@ -14,14 +14,14 @@ Notation (integers; "per sample" = one sequence; cdiv(a, b) = ceil(a / b)):
     sb, ab  storage / accumulate bytes per element: fp32 4/4, mixed 2/4, fp16 2/2
     f       target.flops_per_cycle[precision]     per PE, FMAC path (1 FMA = 2 flops)
     v       target.vector_ops_per_cycle[precision] per PE, elementwise ops
-    L       target.link_bytes_per_cycle           one link direction (32 b = 4 B, wafer-facts §5.1)
+    L       target.link_bytes_per_cycle           one link direction (32 b = 4 B, docs/hardware.md §5.1)
     R       target.sram.reserved_bytes            code + runtime reserve per PE
     c       min(chunk_tokens, tokens streamed)    activations move in chunks of c tokens
 
 Every model reports the fullest PE's SRAM as {weights, buffers, kv, reserve = R}, the busiest PE's
 compute cycles, and the busiest lane's link cycles (bytes over one PE-to-PE link direction / L).
 `cycles_per_sample = max(compute, link)`: compute and fabric transfers overlap (asynchronous DSD
-operations on microthreads, wafer-facts §6), so a stage runs at its slowest resource. Hop and ramp
+operations on microthreads, docs/hardware.md §6), so a stage runs at its slowest resource. Hop and ramp
 latencies lengthen the pipeline fill, not the steady state, and are not charged here.
 """
 

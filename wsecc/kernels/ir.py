@@ -27,7 +27,7 @@ Region edges (`src_edge`, `dst_edge` in N/S/E/W)
     and emit on S (the feature dim split over columns); attention takes queries on N, keys/values on
     W, and emits on S; the contest's conv, dblock and cblock take input on W and emit on E.
     Graph inputs enter on the W edge and outputs leave on the E edge of the program rectangle:
-    the host-I/O channels sit on the West and East edges (wafer-facts §7).
+    the host-I/O channels sit on the West and East edges (docs/hardware.md §7).
     `Flow.between` fills the defaults; lowering overrides `dst_edge` where a second input has its
     own edge (attention K/V enter on W; a linear's residual enters on S, where its outputs are
     finished).

@@ -67,7 +67,7 @@ def one_of(param: str, table: Mapping[str, int]) -> Callable[[Params], str]:
 # --- per-element operation counts shared by several kinds ----------------------------------------
 # Vector ops per element, the unit the cost models charge at `vector_ops_per_cycle`. Add, mul,
 # max and moves are 1. No transcendental or divide appears in the WSE-2 SIMD table
-# (wafer-facts §3.1), so TRANSCENDENTAL_OPS is our estimate: range reduction (2) + a degree-5
+# (docs/hardware.md §3.1), so TRANSCENDENTAL_OPS is our estimate: range reduction (2) + a degree-5
 # polynomial in Horner form (5) + scaling (1) = 8.
 
 TRANSCENDENTAL_OPS = 8

@@ -11,7 +11,7 @@ compute (SIMD rates), link (the region's busiest internal lane) and memory (SRAM
     cycles_k = max(compute, link, memory); its bound is the resource that reaches it (ties go to
     compute, then fabric).
 Memory ports are not in the cost models: their SIMD rates are the documented rates "when there are
-no bank conflicts" (wafer-facts §3.1), with operands streaming through the ports. So memory cycles
+no bank conflicts" (docs/hardware.md §3.1), with operands streaming through the ports. So memory cycles
 = compute cycles x `memory_port_demand`, the busiest port's share at those rates (≤ 1 on WSE-2/3:
 memory never binds there; it does on a target with narrow ports).
 
@@ -80,7 +80,7 @@ def memory_port_demand(target: Target, precision: str) -> float:
     (accumulate bytes) and writes the accumulator; the activation is a register operand (a DSD
     scalar). Vector path, v ops/cycle: each op reads two operands and writes one, in the
     accumulate type (elementwise math runs in fp32 in mixed, target TOML [sources]). Ports:
-    reads_per_cycle and writes_per_cycle of width_bits each (wafer-facts §4). Our model.
+    reads_per_cycle and writes_per_cycle of width_bits each (docs/hardware.md §4). Our model.
     """
     p = precision_info(precision)
     port = target.memory.width_bits / 8
