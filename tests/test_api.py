@@ -26,8 +26,13 @@ def test_public_names_are_pinned():
         "__version__",
         "compile",
     ]
-    for name in wsecc.__all__:
-        assert getattr(wsecc, name) is not None
+    import importlib.metadata
+
+    from wsecc import compiler, errors, options
+
+    assert wsecc.compile is compiler.compile and wsecc.Compilation is compiler.Compilation
+    assert wsecc.Options is options.Options and wsecc.WseccError is errors.WseccError
+    assert wsecc.__version__ == importlib.metadata.version("wsecc")
     with pytest.raises(AttributeError):
         wsecc.no_such_name  # noqa: B018
 

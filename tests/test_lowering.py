@@ -30,8 +30,10 @@ def test_lowering_keeps_provenance_and_connects_every_kernel(name):
     kinds = [k.kind for k in kg.kernels]
     assert kinds.count(KernelKind.ATTENTION) == 2 and kinds.count(KernelKind.EMBEDDING) == 1
     assert all(k.provenance for k in kg.kernels)
-    fed = {f.dst for f in kg.flows}
-    assert all(k.name in fed for k in kg.kernels)  # every kernel receives data
+    for k in kg.kernels:  # a linear kernel is fed its whole input, tokens x K per sample
+        if k.kind is KernelKind.LINEAR:
+            fed = [f.elems_per_sample for f in kg.flows if f.dst == k.name and f.dst_edge == "W"]
+            assert fed == [k.params["tokens"] * k.params["K"]], k.name
     attn = [k for k in kg.kernels if k.kind is KernelKind.ATTENTION]
     assert all(k.params["padding_mask"] for k in attn)
     assert all(k.params["causal"] == name.startswith("gpt2") for k in attn)

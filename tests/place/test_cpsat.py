@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,14 +34,6 @@ def test_cpsat_proves_a_tiny_instance_optimal():
     p = place_cpsat(problem, time_budget_s=5.0)
     assert p.status.startswith("OPTIMAL")
     assert p.bound == p.objective and p.gap == 0.0
-
-
-def test_time_budget_holds_on_600_kernels():
-    problem = chain_problem(600, width=750, height=994)
-    t0 = time.perf_counter()
-    p = place_cpsat(problem, time_budget_s=3.0)
-    assert time.perf_counter() - t0 <= 3.3
-    assert validate_placement(problem, p) == []
 
 
 def test_pins_are_fixed_obstacles():

@@ -31,11 +31,9 @@ from wsecc.kernels import (
     Flow,
     Kernel,
     KernelGraph,
-    KernelGraphError,
     KernelKind,
     Port,
     Sizing,
-    SizingError,
     size_regions,
 )
 from wsecc.numerics import TOLERANCE, make_inputs
@@ -96,12 +94,6 @@ def test_corpus_matches_onnxruntime(name, precision):
     rounding differs from exact by ~1.3e-5 on two of them (the simulator matches the reference
     interpreter bit for bit there)."""
     path = ORT_CORPUS / name
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    try:
-        products(str(path), precision)
-    except (KernelGraphError, SizingError) as e:
-        pytest.skip(f"{name} does not compile: {e}")
     check(str(path), precision, CORPUS_FP32_TOLERANCE[name])
 
 
