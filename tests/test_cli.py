@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import SAMPLES
 
 from wsecc.cli import main
@@ -166,3 +167,21 @@ def test_too_few_colors_is_a_routing_error(tmp_path):
     err = r.stderr.strip().splitlines()[-1]
     assert err.startswith("wsecc: error:") and "router (" in err and "colors" in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_an_injected_fault_fails_the_compile(tmp_path, capsys):
+    """The check of the checks: in the default precision (mixed) a misplaced weight tile passes
+    the precision check but not the structure check; the compile says FAIL, still writes its
+    folder, and exits with 1."""
+    out = tmp_path / "o"
+    args = ["compile", str(SAMPLES / "bert_dynamo.onnx"), "--seq", "16", "-o", str(out),
+            "--placer", "greedy", "--sim", "l0"]  # fmt: skip
+    assert main([*args, "--inject-fault", "misplace_tile"]) == 1
+    numerics = json.loads((out / "report.json").read_text())["numerics"]
+    assert numerics["precision_passed"] and not numerics["structure"]["passed"]
+    assert not numerics["passed"] and numerics["fault"] == "misplace_tile"
+    assert "numerics       FAIL: mixed PASS" in capsys.readouterr().out
+    assert main(args) == 0
+    with pytest.raises(SystemExit) as usage:
+        main([*args, "--inject-fault", "no_such_fault"])
+    assert usage.value.code == 2

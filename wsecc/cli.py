@@ -21,7 +21,7 @@ from wsecc import profiling
 from wsecc.compiler import VALIDATE_AUTO_MAX_PARAMS
 from wsecc.errors import WseccError
 from wsecc.frontend.bind import DEFAULT_SEQ
-from wsecc.options import choices
+from wsecc.options import FAULTS, choices
 from wsecc.options import default as option_default
 from wsecc.version import __version__
 
@@ -285,7 +285,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(json.dumps(c.report(), indent=1))
     else:
         display.summary(c)
-    return 0
+    return 1 if c.numerics is not None and not c.numerics.passed else 0
 
 
 def _add_sim_args(p: argparse.ArgumentParser, defaults: bool = True) -> None:
@@ -332,6 +332,7 @@ def _options(args: argparse.Namespace) -> Any:
         pins=args.pins, check_each_pass=args.check_each_pass, explain=args.explain,
         print_after_all=args.print_after_all, dump_dir=args.dump_dir, sim=args.sim,
         validate=args.validate, inputs=args.inputs, save_outputs=args.save_outputs,
+        inject_fault=args.inject_fault,
     )  # fmt: skip
 
 
@@ -353,7 +354,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(json.dumps(c.report(), indent=1))
     else:
         display.summary(c)
-    return 0
+    return 1 if c.numerics is not None and not c.numerics.passed else 0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -417,6 +418,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE.npz",
         help="model inputs for the numerics, keyed by ONNX input name (default: generated from "
         "--seed: token ids within the vocabulary, a padded attention mask)",
+    )
+    c.add_argument(
+        "--inject-fault",
+        choices=FAULTS,
+        default=None,
+        help="a check of the checks: break the functional simulation on purpose (drop_partial: "
+        "lose one PE's partial sum; misplace_tile: swap two PEs' weight tiles, both in the first "
+        "linear kernel); the numerics verdict must then FAIL",
     )
     c.add_argument(
         "--save-outputs",

@@ -284,6 +284,8 @@ class Compilation:
         return product
 
     def _should_validate(self) -> bool:
+        if self.options.inject_fault is not None:  # a fault is there to be caught
+            return True
         if self.options.validate is not None:
             return self.options.validate
         return self._model(self.fused)["params"] <= VALIDATE_AUTO_MAX_PARAMS
@@ -316,17 +318,21 @@ class Compilation:
                 self.sim_inputs = _load_inputs(o.inputs, self.graph)
             else:
                 self.sim_inputs = make_inputs(self.graph, seed=o.seed, padded=True)
+            program = (self.fused, self.kernel_graph, self.sizing)
+            fault = o.inject_fault
             self.sim_outputs = simulate_functional(
-                self.fused, self.kernel_graph, self.sizing, o.precision, self.sim_inputs
+                *program, o.precision, self.sim_inputs, fault=fault
             )
-            self.numerics = verdict(self.model_path, self.sim_inputs, self.sim_outputs, o.precision)
-        n = self.numerics
-        worst = max(n.outputs, key=lambda e: e.max_rel_err)
-        self.progress(
-            "numerics",
-            f"{'PASS' if n.passed else 'FAIL'} {o.precision} vs {n.reference}: worst {worst.name} "
-            f"max rel err {worst.max_rel_err:.2e}, PCC {worst.pcc:.6f}",
-        )
+            exact = (  # the structure check: the same tiled program in fp32
+                self.sim_outputs
+                if o.precision == "fp32"
+                else simulate_functional(*program, "fp32", self.sim_inputs, fault=fault)
+            )
+            self.numerics = verdict(
+                self.model_path, self.fused, self.sim_inputs, self.sim_outputs, o.precision,
+                exact, fault=fault,
+            )  # fmt: skip
+        self.progress("numerics", self.numerics.summary())
         return self
 
     def report_performance(self) -> dict[str, Any]:
@@ -401,7 +407,7 @@ class Compilation:
         rep["options"] = {
             k: v
             for k, v in dataclasses.asdict(self.options).items()
-            if k not in ("print_after_all", "dump_dir", "check_each_pass", "explain")
+            if k not in ("print_after_all", "dump_dir", "check_each_pass", "explain", "inject_fault")
         }
         if self.import_info is not None:
             rep["bindings"] = dict(self.import_info.bindings)

@@ -15,6 +15,11 @@ from wsecc.errors import WseccError
 from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
 from wsecc.vocab import Placer, Precision, SimLevel, parse
 
+FAULTS = ("drop_partial", "misplace_tile")
+"""Faults `inject_fault` can put into the functional simulation (`wsecc.sim.functional`):
+drop_partial loses PE (0, 0)'s partial sum in the first linear kernel; misplace_tile swaps two
+of its PEs' weight tiles."""
+
 
 @dataclass(frozen=True)
 class Options:
@@ -36,6 +41,7 @@ class Options:
     sim: SimLevel = SimLevel.L1
     sim_samples: int = 4
     inputs: str | None = None  # an .npz of model inputs for the numerics
+    inject_fault: str | None = None  # a check of the checks: break the functional simulation
     save_outputs: bool = False
     check_each_pass: bool = False
     explain: bool = False  # report why each fusion did not fire where it did not
@@ -49,6 +55,10 @@ class Options:
         set_(self, "placer", parse(Placer, self.placer, "placer"))
         if self.placer is Placer.MANUAL and not self.pins:
             raise WseccError("placer 'manual' needs pins (--pins FILE)")
+        if self.inject_fault is not None and self.inject_fault not in FAULTS:
+            raise WseccError(
+                f"unknown fault {self.inject_fault!r}: choose one of {', '.join(FAULTS)}"
+            )
         if self.time_budget_s <= 0:
             raise WseccError(f"time budget must be positive, got {self.time_budget_s}")
 

@@ -14,6 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from wsecc.numerics import verdict_line
+
 
 def _si(x: float, unit: str) -> str:
     for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
@@ -81,18 +83,7 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("bottleneck", s["bottleneck"]))
     n = report.get("numerics")
     if n:
-        worst = max(n["outputs"], key=lambda o: o["max_rel_err"]) if n["outputs"] else None
-        detail = (
-            f" (worst {worst['name']}: max rel err {worst['max_rel_err']:.2e}, PCC {worst['pcc']:.6f})"
-            if worst
-            else ""
-        )
-        rows.append(
-            (
-                "numerics",
-                f"{'PASS' if n['passed'] else 'FAIL'} {n['precision']} vs {n['reference']}{detail}",
-            )
-        )
+        rows.append(("numerics", verdict_line(n)))
     elif "numerics" in report:
         rows.append(("numerics", "not validated (--validate to run it)"))
     return rows
@@ -152,3 +143,4 @@ class StageDisplay:
             print(title, file=out)
             for k, v in rows:
                 print(f"  {k:<14} {v}", file=out)
+
