@@ -35,3 +35,18 @@ def stdout_of_fresh_process(code: str) -> str:
         check=True,
         timeout=120,
     ).stdout
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
+    """Say how many tests skipped for want of the export tools, and how to run them: a skip
+    should never pass unseen."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    torchless = [
+        r for r in skipped if "torch" in str(r.longrepr) or "transformers" in str(r.longrepr)
+    ]
+    if torchless:
+        terminalreporter.write_line(
+            f"{len(torchless)} tests skipped: they export Hugging Face models and need torch and "
+            "transformers (pip install -e '.[export]')",
+            yellow=True,
+        )

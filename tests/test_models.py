@@ -56,16 +56,12 @@ def test_samples_fuse_and_match_onnxruntime(name, batch, seq, padded):
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_corpus_fuses_and_matches_onnxruntime(name):
     path = ORT_CORPUS / name
-    if not path.exists():
-        pytest.skip(f"{path} not present")
     check_model(path, 2, 7, padded=True, tol=CORPUS[name])
 
 
 def test_tensorflow_tensordot_linears_take_their_bias_and_gelu():
     """TF's Tensordot puts the bias Add after the Reshape back: still one Linear per dense."""
     path = ORT_CORPUS / "TFBertForQuestionAnswering.onnx"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
     graph, _ = import_model(path, batch=1, seq=7)
     fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
     hist = fused.op_histogram()

@@ -221,21 +221,27 @@ def test_the_epilogue_applies_the_bias_then_the_activation(path_, activation):
     np.testing.assert_allclose(got, interp_run(graph, {"x": x})["y"], rtol=2e-6, atol=1e-6)
 
 
-def test_partials_are_summed_down_the_column_row_0_first(path_, rows):
-    """K = 8 over 4 rows (kh = 2; over 8, a zero partial between each). Column 0's row partials
-    are 2^24, 1, -2^24, 1: in the
-    fabric's order ((2^24 + 1) - 2^24) + 1 = 1 in float32 (2^24 + 1 rounds to 2^24), where the
-    exact sum and the bottom-up order give 2. In fp16 the same happens one binade lower:
-    2048, 1, -2048, 1 gives 1 with fp16 running sums (fp16 chain) and 2 with fp32 ones (mixed)."""
+def test_partials_are_summed_in_the_cost_models_reduce_scatter_order(path_, rows):
+    """K = 8 over 4 rows (kh = 2; over 8 rows, a zero partial between each), N = 8 over 4
+    columns: nw = 2 outputs a column, own = 1 a row, so output 0 (segment 0) is finished on row
+    0 and its chain starts on row 1: p1 + p2 + ... + p0. Column 0's partials 1, 2^24, 1, -2^24
+    (rows 0, 1, 2, 3 of 4) give ((2^24 + 1) - 2^24) + 1 = 1 in float32 (2^24 + 1 rounds to
+    2^24), where row 0 first gives 0 and the exact sum 2. Output 1 (segment 1, chain from row
+    2: p2 + p3 + p0 + p1) with partials -2^24, 1, 2^24, 1 gives 1, where row 0 first gives 2.
+    In fp16 the same happens one binade lower (2048): 1 with fp16 running sums, the exact 2
+    with fp32 ones (mixed)."""
     x = np.ones((1, 8), np.float32)
     b = np.zeros(8, np.float32)
     for big, expected in ((2.0**24, {"fp32": 1.0}), (2048.0, {"mixed": 2.0, "fp16": 1.0})):
         W = np.zeros((8, 8), np.float32)
-        W[[0, 2, 4, 6], 0] = [big, 1, -big, 1]
+        W[[0, 2, 4, 6], 0] = [1, big, 1, -big]
+        W[[0, 2, 4, 6], 1] = [-big, 1, big, 1]
         graph, kg, sizing = linear_program(W, b, 1, rows)
         for precision, want in expected.items():
             got = simulate_functional(graph, kg, sizing, precision, {"x": x})["y"]
             assert got[0, 0] == want, precision
+            if rows == 4:
+                assert got[0, 1] == want, precision
 
 
 def test_a_pe_forms_its_partial_before_adding_the_incoming_sum(path_):
@@ -292,19 +298,32 @@ def to_f16(a):
 
 def reference_f16_linear(x, W, b, h, w, drop_partial=False):
     """The fp16 linear written out: PE row i's partial x[:, K_i] W[K_i, :] rounded to fp16, added
-    to the running sum, which is rounded to fp16 after each addition, row 0 first; then the bias.
+    to the running sum, which is rounded to fp16 after each addition; output c's chain starts
+    on row s + 1 and ends on row s, s = its segment ((c mod nw) // cdiv(nw, h)); then the bias.
     The partials are formed exactly (float64), so the data must keep them exact in float32."""
-    kh = -(-W.shape[0] // h)
-    acc = None
-    for i in range(h):
-        P = (x[:, i * kh : (i + 1) * kh].astype(np.float64) @ W[i * kh : (i + 1) * kh]).astype(
-            np.float32
-        )
-        if i == 0 and drop_partial:
-            P[:, : -(-W.shape[1] // w)] = 0
-        with np.errstate(invalid="ignore"):  # inf - inf
-            acc = to_f16(P) if acc is None else to_f16(acc + to_f16(P))
-    return to_f16(acc + b)
+    kh, N = -(-W.shape[0] // h), W.shape[1]
+    nw = -(-N // w)
+    own = -(-nw // h)
+    P = np.stack(
+        [
+            (x[:, i * kh : (i + 1) * kh].astype(np.float64) @ W[i * kh : (i + 1) * kh]).astype(
+                np.float32
+            )
+            for i in range(h)
+        ]
+    )  # [h, M, N]
+    if drop_partial:
+        P[0, :, :nw] = 0
+    out = np.empty(P.shape[1:], np.float32)
+    for c in range(N):
+        s = (c % nw) // own
+        acc = None
+        for step in range(h):
+            p = P[(s + 1 + step) % h, :, c]
+            with np.errstate(invalid="ignore"):  # inf - inf
+                acc = to_f16(p) if acc is None else to_f16(acc + to_f16(p))
+        out[:, c] = acc
+    return to_f16(out + b)
 
 
 @pytest.mark.parametrize("scale", [-13, -6, 3])  # fp16 subnormals; ordinary; beyond 65504

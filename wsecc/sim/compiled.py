@@ -76,6 +76,9 @@ _IN2, _OUT2 = _arrays(types.float32, 2)
 _IN3, _ = _arrays(types.float32, 3)
 _IN4, _OUT4 = _arrays(types.float32, 4)
 _KEEP, _ = _arrays(types.boolean, 3)
+_KEEP2, _ = _arrays(types.boolean, 2)
+_INT1, _ = _arrays(types.int64, 1)
+_INT2, _ = _arrays(types.int64, 2)
 _f32, _i64, _bool = types.float32, types.int64, types.boolean
 
 
@@ -114,84 +117,97 @@ def chain_f16(partials, out):  # type: ignore[no-untyped-def]
 
 
 @njit
-def _column_sums(xt, tiles, half, drop0, drop1, N, b):  # type: ignore[no-untyped-def]
-    """Columns b cw .. of x W [M, N] in the fabric's order, as [M, cw]. xt[h, M, kh]: x's
-    columns as PE rows hold them; tiles[blocks, h, kh, cw]: W's column blocks, zero-padded. PE
-    row i's partial x_i W_i, then the running sum from row i - 1 plus it (row 0 starts the
-    sum). A partial of one product (kh = 1) is that product; longer ones are BLAS's sgemm.
-    `half`: the partial and every running sum rounded to fp16 (`_f16`, `_f16_sum`), else
-    float32 throughout (sgemm adds the partial in: acc = 1 * (x_i W_i) + acc, the product
-    formed first). Columns drop0 .. drop1 - 1 lose row 0's partial (the drop_partial fault;
-    drop0 = drop1: none)."""
+def _column_sums(xt, tiles, cols, first, drop, half, b):  # type: ignore[no-untyped-def]
+    """Block b of x W as [M, cw], each column's partials summed in the reduce-scatter order of
+    the cost model (`wsecc.kernels.kinds.matmul.matmul_cost`): the block's columns share one
+    output segment s, whose chain starts on PE row `first[b]` = (s + 1) mod h and runs down
+    the rows cyclically, ending on row s, where the sum is finished. xt[h, M, kh]: x's columns
+    as the PE rows hold them; tiles[blocks, h, kh, cw]: the block's columns of W, zero-padded;
+    cols[b, j]: output column of block column j (-1: padding). A partial of one product
+    (kh = 1) is that product; longer ones are BLAS's sgemm. `half`: the partial and every
+    running sum rounded to fp16 (`_f16`, `_f16_sum`), else float32 throughout (sgemm adds the
+    partial in: acc = 1 * (x_i W_i) + acc, the product formed first). drop[b, j]: column j
+    loses PE row 0's partial (the drop_partial fault)."""
     h, M, kh = xt.shape
     cw = tiles.shape[3]
-    c0 = b * cw
-    n = min(N - c0, cw)
-    d0, d1 = max(drop0 - c0, 0), min(max(drop1 - c0, 0), n)
+    n = 0
+    while n < cw and cols[b, n] >= 0:
+        n += 1
+    dropping = False
+    for j in range(n):
+        dropping = dropping or drop[b, j]
     acc = np.empty((M, cw), np.float32)  # C order [M, cw] is Fortran's [cw, M]
     if kh == 1:
-        for i in range(h):
+        for step in range(h):
+            i = (first[b] + step) % h
             w = tiles[b, i, 0]
             for m in range(M):
                 xv = xt[i, m, 0]
-                if i == 0:
-                    for j in range(n):
-                        acc[m, j] = _f16(xv * w[j]) if half else xv * w[j]
-                    acc[m, d0:d1] = 0
-                elif half:
-                    for j in range(n):
-                        acc[m, j] = _f16_sum(acc[m, j], _f16(xv * w[j]))
-                else:
-                    for j in range(n):
-                        acc[m, j] = acc[m, j] + xv * w[j]
+                for j in range(n):
+                    p = xv * w[j]
+                    if i == 0 and drop[b, j]:
+                        p = np.float32(0)
+                    if step == 0:
+                        acc[m, j] = _f16(p) if half else p
+                    elif half:
+                        acc[m, j] = _f16_sum(acc[m, j], _f16(p))
+                    else:
+                        acc[m, j] = acc[m, j] + p
         return acc
     # Fortran sgemm: C[n, M] = alpha A[n, kh] B[kh, M] + beta C, A = W_i's block (C order
     # [kh, cw]: lda = cw), B = x_i (C order [M, kh]: ldb = kh), C = acc or p (ldc = cw)
     trans = np.array([78], np.uint8)  # 'N'
     dims = np.array([n, M, kh, cw, kh, cw], np.int32)
     scalars = np.array([1.0, 0.0, 1.0], np.float32)  # alpha, then beta 0 or 1
-    p = np.empty((M, cw), np.float32) if half else acc
-    for i in range(h):
-        beta = scalars[1:] if (i == 0 or half) else scalars[2:]
+    fused = not half and not dropping  # sgemm adds each partial into the running sum
+    p = acc if fused else np.empty((M, cw), np.float32)
+    for step in range(h):
+        i = (first[b] + step) % h
+        beta = scalars[1:] if (step == 0 or not fused) else scalars[2:]
         _sgemm(
             trans.ctypes, trans.ctypes, dims[0:].ctypes, dims[1:].ctypes, dims[2:].ctypes,
             scalars.ctypes, tiles[b, i].ctypes, dims[3:].ctypes, xt[i].ctypes,
             dims[4:].ctypes, beta.ctypes, p.ctypes, dims[5:].ctypes,
         )  # fmt: skip
-        if i == 0:
-            p[:, d0:d1] = 0
-        if half:
-            for m in range(M):
-                if i == 0:
-                    for j in range(n):
-                        acc[m, j] = _f16(p[m, j])
+        if fused:
+            continue
+        for m in range(M):
+            for j in range(n):
+                v = np.float32(0) if (i == 0 and drop[b, j]) else p[m, j]
+                if step == 0:
+                    acc[m, j] = _f16(v) if half else v
+                elif half:
+                    acc[m, j] = _f16_sum(acc[m, j], _f16(v))
                 else:
-                    for j in range(n):
-                        acc[m, j] = _f16_sum(acc[m, j], _f16(p[m, j]))
+                    acc[m, j] = acc[m, j] + v
     return acc
 
 
 @njit(
-    types.void(_IN3, _IN4, _bool, _i64, _i64, _IN1, _i64, _bool, _OUT2, _i64, _i64),
+    types.void(
+        _IN3, _IN4, _INT2, _INT1, _KEEP2, _bool, _IN1, _i64, _bool, _OUT2, _i64, _i64
+    ),
     nogil=True,
     cache=True,
 )
-def column_blocks(xt, tiles, half, drop0, drop1, bias, act, store_half, y, b0, b1):  # type: ignore[no-untyped-def]  # noqa: E501
+def column_blocks(xt, tiles, cols, first, drop, half, bias, act, store_half, y, b0, b1):  # type: ignore[no-untyped-def]  # noqa: E501
     """Blocks b0 .. b1 - 1 of a linear kernel: `_column_sums`, then the epilogue on each
     column sum, in float32 and rounded to fp16 after each stage when `half`: + bias (if
     `bias` has any elements), the activation `act` (0 none, 1 relu, 2 gelu: the erf form),
-    and the result rounded to fp16 when `store_half`. (A tanh activation is numpy's to apply
-    after: libm's tanhf, which numba calls, is one element at a time, numpy's is vectorized.)"""
-    n_all = y.shape[1]
+    and the result rounded to fp16 when `store_half`, into y's column cols[b, j]. (A tanh
+    activation is numpy's to apply after: libm's tanhf, which numba calls, is one element at a
+    time, numpy's is vectorized.)"""
     c_half, one, rsqrt2 = np.float32(0.5), np.float32(1), np.float32(1 / np.sqrt(2))
     for b in range(b0, b1):
-        acc = _column_sums(xt, tiles, half, drop0, drop1, n_all, b)
-        c0 = b * tiles.shape[3]
+        acc = _column_sums(xt, tiles, cols, first, drop, half, b)
         for m in range(acc.shape[0]):
-            for j in range(min(n_all - c0, acc.shape[1])):
+            for j in range(acc.shape[1]):
+                c = cols[b, j]
+                if c < 0:
+                    break
                 v = acc[m, j]
                 if bias.size:
-                    v = v + bias[c0 + j]
+                    v = v + bias[c]
                     v = _f16(v) if half else v
                 if act:
                     if act == 1:
@@ -199,7 +215,7 @@ def column_blocks(xt, tiles, half, drop0, drop1, bias, act, store_half, y, b0, b
                     else:
                         v = c_half * v * (one + np.float32(math.erf(v * rsqrt2)))
                     v = _f16(v) if half else v
-                y[m, c0 + j] = _f16(v) if store_half else v
+                y[m, c] = _f16(v) if store_half else v
 
 
 _QUERY_BLOCK = 128

@@ -9,10 +9,13 @@ original ONNX file.
 
 What is emulated, per kernel kind
     linear, lm_head   W[K, N] tiled K over the h rows and N over the w columns (kh = cdiv(K, h),
-        nw = cdiv(N, w), zero-padded). PE (i, j) forms its partial x[:, K_i] @ W[K_i, N_j], then
-        adds it to the running sum arriving from the PE above: the partials of a column are
-        summed in fabric order, row 0 first, one addition per row (acc = ((p_0 + p_1) + p_2)
-        + ...). The epilogue (bias, then the activation, evaluated in float32) runs on the sum.
+        nw = cdiv(N, w), zero-padded). PE (i, j) forms its partial x[:, K_i] @ W[K_i, N_j] and
+        adds it to the running sum arriving from the PE above, in the cost model's
+        reduce-scatter order (`wsecc.kernels.kinds.matmul.matmul_cost`): a column's nw outputs
+        are cut into h segments of own = cdiv(nw, h), and segment s's chain starts on row
+        s + 1 and runs down the rows cyclically to row s, which finishes it (acc =
+        ((p_{s+1} + p_{s+2}) + ...) + p_s), one addition per row. The epilogue (bias, then the
+        activation, evaluated in float32) runs on the finished sum.
     attention   keys and values dealt cyclically over the h rows (key j on row j mod h). Each PE
         scores the queries against its keys (the 1/sqrt(d) scale folded into the queries, as the
         cost model says), masked pairs replaced by the node's `fill` as in the reference, and
@@ -63,7 +66,7 @@ and running sums happen in the same loops, in hardware. On a 2-core machine GPT-
 (bench/bench_sim.py, bench/RESULTS.md).
 
 Values between kernels are float32 arrays holding storage-precision values, so the graph's dtypes
-hold throughout. Faults for tests (`fault=`): "drop_partial" drops PE (0, 0)'s partial sum in the
+hold throughout. Faults for tests (`fault=`): "drop_partial" drops PE (0, 0)'s partial sums in the
 first linear kernel; "misplace_tile" swaps the weight tiles of PE (0, 0) and PE (0, 1) (or (1, 0)
 in a one-column region) in the first linear kernel.
 """
@@ -244,28 +247,51 @@ class _Build:
 
 @dataclass(frozen=True)
 class _MatmulTiles:
-    """W[K, N] as a region holds it: row i owns K_i (zero-padded to kh), column j owns N_j.
-    Stored as column blocks `tiles`[blocks, h, kh, cw] (`wsecc.sim.compiled.column_blocks`), of
-    `_block_columns` columns each, the last zero-padded."""
+    """W[K, N] as a region holds it: PE row i owns K_i (zero-padded to kh), PE column j owns
+    N_j (nw columns); each PE column's nw outputs are cut into h segments of own = cdiv(nw, h),
+    segment s finished on row s (the cost model's reduce-scatter). Stored for
+    `wsecc.sim.compiled.column_blocks` as blocks of output columns that share a segment, so
+    they share a summation order: `tiles`[blocks, h, kh, cw] (W's columns, zero-padded),
+    `cols`[blocks, cw] (the output column of each, -1 for padding), `first`[blocks] (the row
+    whose partial starts the chain: (s + 1) mod h), `drop`[blocks, cw] (row 0's partial lost:
+    the drop_partial fault)."""
 
     N: int
     tiles: np.ndarray
+    cols: np.ndarray
+    first: np.ndarray
+    drop: np.ndarray
 
     @staticmethod
     def of(W: np.ndarray, h: int, w: int, M: int, fault: str | None) -> _MatmulTiles:
-        """`misplace_tile` swaps PE (0, 0)'s tile with PE (0, 1)'s (PE (1, 0)'s if w = 1)."""
+        """`misplace_tile` swaps PE (0, 0)'s tile with PE (0, 1)'s (PE (1, 0)'s if w = 1);
+        `drop_partial` loses PE (0, 0)'s partial sums."""
         K, N = W.shape
         kh, nw = cdiv(K, h), cdiv(N, w)
-        cw = _block_columns(M, N)
-        blocks = cdiv(N, cw)
-        tiles = np.zeros((h, kh, max(w * nw, blocks * cw)), np.float32)
-        tiles.reshape(h * kh, -1)[:K, :N] = W
+        own = cdiv(nw, h)
+        pe = np.zeros((h, kh, w, nw), np.float32)  # pe[i, :, j, :] is PE (i, j)'s tile
+        pe.reshape(h * kh, w * nw)[:K, :N] = W
         if fault == "misplace_tile":
-            pe = tiles[:, :, : w * nw].reshape(h, kh, w, nw)
             i, j = (0, 1) if w > 1 else (1, 0)
             pe[0, :, 0], pe[i, :, j] = pe[i, :, j].copy(), pe[0, :, 0].copy()
-        by_block = tiles[:, :, : blocks * cw].reshape(h, kh, blocks, cw).transpose(2, 0, 1, 3)
-        return _MatmulTiles(N, np.ascontiguousarray(by_block))
+        columns = np.arange(N)
+        segment = (columns % nw) // own
+        cw = _block_columns(M, N)
+        groups = [columns[segment == s] for s in range(h)]
+        chunks = [(s, g[k : k + cw]) for s, g in enumerate(groups) for k in range(0, len(g), cw)]
+        blocks = len(chunks)
+        flat = pe.reshape(h, kh, w * nw)
+        tiles = np.zeros((blocks, h, kh, cw), np.float32)
+        cols = np.full((blocks, cw), -1, np.int64)
+        first = np.empty(blocks, np.int64)
+        drop = np.zeros((blocks, cw), np.bool_)
+        for b, (s, chunk) in enumerate(chunks):
+            tiles[b, :, :, : len(chunk)] = flat[:, :, chunk]
+            cols[b, : len(chunk)] = chunk
+            first[b] = (s + 1) % h
+            if fault == "drop_partial":
+                drop[b, : len(chunk)] = chunk < nw  # PE column 0's outputs
+        return _MatmulTiles(N, tiles, cols, first, drop)
 
 
 def _block_columns(M: int, N: int) -> int:
@@ -276,25 +302,24 @@ def _block_columns(M: int, N: int) -> int:
 
 
 def _tiled_linear(
-    x: np.ndarray, tiles: _MatmulTiles, ar: Arithmetic, dropped: slice | None,
-    bias: np.ndarray | None, act: str,
-) -> np.ndarray:  # fmt: skip
+    x: np.ndarray, tiles: _MatmulTiles, ar: Arithmetic, bias: np.ndarray | None, act: str
+) -> np.ndarray:
     """y[M, N] = act(x[M, K] W + bias) in storage: PE row i's partial x[:, K_i] W[K_i, :],
-    added to the running sum arriving from row i - 1 (row 0 starts it), then the epilogue; the
-    column blocks split over the threads. `dropped`: columns of row 0's partial that never
-    arrive."""
+    added to the running sum arriving from the row above, each output's chain starting below
+    the row that finishes it (`_MatmulTiles`), then the epilogue; the column blocks split over
+    the threads."""
     blocks, h, kh, _ = tiles.tiles.shape
     M = x.shape[0]
     xt = np.ascontiguousarray(_pad_to(x, 1, h * kh, 0.0).reshape(M, h, kh).transpose(1, 0, 2))
     y = np.empty((M, tiles.N), np.float32)
-    drop = (dropped.start, dropped.stop) if dropped is not None else (0, 0)
     bias = _NO_BIAS if bias is None else np.ascontiguousarray(bias, np.float32)
     in_kernel = act in _KERNEL_ACTIVATIONS  # else numpy's, after
     code = _KERNEL_ACTIVATIONS.index(act) if in_kernel else 0
     store_half = ar.store is round_to_f16 and in_kernel
     block = functools.partial(
-        column_blocks, xt, tiles.tiles, ar.half_accum, *drop, bias, code, store_half, y
-    )
+        column_blocks, xt, tiles.tiles, tiles.cols, tiles.first, tiles.drop, ar.half_accum,
+        bias, code, store_half, y,
+    )  # fmt: skip
     _on_threads(block, blocks, work=M * h * kh * tiles.N)
     return y if in_kernel else ar.store(ar.acc(_NUMPY_ACTIVATIONS[act](y)))
 
@@ -334,7 +359,6 @@ def _linear(b: _Build) -> Run:
         raise b.fail("misplace_tile needs two PEs, the region is 1x1")
     x = b.node.inputs[0].type
     tiles = _MatmulTiles.of(W, h, w, x.size // x.shape[-1], b.fault)
-    dropped = slice(0, cdiv(W.shape[1], w)) if b.fault == "drop_partial" else None
     has_bias = len(b.node.inputs) == 3
     act = b.node.attr("activation", "none")
     if act not in ACTIVATIONS:
@@ -344,7 +368,7 @@ def _linear(b: _Build) -> Run:
     def run(args: Arrays) -> list[np.ndarray]:
         x = args[0].reshape(-1, args[0].shape[-1])
         bias = args[2] if has_bias else None
-        return [_tiled_linear(x, tiles, ar, dropped, bias, act).reshape(shape)]
+        return [_tiled_linear(x, tiles, ar, bias, act).reshape(shape)]
 
     return run
 
