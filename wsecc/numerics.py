@@ -20,7 +20,7 @@ from wsecc.ir.core import DType, Graph, Op, Value
 
 # Tolerances per precision (what `wsecc.sim.functional` emulates for each: its module doc). Where
 # each bound comes from, as measured by the functional simulator against onnxruntime (the six
-# samples at 2x16, the 33 tiny HF exports of tests/hf_exports.py at 2x16 and 1x7 with padded and
+# samples at 2x16, the 33 tiny HF exports of tests/hf_exports.py (bench/bench_hf_numerics.py) at 2x16 and 1x7 with padded and
 # all-ones masks, the corpus graphs that compile, GPT-2 small and BERT-base at 1x128):
 #   fp32   max rel err 1e-5: the requirement. Measured <= 7.2e-7 on the small models, 1.6e-6 and
 #          2.2e-6 on GPT-2 small and BERT-base. On attention_opt and bert_3d_attention_opt the
