@@ -216,16 +216,15 @@ def place_and_route(
 
 
 def simulate(program: Program, options: Options) -> tuple[SramMap, PerfResult, EventResult | None]:
-    """The SRAM map, L0, and L1 when `options.sim` is l1, of a placed and routed program."""
-    from wsecc.sim.events import simulate_l1
+    """The SRAM map, L0, and L1 when `options.sim` is l1, of a placed and routed program; the
+    map charges L1's skew buffers to the kernels that hold them."""
+    from wsecc.sim.events import buffer_bytes_per_pe, simulate_l1
     from wsecc.sim.perf import simulate_l0
     from wsecc.sim.sram import sram_map
 
-    sram = sram_map(
-        program.kg, program.sizing, program.placement, program.target, program.precision
-    )
     perf = simulate_l0(program, options.batch)
     events = None
     if options.sim is SimLevel.L1:
         events = simulate_l1(program, options.batch, samples=options.sim_samples)
-    return sram, perf, events
+    extra = buffer_bytes_per_pe(events) if events is not None else None
+    return sram_map(program, extra_buffers=extra), perf, events

@@ -11,9 +11,11 @@ Every fact about a kind lives in its `KindDef`, written once in `wsecc.kernels.k
     cost          SRAM per PE and cycles per sample on an h x w region (`wsecc.kernels.costs`)
     shapes / frontier   sizing's menu: candidate row and column counts, or a frontier of shapes
                   per stage time (the contest's convolutions)
-    tile_split    the param its mapping splits over region rows and over columns: the SRAM map
-                  spreads the fullest PE over the region by it, and, when `shapes` is not given,
-                  sizing's candidates are its breakpoints, so map and sizing agree by construction
+    tile_split    the param its mapping splits over region rows and over columns, in contiguous
+                  blocks as the functional simulator tiles them (or dealt in turn over the rows:
+                  `cyclic_rows`): the SRAM map spreads the kernel over the region by it, and,
+                  when `shapes` is not given, sizing's candidates are its breakpoints, so map,
+                  simulator and sizing agree by construction
     lowers, lower which fused ops become this kind, and their params (`wsecc.passes.lower`)
     simulate      the functional simulator's tiled implementation (`wsecc.sim.functional`), a
                   dotted "module:function" resolved when a program is built, so importing a kind
@@ -89,6 +91,7 @@ class KindDef:
     out_edge: str
     cost: CostFn
     tile_split: tuple[str | None, str | None]
+    cyclic_rows: bool = False  # rows take the row param in turn (item i on row i mod h)
     shapes: ShapesFn | None = None
     frontier: FrontierFn | None = None
     check: Callable[[Params], str] = no_check

@@ -26,8 +26,10 @@ Buffers. Each edge holds `buffer_chunks` chunks (double buffering, as the cost m
       consumer's other inputs arrive later (a residual around a layer) must hold the chunks that
       arrive meanwhile, ceil((phase_consumer - phase_edge) / period) of them, from the steady-state
       phases (chunk 0's trip at each stage's own speed; period = the slowest stage's chunk time).
-      The cost models do not budget these bytes: `EventResult.skew_buffers` lists them. Without
-      them the pipeline throttles to the skip buffer's depth, or deadlocks around a barrier.
+      The cost models do not budget these bytes: `EventResult.skew_buffers` lists them, each
+      charged to its consumer's PEs, and the SRAM map adds them to the budget check
+      (`buffer_bytes_per_pe`). Without them the pipeline throttles to the skip buffer's depth,
+      or deadlocks around a barrier.
 
 Invariants, checked over fixed windows of `window_cycles` on every run (InvariantError names the
 offender and the windows): no kernel (its PEs), memory port, host channel or link direction is
@@ -61,10 +63,12 @@ from wsecc.sim.perf import (
     HOST_IN,
     HOST_OUT,
     KERNEL,
+    Edge,
     PerfResult,
     Pipeline,
     SimulationError,
     build_pipeline,
+    flow_name,
     l0_result,
 )
 
@@ -99,11 +103,16 @@ class LinkUse:
 
 @dataclass(frozen=True)
 class SkewBuffer:
-    """Delay-matching chunks an edge holds beyond `buffer_chunks` (not in the cost models)."""
+    """Delay-matching chunks an edge holds beyond `buffer_chunks` (not in the cost models), in
+    the SRAM of the kernel that consumes it: `bytes` in all, `bytes_per_pe` on each PE of the
+    region edge the data enters by (its rows for the W or E edge, its columns for N or S: the
+    PEs that receive a chunk share it)."""
 
     edge: str
     chunks: int
     bytes: int
+    kernel: str = ""  # the consumer holding it ("" when the consumer is the host)
+    bytes_per_pe: int = 0
 
 
 @dataclass(frozen=True)
@@ -193,6 +202,30 @@ def buffer_depths(
         skew.append(extra)
         depth.append(buffer_chunks + extra + 2 * n * e.barrier)
     return depth, skew
+
+
+def _skew_buffer(program: Program, pipe: Pipeline, e: Edge, chunks: int) -> SkewBuffer:
+    """An edge's skew chunks, charged to the kernel that consumes them (`SkewBuffer`)."""
+    total = math.ceil(chunks * e.bytes_per_sample / pipe.n_chunks)
+    src, dst = pipe.stages[e.src].name, pipe.stages[e.dst].name
+    if dst not in program.placement.rects:  # the host: its buffers are not on the wafer
+        return SkewBuffer(pipe.edge_name(e), chunks, total)
+    rect = program.placement.rects[dst]
+    kind_edge = program.kg.kernel(dst).spec.in_edge
+    edges = {f.dst_edge for f in program.kg.flows if f.dst == dst and flow_name(f.src, dst) == src}
+    side = edges.pop() if len(edges) == 1 else kind_edge
+    receivers = rect.h if side in ("W", "E") else rect.w
+    return SkewBuffer(pipe.edge_name(e), chunks, total, dst, math.ceil(total / receivers))
+
+
+def buffer_bytes_per_pe(result: EventResult) -> dict[str, int]:
+    """Kernel name -> the skew-buffer bytes L1 adds on each of its PEs (for
+    `wsecc.sim.sram.sram_map`'s `extra_buffers`: the SRAM map charges them to the budget)."""
+    out: dict[str, int] = {}
+    for b in result.skew_buffers:
+        if b.kernel:
+            out[b.kernel] = out.get(b.kernel, 0) + b.bytes_per_pe
+    return out
 
 
 # --- links ---------------------------------------------------------------------------------------
@@ -636,9 +669,7 @@ def simulate_l1(
         },
         links=tuple(links),
         skew_buffers=tuple(
-            SkewBuffer(pipe.edge_name(e), c, math.ceil(c * e.bytes_per_sample / pipe.n_chunks))
-            for e, c in zip(pipe.edges, skew, strict=True)
-            if c > 0
+            _skew_buffer(program, pipe, e, c) for e, c in zip(pipe.edges, skew, strict=True) if c > 0
         ),
         l0=l0,
         throughput_rel_diff=samples_per_s / l0.samples_per_s - 1,

@@ -3,9 +3,10 @@
 Each kernel's cost model reports its region's *fullest* PE (`SramBreakdown`); the map spreads
 that over the region the way the mapping tiles it. A kind's mapping splits one param over the
 region's rows and one over its columns (its definition's `tile_split`, `wsecc.kernels.kinds`,
-from which sizing's candidate shapes also come): an extent X over r PEs gives X mod r of them cdiv(X, r) items and the
-rest X // r (none when X < r: those PEs hold only the reserve, the code every PE of a region
-loads). A PE's bytes are the cost model evaluated with the split params narrowed to its share
+from which sizing's candidate shapes also come), the way the functional simulator tiles it: an
+extent X over r PEs in contiguous blocks of cdiv(X, r), the last ones short (none at all when X
+is small: those PEs hold only the reserve, the code every PE of a region loads); attention's keys
+are dealt in turn, X mod r rows getting one more. A PE's bytes are the cost model evaluated with the split params narrowed to its share
 (X' = share x r, so cdiv(X', r) = share), so the fullest PE is exactly the cost model's figure.
 Params not split (None) leave every PE of that axis at the fullest figure: the row-wise kinds
 deal whole chunks to rows, so their SRAM does not depend on the row; attention's columns hold
@@ -26,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from wsecc.kernels import Kernel, KernelGraph, Sizing, SramBreakdown, kernel_cost
-from wsecc.place.problem import Placement
+from wsecc.kernels import Kernel, SramBreakdown, kernel_cost
+from wsecc.program import Program
 from wsecc.sim.perf import SimulationError
-from wsecc.targets import Target, check_precision
+from wsecc.targets import Target
 
 COMPONENTS: tuple[str, ...] = ("weights", "buffers", "kv", "reserve")
 
@@ -40,10 +41,16 @@ class SramError(SimulationError):
     """A PE over its SRAM, or the map disagreeing with sizing; names the kernels."""
 
 
-def _shares(extent: int, parts: int) -> np.ndarray:
-    """Items per part when `extent` items are dealt over `parts` as evenly as possible."""
-    q, r = divmod(extent, parts)
-    return np.array([q + 1] * r + [q] * (parts - r), dtype=np.int64)
+def _shares(extent: int, parts: int, cyclic: bool = False) -> np.ndarray:
+    """Items per part, as the functional simulator tiles them: contiguous blocks of
+    cdiv(extent, parts), the last ones short or empty (a weight matrix's K over the rows, N over
+    the columns; features over the columns); or, `cyclic`, dealt in turn (attention's keys,
+    key j on row j mod h), so the first extent mod parts get one more."""
+    if cyclic:
+        q, r = divmod(extent, parts)
+        return np.array([q + 1] * r + [q] * (parts - r), dtype=np.int64)
+    q = -(-extent // parts)
+    return np.clip(extent - q * np.arange(parts, dtype=np.int64), 0, q)
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,7 +140,11 @@ def _pe_breakdowns(
 ) -> tuple[dict[tuple[int, int], SramBreakdown], np.ndarray, np.ndarray]:
     """({(row share, col share): bytes}, row shares, col shares) of a kernel on h x w."""
     row_param, col_param = kernel.spec.tile_split
-    rows = _shares(kernel.params[row_param], h) if row_param else np.ones(h, np.int64)
+    rows = (
+        _shares(kernel.params[row_param], h, kernel.spec.cyclic_rows)
+        if row_param
+        else np.ones(h, np.int64)
+    )
     cols = _shares(kernel.params[col_param], w) if col_param else np.ones(w, np.int64)
     full = (int(rows.max()), int(cols.max()))
     out: dict[tuple[int, int], SramBreakdown] = {}
@@ -154,11 +165,15 @@ def _pe_breakdowns(
     return out, rows, cols
 
 
-def sram_map(
-    kg: KernelGraph, sizing: Sizing, placement: Placement, target: Target, precision: str
-) -> SramMap:
-    """The per-PE map (module doc), checked against the target and the sizing."""
-    check_precision(precision)
+def sram_map(program: Program, *, extra_buffers: Mapping[str, int] | None = None) -> SramMap:
+    """The per-PE map (module doc), checked against the target and the sizing.
+
+    `extra_buffers`: kernel name -> bytes more on each PE of its region, buffers the cost models
+    do not budget (L1's skew buffers: `wsecc.sim.events.buffer_bytes_per_pe`); they count
+    against the target's SRAM like the rest, so a buffer that does not fit fails the map."""
+    kg, sizing, placement, target = program.kg, program.sizing, program.placement, program.target
+    precision = program.precision
+    extra = dict(extra_buffers or {})
     H, W = target.fabric.program_height, target.fabric.program_width
     grids = {c: np.zeros((H, W), np.uint32) for c in COMPONENTS}
     owner = np.full((H, W), -1, np.int32)
@@ -180,10 +195,13 @@ def sram_map(
                 grids[comp][np.ix_(ys, xs)] = getattr(b, comp)
         owner[rect.y : rect.y + rect.h, rect.x : rect.x + rect.w] = i
         fullest = max(b.total for b in per_pe.values())
-        kernel_max[k.name] = fullest
-        if (rect.h, rect.w) == (ks.h, ks.w) and precision == sizing.precision:
+        kernel_max[k.name] = fullest + extra.get(k.name, 0)
+        grids["buffers"][rect.y : rect.y + rect.h, rect.x : rect.x + rect.w] += extra.get(
+            k.name, 0
+        )
+        if (rect.h, rect.w) == (ks.h, ks.w):
             expected, source = ks.sram.total, "sizing"
-        else:  # another shape from sizing's alternatives, or a re-simulation in another precision
+        else:  # another shape from sizing's alternatives
             cost = kernel_cost(
                 k, rect.h, rect.w, precision, target, chunk_tokens=sizing.chunk_tokens
             )
@@ -215,8 +233,15 @@ def sram_map(
             name = names[owner[y, x]] if owner[y, x] >= 0 else "(no kernel)"
             if name not in worst or total[y, x] > worst[name][2]:
                 worst[name] = (int(x), int(y), int(total[y, x]))
+        skew = [n for n in worst if extra.get(n)]
         raise SramError(
             f"{int(over.sum()):,} PEs exceed {target.sram.bytes_per_pe:,} B: "
             + "; ".join(f"{n!r} at ({x}, {y}) {b:,} B" for n, (x, y, b) in list(worst.items())[:4])
+            + (
+                f" (with L1's skew buffers: {', '.join(f'{n!r} {extra[n]:,} B/PE' for n in skew[:4])};"
+                " fewer --chunk-tokens or a bigger target)"
+                if skew
+                else ""
+            )
         )
     return m

@@ -114,6 +114,7 @@ ATTENTION = KindDef(
     shapes=attention_shapes,
     # keys cyclic over rows; heads (or query groups of one head) of equal size over columns
     tile_split=("seq", None),
+    cyclic_rows=True,
     lowers=frozenset({Op.ATTENTION}),
     lower=_lower,
     simulate="wsecc.sim.functional:_attention",
