@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from wsecc.targets import load_target
 
@@ -218,3 +219,18 @@ def test_gpt2_small_seq_1024_on_wse2_in_a_minute():
     r = simulate_l1(p.program, samples=3)
     assert time.perf_counter() - t0 < 60
     assert abs(r.throughput_rel_diff) < 0.15
+
+
+def test_causal_attention_chunks_grow(compiled):
+    """A causal attention's chunk k works on every key up to its queries: L1 gives each chunk
+    its share of the (query, key) pairs, so the chunks grow, and together they do at least the
+    sample's work; a bidirectional attention's chunks are equal."""
+    from wsecc.sim.perf import build_pipeline
+
+    gpt2 = build_pipeline(compiled("gpt2_dynamo.onnx"))
+    (att, *_) = [s for s in gpt2.stages if s.kind == "kernel" and "attention" in s.name]
+    chunks = np.array(att.chunk_cycles)
+    assert len(chunks) == gpt2.n_chunks > 1 and (np.diff(chunks) >= 0).all()
+    assert chunks[-1] > 2 * chunks[0] and chunks.sum() >= att.cycles_per_sample * (1 - 1e-9)
+    bert = build_pipeline(compiled("bert_dynamo.onnx"))
+    assert all(not s.chunk_cycles for s in bert.stages)

@@ -13,7 +13,11 @@ A stage starts chunk g when
       the slot is taken when the producer starts the chunk and freed when the consumer finishes
       it, so data in flight counts against the buffer). A producer whose consumer's buffer is full
       stalls: back-pressure.
-A kernel takes its L0 per-chunk time (cycles_per_sample / n). A flow takes its L0 per-chunk time
+A kernel takes its L0 per-chunk time (cycles_per_sample / n), except where its chunks differ in
+work: a causal attention's chunk k attends to every key up to its own queries, so its time is its
+share of the sample's (query, key) pairs of the compute cycles, at least its share of the link
+time (`wsecc.sim.perf.Stage.chunk_cycles`): early chunks are quick, late ones slow, and the
+stages around it see the unevenness L0's average hides. A flow takes its L0 per-chunk time
 when alone on its links; lanes of different flows that share a link direction share its bandwidth
 equally (processor sharing: a transfer's speed is re-evaluated whenever a transfer on a shared link
 starts or ends; a flow moves at the pace of its most shared lane). A flow's chunk reaches its
@@ -308,6 +312,7 @@ class _Sim:
         self.n = pipe.n_chunks
         self.total = samples * self.n
         self.t = pipe.chunk_cycles().tolist()
+        self.chunk_t = [s.chunk_cycles for s in pipe.stages]  # per chunk where they differ
         self.lat = [s.latency_cycles for s in pipe.stages]
         self.ins = pipe.inputs()
         self.outs = pipe.outputs()
@@ -375,14 +380,15 @@ class _Sim:
         self.started[v] = self.now
         if v == 0 and g % n == 0:
             self.sample_start[g // n] = self.now
+        t = self.chunk_t[v][g % n] if self.chunk_t[v] else self.t[v]
         if v in self.shared_flows:
-            self.remaining[v] = self.t[v]
+            self.remaining[v] = t
             self.since[v] = self.now
             self.speed[v] = 0.0
             self.reshare(v, +1)
         else:
             self.version[v] += 1
-            self.push(self.now + self.t[v], 0, v, self.version[v])
+            self.push(self.now + t, 0, v, self.version[v])
 
     def reshare(self, v: int, delta: int) -> None:
         """Transfer v starts (+1) or ends (-1) on its shared links: bring every affected transfer

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from wsecc.errors import SimulationError
-from wsecc.kernels import KernelCost, KernelKind, kernel_cost
+from wsecc.kernels import Kernel, KernelCost, KernelKind, kernel_cost
 from wsecc.kernels.costs import cdiv
 from wsecc.kernels.ir import elem_bytes
 from wsecc.kernels.ir import precision as precision_info
@@ -106,6 +106,9 @@ class Stage:
     bytes_per_sample: int = 0  # flows and host I/O
     lanes: int = 0  # flows
     hops: int = 0  # flows: the longest lane's unit steps
+    # kernels whose chunks differ in work (causal attention): each chunk's cycles for L1 (they
+    # sum to at least cycles_per_sample); empty: every chunk takes cycles_per_sample / n
+    chunk_cycles: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -168,7 +171,8 @@ class Pipeline:
         raise KeyError(name)
 
     def chunk_cycles(self) -> np.ndarray:
-        """Per-chunk time of every stage (cycles_per_sample / n)."""
+        """Per-chunk time of every stage as L0 sees it (cycles_per_sample / n); L1 takes a
+        kernel's own `Stage.chunk_cycles` where its chunks differ."""
         return np.array([s.cycles_per_sample for s in self.stages], float) / self.n_chunks
 
     def inputs(self) -> list[list[int]]:
@@ -187,6 +191,23 @@ class Pipeline:
 
     def edge_name(self, e: Edge) -> str:
         return f"{self.stages[e.src].name} => {self.stages[e.dst].name}"
+
+
+def _causal_chunk_cycles(
+    kernel: Kernel, cost: KernelCost, tokens: int, chunk: int
+) -> tuple[float, ...]:
+    """A causal attention's chunks grow: chunk k's queries attend to every key up to their own,
+    so its share of the score work is its (query, key) pairs over the sample's (the cost model
+    charges the pairs of the whole sample: `attention_cost`). Each chunk takes the larger of its
+    compute and its share of the link time (the lanes carry equal chunks). () for every other
+    kernel: its chunks are equal."""
+    if kernel.kind is not KernelKind.ATTENTION or not kernel.params["causal"]:
+        return ()
+    n = -(-tokens // chunk)
+    ends = np.minimum(np.arange(1, n + 1) * chunk, tokens)
+    pairs = ends * (ends + 1) / 2 - np.concatenate([[0], ends[:-1] * (ends[:-1] + 1) / 2])
+    compute = cost.compute_cycles * pairs / pairs.sum()
+    return tuple(np.maximum(compute, cost.link_cycles / n).tolist())
 
 
 def build_pipeline(program: Program, *, host_io: bool = True) -> Pipeline:
@@ -296,7 +317,8 @@ def build_pipeline(program: Program, *, host_io: bool = True) -> Pipeline:
     for kst in kernels:
         i = len(stages)
         index[kst.name] = i
-        stages.append(Stage(kst.name, KERNEL, kst.cycles_per_sample))
+        chunks = _causal_chunk_cycles(kg.kernel(kst.name), kst.cost, kg.tokens_per_sample, chunk)
+        stages.append(Stage(kst.name, KERNEL, kst.cycles_per_sample, chunk_cycles=chunks))
         edges += [Edge(src, i, b, barrier) for src, b, barrier in pending_in.pop(kst.name, [])]
         for dst, b in out_of[kst.name]:
             name = flow_name(kst.name, dst)
