@@ -92,6 +92,7 @@ class KindDef:
     cost: CostFn
     tile_split: tuple[str | None, str | None]
     cyclic_rows: bool = False  # rows take the row param in turn (item i on row i mod h)
+    chunks_over_rows: bool = False  # whole token chunks are dealt to region rows in turn
     shapes: ShapesFn | None = None
     frontier: FrontierFn | None = None
     check: Callable[[Params], str] = no_check

@@ -108,9 +108,10 @@ class LinkUse:
 @dataclass(frozen=True)
 class SkewBuffer:
     """Delay-matching chunks an edge holds beyond `buffer_chunks` (not in the cost models), in
-    the SRAM of the kernel that consumes it: `bytes` in all, `bytes_per_pe` on each PE of the
-    region edge the data enters by (its rows for the W or E edge, its columns for N or S: the
-    PEs that receive a chunk share it)."""
+    the SRAM of the kernel that consumes it: `bytes` in all, `bytes_per_pe` on each of its PEs,
+    spread as its mapping spreads an input chunk (over the rows for the W or E edge; over the
+    columns for N or S, and over the rows too for a row-wise kind, which deals whole chunks to
+    its rows in turn)."""
 
     edge: str
     chunks: int
@@ -214,11 +215,13 @@ def _skew_buffer(program: Program, pipe: Pipeline, e: Edge, chunks: int) -> Skew
     src, dst = pipe.stages[e.src].name, pipe.stages[e.dst].name
     if dst not in program.placement.rects:  # the host: its buffers are not on the wafer
         return SkewBuffer(pipe.edge_name(e), chunks, total)
-    rect = program.placement.rects[dst]
-    kind_edge = program.kg.kernel(dst).spec.in_edge
+    rect, spec = program.placement.rects[dst], program.kg.kernel(dst).spec
     edges = {f.dst_edge for f in program.kg.flows if f.dst == dst and flow_name(f.src, dst) == src}
-    side = edges.pop() if len(edges) == 1 else kind_edge
-    receivers = rect.h if side in ("W", "E") else rect.w
+    side = edges.pop() if len(edges) == 1 else spec.in_edge
+    if side in ("W", "E"):  # split over the rows, multicast along each
+        receivers = rect.h
+    else:  # split over the columns; a row-wise kind deals whole chunks to its rows in turn
+        receivers = rect.w * (rect.h if spec.chunks_over_rows else 1)
     return SkewBuffer(pipe.edge_name(e), chunks, total, dst, math.ceil(total / receivers))
 
 

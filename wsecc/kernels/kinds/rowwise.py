@@ -143,6 +143,7 @@ LAYERNORM = KindDef(
     cost=layernorm_cost,
     shapes=rowwise_shapes,
     tile_split=_ROWWISE_SPLIT,
+    chunks_over_rows=True,
     lowers=frozenset({Op.LAYER_NORM}),
     lower=_lower_layernorm,
     simulate="wsecc.sim.functional:_layernorm",
@@ -167,6 +168,7 @@ SOFTMAX = KindDef(
     cost=softmax_cost,
     shapes=rowwise_shapes,
     tile_split=_ROWWISE_SPLIT,
+    chunks_over_rows=True,
     simulate="wsecc.sim.functional:_softmax",
 )
 
@@ -208,6 +210,7 @@ ELEMENTWISE = KindDef(
     cost=elementwise_cost,
     shapes=rowwise_shapes,
     tile_split=_ROWWISE_SPLIT,
+    chunks_over_rows=True,
     lowers=frozenset(
         {
             Op.ADD,
