@@ -13,7 +13,7 @@ from wsecc.targets import load_target
 from wsecc.kernels import Flow, Kernel, KernelKind, Port
 from wsecc.place.problem import Rect
 from wsecc.sim.events import Faults, InvariantError, simulate_l1
-from wsecc.sim.perf import SimulationError
+from wsecc.sim.perf import SimulationError, simulate_l0
 
 BENCH_MODELS = Path(__file__).resolve().parents[2] / "bench" / "models"
 
@@ -234,3 +234,28 @@ def test_causal_attention_chunks_grow(compiled):
     assert chunks[-1] > 2 * chunks[0] and chunks.sum() >= att.cycles_per_sample * (1 - 1e-9)
     bert = build_pipeline(compiled("bert_dynamo.onnx"))
     assert all(not s.chunk_cycles for s in bert.stages)
+
+
+def test_a_lane_through_a_region_is_charged_to_its_links(build):
+    """C -> D's lane runs through A's region, along A's row (links inside A): A's busiest link
+    carries its own traffic plus that lane's, so L0 charges A the lane's cycles and L1, whose
+    stages are L0's, slows with it."""
+    target = load_target("tiny32")
+    a, b, c, d = (build.elementwise(n, 32, 256) for n in "ABCD")
+    x1, x2, y1, y2 = Port("x1", 8192), Port("x2", 8192), Port("y1", 8192), Port("y2", 8192)
+    flows = [Flow.between(x1, a, 8192), Flow.between(x2, c, 8192), Flow.between(a, b, 8192),
+             Flow.between(c, d, 8192), Flow.between(b, y1, 8192), Flow.between(d, y2, 8192)]  # fmt: skip
+    rects = {"A": Rect(4, 0, 8, 1), "B": Rect(14, 0, 4, 1), "C": Rect(0, 2, 2, 1),
+             "D": Rect(20, 2, 4, 1)}  # fmt: skip
+    through = ((1, 2), (1, 1), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0),
+               (9, 0), (10, 0), (11, 0), (12, 0), (13, 0), (13, 1), (13, 2), (20, 2))  # fmt: skip
+    through = through[:-1] + tuple((x, 2) for x in range(14, 21))
+    lanes = {"A->B": [build.straight(11, 14, 0)], "C->D": [through]}
+    prog = build.program(target, [a, b, c, d], flows, rects, lanes, tokens=32,
+                         inputs=[x1, x2], outputs=[y1, y2])  # fmt: skip
+    r = simulate_l0(prog)
+    ka = r.kernel("A")
+    assert ka.crossing_cycles == 4096  # 16,384 B over one lane at 4 B/cycle
+    # its own busiest lane: 32 tokens x 32 features (256 over 8 columns) x 2 B / 4 B per cycle
+    assert ka.link_cycles == 4096 + 512 and ka.bound == "fabric"
+    assert r.kernel("C").crossing_cycles == r.kernel("B").crossing_cycles == 0

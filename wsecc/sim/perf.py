@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,7 @@ from wsecc.kernels import Kernel, KernelCost, KernelKind, kernel_cost
 from wsecc.kernels.costs import cdiv
 from wsecc.kernels.ir import elem_bytes
 from wsecc.kernels.ir import precision as precision_info
+from wsecc.place.problem import Placement
 from wsecc.program import Program
 from wsecc.targets import Target
 
@@ -133,17 +134,25 @@ class KernelStage:
     cost: KernelCost
     memory_cycles: int
     flops_per_sample: int
+    crossing_cycles: int = 0  # other flows' lanes through the region, on its busiest link
+
+    @property
+    def link_cycles(self) -> int:
+        """Its busiest lane's cycles, plus the lanes of other flows that cross its region on
+        the busiest of those links (charged as if they met: the cost model does not say which
+        of its links a lane crossing the region takes)."""
+        return self.cost.link_cycles + self.crossing_cycles
 
     @property
     def cycles_per_sample(self) -> int:
-        return max(self.cost.compute_cycles, self.cost.link_cycles, self.memory_cycles)
+        return max(self.cost.compute_cycles, self.link_cycles, self.memory_cycles)
 
     @property
     def bound(self) -> str:
         c = self.cost
-        if self.memory_cycles > max(c.compute_cycles, c.link_cycles):
+        if self.memory_cycles > max(c.compute_cycles, self.link_cycles):
             return "memory"
-        return "fabric" if c.link_cycles > c.compute_cycles else "compute"
+        return "fabric" if self.link_cycles > c.compute_cycles else "compute"
 
 
 @dataclass(frozen=True)
@@ -191,6 +200,37 @@ class Pipeline:
 
     def edge_name(self, e: Edge) -> str:
         return f"{self.stages[e.src].name} => {self.stages[e.dst].name}"
+
+
+def _crossing_cycles(
+    placement: Placement,
+    lanes: Mapping[str, list[tuple[tuple[int, int], ...]]],
+    pair_bytes: Mapping[tuple[str, str], int],
+    link_bytes_per_cycle: int,
+) -> dict[str, int]:
+    """Kernel -> the cycles per sample other flows' lanes add to the busiest link inside its
+    region (both routers in it: the links the kernel's own partial sums and multicasts use; a
+    lane only entering or leaving by the region's edge uses none). A lane carries its flow's
+    bytes over its lane count; a flow's own source and destination regions are not crossed."""
+    load: dict[tuple[str, int, int, int, int], float] = defaultdict(float)
+    rects = placement.rects
+    for (src, dst), total in pair_bytes.items():
+        paths = lanes.get(flow_name(src, dst), [])
+        if not paths:
+            continue
+        per_lane = total / len(paths) / link_bytes_per_cycle
+        for path in paths:
+            for (x0, y0), (x1, y1) in zip(path, path[1:], strict=False):
+                for name, r in rects.items():
+                    if name in (src, dst):
+                        continue
+                    inside = r.x <= min(x0, x1) and max(x0, x1) < r.x + r.w
+                    if inside and r.y <= min(y0, y1) and max(y0, y1) < r.y + r.h:
+                        load[(name, x0, y0, x1, y1)] += per_lane
+    out: dict[str, int] = {}
+    for (name, *_), cycles in load.items():
+        out[name] = max(out.get(name, 0), math.ceil(cycles))
+    return out
 
 
 def _causal_chunk_cycles(
@@ -297,6 +337,8 @@ def build_pipeline(program: Program, *, host_io: bool = True) -> Pipeline:
     routed = {flow_name(s, d) for s, d in pair_bytes}
     if unknown := sorted(set(lanes) - routed):
         raise SimulationError(f"routing has lanes of flows the kernel graph lacks: {unknown[:3]}")
+    crossing = _crossing_cycles(placement, lanes, pair_bytes, L)
+    kernels = [replace(k, crossing_cycles=crossing.get(k.name, 0)) for k in kernels]
 
     io_bytes_per_cycle = target.io.offwafer_bytes_per_s / target.clock.hz
 
@@ -414,7 +456,8 @@ class KernelPerf:
     w: int
     shape_from: str
     compute_cycles: int
-    link_cycles: int
+    link_cycles: int  # its busiest lane, crossing lanes included
+    crossing_cycles: int  # of link_cycles: other flows' lanes through its region
     memory_cycles: int
     cycles_per_sample: int
     bound: str  # "compute", "fabric" or "memory"
@@ -545,7 +588,8 @@ def l0_result(pipe: Pipeline, target: Target, batch: int = 1) -> PerfResult:
                 w=k.w,
                 shape_from=k.shape_from,
                 compute_cycles=k.cost.compute_cycles,
-                link_cycles=k.cost.link_cycles,
+                link_cycles=k.link_cycles,
+                crossing_cycles=k.crossing_cycles,
                 memory_cycles=k.memory_cycles,
                 cycles_per_sample=k.cycles_per_sample,
                 bound=k.bound,
