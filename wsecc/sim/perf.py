@@ -212,24 +212,39 @@ def _crossing_cycles(
     region (both routers in it: the links the kernel's own partial sums and multicasts use; a
     lane only entering or leaving by the region's edge uses none). A lane carries its flow's
     bytes over its lane count; a flow's own source and destination regions are not crossed."""
-    load: dict[tuple[str, int, int, int, int], float] = defaultdict(float)
-    rects = placement.rects
+    names = list(placement.rects)
+    if not names:
+        return {}
+    width = max(r.x + r.w for r in placement.rects.values()) + 1
+    height = max(r.y + r.h for r in placement.rects.values()) + 1
+    owner = np.full((height + 1, width + 1), -1, np.int64)  # region index per PE
+    for i, r in enumerate(placement.rects.values()):
+        owner[r.y : r.y + r.h, r.x : r.x + r.w] = i
+    keys: list[np.ndarray] = []  # (region, link id) of every crossing step
+    loads: list[np.ndarray] = []
     for (src, dst), total in pair_bytes.items():
         paths = lanes.get(flow_name(src, dst), [])
         if not paths:
             continue
+        own = [names.index(n) for n in (src, dst) if n in placement.rects]
         per_lane = total / len(paths) / link_bytes_per_cycle
         for path in paths:
-            for (x0, y0), (x1, y1) in zip(path, path[1:], strict=False):
-                for name, r in rects.items():
-                    if name in (src, dst):
-                        continue
-                    inside = r.x <= min(x0, x1) and max(x0, x1) < r.x + r.w
-                    if inside and r.y <= min(y0, y1) and max(y0, y1) < r.y + r.h:
-                        load[(name, x0, y0, x1, y1)] += per_lane
+            p = np.clip(np.asarray(path, np.int64), 0, [width, height])
+            o0, o1 = owner[p[:-1, 1], p[:-1, 0]], owner[p[1:, 1], p[1:, 0]]
+            inside = (o0 == o1) & (o0 >= 0) & ~np.isin(o0, own)
+            if inside.any():  # a link is its (from-router, to-router) pair
+                at = p[:, 1] * (width + 1) + p[:, 0]
+                link = at[:-1] * (width + 1) * (height + 1) + at[1:]
+                keys.append(np.stack([o0[inside], link[inside]], axis=1))
+                loads.append(np.full(int(inside.sum()), per_lane))
+    if not keys:
+        return {}
+    both, where = np.unique(np.concatenate(keys), axis=0, return_inverse=True)
+    per_link = np.bincount(where.ravel(), weights=np.concatenate(loads))
     out: dict[str, int] = {}
-    for (name, *_), cycles in load.items():
-        out[name] = max(out.get(name, 0), math.ceil(cycles))
+    for (region, _), cycles in zip(both, per_link, strict=True):
+        name = names[region]
+        out[name] = max(out.get(name, 0), math.ceil(cycles - 1e-9))
     return out
 
 
