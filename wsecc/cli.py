@@ -35,6 +35,8 @@ EXAMPLES = """examples:
   wsecc view out/
   wsecc diff greedy.wsecc/ cpsat.wsecc/
   wsecc targets
+  wsecc sweep study.toml -o study.sweep --workers 2
+  wsecc sweep report study.sweep --measured published.csv
 """
 
 
@@ -357,6 +359,76 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 1 if c.numerics is not None and not c.numerics.passed else 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run a sweep spec's points not yet finished in the output folder."""
+    from wsecc.progress import SweepDisplay
+    from wsecc.sweep import load_spec, run_sweep
+
+    spec = load_spec(args.spec)
+    out = Path(args.out) if args.out else Path(f"{spec.path.stem}.sweep")
+    with SweepDisplay() as display:
+        s = run_sweep(
+            spec, out, workers=args.workers, ray=args.ray, retry_failed=args.retry_failed,
+            listener=display,
+        )  # fmt: skip
+    print(
+        f"{out}/results.parquet (and results.csv): {s.points} points, {s.skipped} kept from "
+        f"before, {s.ran} run, {s.failed} failed"
+        + ("; --retry-failed runs the failed ones again" if s.failed else "")
+    )
+    return 1 if s.failed else 0
+
+
+def cmd_sweep_report(args: argparse.Namespace) -> int:
+    """Draw a sweep's table; compare it with published figures or a golden table."""
+    from wsecc.sweep.report import check_golden, parse_tolerances, write_report
+
+    folder = Path(args.folder)
+    written = write_report(folder, measured=args.measured)
+    print(f"{written}")
+    if args.check_golden:
+        moved = check_golden(folder, args.check_golden, parse_tolerances(args.tolerance))
+        for line in moved:
+            print(f"moved: {line}")
+        if moved:
+            print(f"{len(moved)} points moved against {args.check_golden}", file=sys.stderr)
+            return 1
+        print(f"every point within tolerance of {args.check_golden}")
+    return 0
+
+
+def build_sweep_report_parser() -> argparse.ArgumentParser:
+    r = _Parser(
+        prog="wsecc sweep report",
+        description="Plots of a sweep's results table (PNG and one self-contained HTML page); "
+        "with --measured, published figures on the same axes and the ratio per point; with "
+        "--check-golden, exit 1 naming the points whose figures moved.",
+    )
+    r.add_argument("folder", help="a `wsecc sweep` output folder")
+    r.add_argument(
+        "--measured",
+        metavar="FILE.csv",
+        help="published figures: columns model, seq, batch (any may be empty) and "
+        "tokens_per_s and/or samples_per_s (and optionally other axis columns, e.g. target)",
+    )
+    r.add_argument(
+        "--check-golden",
+        metavar="FILE",
+        help="a golden results table (results.csv or .parquet) to compare against",
+    )
+    r.add_argument(
+        "--tolerance",
+        action="append",
+        default=[],
+        metavar="COLUMN=REL",
+        help="relative tolerance of a column for --check-golden (repeatable; defaults: "
+        "figures 1e-6, counts exact, wall times ignored)",
+    )
+    r.add_argument("--debug", action="store_true", help="show tracebacks")
+    r.set_defaults(fn=cmd_sweep_report)
+    return r
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors in one line, exit code 2, like every other error."""
 
@@ -510,6 +582,36 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(k)
     _add_target_args(k)
     k.set_defaults(fn=cmd_check)
+
+    w = sub.add_parser(
+        "sweep",
+        help="compile every point of a sweep spec into one results table (resumable); "
+        "`wsecc sweep report DIR` draws it",
+        description="Run a TOML spec's points (models x axes; keys are wsecc compile's long "
+        "options), a local process pool by default or Ray, into DIR/results.parquet and "
+        "results.csv, one row per point as it finishes. Re-running skips finished points. "
+        "Exit 1 when a point failed. `wsecc sweep report DIR --help` for the plots.",
+    )
+    w.add_argument("spec", help="the sweep spec (TOML: [[models]], [axes], [fixed])")
+    w.add_argument("--out", "-o", default=None, help="output folder (default SPEC_STEM.sweep/)")
+    w.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        help=f"points compiled at once (default the CPU count, {os.cpu_count()})",
+    )
+    w.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS",
+        help="run on a Ray cluster at ADDRESS, or `local` to start one here "
+        "(pip install 'wsecc[ray]')",
+    )
+    w.add_argument(
+        "--retry-failed", action="store_true", help="run the points that failed before again"
+    )
+    w.add_argument("--debug", action="store_true", help="show tracebacks")
+    w.set_defaults(fn=cmd_sweep)
     return p
 
 
@@ -519,8 +621,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from wsecc.ispd2020.cli import main_ispd2020
 
         return main_ispd2020(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    if argv[:2] == ["sweep", "report"]:
+        args = build_sweep_report_parser().parse_args(argv[2:])
+    else:
+        args = build_parser().parse_args(argv)
     interrupted = False
 
     def on_sigint(signum: int, frame: object) -> None:

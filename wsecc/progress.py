@@ -144,3 +144,80 @@ class StageDisplay:
             for k, v in rows:
                 print(f"  {k:<14} {v}", file=out)
 
+
+
+class SweepDisplay:
+    """A sweep's progress on stderr (the listener of `wsecc.sweep.run_sweep`): on a terminal a
+    bar with points done / failed / running and the time left; otherwise one line per finished
+    point."""
+
+    def __init__(self, *, quiet: bool = False, stream: Any = None) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.quiet = quiet
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.console = Console(file=self.stream, highlight=False, soft_wrap=True)
+        self.progress = Progress(
+            TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[state]}"), TimeElapsedColumn(), TextColumn("left"),
+            TimeRemainingColumn(), console=self.console, transient=False,
+        )  # fmt: skip
+        self.task: Any = None
+        self.total = self.done = self.failed = self.running = 0
+
+    def __enter__(self) -> SweepDisplay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.task is not None and self.tty:
+            self.progress.stop()
+
+    def _state(self) -> str:
+        return f"failed {self.failed}, running {self.running}"
+
+    def __call__(self, kind: str, payload: Any) -> None:
+        if self.quiet:
+            return
+        if kind == "plan":
+            todo, kept = payload
+            self.total = todo
+            print(f"sweep      {todo} points to run, {kept} finished before (kept)",
+                  file=self.stream, flush=True)  # fmt: skip
+            if self.tty:
+                self.task = self.progress.add_task("sweep", total=todo, state=self._state())
+                self.progress.start()
+            return
+        if kind == "start":
+            self.running += 1
+        else:
+            self.running = max(0, self.running - 1)
+            self.done += 1
+            self.failed += payload["status"] != "ok"
+            line = _point_line(payload)
+            if self.tty:
+                self.progress.console.print(line)
+            else:
+                print(f"[{self.done}/{self.total}] {line}", file=self.stream, flush=True)
+        if self.tty and self.task is not None:
+            self.progress.update(self.task, completed=self.done, state=self._state())
+
+
+def _point_line(row: dict[str, Any]) -> str:
+    """'ok     gpt2 batch=8 seq=512: ...': the point's columns (those before its config hash)."""
+    keys = list(row)
+    cols = keys[: keys.index("config_hash")]
+    head = " ".join([str(row["model"])] + [f"{k}={row[k]}" for k in cols[1:] if row[k] is not None])
+    if row["status"] != "ok":
+        return f"failed {head}: {row['error']}"
+    return (
+        f"ok     {head}: {_si(row['samples_per_s'], 'samples/s')}, "
+        f"{_si(row['tokens_per_s'], 'tokens/s')} ({row['wall_s']:.1f} s)"
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from matplotlib import colormaps
@@ -195,5 +195,40 @@ def draw_contest_placement(graph: KGraph, score: Score, path: str | Path, title:
     ax.set_ylim(-5, graph.height + 5)
     ax.set_aspect("equal")
     ax.set_title(title or f"{graph.source}: Δt={score.delta_t} WL={score.wirelength:g}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+
+
+def write_series_png(
+    path: str | os.PathLike[str],
+    series: dict[str, list[tuple[float, float]]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    measured: dict[str, list[tuple[float, float]]] | None = None,
+) -> None:
+    """Lines of (x, y) points, one per label, on log-log axes (a sweep's figures against an
+    axis); `measured` series drawn dashed with hollow markers in the color of the line of the
+    same label, when there is one."""
+    fig, ax = _figure((8, 5))
+    colors: dict[str, Any] = {}
+    for label, pts in series.items():
+        pts = sorted(pts)
+        (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=4, label=label)
+        colors[label] = line.get_color()
+    for label, pts in (measured or {}).items():
+        pts = sorted(pts)
+        ax.plot(
+            [p[0] for p in pts], [p[1] for p in pts], "s--", ms=6, mfc="none",
+            color=colors.get(label), label=f"{label} (published)",
+        )  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=_DPI)

@@ -1,0 +1,107 @@
+"""The sweep spec: its keys are wsecc compile's options, its points the product of the axes,
+and anything wrong fails in one line before a compile runs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES
+
+from wsecc.cli import build_parser, main
+from wsecc.sweep.spec import SPEC_KEYS, SpecError, load_spec
+
+GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
+BERT = SAMPLES / "bert_dynamo.onnx"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "spec.toml"
+    p.write_text(text)
+    return p
+
+
+def models(*paths: Path) -> str:
+    return "".join(f'[[models]]\npath = "{p}"\n' for p in paths)
+
+
+def test_every_key_is_a_long_option_of_compile() -> None:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    compile_options = {
+        s[2:] for a in sub.choices["compile"]._actions for s in a.option_strings if s[:2] == "--"
+    }
+    assert set(SPEC_KEYS) <= compile_options
+
+
+def test_points_are_the_product_of_the_axes_model_by_model(tmp_path: Path) -> None:
+    spec = load_spec(
+        write(
+            tmp_path,
+            models(GPT2, BERT)
+            + '[axes]\nbatch = [1, 8]\ntarget = ["wse2", "wse3"]\n[fixed]\nplacer = "greedy"\n'
+            + "time_budget = 5\n",
+        )
+    )
+    points = spec.points()
+    assert [(p.model.name, p.axes["batch"], p.axes["target"]) for p in points] == [
+        (m, b, t)
+        for m in ("gpt2_legacy_op17", "bert_dynamo")
+        for b in (1, 8)
+        for t in ("wse2", "wse3")
+    ]
+    o = points[-1].options()
+    assert (o.batch, o.target, o.placer, o.time_budget_s) == (8, "wse3", "greedy", 5.0)
+    assert len({p.config_hash for p in points}) == len(points)
+    again = load_spec(spec.path).points()
+    assert [p.config_hash for p in again] == [p.config_hash for p in points]
+
+
+def test_a_models_own_options_bind_it(tmp_path: Path) -> None:
+    text = f'[[models]]\npath = "{GPT2}"\nname = "g"\nseq = 16\n[axes]\nbatch = [1, 2]\n'
+    points = load_spec(write(tmp_path, text)).points()
+    assert [(p.model.name, p.options().seq, p.options().batch) for p in points] == [
+        ("g", 16, 1),
+        ("g", 16, 2),
+    ]
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("[axes]\nmode = ['train']\n", "unknown option 'mode'"),
+        ("[axes]\nbatch = [1, 'two']\n", "batch = 'two' is not an int"),
+        ("[axes]\nbatch = [true]\n", "batch = True is not an int"),
+        ("[axes]\nbatch = []\n", "batch must be a non-empty list"),
+        ("[axes]\nbatch = [1, 1]\n", "lists a value twice"),
+        ("[axes]\nprecision = ['fp8']\n", "precision"),
+        ("[axes]\ntarget = ['wse9']\n", "unknown target 'wse9'"),
+        ("[fixed]\nseq = 0\n", "seq = 0 must be positive"),
+        ("[axes]\nseq = [16]\n[fixed]\nseq = 32\n", "seq is both an axis and fixed"),
+        ("[sweep]\nx = 1\n", "unknown section 'sweep'"),
+        ("[fixed]\npins = 'nowhere.json'\n", "no such file"),
+    ],
+)
+def test_a_bad_spec_fails_in_one_line(tmp_path: Path, body: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+        load_spec(write(tmp_path, models(GPT2) + body))
+
+
+def test_bad_models_fail_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="no models"):
+        load_spec(write(tmp_path, "[axes]\nbatch = [1]\n"))
+    with pytest.raises(SpecError, match="no such file"):
+        load_spec(write(tmp_path, '[[models]]\npath = "missing.onnx"\n'))
+    with pytest.raises(SpecError, match="two models named"):
+        load_spec(write(tmp_path, models(GPT2, GPT2)))
+    with pytest.raises(SpecError, match="not valid TOML"):
+        load_spec(write(tmp_path, "[[models]\n"))
+
+
+def test_the_cli_refuses_a_bad_spec_with_exit_2_and_writes_nothing(tmp_path, capsys) -> None:
+    spec = write(tmp_path, models(GPT2) + "[axes]\nreplicas = [1, 2]\n")
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown option 'replicas'" in err
+    assert not out.exists()

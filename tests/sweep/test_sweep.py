@@ -1,0 +1,157 @@
+"""Sweeps end to end on the bundled samples: one row per point, shared placements, failed
+points as rows, resume after a kill, the same table on Ray, the report and the golden check."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SAMPLES
+
+import wsecc
+from wsecc.cli import main
+from wsecc.sweep import load_spec, read_table, run_sweep
+from wsecc.sweep.report import check_golden, write_report
+from wsecc.sweep.table import read_journal
+
+SPEC = f"""
+[[models]]
+path = "{SAMPLES / "gpt2_legacy_op17.onnx"}"
+name = "gpt2"
+[[models]]
+path = "{SAMPLES / "bert_dynamo.onnx"}"
+name = "bert"
+[axes]
+batch = [1, 2]
+seq = [16, 4096]
+[fixed]
+placer = "greedy"
+validate = false
+sim = "l0"
+"""
+TIMES = ("wall_s", "compile_s")
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("sweep")
+    (folder / "spec.toml").write_text(SPEC)
+    summary = run_sweep(load_spec(folder / "spec.toml"), folder / "out", workers=2)
+    assert (summary.points, summary.ran, summary.skipped) == (8, 8, 0)
+    return folder
+
+
+def figures(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in TIMES} for r in rows]
+
+
+def test_one_row_per_point_in_the_specs_order(swept: Path) -> None:
+    rows = read_table(swept / "out")
+    assert [(r["model"], r["batch"], r["status"]) for r in rows] == [
+        (m, b, s) for m in ("gpt2", "bert") for b in (1, 2) for s in ("ok", "failed")
+    ]
+    for r in rows:
+        if r["status"] == "ok":
+            assert r["seq"] == 16 and r["error"] is None and r["samples_per_s"] > 0
+        else:  # the samples' position tables are shorter than 4096: one line naming the limit
+            assert r["seq"] == 4096 and "--seq" in r["error"] and "\n" not in r["error"]
+    assert figures(read_table(swept / "out" / "results.csv")) == figures(rows)
+
+
+def test_a_row_is_what_wsecc_compile_reports(swept: Path) -> None:
+    row = next(r for r in read_table(swept / "out") if r["model"] == "gpt2" and r["batch"] == 2)
+    c = wsecc.compile(SAMPLES / "gpt2_legacy_op17.onnx", batch=2, seq=16, placer="greedy",
+                      validate=False, sim="l0")  # fmt: skip
+    perf = c.report()["performance"]
+    assert row["samples_per_s"] == pytest.approx(perf["samples_per_s"], rel=1e-12)
+    assert row["latency_s"] == pytest.approx(perf["latency_s"], rel=1e-12)
+    assert row["batch_latency_s"] == pytest.approx(perf["batch_latency_s"], rel=1e-12)
+    assert row["pes_used"] == c.report()["sizing"]["pes_used"]
+
+
+def test_batch_sizes_share_one_placement(swept: Path) -> None:
+    """The kernel graph is per sample: batch 1 and 2 of a model place once."""
+    placed = list((swept / "out" / "cache").glob("placed-*.json"))
+    assert len(placed) == 2  # gpt2 and bert at seq 16
+
+
+def test_a_second_run_keeps_every_finished_point(swept: Path) -> None:
+    spec = load_spec(swept / "spec.toml")
+    before = read_table(swept / "out")
+    again = run_sweep(spec, swept / "out", workers=2)
+    assert (again.ran, again.skipped, again.failed) == (0, 8, 4)
+    assert read_table(swept / "out") == before
+    retried = run_sweep(spec, swept / "out", workers=2, retry_failed=True)
+    assert (retried.ran, retried.skipped, retried.failed) == (4, 4, 4)
+
+
+def test_the_golden_check_names_the_points_that_moved(swept: Path, tmp_path: Path, capsys) -> None:
+    golden = tmp_path / "golden.csv"
+    golden.write_text((swept / "out" / "results.csv").read_text())
+    assert check_golden(swept / "out", golden) == []
+    rows = list(csv.DictReader(golden.open()))
+    rows[2]["samples_per_s"] = str(float(rows[2]["samples_per_s"]) * 1.01)
+    with golden.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    moved = check_golden(swept / "out", golden)
+    assert len(moved) == 1 and moved[0].startswith("model=gpt2 batch=2 seq=16: samples_per_s")
+    assert check_golden(swept / "out", golden, {"samples_per_s": 0.02}) == []
+    assert main(["sweep", "report", str(swept / "out"), "--check-golden", str(golden)]) == 1
+    assert "moved: model=gpt2 batch=2 seq=16" in capsys.readouterr().out
+
+
+def test_the_report_draws_the_table_and_the_published_ratio(swept: Path, tmp_path: Path) -> None:
+    measured = tmp_path / "published.csv"
+    measured.write_text("model,seq,batch,samples_per_s\ngpt2,16,1,1000\n")
+    page = write_report(swept / "out", measured=str(measured)).read_text()
+    row = next(r for r in read_table(swept / "out") if r["model"] == "gpt2" and r["batch"] == 1)
+    assert "Against published figures" in page
+    assert f"{row['samples_per_s'] / 1000:,.4g}" in page  # the ratio wsecc / published
+    assert (swept / "out" / "tokens_vs_batch.png").stat().st_size > 10_000
+    assert "data:image/png;base64," in page  # self-contained
+
+
+def test_a_killed_sweep_resumes_with_its_finished_points(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        f'[[models]]\npath = "{SAMPLES / "bert_dynamo.onnx"}"\n'
+        '[axes]\nseq = [8, 16, 24, 32, 40, 48]\n[fixed]\nplacer = "greedy"\nvalidate = false\n'
+        'sim = "l0"\n'
+    )
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "wsecc.cli", "sweep", str(spec), "-o", str(out), "--workers", "1"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    journal = out / "points.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.is_file() and len(journal.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the runner and its workers, mid-sweep
+    proc.wait()
+    kept = list(read_journal(out).values())  # the record (the table may lag it by one point)
+    assert 2 <= len(kept) < 6
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"{len(kept)} kept from before, {6 - len(kept)} run" in done.stdout
+    rows = read_table(out)
+    assert [r["seq"] for r in rows] == [8, 16, 24, 32, 40, 48]
+    assert all(r["status"] == "ok" for r in rows)
+    by_hash = {r["config_hash"]: r for r in rows}
+    assert all(by_hash[r["config_hash"]] == r for r in kept)  # the finished points untouched
+
+
+def test_ray_gives_the_same_table(swept: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="Ray is in the dev extra: pip install -e '.[dev]'")
+    summary = run_sweep(load_spec(swept / "spec.toml"), tmp_path / "ray", workers=2, ray="local")
+    assert summary.ran == 8
+    assert figures(read_table(tmp_path / "ray")) == figures(read_table(swept / "out"))

@@ -1,0 +1,237 @@
+"""`wsecc sweep report DIR`: a sweep's table drawn, held against published figures or a
+golden table.
+
+Plots (PNG, and all of them in one self-contained `report.html`): tokens/s against sequence
+length and against batch, one line per model (and per value of every other axis that varies),
+and utilization against model size. With published figures (`--measured`), they are drawn on
+the same axes and each is matched to the table's points: the ratio wsecc / published per point.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wsecc.errors import WseccError
+from wsecc.sweep.table import read_table
+
+METRICS = ("tokens_per_s", "samples_per_s")
+IGNORED = frozenset({"wall_s", "compile_s", "config_hash"})  # differ from run to run
+DEFAULT_REL_TOL = 1e-6
+
+
+def _rows(folder: Path) -> list[dict[str, Any]]:
+    if not (folder / "results.parquet").is_file():
+        raise WseccError(f"{folder}: no results.parquet; is it a `wsecc sweep` output folder?")
+    return read_table(folder)
+
+
+def point_keys(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The columns that say which point a row is: those before config_hash."""
+    if not rows:
+        return ["model"]
+    keys = list(rows[0])
+    return keys[: keys.index("config_hash")] if "config_hash" in keys else ["model"]
+
+
+def _varying(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[str]:
+    return [k for k in keys if len({json.dumps(r.get(k)) for r in rows}) > 1]
+
+
+def _series(
+    rows: Sequence[Mapping[str, Any]], x: str, y: str, others: Sequence[str]
+) -> dict[str, list[tuple[float, float]]]:
+    """(x, y) lines, one per model and value of each of the `others` columns."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        if r.get(x) is None or not r.get(y):
+            continue
+        label = " ".join([str(r["model"])] + [f"{k}={r[k]}" for k in others])
+        out.setdefault(label, []).append((float(r[x]), float(r[y])))
+    return out
+
+
+@dataclass(frozen=True)
+class Match:
+    measured: dict[str, Any]
+    row: dict[str, Any]
+    metric: str
+
+    @property
+    def ratio(self) -> float:
+        return float(self.row[self.metric]) / float(self.measured[self.metric])
+
+
+def read_measured(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    try:
+        rows = read_table(path)
+    except (OSError, ValueError) as e:
+        raise WseccError(f"--measured {path}: cannot read ({e})") from None
+    if not rows or "model" not in rows[0] or not any(m in rows[0] for m in METRICS):
+        raise WseccError(
+            f"--measured {path}: needs a header with model and tokens_per_s or samples_per_s"
+        )
+    return rows
+
+
+def match_measured(
+    rows: Sequence[Mapping[str, Any]], measured: Sequence[Mapping[str, Any]]
+) -> list[Match]:
+    """Each published figure with each ok row it names: every key column the published row
+    fills (model, seq, batch, target, ...) equal."""
+    out = []
+    for m in measured:
+        keys = [k for k, v in m.items() if k not in METRICS and v is not None]
+        for r in rows:
+            if r["status"] != "ok" or any(str(r.get(k)) != str(m[k]) for k in keys):
+                continue
+            for metric in METRICS:
+                if m.get(metric):
+                    out.append(Match(dict(m), dict(r), metric))
+    return out
+
+
+def write_report(folder: str | os.PathLike[str], measured: str | None = None) -> Path:
+    """The plots as PNGs and report.html in `folder`; returns report.html's path."""
+    from wsecc.view.png import write_series_png
+
+    folder = Path(folder)
+    rows = _rows(folder)
+    ok = [r for r in rows if r["status"] == "ok"]
+    keys = point_keys(rows)
+    published = read_measured(measured) if measured else []
+    matches = match_measured(ok, published)
+    pictures: list[tuple[str, str]] = []
+    for x, y, xlabel, ylabel, name in (
+        ("seq", "tokens_per_s", "sequence length", "tokens/s", "tokens_vs_seq.png"),
+        ("batch", "tokens_per_s", "batch", "tokens/s", "tokens_vs_batch.png"),
+        ("params", "utilization", "parameters", "utilization of peak", "utilization_vs_size.png"),
+    ):
+        others = [k for k in _varying(ok, keys) if k not in (x, "model")]
+        series = _series(ok, x, y, others)
+        if not series or len({p[0] for pts in series.values() for p in pts}) < 2:
+            continue  # nothing varies along x
+        pub = _series([m.row | {y: m.measured[y]} for m in matches if m.metric == y], x, y,
+                      others)  # fmt: skip
+        write_series_png(folder / name, series, xlabel=xlabel, ylabel=ylabel,
+                         title=f"{folder.name}: {ylabel} against {xlabel}", measured=pub)  # fmt: skip
+        pictures.append((name, f"{ylabel} against {xlabel}"))
+    page = _html(folder, rows, keys, pictures, matches)
+    out = folder / "report.html"
+    tmp = folder / ".report.html.tmp"
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, out)
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return "" if v is None else str(v)
+
+
+def _table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    trs = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in r) + "</tr>" for r in body
+    )
+    return f"<table><tr>{th}</tr>{trs}</table>"
+
+
+def _html(
+    folder: Path, rows: Sequence[Mapping[str, Any]], keys: Sequence[str],
+    pictures: Sequence[tuple[str, str]], matches: Sequence[Match],
+) -> str:  # fmt: skip
+    cols = [*keys, "status", "samples_per_s", "tokens_per_s", "latency_s", "utilization",
+            "bottleneck", "pes_used", "gap", "error"]  # fmt: skip
+    parts = [
+        f"<h1>{html.escape(folder.name)}: {len(rows)} points, "
+        f"{sum(r['status'] != 'ok' for r in rows)} failed</h1>"
+    ]
+    for name, caption in pictures:
+        data = base64.b64encode((folder / name).read_bytes()).decode()
+        parts.append(f"<figure><img src='data:image/png;base64,{data}' alt='{caption}'>"
+                     f"<figcaption>{html.escape(caption)}</figcaption></figure>")  # fmt: skip
+    if matches:
+        parts.append("<h2>Against published figures</h2>")
+        mk = [k for k in keys if any(m.measured.get(k) is not None for m in matches)]
+        parts.append(_table(
+            [*mk, "metric", "published", "wsecc", "wsecc / published"],
+            [[m.row.get(k) for k in mk] + [m.metric, m.measured[m.metric], m.row[m.metric],
+              m.ratio] for m in matches],
+        ))  # fmt: skip
+    parts.append("<h2>Every point</h2>")
+    parts.append(_table(cols, [[r.get(c) for c in cols] for r in rows]))
+    style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}img{max-width:100%}")  # fmt: skip
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(folder.name)}"
+            f"</title><style>{style}</style></head><body>{''.join(parts)}</body></html>\n")  # fmt: skip
+
+
+def parse_tolerances(items: Sequence[str]) -> dict[str, float]:
+    out = {}
+    for it in items:
+        col, sep, val = it.partition("=")
+        try:
+            out[col] = float(val)
+        except ValueError:
+            raise WseccError(f"--tolerance {it!r}: expected COLUMN=REL (a number)") from None
+        if not sep or not col or out[col] < 0:
+            raise WseccError(f"--tolerance {it!r}: expected COLUMN=REL, REL >= 0")
+    return out
+
+
+def check_golden(
+    folder: str | os.PathLike[str],
+    golden: str | os.PathLike[str],
+    tolerances: Mapping[str, float] | None = None,
+) -> list[str]:
+    """The points whose figures moved against `golden`, one line each (empty: none moved).
+    Points are matched by their point columns; numbers within the column's relative tolerance
+    (`tolerances`, else DEFAULT_REL_TOL for floats, exact for integers) and everything else
+    equal; wall times and config hashes are ignored. A golden point missing here moved too."""
+    tol = dict(tolerances or {})
+    rows = read_table(Path(folder))
+    try:
+        gold = read_table(golden)
+    except (OSError, ValueError) as e:
+        raise WseccError(f"--check-golden {golden}: cannot read ({e})") from None
+    keys = point_keys(gold)
+    unknown = set(tol) - set(gold[0] if gold else {})
+    if unknown:
+        raise WseccError(f"--tolerance: no column {sorted(unknown)[0]!r} in {golden}")
+
+    def ident(r: Mapping[str, Any]) -> str:
+        return " ".join(f"{k}={r.get(k)}" for k in keys)
+
+    here = {ident(r): r for r in rows}
+    moved = []
+    for g in gold:
+        r = here.get(ident(g))
+        if r is None:
+            moved.append(f"{ident(g)}: not in {folder}")
+            continue
+        diffs = [
+            f"{c} {_fmt(g[c])} -> {_fmt(r.get(c))}"
+            for c in g
+            if c not in IGNORED and c not in keys and _moved(g[c], r.get(c), c, tol)
+        ]
+        if diffs:
+            moved.append(f"{ident(g)}: " + ", ".join(diffs))
+    return moved
+
+
+def _moved(a: Any, b: Any, column: str, tol: Mapping[str, float]) -> bool:
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (a, b))
+    if not numbers:
+        return str(a) != str(b)
+    rel = tol.get(column, DEFAULT_REL_TOL if isinstance(a, float) or isinstance(b, float) else 0.0)
+    return abs(b - a) > rel * max(abs(a), abs(b))

@@ -1,0 +1,205 @@
+"""Running a sweep's points: the shared stages, one point's row, and the runners.
+
+Points are grouped into tasks by what the frontend needs (model content, batch, seq, dims): a
+task loads and fuses its model once and compiles each of its points from there. Placement and
+routing are shared across tasks through a cache folder, keyed by the content of what they
+depend on (the kernel graph, the target's text, precision, chunking, placer, budget, seed,
+pins): a sweep over batch sizes places once, because the kernel graph is per sample. A lock
+per key makes a second worker wait for the first rather than place the same program twice.
+
+A task is a generator of messages, ("start", config_hash) when a point begins and ("row",
+row) when it ends, so the runners (a local process pool, or Ray) report each point as it
+finishes. A point that fails is a row with status "failed" and its one-line error; the task
+goes on with its next point.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wsecc.errors import WseccError
+from wsecc.sweep.spec import Point
+from wsecc.version import __version__
+
+Message = tuple[str, Any]
+
+
+@dataclass(frozen=True)
+class Task:
+    points: tuple[Point, ...]
+
+
+def frontend_key(p: Point) -> tuple[Any, ...]:
+    o = p.options()
+    return (p.model.sha256, str(p.model.path), o.batch, o.seq, tuple(sorted(o.dims.items())))
+
+
+def make_tasks(points: list[Point]) -> list[Task]:
+    """Points grouped by frontend key, in the order each key first appears."""
+    groups: dict[tuple[Any, ...], list[Point]] = {}
+    for p in points:
+        groups.setdefault(frontend_key(p), []).append(p)
+    return [Task(tuple(g)) for g in groups.values()]
+
+
+def run_task(task: Task, cache_dir: str | None) -> Iterator[Message]:
+    """Compile each point of `task` (module doc), sharing the frontend within the task and
+    placements through `cache_dir` (None: no sharing across tasks)."""
+    from wsecc.compiler import Compilation
+
+    fused: Compilation | None = None
+    for point in task.points:
+        yield ("start", point.config_hash)
+        t0 = time.perf_counter()
+        try:
+            if fused is None:
+                fused = Compilation.load(point.model.path, point.options()).fuse()
+            c = _compile(fused, point, Path(cache_dir) if cache_dir else None)
+            row = row_of(point, c)
+        except (WseccError, MemoryError) as e:
+            row = failed_row(point, _one_line(e) or type(e).__name__)
+        except Exception as e:  # a bug in wsecc: a row all the same, the sweep goes on
+            row = failed_row(point, f"internal error: {type(e).__name__}: {_one_line(e)}")
+        row["wall_s"] = round(time.perf_counter() - t0, 3)
+        yield ("row", row)
+
+
+def _one_line(e: BaseException) -> str:
+    from wsecc.cli import _one_line as one_line
+
+    return one_line(str(e))
+
+
+def _compile(fused: Any, point: Point, cache: Path | None) -> Any:
+    """One point from a fused compilation of its model and bindings: lower and size, place and
+    route (or take the cached placement of the same program), simulate."""
+    from wsecc.compiler import Compilation
+    from wsecc.flow import lower_and_size, place_and_route
+    from wsecc.kernels import Sizing
+    from wsecc.place.problem import Placement, PlacementProblem
+    from wsecc.program import Program
+    from wsecc.route.problem import Routing
+    from wsecc.targets import load_target, target_source
+
+    o = point.options()
+    target = load_target(o.target)
+    c = Compilation(
+        fused.model_path, o, target, graph=fused.graph, import_info=fused.import_info,
+        fused=fused.fused, pass_records=fused.pass_records,
+    )  # fmt: skip
+    c.seconds = {k: fused.seconds[k] for k in ("frontend", "passes") if k in fused.seconds}
+    t0 = time.perf_counter()
+    kg, sizing = lower_and_size(c.fused, target, o.precision, o.chunk_tokens)
+    c.seconds["size"] = time.perf_counter() - t0
+    key = {
+        "kernels": hashlib.sha256(json.dumps(kg.to_json(), sort_keys=True).encode()).hexdigest(),
+        "target": hashlib.sha256(target_source(o.target)[0].encode()).hexdigest(),
+        "precision": str(o.precision), "chunk_tokens": o.chunk_tokens, "placer": str(o.placer),
+        "time_budget_s": o.time_budget_s, "seed": o.seed, "deterministic": o.deterministic,
+        "pins": Path(o.pins).read_text() if o.pins else None, "wsecc": __version__,
+    }  # fmt: skip
+
+    def place() -> dict[str, Any]:
+        placed = place_and_route(
+            kg, sizing, target, o.precision, placer=o.placer, time_budget_s=o.time_budget_s,
+            seed=o.seed, deterministic=o.deterministic, pins=o.pins,
+        )  # fmt: skip
+        p = placed.program
+        return {
+            "problem": placed.problem.to_json(), "sizing": p.sizing.to_json(),
+            "placement": p.placement.to_json(), "routing": p.routing.to_json(),
+        }  # fmt: skip
+
+    t0 = time.perf_counter()
+    placed = shared(cache, "placed", key, place)
+    c.seconds["place"] = time.perf_counter() - t0
+    c.kernel_graph, c.problem = kg, PlacementProblem.from_json(placed["problem"])
+    c.program = Program(
+        kg, Sizing.from_json(placed["sizing"]), Placement.from_json(placed["placement"]),
+        Routing.from_json(placed["routing"]), target,
+    )  # fmt: skip
+    c.sizing = c.program.sizing
+    return c.simulate()
+
+
+def shared(
+    cache: Path | None, kind: str, key: dict[str, Any], make: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """`make()`'s product (JSON) for `key`, made once per cache folder: the first caller makes
+    and stores it under an exclusive lock, later callers (other processes too) read it."""
+    if cache is None:
+        return make()
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"{kind}-{digest}.json"
+    with open(cache / f"{kind}-{digest}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file():
+            try:
+                product: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+                return product
+            except (OSError, ValueError):
+                pass  # unreadable: make it again
+        product = make()
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(product), encoding="utf-8")
+        os.replace(tmp, path)
+        return product
+
+
+def point_columns(p: Point) -> dict[str, Any]:
+    """The model, batch and seq (None until the frontend binds a seq the spec leaves open),
+    the other axes, the config hash."""
+    o = p.options()
+    return {
+        "model": p.model.name,
+        "batch": o.batch,
+        "seq": o.seq,
+        **{k: _cell(v) for k, v in p.axes.items() if k not in ("batch", "seq")},
+        "config_hash": p.config_hash,
+    }
+
+
+def _cell(v: Any) -> Any:
+    return json.dumps(v, sort_keys=True) if isinstance(v, dict) else v
+
+
+def failed_row(p: Point, error: str) -> dict[str, Any]:
+    return {**point_columns(p), "status": "failed", "error": error}
+
+
+def row_of(p: Point, c: Any) -> dict[str, Any]:
+    """A compiled point's row: its columns (seq as bound) and the report's key figures."""
+    report = c.report()
+    perf, sizing = report["performance"], report["sizing"]
+    numerics = report.get("numerics")
+    row = {
+        **point_columns(p),
+        "seq": c.kernel_graph.tokens_per_sample,
+        "status": "ok",
+        "error": None,
+        "samples_per_s": perf["samples_per_s"],
+        "tokens_per_s": perf["tokens_per_s"],
+        "latency_s": perf["latency_s"],
+        "batch_latency_s": perf["batch_latency_s"],
+        "utilization": perf["utilization"],
+        "bottleneck": str(perf["bottleneck"]),
+        "on_wafer_samples_per_s": perf["on_wafer_samples_per_s"],
+        "pes_used": sizing["pes_used"],
+        "fabric_fraction": sizing["fabric_fraction"],
+        "sram_max_bytes": report["sram"]["max_bytes"],
+        "colors_max": report["routing"]["colors_max"],
+        "gap": report["placement"]["gap"],
+        "params": report["model"]["params"],
+        "numerics": None if numerics is None else ("PASS" if numerics["passed"] else "FAIL"),
+        "compile_s": round(sum(c.seconds.values()), 3),
+    }
+    return row

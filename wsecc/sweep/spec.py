@@ -1,0 +1,244 @@
+"""A sweep's spec: models, the axes to cross, fixed options; expanded into points.
+
+    [[models]]
+    path = "models/gpt2.onnx"      # relative to the spec's folder
+    name = "gpt2"                  # optional; the file's stem by default
+    seq = 1024                     # optional: this model's own options (bindings)
+    [axes]
+    seq = [128, 512]
+    batch = [1, 8]
+    target = ["wse2", "wse3"]
+    [fixed]
+    placer = "greedy"
+    validate = false
+
+Keys are `wsecc compile`'s long options (`time-budget` or `time_budget` alike, `dim` a table
+of NAME = VALUE). A point is one model with one value of every axis: the product of the axes,
+model by model, in the spec's order. Every value is checked when the spec loads (types,
+choices, targets, files), so a bad spec fails before any compile, in one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wsecc.compiler import sha256_of
+from wsecc.errors import WseccError
+from wsecc.options import Options
+from wsecc.version import __version__
+
+SPEC_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
+    # `wsecc compile` long option -> (Options field, accepted TOML types)
+    "batch": ("batch", int),
+    "seq": ("seq", int),
+    "dim": ("dims", dict),
+    "target": ("target", str),
+    "precision": ("precision", str),
+    "chunk-tokens": ("chunk_tokens", int),
+    "placer": ("placer", str),
+    "time-budget": ("time_budget_s", (int, float)),
+    "seed": ("seed", int),
+    "deterministic": ("deterministic", bool),
+    "pins": ("pins", str),
+    "sim": ("sim", str),
+    "validate": ("validate", bool),
+}
+"""The options a spec may set. tests/sweep checks every key is a long option of `wsecc
+compile`, so the two cannot drift apart."""
+
+_PATH_KEYS = ("pins",)  # file options: relative to the spec's folder
+
+
+class SpecError(WseccError):
+    """The spec cannot be read or names an option or value that wsecc does not take."""
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    path: Path
+    sha256: str
+    options: Mapping[str, Any]  # the model's own keys (normalized), fixed for its points
+
+
+@dataclass(frozen=True)
+class Point:
+    """One compile: a model and the values of every option the spec sets for it."""
+
+    model: Model
+    axes: Mapping[str, Any]  # this point's value of each axis (normalized keys)
+    settings: Mapping[str, Any]  # every option the spec sets (fixed, model, axes)
+
+    def options(self) -> Options:
+        return Options(**{SPEC_KEYS[k][0]: v for k, v in self.settings.items()})
+
+    @property
+    def config_hash(self) -> str:
+        """The point's identity: the model's content, every option it sets, wsecc's version.
+        A finished point with the same hash is not run again."""
+        key = {"model": self.model.sha256, "options": self.settings, "wsecc": __version__}
+        blob = json.dumps(key, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def label(self) -> str:
+        axes = " ".join(f"{k}={v}" for k, v in self.axes.items())
+        return f"{self.model.name} {axes}".strip()
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: Path
+    models: tuple[Model, ...]
+    axes: Mapping[str, tuple[Any, ...]]
+    fixed: Mapping[str, Any]
+    text: str
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return tuple(self.axes)
+
+    def points(self) -> list[Point]:
+        out = []
+        names = list(self.axes)
+        for model in self.models:
+            for values in itertools.product(*(self.axes[n] for n in names)):
+                axes = dict(zip(names, values, strict=True))
+                out.append(Point(model, axes, {**self.fixed, **model.options, **axes}))
+        return out
+
+
+def _key(raw: str, where: str) -> str:
+    key = raw.replace("_", "-")
+    if key not in SPEC_KEYS:
+        raise SpecError(
+            f"{where}: unknown option {raw!r}; a spec takes wsecc compile's options: "
+            + ", ".join(SPEC_KEYS)
+        )
+    return key
+
+
+def _value(key: str, value: Any, where: str, base: Path) -> Any:
+    field, types = SPEC_KEYS[key]
+    # TOML booleans are ints to Python: an int option must not take true/false
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        ok = False
+    else:
+        ok = isinstance(value, types)
+    if not ok:
+        expected = " or ".join(
+            t.__name__ for t in (types if isinstance(types, tuple) else (types,))
+        )
+        raise SpecError(
+            f"{where}: {key} = {value!r} is not a{'n' if expected[0] in 'aeiou' else ''} {expected}"
+        )
+    if key == "dim":
+        for name, v in value.items():
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise SpecError(f"{where}: dim {name} = {v!r} is not a positive integer")
+        return dict(sorted(value.items()))
+    if key in ("batch", "seq", "chunk-tokens") and value <= 0:
+        raise SpecError(f"{where}: {key} = {value} must be positive")
+    if key in _PATH_KEYS:
+        path = (base / value).resolve()
+        if not path.is_file():
+            raise SpecError(f"{where}: {key} = {value!r}: no such file ({path})")
+        return str(path)
+    if key == "target" and not value.endswith(".toml"):
+        return value
+    if key == "target":
+        return str((base / value).resolve())
+    if key == "time-budget":
+        return float(value)
+    return value
+
+
+def _options(table: Any, where: str, base: Path) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise SpecError(f"{where} must be a table of options")
+    return {_key(k, where): _value(_key(k, where), v, where, base) for k, v in table.items()}
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and check a spec (module doc). Raises SpecError (one line) on anything wrong."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        raw = tomllib.loads(text)
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read the spec ({e.strerror or e})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise SpecError(f"{path}: not valid TOML ({e})") from None
+    unknown = set(raw) - {"models", "axes", "fixed"}
+    if unknown:
+        raise SpecError(
+            f"{path}: unknown section {sorted(unknown)[0]!r}; a spec has [[models]], [axes] "
+            "and [fixed]"
+        )
+    base = path.resolve().parent
+    fixed = _options(raw.get("fixed", {}), f"{path} [fixed]", base)
+    axes: dict[str, tuple[Any, ...]] = {}
+    for k, values in raw.get("axes", {}).items():
+        key = _key(k, f"{path} [axes]")
+        if not isinstance(values, list) or not values:
+            raise SpecError(f"{path} [axes]: {k} must be a non-empty list of values")
+        vals = tuple(_value(key, v, f"{path} [axes]", base) for v in values)
+        if len({json.dumps(v, sort_keys=True) for v in vals}) != len(vals):
+            raise SpecError(f"{path} [axes]: {k} lists a value twice")
+        axes[key] = vals
+    clash = set(axes) & set(fixed)
+    if clash:
+        raise SpecError(f"{path}: {sorted(clash)[0]} is both an axis and fixed; choose one")
+    models = _models(raw.get("models"), path, base, set(axes))
+    spec = Spec(path, models, axes, fixed, text)
+    points = spec.points()
+    for p in points[:1] + points[-1:]:  # each value alone was checked; the combination too
+        _check_options(p)
+    for key, values in axes.items():  # every value of every axis makes valid options
+        for v in values:
+            _check_options(Point(models[0], {key: v}, {**fixed, **models[0].options, key: v}))
+    return spec
+
+
+def _check_options(p: Point) -> None:
+    from wsecc.targets import load_target
+
+    try:
+        options = p.options()
+        load_target(options.target)
+    except WseccError as e:
+        raise SpecError(f"{p.label()}: {e}") from None
+
+
+def _models(raw: Any, path: Path, base: Path, axes: set[str]) -> tuple[Model, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise SpecError(f"{path}: no models; add [[models]] tables with a path each")
+    models = []
+    for i, m in enumerate(raw):
+        where = f"{path} [[models]] #{i + 1}"
+        if not isinstance(m, dict) or not isinstance(m.get("path"), str):
+            raise SpecError(f'{where}: needs path = "MODEL.onnx"')
+        file = (base / m["path"]).resolve()
+        if not file.is_file():
+            raise SpecError(f"{where}: {m['path']!r}: no such file ({file})")
+        name = m.get("name", file.stem)
+        if not isinstance(name, str) or not name:
+            raise SpecError(f"{where}: name must be a non-empty string")
+        opts = _options({k: v for k, v in m.items() if k not in ("path", "name")}, where, base)
+        both = set(opts) & axes
+        if both:
+            raise SpecError(f"{where}: {sorted(both)[0]} is both an axis and this model's own")
+        models.append(Model(name, file, sha256_of(file), opts))
+    names = [m.name for m in models]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise SpecError(
+            f"{path}: two models named {sorted(dup)[0]!r}; give them names (name = ...)"
+        )
+    return tuple(models)
