@@ -53,7 +53,7 @@ def measure(path: str, seq: int, target: str, budget: float) -> dict:
         path, seq=seq, target=target, placer="cpsat", time_budget_s=budget, validate=False
     )
     wall = time.perf_counter() - t0
-    greedy = place(c.problem, placer="greedy")
+    greedy = place(c.problem, placer="greedy", time_budget_s=budget)
     rep = c.report()
     perf = rep["performance"]
     return {

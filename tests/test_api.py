@@ -203,3 +203,16 @@ def test_simulate_outdir_at_another_level_and_precision(tmp_path, capsys):
     assert rep["performance"]["model"] == "l0" and rep["precision"] == "fp32"
     assert rep["numerics"]["precision"] == "fp32" and rep["numerics"]["passed"]
     assert (out / "fused.ir.txt").exists() and not (out / "trace.json").exists()
+
+
+def test_a_fork_compiles_the_fused_graph_under_other_options():
+    fused = Compilation.load(GPT2, Options(seq=16, placer="greedy", validate=False)).fuse()
+    other = fused.fork(Options(seq=16, target="wse3", precision="fp32", placer="greedy",
+                               validate=False))  # fmt: skip
+    assert other.fused is fused.fused and other.kernel_graph is None
+    other.lower_and_size().place_and_route().simulate()
+    direct = wsecc.compile(GPT2, seq=16, target="wse3", precision="fp32", placer="greedy",
+                           validate=False)  # fmt: skip
+    assert other.report(timings=False) == direct.report(timings=False)
+    with pytest.raises(ValueError, match="bindings"):
+        fused.fork(Options(seq=32))

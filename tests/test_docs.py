@@ -27,3 +27,13 @@ def test_python_api_page_runs(capsys):
     assert namespace["c"].numerics.passed and namespace["report"]["schema"] == "wsecc.report/1"
     assert namespace["s"].perf.samples_per_s > 0 and namespace["s"].numerics is None
     assert namespace["fp32"].numerics.precision == "fp32" and namespace["fp32"].numerics.passed
+
+
+def test_the_readmes_sweep_spec_is_the_sample_and_loads():
+    from wsecc.sweep import load_spec
+
+    readme = (ROOT / "README.md").read_text()
+    sample = (ROOT / "samples" / "sweep.toml").read_text()
+    assert f"```toml\n{sample}```" in readme
+    points = load_spec(ROOT / "samples" / "sweep.toml").points()
+    assert len(points) == 12 and {p.model.name for p in points} == {"gpt2", "bert"}

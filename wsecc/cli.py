@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from wsecc import profiling
 from wsecc.compiler import VALIDATE_AUTO_MAX_PARAMS
-from wsecc.errors import WseccError
+from wsecc.errors import WseccError, one_line
 from wsecc.frontend.bind import DEFAULT_SEQ
 from wsecc.options import FAULTS, choices
 from wsecc.options import default as option_default
@@ -640,7 +640,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WseccError as e:  # every error a user can cause (wsecc.errors)
         if getattr(args, "debug", False):
             traceback.print_exc()
-        print(f"wsecc: error: {_one_line(str(e))}", file=sys.stderr)
+        print(f"wsecc: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("wsecc: interrupted", file=sys.stderr)
@@ -662,20 +662,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         msg = str(e).splitlines()[0] if str(e) else ""
         print(
-            f"wsecc: internal error: {type(e).__name__}: {_one_line(msg)} (rerun with --debug)",
+            f"wsecc: internal error: {type(e).__name__}: {one_line(msg)} (rerun with --debug)",
             file=sys.stderr,
         )
         return 2
     finally:
         signal.signal(signal.SIGINT, previous)
 
-
-def _one_line(text: str) -> str:
-    """`text` as one printable line: line breaks become spaces (a verifier message quotes the
-    IR on a second line) and other control characters are escaped, since names in a hostile
-    file can hold newlines or terminal escape sequences."""
-    flat = " ".join(part.strip() for part in text.splitlines() if part.strip())
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in flat)
 
 
 if __name__ == "__main__":

@@ -178,6 +178,24 @@ class Compilation:
             seconds={}, _model_facts=None,
         )  # fmt: skip
 
+    def fork(self, options: Options) -> Compilation:
+        """A new compilation of this one's fused graph under `options` (another target,
+        precision, placer, ...): the frontend and pass products are shared, the later stages
+        not run. The bindings (batch, seq, dims) must be this compilation's; a sweep compiles
+        many points of one binding this way."""
+        from wsecc.targets import load_target
+
+        o = self.options
+        if (options.batch, options.seq, dict(options.dims)) != (o.batch, o.seq, dict(o.dims)):
+            raise ValueError("fork: the bindings (batch, seq, dims) must stay the same")
+        self._need(self.fused, "fuse")
+        seconds = {k: v for k, v in self.seconds.items() if k in ("frontend", "passes")}
+        return dataclasses.replace(
+            self, options=options, target=load_target(options.target), kernel_graph=None,
+            sizing=None, problem=None, program=None, sram=None, perf=None, events=None,
+            numerics=None, sim_inputs=None, sim_outputs=None, seconds=seconds,
+        )  # fmt: skip
+
     def _ensure_fused(self) -> None:
         """Re-import and fuse the model (a compilation reloaded from a folder has no graph)."""
         if self.fused is not None:
@@ -369,6 +387,11 @@ class Compilation:
                 },
                 "l1_samples": ev.samples,
                 "l1_seconds": ev.seconds,
+                "skew_buffers": {
+                    "edges": len(ev.skew_buffers),
+                    "bytes": sum(b.bytes for b in ev.skew_buffers),
+                    "cut_by_sram": sorted(b.edge for b in ev.skew_buffers if b.chunks < b.wanted),
+                },
             }
         return rep
 

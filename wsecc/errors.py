@@ -18,3 +18,11 @@ class FrontendError(WseccError):
 class SimulationError(WseccError, ValueError):
     """The products do not describe one program (a kernel not placed, a flow not routed, inputs
     that do not fit it), or a simulation cannot finish; the message names what is wrong."""
+
+
+def one_line(text: str) -> str:
+    """`text` as one printable line: line breaks become spaces (a verifier message quotes the
+    IR on a second line) and other control characters are escaped, since names in a hostile
+    file can hold newlines or terminal escape sequences."""
+    flat = " ".join(part.strip() for part in text.splitlines() if part.strip())
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in flat)

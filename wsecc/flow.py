@@ -216,15 +216,18 @@ def place_and_route(
 
 
 def simulate(program: Program, options: Options) -> tuple[SramMap, PerfResult, EventResult | None]:
-    """The SRAM map, L0, and L1 when `options.sim` is l1, of a placed and routed program; the
-    map charges L1's skew buffers to the kernels that hold them."""
+    """The SRAM map, L0, and L1 when `options.sim` is l1, of a placed and routed program. L1's
+    skew buffers take at most the SRAM each kernel's fullest PE leaves (fewer chunks, and L1
+    shows the back-pressure, where a buffer would not fit), and the map charges them to the
+    kernels that hold them."""
     from wsecc.sim.events import buffer_bytes_per_pe, simulate_l1
     from wsecc.sim.perf import simulate_l0
     from wsecc.sim.sram import sram_map
 
     perf = simulate_l0(program, options.batch)
-    events = None
-    if options.sim is SimLevel.L1:
-        events = simulate_l1(program, options.batch, samples=options.sim_samples)
-    extra = buffer_bytes_per_pe(events) if events is not None else None
-    return sram_map(program, extra_buffers=extra), perf, events
+    plain = sram_map(program)
+    if options.sim is not SimLevel.L1:
+        return plain, perf, None
+    room = {k: plain.sram_bytes_per_pe - used for k, used in plain.kernel_max.items()}
+    events = simulate_l1(program, options.batch, samples=options.sim_samples, skew_room=room)
+    return sram_map(program, extra_buffers=buffer_bytes_per_pe(events)), perf, events

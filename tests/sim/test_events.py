@@ -84,6 +84,19 @@ def test_skew_buffers_keep_a_residual_at_full_rate(build):
     assert skip["a->d => d"].bytes == skip["a->d => d"].chunks * 32 * 64 * 2 // 4
 
 
+def test_skew_buffers_that_do_not_fit_are_cut_to_the_sram_left(build):
+    """A compile cannot hold more delay-matching chunks than its SRAM leaves: with room for
+    one of the residual's chunks, the buffer is cut to what fits and L1 shows the slowdown."""
+    prog = residual(build)
+    full = {s.edge: s for s in simulate_l1(prog, samples=6).skew_buffers}["a->d => d"]
+    room = {"d": full.bytes_per_pe // full.chunks}
+    r = simulate_l1(prog, samples=6, skew_room=room)
+    cut = {s.edge: s for s in r.skew_buffers}["a->d => d"]
+    assert cut.wanted == full.chunks and 0 < cut.chunks < full.chunks
+    assert cut.bytes_per_pe <= room["d"] < full.bytes_per_pe
+    assert r.throughput_rel_diff < -0.1 and r.samples_per_s < simulate_l1(prog, samples=6).samples_per_s
+
+
 def test_without_skew_buffers_back_pressure_throttles_a_residual(build):
     r = simulate_l1(residual(build), samples=6, skew_buffers=False)
     assert r.throughput_rel_diff < -0.2 and not r.skew_buffers

@@ -155,3 +155,13 @@ def test_ray_gives_the_same_table(swept: Path, tmp_path: Path) -> None:
     summary = run_sweep(load_spec(swept / "spec.toml"), tmp_path / "ray", workers=2, ray="local")
     assert summary.ran == 8
     assert figures(read_table(tmp_path / "ray")) == figures(read_table(swept / "out"))
+
+
+def test_an_unreachable_ray_cluster_fails_in_one_line(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("ray", reason="Ray is in the dev extra: pip install -e '.[dev]'")
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f'[[models]]\npath = "{SAMPLES / "bert_dynamo.onnx"}"\n')
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "-o", str(out), "--ray", "127.0.0.1:1"]) == 2
+    assert "--ray 127.0.0.1:1: nothing answers there" in capsys.readouterr().err
+    assert not out.exists()

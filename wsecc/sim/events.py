@@ -118,6 +118,7 @@ class SkewBuffer:
     bytes: int
     kernel: str = ""  # the consumer holding it ("" when the consumer is the host)
     bytes_per_pe: int = 0
+    wanted: int = 0  # chunks the edge needs to run at full rate (more than `chunks`: capped)
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,13 @@ class EventResult:
             f"({self.latency_rel_diff:+.1%} vs L0), {self.samples} samples x {self.n_chunks} "
             f"chunks in {self.seconds:.1f} s; {len(self.contended_links)} contended link groups, "
             f"{len(self.skew_buffers)} skew buffers"
+            + (f" ({cut} cut to the SRAM left)" if (cut := self.skew_buffers_cut) else "")
         )
+
+    @property
+    def skew_buffers_cut(self) -> int:
+        """Skew buffers holding fewer chunks than full rate needs (`fit_skew`)."""
+        return sum(b.chunks < b.wanted for b in self.skew_buffers)
 
 
 # --- buffers -----------------------------------------------------------------------------------
@@ -209,12 +216,15 @@ def buffer_depths(
     return depth, skew
 
 
-def _skew_buffer(program: Program, pipe: Pipeline, e: Edge, chunks: int) -> SkewBuffer:
+def _skew_buffer(
+    program: Program, pipe: Pipeline, e: Edge, chunks: int, wanted: int = 0
+) -> SkewBuffer:
     """An edge's skew chunks, charged to the kernel that consumes them (`SkewBuffer`)."""
     total = math.ceil(chunks * e.bytes_per_sample / pipe.n_chunks)
     src, dst = pipe.stages[e.src].name, pipe.stages[e.dst].name
+    wanted = max(wanted, chunks)
     if dst not in program.placement.rects:  # the host: its buffers are not on the wafer
-        return SkewBuffer(pipe.edge_name(e), chunks, total)
+        return SkewBuffer(pipe.edge_name(e), chunks, total, wanted=wanted)
     rect, spec = program.placement.rects[dst], program.kg.kernel(dst).spec
     edges = {f.dst_edge for f in program.kg.flows if f.dst == dst and flow_name(f.src, dst) == src}
     side = edges.pop() if len(edges) == 1 else spec.in_edge
@@ -222,7 +232,37 @@ def _skew_buffer(program: Program, pipe: Pipeline, e: Edge, chunks: int) -> Skew
         receivers = rect.h
     else:  # split over the columns; a row-wise kind deals whole chunks to its rows in turn
         receivers = rect.w * (rect.h if spec.chunks_over_rows else 1)
-    return SkewBuffer(pipe.edge_name(e), chunks, total, dst, math.ceil(total / receivers))
+    return SkewBuffer(
+        pipe.edge_name(e), chunks, total, dst, math.ceil(total / receivers), wanted=wanted
+    )
+
+
+def fit_skew(
+    program: Program, pipe: Pipeline, skew: list[int], room: Mapping[str, int]
+) -> list[int]:
+    """`skew` (chunks per edge) capped so that each consumer's skew buffers fit the bytes per
+    PE `room` leaves it (the SRAM its fullest PE does not use): the edges into a kernel that
+    would overflow keep the same fraction of their chunks, rounded down. The chunks taken away
+    show up in L1 as the back-pressure they cause."""
+    skew = list(skew)
+    into: dict[str, list[int]] = defaultdict(list)
+    for i, (e, c) in enumerate(zip(pipe.edges, skew, strict=True)):
+        if c > 0 and pipe.stages[e.dst].name in program.placement.rects:
+            into[pipe.stages[e.dst].name].append(i)
+
+    def used(edges: list[int]) -> int:
+        return sum(_skew_buffer(program, pipe, pipe.edges[i], skew[i]).bytes_per_pe for i in edges)
+
+    for kernel, edges in into.items():
+        limit, need = max(0, room.get(kernel, 0)), used(edges)
+        if need <= limit:
+            continue
+        for i in edges:
+            skew[i] = skew[i] * limit // need
+        while used(edges) > limit:  # per-PE rounding: one chunk fewer on the largest
+            j = max(edges, key=lambda i: skew[i])
+            skew[j] -= 1
+    return skew
 
 
 def buffer_bytes_per_pe(result: EventResult) -> dict[str, int]:
@@ -606,11 +646,16 @@ def simulate_l1(
     samples: int = 4,
     buffer_chunks: int = 2,
     skew_buffers: bool = True,
+    skew_room: Mapping[str, int] | None = None,
     host_io: bool = True,
     window_cycles: float | None = None,
     faults: Faults | None = None,
 ) -> EventResult:
     """Simulate `samples` samples (module doc); compare with L0 at the same chunking.
+
+    `skew_room`: kernel name -> bytes per PE its skew buffers may take; buffers that would not
+    fit are cut to what does (`fit_skew`), and `EventResult.skew_buffers` says which (`chunks`
+    below `wanted`). None: as deep as the phases ask.
 
     Precision and chunking are the program's; `window_cycles` to 4 chunk periods of the slowest stage.
     Raises InvariantError (a resource above 100% in a window, or bytes lost) and SimulationError
@@ -625,7 +670,9 @@ def simulate_l1(
     pipe = build_pipeline(program, host_io=host_io)
     target = program.target
     l0 = l0_result(pipe, target, batch)
-    depth, skew = buffer_depths(pipe, buffer_chunks, skew_buffers)
+    depth, wanted = buffer_depths(pipe, buffer_chunks, skew_buffers)
+    skew = wanted if skew_room is None else fit_skew(program, pipe, wanted, skew_room)
+    depth = [d - w + s for d, w, s in zip(depth, wanted, skew, strict=True)]
     groups = _link_groups(pipe, target.fabric.program_width)
     sim = _Sim(pipe, groups, depth, samples, faults, target.link_bytes_per_cycle)
     sim.run()
@@ -678,7 +725,9 @@ def simulate_l1(
         },
         links=tuple(links),
         skew_buffers=tuple(
-            _skew_buffer(program, pipe, e, c) for e, c in zip(pipe.edges, skew, strict=True) if c > 0
+            _skew_buffer(program, pipe, e, c, w)
+            for e, c, w in zip(pipe.edges, skew, wanted, strict=True)
+            if w > 0
         ),
         l0=l0,
         throughput_rel_diff=samples_per_s / l0.samples_per_s - 1,

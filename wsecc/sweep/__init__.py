@@ -54,6 +54,10 @@ def run_sweep(
     that points added to the spec later reuse them; deleting it costs only time.
     `share=False` places every point anew (no cache), for measuring what sharing saves."""
     folder = Path(folder)
+    if ray:  # a runner that cannot start fails before the folder is made
+        from wsecc.sweep.pool import check_ray
+
+        check_ray(ray)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "spec.toml").write_text(spec.text, encoding="utf-8")
     points = spec.points()

@@ -6,8 +6,10 @@ they come, so the caller records each point as it finishes. The only module that
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import queue
+import socket
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -99,32 +101,61 @@ def run_ray(
     """Run `tasks` as Ray tasks, each a generator streaming its messages back. `address`
     "local" starts a local cluster of `workers` CPUs; anything else joins that cluster (every
     node needs this wsecc installed and the spec's model paths readable)."""
-    try:
-        import ray
-    except ImportError:
-        raise WseccError("--ray needs Ray: pip install 'wsecc[ray]'") from None
+    ray = check_ray(address)
+    quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
     if address == "local":
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
-                 object_store_memory=256 * 1024**2)  # fmt: skip
+        ray.init(num_cpus=workers, include_dashboard=False,
+                 object_store_memory=256 * 1024**2, **quiet)  # fmt: skip
     else:
         try:
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise WseccError(f"--ray {address}: cannot join the cluster ({e})") from None
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(_ray_task)
-        generators = [remote.remote(t, cache_dir) for t in tasks]
+        tasks_of = {remote.remote(t, cache_dir): t for t in tasks}
+        finished: set[str] = set()
+        generators = list(tasks_of)
         while generators:
             ready, generators = ray.wait(generators, num_returns=1)
             for gen in ready:
                 try:
-                    ref = next(gen)
+                    message = ray.get(next(gen))
                 except StopIteration:
                     continue
-                on_message(ray.get(ref))
+                except ray.exceptions.RayError as e:  # the worker died: its points fail
+                    why = f"the Ray worker died ({type(e).__name__})"
+                    for p in tasks_of[gen].points:
+                        if p.config_hash not in finished:
+                            on_message(("row", failed_row(p, why)))
+                    continue
+                if message[0] == "row":
+                    finished.add(message[1]["config_hash"])
+                on_message(message)
                 generators.append(gen)
     finally:
         ray.shutdown()
+
+
+def check_ray(address: str) -> Any:
+    """The ray module, after failing in one line when it is not installed or nothing listens
+    at a HOST:PORT address (Ray itself retries for minutes; other forms, auto or ray://...,
+    are left to Ray)."""
+    try:
+        import ray
+    except ImportError:
+        raise WseccError("--ray needs Ray: pip install 'wsecc[ray]'") from None
+    host, sep, port = address.rpartition(":")
+    if address == "local" or not sep or "/" in address or not port.isdigit():
+        return ray
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+    except OSError as e:
+        raise WseccError(
+            f"--ray {address}: nothing answers there ({e.strerror or e}); start a cluster "
+            "(ray start --head) or use --ray local"
+        ) from None
+    return ray
 
 
 def _ray_task(task: Task, cache_dir: str | None) -> Any:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wsecc.errors import WseccError
+from wsecc.errors import WseccError, one_line
 from wsecc.sweep.spec import Point
 from wsecc.version import __version__
 
@@ -55,50 +55,42 @@ def run_task(task: Task, cache_dir: str | None) -> Iterator[Message]:
     placements through `cache_dir` (None: no sharing across tasks)."""
     from wsecc.compiler import Compilation
 
-    fused: Compilation | None = None
+    fused: Compilation | WseccError | None = None
+    cache = Path(cache_dir) if cache_dir else None
     for point in task.points:
         yield ("start", point.config_hash)
         t0 = time.perf_counter()
         try:
             if fused is None:
-                fused = Compilation.load(point.model.path, point.options()).fuse()
-            c = _compile(fused, point, Path(cache_dir) if cache_dir else None)
+                try:
+                    fused = Compilation.load(point.model.path, point.options()).fuse()
+                except WseccError as e:
+                    fused = e  # the task's other points have the same binding: the same error
+            if isinstance(fused, WseccError):
+                raise fused
+            c = _compile(fused.fork(point.options()), cache)
             row = row_of(point, c)
         except (WseccError, MemoryError) as e:
-            row = failed_row(point, _one_line(e) or type(e).__name__)
+            row = failed_row(point, one_line(str(e)) or type(e).__name__)
         except Exception as e:  # a bug in wsecc: a row all the same, the sweep goes on
-            row = failed_row(point, f"internal error: {type(e).__name__}: {_one_line(e)}")
+            row = failed_row(point, f"internal error: {type(e).__name__}: {one_line(str(e))}")
         row["wall_s"] = round(time.perf_counter() - t0, 3)
         yield ("row", row)
 
 
-def _one_line(e: BaseException) -> str:
-    from wsecc.cli import _one_line as one_line
-
-    return one_line(str(e))
-
-
-def _compile(fused: Any, point: Point, cache: Path | None) -> Any:
-    """One point from a fused compilation of its model and bindings: lower and size, place and
-    route (or take the cached placement of the same program), simulate."""
-    from wsecc.compiler import Compilation
-    from wsecc.flow import lower_and_size, place_and_route
+def _compile(c: Any, cache: Path | None) -> Any:
+    """Lower, size, place and route (or take the cached placement of the same program) and
+    simulate a compilation forked after its passes."""
+    from wsecc.flow import place_and_route
     from wsecc.kernels import Sizing
     from wsecc.place.problem import Placement, PlacementProblem
     from wsecc.program import Program
     from wsecc.route.problem import Routing
-    from wsecc.targets import load_target, target_source
+    from wsecc.targets import target_source
 
-    o = point.options()
-    target = load_target(o.target)
-    c = Compilation(
-        fused.model_path, o, target, graph=fused.graph, import_info=fused.import_info,
-        fused=fused.fused, pass_records=fused.pass_records,
-    )  # fmt: skip
-    c.seconds = {k: fused.seconds[k] for k in ("frontend", "passes") if k in fused.seconds}
-    t0 = time.perf_counter()
-    kg, sizing = lower_and_size(c.fused, target, o.precision, o.chunk_tokens)
-    c.seconds["size"] = time.perf_counter() - t0
+    o, target = c.options, c.target
+    c.lower_and_size()
+    kg, sizing = c.kernel_graph, c.sizing
     key = {
         "kernels": hashlib.sha256(json.dumps(kg.to_json(), sort_keys=True).encode()).hexdigest(),
         "target": hashlib.sha256(target_source(o.target)[0].encode()).hexdigest(),
@@ -121,7 +113,7 @@ def _compile(fused: Any, point: Point, cache: Path | None) -> Any:
     t0 = time.perf_counter()
     placed = shared(cache, "placed", key, place)
     c.seconds["place"] = time.perf_counter() - t0
-    c.kernel_graph, c.problem = kg, PlacementProblem.from_json(placed["problem"])
+    c.problem = PlacementProblem.from_json(placed["problem"])
     c.program = Program(
         kg, Sizing.from_json(placed["sizing"]), Placement.from_json(placed["placement"]),
         Routing.from_json(placed["routing"]), target,
