@@ -220,14 +220,25 @@ def simulate(program: Program, options: Options) -> tuple[SramMap, PerfResult, E
     skew buffers take at most the SRAM each kernel's fullest PE leaves (fewer chunks, and L1
     shows the back-pressure, where a buffer would not fit), and the map charges them to the
     kernels that hold them."""
+    from wsecc.errors import SimulationError
     from wsecc.sim.events import buffer_bytes_per_pe, simulate_l1
     from wsecc.sim.perf import simulate_l0
-    from wsecc.sim.sram import sram_map
+    from wsecc.sim.sram import SramError, sram_map
 
     perf = simulate_l0(program, options.batch)
     plain = sram_map(program)
     if options.sim is not SimLevel.L1:
         return plain, perf, None
     room = {k: plain.sram_bytes_per_pe - used for k, used in plain.kernel_max.items()}
-    events = simulate_l1(program, options.batch, samples=options.sim_samples, skew_room=room)
+    try:
+        events = simulate_l1(program, options.batch, samples=options.sim_samples, skew_room=room)
+    except SimulationError as stalled:
+        # Cut to fit, the buffers stall the pipeline (a barrier waits on a residual): the
+        # program needs them whole, and the map of the whole ones says where they do not fit.
+        events = simulate_l1(program, options.batch, samples=options.sim_samples)
+        try:
+            sram_map(program, extra_buffers=buffer_bytes_per_pe(events))
+        except SramError as e:
+            raise SramError(f"{e}; cut to fit, they stall the pipeline ({stalled})") from None
+        raise stalled from None  # they fit whole: the stall is not theirs
     return sram_map(program, extra_buffers=buffer_bytes_per_pe(events)), perf, events

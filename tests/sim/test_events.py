@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -94,7 +95,10 @@ def test_skew_buffers_that_do_not_fit_are_cut_to_the_sram_left(build):
     cut = {s.edge: s for s in r.skew_buffers}["a->d => d"]
     assert cut.wanted == full.chunks and 0 < cut.chunks < full.chunks
     assert cut.bytes_per_pe <= room["d"] < full.bytes_per_pe
-    assert r.throughput_rel_diff < -0.1 and r.samples_per_s < simulate_l1(prog, samples=6).samples_per_s
+    assert (
+        r.throughput_rel_diff < -0.1
+        and r.samples_per_s < simulate_l1(prog, samples=6).samples_per_s
+    )
 
 
 def test_without_skew_buffers_back_pressure_throttles_a_residual(build):
@@ -138,6 +142,37 @@ def test_a_barrier_without_skew_buffers_deadlocks(build):
     r = simulate_l1(prog, samples=4)
     assert abs(r.throughput_rel_diff) < 0.15
     assert {s.edge for s in r.skew_buffers} >= {"a->d => d"}
+
+
+def test_a_compile_whose_skew_buffers_cannot_be_cut_names_the_sram_they_need(build, monkeypatch):
+    """Cut to the SRAM left, a barrier's skew buffer stalls the pipeline: the compile fails on
+    the SRAM map of the whole buffers, saying that cutting them stalls."""
+    from wsecc import flow
+    from wsecc.options import Options
+    from wsecc.sim import sram
+
+    prog = barrier(build)
+    whole = simulate_l1(prog, samples=4)
+    need = max(s.bytes_per_pe for s in whole.skew_buffers if s.kernel == "d")
+    with pytest.raises(SimulationError, match=r"deadlock"):
+        simulate_l1(prog, samples=4, skew_room={"d": need // 8})
+    real_map = sram.sram_map
+
+    def crowded(program, *, extra_buffers=None):  # the kernels' own SRAM leaves d little room
+        m = real_map(program, extra_buffers=extra_buffers)
+        if extra_buffers is None:
+            return dataclasses.replace(
+                m, kernel_max={**m.kernel_max, "d": m.sram_bytes_per_pe - need // 8}
+            )
+        if extra_buffers.get("d", 0) > need // 8:
+            raise sram.SramError(f"'d' needs {extra_buffers['d']:,} B/PE of skew buffers")
+        return m
+
+    monkeypatch.setattr(sram, "sram_map", crowded)
+    with pytest.raises(
+        sram.SramError, match=r"'d' needs .*; cut to fit, they stall the pipeline \(deadlock"
+    ):
+        flow.simulate(prog, Options(sim_samples=4))
 
 
 def crossing(build):

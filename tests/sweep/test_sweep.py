@@ -165,3 +165,14 @@ def test_an_unreachable_ray_cluster_fails_in_one_line(tmp_path: Path, capsys) ->
     assert main(["sweep", str(spec), "-o", str(out), "--ray", "127.0.0.1:1"]) == 2
     assert "--ray 127.0.0.1:1: nothing answers there" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_cli_exits_1_when_a_point_failed(tmp_path: Path, capsys) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        f'[[models]]\npath = "{SAMPLES / "bert_dynamo.onnx"}"\n[axes]\nseq = [16, 4096]\n'
+        '[fixed]\nplacer = "greedy"\nvalidate = false\nsim = "l0"\n'
+    )
+    assert main(["sweep", str(spec), "-o", str(tmp_path / "out"), "--workers", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "2 points, 0 kept from before, 2 run, 1 failed; --retry-failed" in out

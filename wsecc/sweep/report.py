@@ -83,13 +83,15 @@ def read_measured(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 def match_measured(
     rows: Sequence[Mapping[str, Any]], measured: Sequence[Mapping[str, Any]]
 ) -> list[Match]:
-    """Each published figure with each ok row it names: every key column the published row
-    fills (model, seq, batch, target, ...) equal."""
+    """Each published figure with each ok row it names: every point column (model, seq,
+    batch, target, ...) the published row fills is equal; its other columns (a source, a
+    note) are not compared."""
+    keys = point_keys(rows)
     out = []
     for m in measured:
-        keys = [k for k, v in m.items() if k not in METRICS and v is not None]
+        named = [k for k in keys if m.get(k) is not None]
         for r in rows:
-            if r["status"] != "ok" or any(str(r.get(k)) != str(m[k]) for k in keys):
+            if r["status"] != "ok" or any(str(r.get(k)) != str(m[k]) for k in named):
                 continue
             for metric in METRICS:
                 if m.get(metric):
@@ -163,10 +165,11 @@ def _html(
     if matches:
         parts.append("<h2>Against published figures</h2>")
         mk = [k for k in keys if any(m.measured.get(k) is not None for m in matches)]
+        notes = [k for k in matches[0].measured if k not in keys and k not in METRICS]
         parts.append(_table(
-            [*mk, "metric", "published", "wsecc", "wsecc / published"],
+            [*mk, "metric", "published", "wsecc", "wsecc / published", *notes],
             [[m.row.get(k) for k in mk] + [m.metric, m.measured[m.metric], m.row[m.metric],
-              m.ratio] for m in matches],
+              m.ratio] + [m.measured.get(k) for k in notes] for m in matches],
         ))  # fmt: skip
     parts.append("<h2>Every point</h2>")
     parts.append(_table(cols, [[r.get(c) for c in cols] for r in rows]))
