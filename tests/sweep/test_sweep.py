@@ -176,3 +176,33 @@ def test_the_cli_exits_1_when_a_point_failed(tmp_path: Path, capsys) -> None:
     assert main(["sweep", str(spec), "-o", str(tmp_path / "out"), "--workers", "1"]) == 1
     out = capsys.readouterr().out
     assert "2 points, 0 kept from before, 2 run, 1 failed; --retry-failed" in out
+
+
+def test_a_worker_that_dies_fails_its_point_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    """A worker killed mid-point (as the kernel's OOM killer would): that point is a failed
+    row, every other point runs on a fresh pool."""
+    import multiprocessing
+
+    from wsecc.sweep.pool import run_local
+    from wsecc.sweep.run import make_tasks
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        f'[[models]]\npath = "{SAMPLES / "bert_dynamo.onnx"}"\n[axes]\nseq = [8, 16, 24]\n'
+        '[fixed]\nplacer = "greedy"\nvalidate = false\nsim = "l0"\n'
+    )
+    points = load_spec(spec).points()
+    rows: dict[str, dict] = {}
+
+    def on_message(message: tuple) -> None:
+        kind, payload = message
+        if kind == "start" and not rows and payload == points[0].config_hash:
+            for child in multiprocessing.active_children():
+                if child.name.startswith("SpawnProcess"):
+                    os.kill(child.pid, signal.SIGKILL)
+        elif kind == "row":
+            rows[payload["config_hash"]] = payload
+
+    run_local(make_tasks(points), 1, None, on_message)
+    assert [rows[p.config_hash]["status"] for p in points] == ["failed", "ok", "ok"]
+    assert "worker process died" in rows[points[0].config_hash]["error"]

@@ -53,7 +53,7 @@ SPEC_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
 """The options a spec may set. tests/sweep checks every key is a long option of `wsecc
 compile`, so the two cannot drift apart."""
 
-_PATH_KEYS = ("pins",)  # file options: relative to the spec's folder
+_PATH_KEYS = ("pins",)  # file options (and a target .toml): relative to the spec's folder
 
 
 class SpecError(WseccError):
@@ -125,19 +125,15 @@ def _key(raw: str, where: str) -> str:
 
 
 def _value(key: str, value: Any, where: str, base: Path) -> Any:
-    field, types = SPEC_KEYS[key]
+    """One option's value checked and normalized: files resolved against the spec's folder,
+    a dim table sorted, a budget a float."""
+    types = SPEC_KEYS[key][1]
+    kinds = types if isinstance(types, tuple) else (types,)
     # TOML booleans are ints to Python: an int option must not take true/false
-    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-        ok = False
-    else:
-        ok = isinstance(value, types)
-    if not ok:
-        expected = " or ".join(
-            t.__name__ for t in (types if isinstance(types, tuple) else (types,))
-        )
-        raise SpecError(
-            f"{where}: {key} = {value!r} is not a{'n' if expected[0] in 'aeiou' else ''} {expected}"
-        )
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        expected = " or ".join(t.__name__ for t in kinds)
+        article = "an" if expected[0] in "aeiou" else "a"
+        raise SpecError(f"{where}: {key} = {value!r} is not {article} {expected}")
     if key == "dim":
         for name, v in value.items():
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -145,15 +141,11 @@ def _value(key: str, value: Any, where: str, base: Path) -> Any:
         return dict(sorted(value.items()))
     if key in ("batch", "seq", "chunk-tokens") and value <= 0:
         raise SpecError(f"{where}: {key} = {value} must be positive")
-    if key in _PATH_KEYS:
+    if key in _PATH_KEYS or (key == "target" and value.endswith(".toml")):
         path = (base / value).resolve()
         if not path.is_file():
             raise SpecError(f"{where}: {key} = {value!r}: no such file ({path})")
         return str(path)
-    if key == "target" and not value.endswith(".toml"):
-        return value
-    if key == "target":
-        return str((base / value).resolve())
     if key == "time-budget":
         return float(value)
     return value
