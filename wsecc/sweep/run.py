@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import time
@@ -43,11 +44,17 @@ def frontend_key(p: Point) -> tuple[Any, ...]:
 
 
 def make_tasks(points: list[Point]) -> list[Task]:
-    """Points grouped by frontend key, in the order each key first appears."""
+    """Points grouped by frontend key, the groups dealt model by model in turn (the first of
+    each model's groups, then the second, ...): workers that start together then mostly
+    compile different models, rather than wait on one another for the same placement."""
     groups: dict[tuple[Any, ...], list[Point]] = {}
     for p in points:
         groups.setdefault(frontend_key(p), []).append(p)
-    return [Task(tuple(g)) for g in groups.values()]
+    by_model: dict[str, list[Task]] = {}
+    for g in groups.values():
+        by_model.setdefault(g[0].model.name, []).append(Task(tuple(g)))
+    rounds = itertools.zip_longest(*by_model.values())
+    return [t for r in rounds for t in r if t is not None]
 
 
 def run_task(task: Task, cache_dir: str | None) -> Iterator[Message]:
