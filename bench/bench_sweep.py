@@ -6,9 +6,11 @@
 `shared`: one model over `--batches` batch sizes (1..N), default options (CP-SAT, 10 s budget,
 L1), one worker, twice: with the sweep's shared stages (one placement for every batch) and
 without (every point placed anew, as N separate compiles would); prints both wall times and
-their ratio. `measured`: bench/sweeps/measured.toml (the real-size suite's models x 10 batch
-sizes x 2 targets, 200 points; bench/export_models.py makes the models) on the local pool, and
-with `--ray` on a local Ray cluster too, then the two tables compared apart from wall times.
+their ratio. `measured`: bench/sweeps/measured.toml (the real-size suite's models x 2 batch
+sizes x 2 targets x 5 chunk sizes, 200 points; bench/export_models.py makes the models) on the local
+pool, and with `--ray` on a local Ray cluster too (starting from the local run's placement
+cache: frontend, passes, sizing and simulation run on Ray), then the two tables compared apart
+from wall times.
 Figures go to stdout; record them in bench/RESULTS.md with the command and the machine.
 """
 
@@ -50,6 +52,8 @@ def measured(ray: bool) -> None:
     runs = {"local": out} | ({"ray": out.with_name("measured-ray.sweep")} if ray else {})
     for runner, folder in runs.items():
         shutil.rmtree(folder, ignore_errors=True)
+        if runner == "ray":  # the local run's placements (greedy: deterministic), to save time;
+            shutil.copytree(out / "cache", folder / "cache")  # every other stage runs on Ray
         t0 = time.perf_counter()
         s = run_sweep(spec, folder, ray="local" if runner == "ray" else None)
         print(f"{runner}: {s.points} points, {s.failed} failed, {time.perf_counter() - t0:.0f} s")
