@@ -41,20 +41,47 @@ def point_keys(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _varying(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[str]:
-    return [k for k in keys if len({json.dumps(r.get(k)) for r in rows}) > 1]
+    """The point columns that take several values within one model (a model's own seq is a
+    property of the model, not an axis)."""
+    out = []
+    for k in keys:
+        per_model: dict[str, set[str]] = {}
+        for r in rows:
+            per_model.setdefault(str(r["model"]), set()).add(json.dumps(r.get(k)))
+        if any(len(v) > 1 for v in per_model.values()):
+            out.append(k)
+    return out
 
 
 def _series(
     rows: Sequence[Mapping[str, Any]], x: str, y: str, others: Sequence[str]
 ) -> dict[str, list[tuple[float, float]]]:
-    """(x, y) lines, one per model and value of each of the `others` columns."""
+    """(x, y) lines, one per value of each of the `others` columns ("model" among them for a
+    line per model)."""
     out: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
         if r.get(x) is None or not r.get(y):
             continue
-        label = " ".join([str(r["model"])] + [f"{k}={r[k]}" for k in others])
+        label = " ".join(str(r[k]) if k == "model" else f"{k}={r[k]}" for k in others) or y
         out.setdefault(label, []).append((float(r[x]), float(r[y])))
     return out
+
+
+MAX_LINES = 12
+"""Lines one plot may hold; past it a plot shows one line per model at the other axes' first
+values (and says so in its title)."""
+
+
+def _slice(
+    rows: Sequence[Mapping[str, Any]], others: Sequence[str]
+) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
+    """`rows` and {} when their lines (one per value of `others`) are few enough; else the
+    rows at the first value of each of `others` but the model, and those values."""
+    lines = {tuple(json.dumps(r.get(k)) for k in others) for r in rows}
+    if len(lines) <= MAX_LINES or not rows:
+        return list(rows), {}
+    fixed = {k: rows[0].get(k) for k in others if k != "model"}
+    return [r for r in rows if all(r.get(k) == v for k, v in fixed.items())], fixed
 
 
 @dataclass(frozen=True)
@@ -115,15 +142,23 @@ def write_report(folder: str | os.PathLike[str], measured: str | None = None) ->
         ("batch", "tokens_per_s", "batch", "tokens/s", "tokens_vs_batch.png"),
         ("params", "utilization", "parameters", "utilization of peak", "utilization_vs_size.png"),
     ):
+        # a line per model along an axis; along model size, a line through the models
         others = [k for k in _varying(ok, keys) if k not in (x, "model")]
-        series = _series(ok, x, y, others)
-        if not series or len({p[0] for pts in series.values() for p in pts}) < 2:
-            continue  # nothing varies along x
-        pub = _series([m.row | {y: m.measured[y]} for m in matches if m.metric == y], x, y,
+        others = others if x == "params" else ["model", *others]
+        shown, fixed = _slice(ok, others)
+        if fixed:  # too many lines to read: the other axes at their first value
+            others = [k for k in others if k not in fixed]
+        series = _series(shown, x, y, others)
+        if not series or max(len({p[0] for p in pts}) for pts in series.values()) < 2:
+            continue  # no line has two points along x
+        pub = _series([m.row | {y: m.measured[y]} for m in matches if m.metric == y
+                       and all(m.row.get(k) == v for k, v in fixed.items())], x, y,
                       others)  # fmt: skip
+        at = f" at {', '.join(f'{k}={v}' for k, v in fixed.items())}" if fixed else ""
+        caption = f"{ylabel} against {xlabel}{at}"
         write_series_png(folder / name, series, xlabel=xlabel, ylabel=ylabel,
-                         title=f"{folder.name}: {ylabel} against {xlabel}", measured=pub)  # fmt: skip
-        pictures.append((name, f"{ylabel} against {xlabel}"))
+                         title=f"{folder.name}: {caption}", measured=pub)  # fmt: skip
+        pictures.append((name, caption))
     page = _html(folder, rows, keys, pictures, matches)
     out = folder / "report.html"
     tmp = folder / ".report.html.tmp"
