@@ -116,6 +116,20 @@ def chain_f16(partials, out):  # type: ignore[no-untyped-def]
             out[j] = _f16_sum(out[j], _f16(partials[i, j]))
 
 
+@njit(inline="always")
+def _add_partial(acc, m, j, p, dropped, step, half):  # type: ignore[no-untyped-def]
+    """acc[m, j] takes the next partial `p` of its chain (step 0 starts it; `dropped`: the
+    drop_partial fault loses it), in fp16 (`half`: partial and sum rounded) or float32."""
+    if dropped:
+        p = np.float32(0)
+    if step == 0:
+        acc[m, j] = _f16(p) if half else p
+    elif half:
+        acc[m, j] = _f16_sum(acc[m, j], _f16(p))
+    else:
+        acc[m, j] = acc[m, j] + p
+
+
 @njit
 def _column_sums(xt, tiles, cols, first, drop, half, b):  # type: ignore[no-untyped-def]
     """Block b of x W as [M, cw], each column's partials summed in the reduce-scatter order of
@@ -144,15 +158,7 @@ def _column_sums(xt, tiles, cols, first, drop, half, b):  # type: ignore[no-unty
             for m in range(M):
                 xv = xt[i, m, 0]
                 for j in range(n):
-                    p = xv * w[j]
-                    if i == 0 and drop[b, j]:
-                        p = np.float32(0)
-                    if step == 0:
-                        acc[m, j] = _f16(p) if half else p
-                    elif half:
-                        acc[m, j] = _f16_sum(acc[m, j], _f16(p))
-                    else:
-                        acc[m, j] = acc[m, j] + p
+                    _add_partial(acc, m, j, xv * w[j], i == 0 and drop[b, j], step, half)
         return acc
     # Fortran sgemm: C[n, M] = alpha A[n, kh] B[kh, M] + beta C, A = W_i's block (C order
     # [kh, cw]: lda = cw), B = x_i (C order [M, kh]: ldb = kh), C = acc or p (ldc = cw)
@@ -173,20 +179,12 @@ def _column_sums(xt, tiles, cols, first, drop, half, b):  # type: ignore[no-unty
             continue
         for m in range(M):
             for j in range(n):
-                v = np.float32(0) if (i == 0 and drop[b, j]) else p[m, j]
-                if step == 0:
-                    acc[m, j] = _f16(v) if half else v
-                elif half:
-                    acc[m, j] = _f16_sum(acc[m, j], _f16(v))
-                else:
-                    acc[m, j] = acc[m, j] + v
+                _add_partial(acc, m, j, p[m, j], i == 0 and drop[b, j], step, half)
     return acc
 
 
 @njit(
-    types.void(
-        _IN3, _IN4, _INT2, _INT1, _KEEP2, _bool, _IN1, _i64, _bool, _OUT2, _i64, _i64
-    ),
+    types.void(_IN3, _IN4, _INT2, _INT1, _KEEP2, _bool, _IN1, _i64, _bool, _OUT2, _i64, _i64),
     nogil=True,
     cache=True,
 )
