@@ -88,7 +88,6 @@ def run_task(task: Task, cache_dir: str | None) -> Iterator[Message]:
 def _compile(c: Any, cache: Path | None) -> Any:
     """Lower, size, place and route (or take the cached placement of the same program) and
     simulate a compilation forked after its passes."""
-    from wsecc.flow import place_and_route
     from wsecc.kernels import Sizing
     from wsecc.place.problem import Placement, PlacementProblem
     from wsecc.program import Program
@@ -97,7 +96,7 @@ def _compile(c: Any, cache: Path | None) -> Any:
 
     o, target = c.options, c.target
     c.lower_and_size()
-    kg, sizing = c.kernel_graph, c.sizing
+    kg = c.kernel_graph
     key = {
         "kernels": hashlib.sha256(json.dumps(kg.to_json(), sort_keys=True).encode()).hexdigest(),
         "target": hashlib.sha256(target_source(o.target)[0].encode()).hexdigest(),
@@ -107,13 +106,9 @@ def _compile(c: Any, cache: Path | None) -> Any:
     }  # fmt: skip
 
     def place() -> dict[str, Any]:
-        placed = place_and_route(
-            kg, sizing, target, o.precision, placer=o.placer, time_budget_s=o.time_budget_s,
-            seed=o.seed, deterministic=o.deterministic, pins=o.pins,
-        )  # fmt: skip
-        p = placed.program
+        p = c.place_and_route().program
         return {
-            "problem": placed.problem.to_json(), "sizing": p.sizing.to_json(),
+            "problem": c.problem.to_json(), "sizing": p.sizing.to_json(),
             "placement": p.placement.to_json(), "routing": p.routing.to_json(),
         }  # fmt: skip
 
