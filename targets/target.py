@@ -108,6 +108,16 @@ class OffWafer:
 
 
 @dataclass(frozen=True)
+class System:
+    """The system around the wafer that training's weight streaming uses (optional section
+    `[system]`; a target without it cannot weight-stream). The system I/O bandwidth is
+    `io.offwafer_bytes_per_s`, shared by weights streaming in and gradients streaming out."""
+
+    external_memory_bytes: float  # MemoryX: weights and optimizer state off the wafer
+    max_systems: int  # systems SwarmX connects for data parallel training
+
+
+@dataclass(frozen=True)
 class Target:
     """A wafer: fabric geometry, clock, per-PE SRAM and rates, fabric links, colors, host I/O.
 
@@ -127,6 +137,7 @@ class Target:
     link: Link
     colors: Colors
     io: OffWafer
+    system: System | None = None  # optional section: absent, the target cannot weight-stream
     sources: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -181,6 +192,7 @@ _PACKAGE = "wsecc.targets"
 _SECTIONS: tuple[str, ...] = tuple(
     f.name for f in fields(Target) if f.name not in ("name", "description", "sources")
 )
+_OPTIONAL_SECTIONS = frozenset({"system"})
 
 
 def list_targets() -> list[str]:
@@ -231,7 +243,9 @@ def parse_target(text: str, filename: str) -> Target:
             raise fail(f"unknown field {key}")
     hints = get_type_hints(Target)
     sections = {
-        name: _read_section(hints[name], name, doc.get(name, {}), fail) for name in _SECTIONS
+        name: _read_section(_section_class(hints[name]), name, doc.get(name, {}), fail)
+        for name in _SECTIONS
+        if name in doc or name not in _OPTIONAL_SECTIONS
     }
     target = Target(
         name=_read_str(doc, "name", fail),
@@ -241,6 +255,12 @@ def parse_target(text: str, filename: str) -> Target:
     )
     _check_consistency(target, fail)
     return target
+
+
+def _section_class(hint: Any) -> type:
+    """The dataclass of a section's type hint (`System | None` for an optional one)."""
+    args = [a for a in getattr(hint, "__args__", ()) if a is not type(None)]
+    return args[0] if args else hint  # type: ignore[no-any-return]
 
 
 def _read_str(doc: dict[str, Any], key: str, fail: _Fail) -> str:

@@ -46,7 +46,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         "--batch",
         type=_positive_int,
         default=None,
-        help=f"bind the batch dim (default {option_default('batch')})",
+        help="bind the batch dim (default 1); with --mode train, the global batch of an "
+        "optimizer step (default: chosen for throughput)",
     )
     p.add_argument(
         "--seq",
@@ -328,7 +329,8 @@ def _options(args: argparse.Namespace) -> Any:
     from wsecc.compiler import Options
 
     return Options(
-        target=args.target, batch=args.batch or 1, seq=args.seq, dims=_parse_dims(args.dim),
+        target=args.target, batch=args.batch, seq=args.seq, dims=_parse_dims(args.dim),
+        mode=args.mode, execution=args.execution, systems=args.systems,
         precision=args.precision, chunk_tokens=args.chunk_tokens, placer=args.placer,
         time_budget_s=args.time_budget, seed=args.seed, deterministic=args.deterministic,
         pins=args.pins, check_each_pass=args.check_each_pass, explain=args.explain,
@@ -346,8 +348,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else Path(f"{model.stem}.wsecc")
     options = _options(args)
     with StageDisplay(quiet=args.json) as display:
-        c = Compilation.load(model, options, display.update)
-        c.fuse().lower_and_size().place_and_route().simulate()
+        c = Compilation.load(model, options, display.update).run()
         written = c.write(out_dir)
         display.update(
             "write", f"{out_dir}/ ({', '.join(sorted(p.name for p in written.iterdir()))})"
@@ -453,6 +454,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(c)
     _add_target_args(c)
     c.add_argument("--out", "-o", default=None, help="output folder (default MODEL_STEM.wsecc/)")
+    c.add_argument(
+        "--mode",
+        default=option_default("mode"),
+        choices=choices("mode"),
+        help="infer: forward passes, placed, routed and simulated; train: a training step "
+        "(forward, backward, AdamW), costed pipelined or weight-streaming (README: what train "
+        f"mode models) (default {option_default('mode')})",
+    )
+    c.add_argument(
+        "--execution",
+        default=option_default("execution"),
+        choices=choices("execution"),
+        help="train mode: pipelined (everything resident), weight-streaming (one layer at a "
+        "time, weights from external memory) or auto (the faster that fits; the report says "
+        f"why) (default {option_default('execution')})",
+    )
+    c.add_argument(
+        "--systems",
+        type=_positive_int,
+        default=option_default("systems"),
+        metavar="N",
+        help="train mode: data parallel over N systems (default 1)",
+    )
     c.add_argument(
         "--placer",
         default=option_default("placer"),

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from wsecc.frontend.onnx import ModelInfo
+    from wsecc.gradcheck import GradCheck
     from wsecc.ir.core import Graph
     from wsecc.kernels import KernelGraph, Sizing
     from wsecc.place.problem import Placement, PlacementProblem
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from wsecc.sim.perf import PerfResult
     from wsecc.sim.sram import SramMap
     from wsecc.targets import Target
+    from wsecc.train import TrainResult
 
 T = TypeVar("T")
 
@@ -96,6 +98,8 @@ class Compilation:
     perf: PerfResult | None = None  # L0
     events: EventResult | None = None  # L1 (when options.sim is l1)
     numerics: NumericsResult | None = None  # None when not validated
+    training: TrainResult | None = None  # train mode: the step's cost (`wsecc.train`)
+    gradients: GradCheck | None = None  # train mode, validated: gradients against onnxruntime
     saved_report: dict[str, Any] | None = None  # when reloaded from an output folder
     sim_inputs: dict[str, np.ndarray] | None = None
     sim_outputs: dict[str, np.ndarray] | None = None
@@ -183,17 +187,21 @@ class Compilation:
         precision, placer, ...): the frontend and pass products are shared, the later stages
         not run. The bindings (batch, seq, dims) must be this compilation's; a sweep compiles
         many points of one binding this way."""
+        from wsecc.flow import bound_batch
         from wsecc.targets import load_target
 
         o = self.options
-        if (options.batch, options.seq, dict(options.dims)) != (o.batch, o.seq, dict(o.dims)):
+        if (bound_batch(options), options.seq, dict(options.dims)) != (
+            bound_batch(o), o.seq, dict(o.dims)
+        ):
             raise ValueError("fork: the bindings (batch, seq, dims) must stay the same")
         self._need(self.fused, "fuse")
         seconds = {k: v for k, v in self.seconds.items() if k in ("frontend", "passes")}
         return dataclasses.replace(
             self, options=options, target=load_target(options.target), kernel_graph=None,
             sizing=None, problem=None, program=None, sram=None, perf=None, events=None,
-            numerics=None, sim_inputs=None, sim_outputs=None, seconds=seconds,
+            numerics=None, sim_inputs=None, sim_outputs=None, seconds=seconds, training=None,
+            gradients=None,
         )  # fmt: skip
 
     def _ensure_fused(self) -> None:
@@ -240,6 +248,44 @@ class Compilation:
             + self.sizing.summary(),
         )
         return self
+
+    def run(self) -> Compilation:
+        """Every later stage of the options' mode: fuse, lower and size, place and route,
+        simulate; in train mode fuse, then `train`."""
+        if self.options.mode == "train":
+            return self.fuse().train()
+        return self.fuse().lower_and_size().place_and_route().simulate()
+
+    def train(self) -> Compilation:
+        """Stage 3 in train mode: lower the fused graph and cost a training step, pipelined or
+        weight-streaming (`wsecc.train`); with `validate`, check the gradients."""
+        from wsecc.flow import lower
+        from wsecc.train import plan_training
+
+        o = self.options
+        fused = self._need(self.fused, "fuse")
+        with self._stage("train"):
+            self.kernel_graph = lower(fused)
+            self.training = plan_training(
+                self.kernel_graph, self.target, o.precision, execution=o.execution,
+                batch=o.batch, systems=o.systems, chunk_tokens=o.chunk_tokens,
+            )  # fmt: skip
+        self.sizing = self.training.sizing
+        t = self.training
+        self.progress(
+            "train",
+            f"{t.execution.value} ({t.why}): batch {t.batch} = {t.systems} system(s) x "
+            f"{t.grad_accum} x {t.micro_batch}; {t.samples_per_s:,.1f} samples/s, "
+            f"{t.tokens_per_s:,.0f} tokens/s, step {t.step_s * 1e3:,.1f} ms, bound {t.bound}",
+        )
+        if self._should_validate():
+            self.validate_gradients()
+        return self
+
+    def validate_gradients(self) -> Compilation:
+        """Train mode: the gradient of the loss for every weight against central finite
+        differences of onnxruntime on the original file (`wsecc.gradcheck`)."""
+        raise NotImplementedError
 
     def place_and_route(self) -> Compilation:
         """Stage 4: place the regions (re-sizing at lower fill if they do not pack) and route."""
@@ -395,6 +441,21 @@ class Compilation:
             }
         return rep
 
+    def report_training(self) -> dict[str, Any]:
+        """The report's `performance` object in train mode: the step's figures (`wsecc.train`);
+        `latency_s` is one optimizer step."""
+        t = self._need(self.training, "train")
+        return {
+            "model": "train",
+            "samples_per_s": t.samples_per_s,
+            "tokens_per_s": t.tokens_per_s,
+            "latency_s": t.step_s,
+            "utilization": t.utilization,
+            "bottleneck": t.bound,
+            "bottleneck_kind": "step",
+            **t.to_json(),
+        }
+
     def _link_util_max(self) -> float:
         if self.events is not None and self.events.links:
             return max(u.peak for u in self.events.links)
@@ -418,6 +479,7 @@ class Compilation:
         g = self.fused if self.fused is not None else self.graph
         saved = self.saved_report or {}
         rep: dict[str, Any] = {"schema": REPORT_SCHEMA, "wsecc": __version__}
+        rep["mode"] = self.options.mode.value
         if g is not None:
             rep["model"] = self._model(g)
         else:
@@ -483,6 +545,9 @@ class Compilation:
             }
             rep["performance"] = self.report_performance()
             rep["numerics"] = self.numerics.to_json() if self.numerics is not None else None
+        if self.training is not None:
+            rep["performance"] = self.report_training()
+            rep["numerics"] = self.gradients.to_json() if self.gradients is not None else None
         rep["stage_seconds"] = dict(self.seconds)
         if not timings:
             _drop_timings(rep)
@@ -490,8 +555,8 @@ class Compilation:
 
     def _kernel_rows(self) -> list[dict[str, Any]]:
         rows = []
-        for k in self.kernel_graph.kernels:
-            ks = self.sizing.kernel(k.name)
+        for ks in self.sizing.kernels:  # weight streaming: the unit on the wafer
+            k = self.kernel_graph.kernel(ks.name)
             row: dict[str, Any] = {"name": k.name, "kind": k.kind.value}
             w, h = ks.w, ks.h
             if self.placement is not None:  # the placer may pick one of sizing's alternatives
@@ -694,6 +759,4 @@ def compile(  # noqa: A001 - the verb users expect: wsecc.compile(...)
         opts = Options(**options)
     except TypeError as e:
         raise WseccError(f"wsecc.compile: {e}") from None
-    c = Compilation.load(path, opts, progress)
-    c.fuse().lower_and_size().place_and_route().simulate()
-    return c
+    return Compilation.load(path, opts, progress).run()

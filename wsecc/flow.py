@@ -37,7 +37,7 @@ from wsecc.route.problem import (
 )
 from wsecc.route.router import route
 from wsecc.targets import Target
-from wsecc.vocab import SimLevel
+from wsecc.vocab import Mode, SimLevel
 
 if TYPE_CHECKING:
     from wsecc.frontend.onnx import ModelInfo
@@ -52,7 +52,13 @@ def load(path: Path, options: Options) -> tuple[Graph, ModelInfo]:
     """Load, bind and import the ONNX file (folded, into the wsecc IR)."""
     from wsecc.frontend.onnx import import_model
 
-    return import_model(path, batch=options.batch, seq=options.seq, dims=dict(options.dims))
+    return import_model(path, batch=bound_batch(options), seq=options.seq, dims=dict(options.dims))
+
+
+def bound_batch(options: Options) -> int:
+    """The batch the graph is bound at: `options.batch`, or 1 in train mode, whose kernels are
+    per sample (the global batch is the step's, `wsecc.train`)."""
+    return options.batch if options.mode is Mode.INFER and options.batch else 1
 
 
 def fuse(graph: Graph, model_path: Path, options: Options) -> tuple[Graph, list[PassRecord]]:
@@ -75,12 +81,18 @@ def fuse(graph: Graph, model_path: Path, options: Options) -> tuple[Graph, list[
     return fused, records
 
 
+def lower(fused: Graph) -> KernelGraph:
+    """The `lower` pass (it requires a fused graph): kernels and flows, per sample."""
+    kg, _ = PassManager(LOWERING).run(fused)
+    assert isinstance(kg, KernelGraph)  # lowering produces the KERNELS level
+    return kg
+
+
 def lower_and_size(
     fused: Graph, target: Target, precision: str, chunk_tokens: int = DEFAULT_CHUNK_TOKENS
 ) -> tuple[KernelGraph, Sizing]:
-    """Lower (the `lower` pass, which requires a fused graph) and size at the first fill."""
-    kg, _ = PassManager(LOWERING).run(fused)
-    assert isinstance(kg, KernelGraph)  # lowering produces the KERNELS level
+    """Lower and size at the first fill."""
+    kg = lower(fused)
     return kg, size_regions(kg, target, precision, fill=FILL_STEPS[0], chunk_tokens=chunk_tokens)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from wsecc.errors import WseccError
 from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
-from wsecc.vocab import Placer, Precision, SimLevel, parse
+from wsecc.vocab import Execution, Mode, Placer, Precision, SimLevel, parse
 
 FAULTS = ("drop_partial", "misplace_tile")
 """Faults `inject_fault` can put into the functional simulation (`wsecc.sim.functional`):
@@ -27,7 +27,8 @@ class Options:
     string values ("mixed", "l1", "cpsat")."""
 
     target: str = "wse2"
-    batch: int = 1
+    mode: Mode = Mode.INFER
+    batch: int | None = None  # None: 1 in infer mode; in train mode the global batch is chosen
     seq: int | None = None  # None: the model's context where the graph shows it, else 128
     dims: Mapping[str, int] = field(default_factory=dict)
     precision: Precision = Precision.MIXED
@@ -40,6 +41,8 @@ class Options:
     validate: bool | None = None  # None: on when the model is small enough to run quickly
     sim: SimLevel = SimLevel.L1
     sim_samples: int = 4
+    execution: Execution = Execution.AUTO  # train mode: pipelined, weight-streaming or auto
+    systems: int = 1  # train mode: data parallel over this many systems
     inputs: str | None = None  # an .npz of model inputs for the numerics
     inject_fault: str | None = None  # a check of the checks: break the functional simulation
     save_outputs: bool = False
@@ -53,6 +56,16 @@ class Options:
         set_(self, "precision", parse(Precision, self.precision, "precision"))
         set_(self, "sim", parse(SimLevel, self.sim, "simulator level"))
         set_(self, "placer", parse(Placer, self.placer, "placer"))
+        set_(self, "mode", parse(Mode, self.mode, "mode"))
+        set_(self, "execution", parse(Execution, self.execution, "execution"))
+        if self.batch is None and self.mode is Mode.INFER:
+            set_(self, "batch", 1)
+        if self.batch is not None and self.batch < 1:
+            raise WseccError(f"batch must be at least 1, got {self.batch}")
+        if self.systems < 1:
+            raise WseccError(f"systems must be at least 1, got {self.systems}")
+        if self.mode is Mode.INFER and (self.systems != 1 or self.execution is not Execution.AUTO):
+            raise WseccError("--execution and --systems are train-mode options (--mode train)")
         if self.placer is Placer.MANUAL and not self.pins:
             raise WseccError("placer 'manual' needs pins (--pins FILE)")
         if self.inject_fault is not None and self.inject_fault not in FAULTS:
@@ -75,6 +88,12 @@ def default(name: str) -> Any:
 def choices(name: str) -> tuple[str, ...]:
     """The values an enum option takes, in order."""
     kind = Options.__annotations__[name]
-    enums = {"Precision": Precision, "SimLevel": SimLevel, "Placer": Placer}
+    enums = {
+        "Precision": Precision,
+        "SimLevel": SimLevel,
+        "Placer": Placer,
+        "Mode": Mode,
+        "Execution": Execution,
+    }
     e: type[enum.StrEnum] = enums[kind]
     return tuple(m.value for m in e)

@@ -76,7 +76,19 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
                 f"{_si(perf['samples_per_s'], 'samples/s')}, {_si(perf['tokens_per_s'], 'tokens/s')} ({perf['model']})",
             )
         )
-        rows.append(("latency", _seconds(perf["latency_s"])))
+        if perf["model"] == "train":
+            rows[-1:-1] = [("mode", f"train, {perf['execution']} ({perf['execution_reason']})")]
+            rows.append(
+                (
+                    "batch",
+                    f"{perf['batch']:,} = {perf['systems']} system(s) x {perf['grad_accum']} "
+                    f"pass(es) x {perf['micro_batch']:,} samples"
+                    + (f" (chosen: {perf['batch_chosen']})" if perf["batch_chosen"] else ""),
+                )
+            )
+            rows.append(("step", _seconds(perf["latency_s"])))
+        else:
+            rows.append(("latency", _seconds(perf["latency_s"])))
         rows.append(("utilization", f"{100 * perf['utilization']:.1f}% of peak"))
         rows.append(("bottleneck", str(perf["bottleneck"])))
     elif s:

@@ -28,6 +28,24 @@ class SimLevel(enum.StrEnum):
     L1 = "l1"
 
 
+class Mode(enum.StrEnum):
+    """infer: forward passes, layer-pipelined; train: a training step (forward, backward, AdamW
+    update), `wsecc.train`."""
+
+    INFER = "infer"
+    TRAIN = "train"
+
+
+class Execution(enum.StrEnum):
+    """How a training step runs (`wsecc.train`). pipelined: every layer's forward and backward
+    kernels resident on the wafer; weight-streaming: one layer at a time on the whole wafer,
+    weights streamed in from external memory; auto: pipelined when it fits, else streaming."""
+
+    AUTO = "auto"
+    PIPELINED = "pipelined"
+    WEIGHT_STREAMING = "weight-streaming"
+
+
 class Placer(enum.StrEnum):
     GREEDY = "greedy"
     CPSAT = "cpsat"

@@ -69,7 +69,8 @@ def test_a_models_own_options_bind_it(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "body, message",
     [
-        ("[axes]\nmode = ['train']\n", "unknown option 'mode'"),
+        ("[axes]\nreplicas = [2]\n", "unknown option 'replicas'"),
+        ("[axes]\nmode = ['fly']\n", "unknown mode 'fly'"),
         ("[axes]\nbatch = [1, 'two']\n", "batch = 'two' is not an int"),
         ("[axes]\nbatch = [true]\n", "batch = True is not an int"),
         ("[axes]\nbatch = []\n", "batch must be a non-empty list"),

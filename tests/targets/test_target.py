@@ -15,7 +15,8 @@ SECTIONS = [f.name for f in fields(Target) if f.name not in ("name", "descriptio
 
 
 def dotted_fields(t: Target) -> list[str]:
-    return [f"{s}.{f.name}" for s in SECTIONS for f in fields(getattr(t, s))]
+    present = [s for s in SECTIONS if getattr(t, s) is not None]  # [system] is optional
+    return [f"{s}.{f.name}" for s in present for f in fields(getattr(t, s))]
 
 
 def test_list_targets() -> None:

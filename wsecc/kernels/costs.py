@@ -28,8 +28,8 @@ latencies lengthen the pipeline fill, not the steady state, and are not charged 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from wsecc.kernels.conv import cdiv
@@ -97,13 +97,34 @@ class KernelCost:
         return (self.in_bytes_per_sample + self.out_bytes_per_sample) / self.cycles_per_sample
 
 
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: one per sizing
+class TrainCosts:
+    """What pipelined training adds to every kernel's forward cost (`wsecc.train`):
+
+    compute  x (1 + backward flops / forward flops)   the backward runs on the kernel's own
+                                                      PEs at the rate its forward achieves there
+    link     unchanged                                gradients travel the forward's lanes in
+                                                      the other direction (links are full duplex)
+    weights  x (sb + state_bytes) / sb                gradient accumulators and optimizer state
+                                                      beside every weight
+    buffers  + in_flight[k] saved_elems sb / (h w)    activations kept for the backward pass
+                                                      of the samples between its forward and
+                                                      backward, spread over the region
+    """
+
+    state_bytes: int  # per weight element, beside its storage bytes
+    in_flight: Mapping[str, int]  # kernel name -> samples whose activations it keeps
+
+
 @dataclass(frozen=True)
 class CostContext:
-    """Target, precision and chunking: everything a cost model reads besides the kernel."""
+    """Target, precision and chunking: everything a cost model reads besides the kernel
+    (and, in pipelined training, `train`)."""
 
     target: Target
     precision: str
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    train: TrainCosts | None = None
 
     @property
     def sb(self) -> int:
@@ -203,7 +224,10 @@ def cost_at(kernel: Kernel, h: int, w: int, ctx: CostContext) -> KernelCost:
     """`kernel`'s cost model at h x w in `ctx`, evaluated once per (kind, params, shape,
     context): sizing's menus, the placed sizing, the SRAM map and L0 all ask for the same
     shapes, and an attention model is not free."""
-    return _cost_at(kernel.kind, tuple(sorted(kernel.params.items())), h, w, ctx)
+    params = tuple(sorted(kernel.params.items()))
+    if ctx.train is None:
+        return _cost_at(kernel.kind, params, h, w, ctx)
+    return _train_cost_at(kernel.kind, params, h, w, ctx, ctx.train.in_flight[kernel.name])
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -213,3 +237,32 @@ def _cost_at(
     from wsecc.kernels.kinds import KINDS  # the kinds import this module
 
     return KINDS[kind].cost(dict(params), h, w, ctx)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _train_cost_at(
+    kind: KernelKind,
+    params: tuple[tuple[str, Any], ...],
+    h: int,
+    w: int,
+    ctx: CostContext,
+    in_flight: int,
+) -> KernelCost:
+    """The forward cost with what training adds (`TrainCosts`)."""
+    from wsecc.kernels.kinds import KINDS
+
+    d, p = KINDS[kind], dict(params)
+    if d.grad is None or ctx.train is None:
+        raise ValueError(f"{kind.value} kernels have no gradient rule: they cannot be trained")
+    forward = replace(ctx, train=None)
+    c = _cost_at(kind, params, h, w, forward)
+    fwd = max(1, d.flops(p))
+    s = c.sram
+    sram = replace(
+        s,
+        weights=s.weights * (forward.sb + ctx.train.state_bytes) // forward.sb,
+        buffers=s.buffers + cdiv(in_flight * d.grad.saved_elems(p) * forward.sb, h * w),
+    )
+    return replace(
+        c, sram=sram, compute_cycles=cdiv(c.compute_cycles * (fwd + d.grad.flops(p)), fwd)
+    )

@@ -256,6 +256,18 @@ class KernelGraph:
     def flops_per_sample(self) -> int:
         return sum(k.flops_per_sample for k in self.kernels)
 
+    @property
+    def train_flops_per_sample(self) -> int:
+        """Forward and backward work of a training step per sample (each kind's `GradRule`);
+        ValueError naming the kinds that have none."""
+        untrainable = sorted({k.kind.value for k in self.kernels if k.spec.grad is None})
+        if untrainable:
+            raise ValueError(f"{', '.join(untrainable)} kernels have no gradient rule")
+        return sum(
+            k.flops_per_sample + int(k.spec.grad.flops(k.params))  # type: ignore[union-attr]
+            for k in self.kernels
+        )
+
     def unique_weight_elems(self) -> int:
         """Model parameters, a tied LM head counted once (its table is the embedding's).
         Each region still holds its own copy: see `Kernel.weight_elems`."""

@@ -17,6 +17,8 @@ Every fact about a kind lives in its `KindDef`, written once in `wsecc.kernels.k
                   when `shapes` is not given, sizing's candidates are its breakpoints, so map,
                   simulator and sizing agree by construction
     lowers, lower which fused ops become this kind, and their params (`wsecc.passes.lower`)
+    grad          its gradient rule for training (`GradRule`): the backward pass's work and the
+                  activations its forward keeps for it (`wsecc.train`); None: not trainable
     simulate      the functional simulator's tiled implementation (`wsecc.sim.functional`), a
                   dotted "module:function" resolved when a program is built, so importing a kind
                   never imports the simulator
@@ -80,6 +82,19 @@ kind after all (an elementwise op on a scalar is generic)."""
 
 
 @dataclass(frozen=True)
+class GradRule:
+    """What a kind adds to a training step (`wsecc.train`), per sample.
+
+    `flops`: the backward pass's work (vector ops count as flops, as in `KindDef.flops`): the
+    gradient of its inputs and of its weights. `saved_elems`: activation elements its forward
+    keeps for the backward pass, stored in the precision's storage type. The tensor-level
+    gradient of each fused op, which these count, is its `vjp` in `wsecc.ir.rules`."""
+
+    flops: Callable[[Params], int]
+    saved_elems: Callable[[Params], int]
+
+
+@dataclass(frozen=True)
 class KindDef:
     """One kernel kind, every fact about it (module doc)."""
 
@@ -98,6 +113,7 @@ class KindDef:
     check: Callable[[Params], str] = no_check
     lowers: frozenset[Op] = frozenset()
     lower: LoweringFn | None = None
+    grad: GradRule | None = None
     simulate: str = ""  # "module:function" of its functional builder; "" = not simulated
 
     def __post_init__(self) -> None:

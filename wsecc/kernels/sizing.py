@@ -44,6 +44,7 @@ from wsecc.kernels.costs import (
     CostContext,
     KernelCost,
     SramBreakdown,
+    TrainCosts,
     cost_at,
     least_true,
 )
@@ -422,12 +423,13 @@ def _prepare(
     fill: float,
     chunk_tokens: int,
     max_aspect: float,
+    train: TrainCosts | None = None,
 ) -> tuple[CostContext, _Choice, int]:
     kg.verify()
     check_precision(precision)
     if not 0 < fill <= 1:
         raise ValueError(f"fill must be in (0, 1], got {fill}")
-    ctx = CostContext(target, precision, chunk_tokens)
+    ctx = CostContext(target, precision, chunk_tokens, train)
     menus = _menus(kg, ctx, max_aspect)
     budget = math.floor(fill * target.usable_pes)
     if sum(m.smallest.area for _, m in menus) > budget:
@@ -486,14 +488,16 @@ def size_regions(
     max_aspect: float = DEFAULT_MAX_ASPECT,
     alt_tolerance: float = DEFAULT_ALT_TOLERANCE,
     max_alternatives: int = DEFAULT_MAX_ALTERNATIVES,
+    train: TrainCosts | None = None,
 ) -> Sizing:
     """Region shapes minimising the slowest stage's cycles per sample (see the module doc).
+    With `train`, every kernel is costed with what pipelined training adds (`TrainCosts`).
 
     Verifies the graph first. Guarantees: every PE within target.sram.bytes_per_pe, every region
     within the program rectangle, total area within fill x usable PEs. Raises SizingError (one
     line) when no assignment exists.
     """
-    ctx, menus, budget = _prepare(kg, target, precision, fill, chunk_tokens, max_aspect)
+    ctx, menus, budget = _prepare(kg, target, precision, fill, chunk_tokens, max_aspect, train)
 
     def area_at(T: int) -> int:
         total = 0
@@ -634,7 +638,7 @@ def _sizing(
         usable_pes=target.usable_pes,
         sram_bytes_per_pe=target.sram.bytes_per_pe,
         tokens_per_sample=kg.tokens_per_sample,
-        flops_per_sample=kg.flops_per_sample,
+        flops_per_sample=kg.train_flops_per_sample if ctx.train else kg.flops_per_sample,
         peak_flops_per_cycle=target.usable_pes * target.flops_per_cycle[ctx.precision],
         kernels=tuple(kernels),
     )

@@ -39,8 +39,10 @@ class Task:
 
 
 def frontend_key(p: Point) -> tuple[Any, ...]:
+    from wsecc.flow import bound_batch
+
     o = p.options()
-    return (p.model.sha256, str(p.model.path), o.batch, o.seq, tuple(sorted(o.dims.items())))
+    return (p.model.sha256, str(p.model.path), bound_batch(o), o.seq, tuple(sorted(o.dims.items())))
 
 
 def make_tasks(points: list[Point]) -> list[Task]:
@@ -95,6 +97,8 @@ def _compile(c: Any, cache: Path | None) -> Any:
     from wsecc.targets import target_source
 
     o, target = c.options, c.target
+    if o.mode == "train":  # a training step is costed, not placed (`wsecc.train`)
+        return c.train()
     c.lower_and_size()
     kg = c.kernel_graph
     key = {
@@ -175,6 +179,7 @@ def row_of(p: Point, c: Any) -> dict[str, Any]:
     report = c.report()
     perf, sizing = report["performance"], report["sizing"]
     numerics = report.get("numerics")
+    placed = "placement" in report  # train mode is costed, not placed
     row = {
         **point_columns(p),
         "seq": c.kernel_graph.tokens_per_sample,
@@ -183,15 +188,17 @@ def row_of(p: Point, c: Any) -> dict[str, Any]:
         "samples_per_s": perf["samples_per_s"],
         "tokens_per_s": perf["tokens_per_s"],
         "latency_s": perf["latency_s"],
-        "batch_latency_s": perf["batch_latency_s"],
+        "batch_latency_s": perf.get("batch_latency_s"),
         "utilization": perf["utilization"],
         "bottleneck": str(perf["bottleneck"]),
-        "on_wafer_samples_per_s": perf["on_wafer_samples_per_s"],
+        "on_wafer_samples_per_s": perf.get("on_wafer_samples_per_s"),
         "pes_used": sizing["pes_used"],
         "fabric_fraction": sizing["fabric_fraction"],
-        "sram_max_bytes": report["sram"]["max_bytes"],
-        "colors_max": report["routing"]["colors_max"],
-        "gap": report["placement"]["gap"],
+        "sram_max_bytes": report["sram"]["max_bytes"] if placed else sizing["max_sram_bytes_per_pe"],
+        "colors_max": report["routing"]["colors_max"] if placed else None,
+        "gap": report["placement"]["gap"] if placed else None,
+        "execution": perf.get("execution"),
+        "train_batch": perf.get("batch"),
         "params": report["model"]["params"],
         "numerics": None if numerics is None else ("PASS" if numerics["passed"] else "FAIL"),
         "compile_s": round(sum(c.seconds.values()), 3),

@@ -49,6 +49,9 @@ SPEC_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "pins": ("pins", str),
     "sim": ("sim", str),
     "validate": ("validate", bool),
+    "mode": ("mode", str),
+    "execution": ("execution", str),
+    "systems": ("systems", int),
 }
 """The options a spec may set. tests/sweep checks every key is a long option of `wsecc
 compile`, so the two cannot drift apart."""
@@ -139,7 +142,7 @@ def _value(key: str, value: Any, where: str, base: Path) -> Any:
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise SpecError(f"{where}: dim {name} = {v!r} is not a positive integer")
         return dict(sorted(value.items()))
-    if key in ("batch", "seq", "chunk-tokens") and value <= 0:
+    if key in ("batch", "seq", "chunk-tokens", "systems") and value <= 0:
         raise SpecError(f"{where}: {key} = {value} must be positive")
     if key in _PATH_KEYS or (key == "target" and value.endswith(".toml")):
         path = (base / value).resolve()

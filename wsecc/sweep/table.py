@@ -87,7 +87,9 @@ def read_table(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         ]
 
 
-TEXT_COLUMNS = frozenset({"model", "config_hash", "status", "error", "bottleneck", "numerics"})
+TEXT_COLUMNS = frozenset(
+    {"model", "config_hash", "status", "error", "bottleneck", "numerics", "execution"}
+)
 """Columns read from CSV as text whatever they look like (a hex hash can parse as a number)."""
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from wsecc.ir.core import Node, Op
 from wsecc.kernels.costs import CostContext, KernelCost, breakpoints, cdiv
 from wsecc.kernels.ir import KernelKind
-from wsecc.kernels.kind import TRANSCENDENTAL_OPS, KindDef, Params
+from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule, KindDef, Params
 
 SCORE_OPS = 3 + TRANSCENDENTAL_OPS
 """Per attention score: running max (1), s - max (1), exp (8), running sum (1) = 11.
@@ -97,6 +97,16 @@ def _lower(n: Node, b: int) -> dict[str, object]:
     }
 
 
+def _grad_flops(p: Params) -> int:
+    """FlashAttention's backward: the forward keeps Q, K, V, O and each row's log-sum-exp, not
+    the probabilities, so per (query, key) pair it recomputes s = q.k (2d) and p = exp(s - lse)
+    (1 + TRANSCENDENTAL_OPS), then dV += p dO (2d), dP = dO.v (2d), dS = p (dP - D) (2),
+    dQ += dS k (2d), dK += dS q (2d); D = rowsum(dO * O) costs 2d per query."""
+    heads, seq, d = int(p["heads"]), int(p["seq"]), int(p["head_dim"])
+    per_pair = 10 * d + 3 + TRANSCENDENTAL_OPS + int(p["padding_mask"])
+    return heads * attention_pairs(seq, bool(p["causal"])) * per_pair + 2 * heads * seq * d
+
+
 ATTENTION = KindDef(
     kind=KernelKind.ATTENTION,
     params={
@@ -117,5 +127,10 @@ ATTENTION = KindDef(
     cyclic_rows=True,
     lowers=frozenset({Op.ATTENTION}),
     lower=_lower,
+    grad=GradRule(
+        flops=_grad_flops,
+        # Q, K, V and O, and one log-sum-exp per query and head
+        saved_elems=lambda p: p["heads"] * p["seq"] * (4 * p["head_dim"] + 1),
+    ),
     simulate="wsecc.sim.functional:_attention",
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from wsecc.ir.core import Node, Op
 from wsecc.kernels.costs import INDEX_BYTES, CostContext, KernelCost, cdiv
 from wsecc.kernels.ir import KernelKind
-from wsecc.kernels.kind import KindDef, Params
+from wsecc.kernels.kind import GradRule, KindDef, Params
 from wsecc.kernels.kinds.common import rows_per_sample
 
 
@@ -62,4 +62,9 @@ EMBEDDING = KindDef(
     lowers=frozenset({Op.EMBEDDING}),
     lower=_lower,
     simulate="wsecc.sim.functional:_embedding",
+    # dTable[ids] += dY: one add per gathered element of each table; the ids are kept
+    grad=GradRule(
+        flops=lambda p: p["rows"] * p["dim"] * p["n_tables"],
+        saved_elems=lambda p: p["rows"] * p["n_tables"],
+    ),
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from wsecc.ir.core import Node
 from wsecc.kernels.costs import CostContext, KernelCost, cdiv, split_shapes
 from wsecc.kernels.ir import KernelKind
-from wsecc.kernels.kind import KindDef, Params
+from wsecc.kernels.kind import GradRule, KindDef, Params
 
 
 def generic_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
@@ -56,4 +56,6 @@ GENERIC = KindDef(
     tile_split=(None, None),  # everything spread evenly over all PEs
     lower=lower_generic,
     simulate="wsecc.sim.functional:_reference",
+    # known only by its work: the backward is charged twice the forward, inputs kept
+    grad=GradRule(flops=lambda p: 2 * int(p["flops"]), saved_elems=lambda p: p["elements"]),
 )

@@ -8,7 +8,7 @@ from types import MappingProxyType
 from wsecc.ir.core import Node, Op
 from wsecc.kernels.costs import CostContext, KernelCost, cdiv
 from wsecc.kernels.ir import KernelKind
-from wsecc.kernels.kind import TRANSCENDENTAL_OPS, KindDef, Params, one_of
+from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule, KindDef, Params, one_of
 from wsecc.kernels.kinds.common import rows_per_sample
 from wsecc.kernels.kinds.rowwise import ELEMENTWISE_OPS
 
@@ -121,6 +121,20 @@ def _lower_linear(n: Node, b: int) -> dict[str, object]:
     }
 
 
+def _linear_grad_flops(p: Params) -> int:
+    """dX = dY W^T and dW = X^T dY (2 T K N each); db sums dY (T N); the activation's derivative
+    costs what the activation did (T N ACTIVATIONS ops); a fused residual passes dY through."""
+    T, K, N = p["tokens"], p["K"], p["N"]
+    return int(4 * T * K * N + T * N * (int(p["has_bias"]) + ACTIVATIONS[str(p["activation"])]))
+
+
+LINEAR_GRAD = GradRule(
+    flops=_linear_grad_flops,
+    # X for dW, and the pre-activation for the activation's derivative
+    saved_elems=lambda p: p["tokens"] * p["K"] + int(bool(p["activation"])) * p["tokens"] * p["N"],
+)
+
+
 LINEAR = KindDef(
     kind=KernelKind.LINEAR,
     params={
@@ -140,6 +154,7 @@ LINEAR = KindDef(
     tile_split=("K", "N"),  # W[K_i, N_j] on PE (i, j)
     lowers=frozenset({Op.LINEAR}),
     lower=_lower_linear,
+    grad=LINEAR_GRAD,
     simulate="wsecc.sim.functional:_linear",
 )
 
@@ -164,6 +179,19 @@ def _lower_lm_head(n: Node, b: int) -> dict[str, object]:
     }
 
 
+LOSS_OPS = 4 + TRANSCENDENTAL_OPS
+"""Softmax cross-entropy's gradient per logit, formed as the logits leave the head: running max
+(1), x - max (1), exp (8), running sum (1), p = e / sum as a multiply (1); minus the one-hot
+label costs one op per row, not per logit."""
+
+
+def _lm_head_grad_flops(p: Params) -> int:
+    """The loss's gradient over the logits (LOSS_OPS each), then dX = dL W^T and dW = X^T dL
+    (2 rows K vocab each); tied, dW accumulates into the embedding's table."""
+    rows, K, V = p["rows"], p["K"], p["vocab"]
+    return int(rows * V * LOSS_OPS + 4 * rows * K * V)
+
+
 LM_HEAD = KindDef(
     kind=KernelKind.LM_HEAD,
     params={"rows": "int+", "K": "int+", "vocab": "int+", "tied": "bool"},
@@ -175,5 +203,6 @@ LM_HEAD = KindDef(
     tile_split=("K", "vocab"),
     lowers=frozenset({Op.LM_HEAD}),
     lower=_lower_lm_head,
+    grad=GradRule(flops=_lm_head_grad_flops, saved_elems=lambda p: p["rows"] * p["K"]),
     simulate="wsecc.sim.functional:_linear",
 )

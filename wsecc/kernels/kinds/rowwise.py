@@ -8,7 +8,7 @@ from types import MappingProxyType
 from wsecc.ir.core import Node, Op
 from wsecc.kernels.costs import CostContext, KernelCost, breakpoints, cdiv
 from wsecc.kernels.ir import KernelKind
-from wsecc.kernels.kind import TRANSCENDENTAL_OPS, KindDef, Params, one_of
+from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule, KindDef, Params, one_of
 from wsecc.kernels.kinds.common import rows_per_sample
 
 ELEMENTWISE_OPS: Mapping[str, int] = MappingProxyType(
@@ -133,6 +133,14 @@ def _lower_layernorm(n: Node, b: int) -> dict[str, object]:
     }
 
 
+LAYERNORM_GRAD_OPS = 10
+"""LayerNorm's backward per element: dxh = dy g (1), dg += dy xh (2), db += dy (1), the two row
+means of dxh and dxh xh (2), dx = (dxh - mean - xh mean2) rstd (4); a fused residual passes dx
+to both inputs (no op)."""
+SOFTMAX_GRAD_OPS = 4
+"""Softmax's backward per element: y dy (1), its row sum (1), dy - sum (1), times y (1)."""
+
+
 LAYERNORM = KindDef(
     kind=KernelKind.LAYERNORM,
     params={"rows": "int+", "dim": "int+", "has_residual": "bool"},
@@ -147,6 +155,10 @@ LAYERNORM = KindDef(
     lowers=frozenset({Op.LAYER_NORM}),
     lower=_lower_layernorm,
     simulate="wsecc.sim.functional:_layernorm",
+    grad=GradRule(
+        flops=lambda p: p["rows"] * p["dim"] * LAYERNORM_GRAD_OPS,
+        saved_elems=lambda p: p["rows"] * (p["dim"] + 2),  # x (or x + r), mean and rstd
+    ),
 )
 
 
@@ -170,6 +182,10 @@ SOFTMAX = KindDef(
     tile_split=_ROWWISE_SPLIT,
     chunks_over_rows=True,
     simulate="wsecc.sim.functional:_softmax",
+    grad=GradRule(
+        flops=lambda p: p["rows"] * p["dim"] * SOFTMAX_GRAD_OPS,
+        saved_elems=lambda p: p["rows"] * p["dim"],  # y
+    ),
 )
 
 
@@ -231,4 +247,9 @@ ELEMENTWISE = KindDef(
     ),
     lower=_lower_elementwise,
     simulate="wsecc.sim.functional:_reference",
+    # the derivative costs what the op did, once per input; the inputs are kept for it
+    grad=GradRule(
+        flops=lambda p: p["rows"] * p["dim"] * ELEMENTWISE_OPS[str(p["op"])] * p["inputs"],
+        saved_elems=lambda p: p["rows"] * p["dim"] * p["inputs"],
+    ),
 )

@@ -1,0 +1,515 @@
+"""Training: a step derived from the forward kernel graph, run pipelined or weight-streaming.
+
+A training step over a global batch of B samples runs every kernel's forward, its backward (its
+kind's `GradRule`: the gradient of its inputs and weights, and the activations its forward keeps
+for it), the loss's gradient (in the LM head's rule) and an AdamW update. The tensor-level
+gradient rules these count are the `vjp`s of `wsecc.ir.rules`, checked numerically by
+`--validate`. Two executions (`wsecc.vocab.Execution`), both costed with the kinds' own cost
+models on the target, with no constant fitted to a measurement:
+
+Pipelined — every kernel's forward and backward on its own region, weights, gradients and
+optimizer state resident (`TrainCosts`: compute grows by backward/forward flops, weights by the
+state beside them, buffers by the activations of the samples in flight between a kernel's
+forward and its backward). Sizing balances those costs; with stage time T (seconds per sample),
+n kernels and c of the S tokens per chunk::
+
+    in flight at kernel i = ceil(2 (n - i) c / S) + 2      samples between its forward and backward
+    step = B_sys T  +  2 n (c / S) T  +  update  +  reduce
+           stream     fill and drain    AdamW on    gradients over the systems
+                      once per step     the wafer   (N > 1: out and back through the system I/O)
+
+Weight streaming — units (the embedding, each layer, the head) run one at a time on the whole
+wafer, forward through every unit, then backward in reverse; each unit is sized alone on the
+whole wafer, its weights streamed in from external memory for the forward and again for the
+backward, its gradients streamed out (the optimizer runs off the wafer). The activations kept
+for the backward pass stay on the wafer: they bound the micro-batch m, and the system batch is
+A micro-batches (gradient accumulation). With T_u a unit's stage time, rho_u its backward/forward
+flops, W_u its weight bytes and IO the system I/O bandwidth (shared by both directions)::
+
+    m_max = floor((usable PEs x SRAM budget - largest unit's working set) / kept bytes per sample)
+    forward_u  = max((m + fill_u) T_u, W_u / IO)          fetching the next unit overlaps compute
+    backward_u = max(rho_u (m + fill_u) T_u, 2 W_u / IO)  weights in again, gradients out
+    step = A sum_u (forward_u + backward_u) + W_first / IO (+ SwarmX reduce of the last gradients)
+
+`--systems N` is data parallel: each system runs B / N samples; the batch given is global.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from wsecc.errors import WseccError
+from wsecc.kernels import KernelGraph, Sizing, size_regions
+from wsecc.kernels.conv import cdiv
+from wsecc.kernels.costs import TrainCosts
+from wsecc.kernels.ir import Flow, Kernel, Port, precision
+from wsecc.kernels.kind import TRANSCENDENTAL_OPS
+from wsecc.kernels.sizing import SizingError
+from wsecc.targets import Target
+from wsecc.vocab import Execution
+
+ADAMW_OPS = 3 + 4 + TRANSCENDENTAL_OPS + 1 + TRANSCENDENTAL_OPS + 3 + 1
+"""AdamW per parameter: m = b1 m + (1 - b1) g (3), v = b2 v + (1 - b2) g^2 (4), sqrt(v) (8),
++ eps (1), m / (...) (8), w -= lr (u + wd w) (3), the master copy rounded to storage (1) = 28
+vector ops (the bias corrections fold into lr once per step)."""
+
+MOMENT_BYTES = 4
+"""AdamW's two moments are kept in fp32 in every precision."""
+
+BATCH_SEARCH = 64
+"""A chosen batch is the smallest whose throughput is within 1% of the best over this many
+candidates (multiples of the largest micro-batch, or powers of two)."""
+
+PIPELINED_BATCHES = 15
+"""Pipelined candidates for a chosen batch: N x 2^j samples, j < 15 (up to 16,384 per system,
+the largest batch the published BERT runs used)."""
+
+FILL = 0.85
+"""Share of the fabric a training program's regions may take (as inference sizing's first fill)."""
+
+
+class TrainError(WseccError):
+    """A model that cannot be trained on this target as asked (one line)."""
+
+
+def state_bytes(precision_name: str) -> int:
+    """Bytes beside each weight in training: its gradient accumulator (accumulate type), two
+    fp32 moments, and an fp32 master copy when weights are stored in 16 bits."""
+    fmt = precision(precision_name)
+    master = 4 if fmt.storage_bytes < 4 else 0
+    return fmt.accum_bytes + 2 * MOMENT_BYTES + master
+
+
+@dataclass(frozen=True)
+class UnitTime:
+    """One streamed unit's part of a micro-batch (weight streaming), seconds."""
+
+    name: str
+    kernels: int
+    weight_bytes: int
+    pes_used: int
+    forward_s: float  # compute of the forward, fill included
+    backward_s: float
+    weights_in_s: float  # the forward's fetch
+    backward_io_s: float  # weights in again and gradients out
+
+    @property
+    def forward_bound(self) -> str:
+        return "compute" if self.forward_s >= self.weights_in_s else "system I/O"
+
+    @property
+    def backward_bound(self) -> str:
+        return "compute" if self.backward_s >= self.backward_io_s else "system I/O"
+
+    @property
+    def seconds(self) -> float:
+        return max(self.forward_s, self.weights_in_s) + max(self.backward_s, self.backward_io_s)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kernels": self.kernels,
+            "weight_bytes": self.weight_bytes,
+            "pes_used": self.pes_used,
+            "forward_s": self.forward_s,
+            "backward_s": self.backward_s,
+            "weights_in_s": self.weights_in_s,
+            "backward_io_s": self.backward_io_s,
+            "forward_bound": self.forward_bound,
+            "backward_bound": self.backward_bound,
+        }
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one training step costs, and why."""
+
+    execution: Execution
+    why: str  # why this execution
+    batch: int  # global, per optimizer step
+    batch_note: str  # how the batch was chosen ("" when given)
+    systems: int
+    micro_batch: int  # samples per pass, per system
+    grad_accum: int  # passes per step
+    step_s: float
+    tokens_per_sample: int
+    flops_per_sample: int  # forward and backward
+    peak_flops_per_s: float  # one system
+    terms: dict[str, float]  # seconds per step by term: compute, system I/O, fill, ...
+    sram_max_bytes_per_pe: int
+    activation_bytes_per_sample: int
+    external_bytes: dict[str, int]  # weights and optimizer state off the wafer (streaming)
+    sizing: Sizing  # pipelined: the program; weight streaming: the slowest unit on the wafer
+    units: tuple[UnitTime, ...] = ()
+    single_system_samples_per_s: float = 0.0
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.batch / self.step_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.samples_per_s * self.tokens_per_sample
+
+    @property
+    def utilization(self) -> float:
+        return self.samples_per_s * self.flops_per_sample / (self.systems * self.peak_flops_per_s)
+
+    @property
+    def bound(self) -> str:
+        return max(self.terms, key=lambda k: self.terms[k])
+
+    @property
+    def scaling_efficiency(self) -> float:
+        """Throughput over N systems / (N x one system's at the same per-system batch)."""
+        if self.systems == 1 or not self.single_system_samples_per_s:
+            return 1.0
+        return self.samples_per_s / (self.systems * self.single_system_samples_per_s)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "execution": self.execution.value,
+            "execution_reason": self.why,
+            "batch": self.batch,
+            "batch_chosen": self.batch_note,
+            "systems": self.systems,
+            "scaling_efficiency": self.scaling_efficiency,
+            "micro_batch": self.micro_batch,
+            "grad_accum": self.grad_accum,
+            "step_s": self.step_s,
+            "step_terms_s": dict(self.terms),
+            "train_flops_per_sample": self.flops_per_sample,
+            "activation_bytes_per_sample": self.activation_bytes_per_sample,
+            "external_bytes": dict(self.external_bytes),
+            "layers": [u.to_json() for u in self.units],
+            "notes": list(self.notes),
+        }
+
+
+# --- pipelined ----------------------------------------------------------------------------------
+
+
+def _in_flight(kg: KernelGraph, chunk_tokens: int) -> dict[str, int]:
+    n, S = len(kg.kernels), kg.tokens_per_sample
+    c = min(chunk_tokens, S)
+    return {k.name: cdiv(2 * (n - i) * c, S) + 2 for i, k in enumerate(kg.kernels)}
+
+
+def pipelined_sizing(
+    kg: KernelGraph, target: Target, precision_name: str, chunk_tokens: int
+) -> Sizing:
+    """The training program sized with every kernel's forward, backward and state resident.
+    Raises SizingError (one line) when it does not fit."""
+    costs = TrainCosts(state_bytes(precision_name), _in_flight(kg, chunk_tokens))
+    return size_regions(
+        kg, target, precision_name, fill=FILL, chunk_tokens=chunk_tokens, train=costs
+    )
+
+
+def _pipelined_step(
+    kg: KernelGraph, sizing: Sizing, target: Target, prec: str, batch: int, systems: int
+) -> tuple[float, dict[str, float]]:
+    hz = target.clock.hz
+    T = sizing.stage_cycles / hz
+    c = min(sizing.chunk_tokens, kg.tokens_per_sample)
+    fill = 2 * len(kg.kernels) * c / kg.tokens_per_sample * T
+    v = target.vector_ops_per_cycle[prec]
+    update = max(cdiv(k.weight_elems, sizing.kernel(k.name).pes) for k in kg.kernels)
+    terms = {
+        "compute": cdiv(batch, systems) * T,
+        "pipeline fill": fill,
+        "optimizer": update * ADAMW_OPS / v / hz,
+    }
+    if systems > 1:
+        grads = kg.unique_weight_elems() * precision(prec).storage_bytes
+        terms["gradient reduction"] = 2 * grads / target.io.offwafer_bytes_per_s
+    return sum(terms.values()), terms
+
+
+# --- weight streaming ---------------------------------------------------------------------------
+
+_LAYER = re.compile(r"^(L\d+)\.")
+
+
+def streamed_units(kg: KernelGraph) -> list[tuple[str, list[Kernel]]]:
+    """The kernels grouped into units that stream one at a time: each layer (`L<i>.` names);
+    the kernels before the first layer ("input": embeddings) and after the last ("output":
+    final norm, head), in order."""
+    units: dict[str, list[Kernel]] = {}
+    seen_layer = False
+    for k in kg.kernels:
+        m = _LAYER.match(k.name)
+        if m:
+            seen_layer = True
+            key = m.group(1)
+        else:
+            key = "output" if seen_layer else "input"
+        units.setdefault(key, []).append(k)
+    return list(units.items())
+
+
+def unit_graph(kg: KernelGraph, name: str, kernels: Sequence[Kernel]) -> KernelGraph:
+    """`kernels` as a graph of their own: flows from or to other kernels become ports."""
+    inside = {k.name for k in kernels}
+    flows, inputs, outputs = [], {}, {}
+    for f in kg.flows:
+        if f.src in inside and f.dst in inside:
+            flows.append(f)
+        elif f.dst in inside:
+            port = f"in:{f.src}"
+            inputs[port] = Port(port, f.elems_per_sample, f.elem_type)
+            flows.append(
+                Flow(port, f.dst, f.elems_per_sample, f.elem_type, "W", f.dst_edge, f.name)
+            )
+        elif f.src in inside:
+            port = f"out:{f.dst}"
+            outputs.setdefault(port, Port(port, f.elems_per_sample, f.elem_type))
+            flows.append(
+                Flow(f.src, port, f.elems_per_sample, f.elem_type, f.src_edge, "E", f.name)
+            )
+    return KernelGraph(
+        f"{kg.name}:{name}", kg.tokens_per_sample, tuple(kernels), tuple(flows),
+        tuple(inputs.values()), tuple(outputs.values()),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Unit:
+    name: str
+    kernels: int
+    sizing: Sizing
+    weight_bytes: int
+    rho: float  # backward / forward flops
+    fill: float  # samples' worth of stage time to fill the unit's pipeline once
+
+    def times(self, m: int, hz: float, io: float) -> UnitTime:
+        forward = (m + self.fill) * self.sizing.stage_cycles / hz
+        return UnitTime(
+            self.name, self.kernels, self.weight_bytes, self.sizing.pes_used,
+            forward_s=forward, backward_s=self.rho * forward,
+            weights_in_s=self.weight_bytes / io, backward_io_s=2 * self.weight_bytes / io,
+        )  # fmt: skip
+
+
+def _size_units(kg: KernelGraph, target: Target, prec: str, chunk_tokens: int) -> list[_Unit]:
+    sb = precision(prec).storage_bytes
+    c = min(chunk_tokens, kg.tokens_per_sample)
+    memo: dict[tuple[Any, ...], Sizing] = {}
+    units = []
+    for name, kernels in streamed_units(kg):
+        key = tuple((k.kind, tuple(sorted(k.params.items()))) for k in kernels)
+        if key not in memo:  # identical layers are sized once
+            sub = unit_graph(kg, name, kernels)
+            try:
+                memo[key] = size_regions(sub, target, prec, fill=FILL, chunk_tokens=chunk_tokens)
+            except SizingError as e:
+                raise TrainError(
+                    f"weight streaming: unit {name!r} does not fit the wafer: {e}"
+                ) from None
+        fwd = sum(k.flops_per_sample for k in kernels)
+        bwd = sum(int(k.spec.grad.flops(k.params)) for k in kernels)  # type: ignore[union-attr]
+        units.append(
+            _Unit(
+                name, len(kernels), memo[key], sum(k.weight_elems for k in kernels) * sb,
+                rho=bwd / max(1, fwd), fill=len(kernels) * c / kg.tokens_per_sample,
+            )
+        )  # fmt: skip
+    return units
+
+
+def _activation_bytes(kg: KernelGraph, prec: str) -> int:
+    sb = precision(prec).storage_bytes
+    return sum(int(k.spec.grad.saved_elems(k.params)) for k in kg.kernels) * sb  # type: ignore[union-attr]
+
+
+def _max_micro_batch(units: Sequence[_Unit], target: Target, per_sample: int) -> tuple[int, int]:
+    """The most samples whose kept activations fit the wafer's SRAM beside the largest unit's
+    working set, and the bytes left for them."""
+    reserve = target.sram.reserved_bytes
+    working = max(sum(k.pes * (k.sram.total - reserve) for k in u.sizing.kernels) for u in units)
+    room = target.usable_pes * target.sram_budget_bytes - working
+    return max(0, room // max(1, per_sample)), room
+
+
+def _streaming_step(
+    units: Sequence[_Unit], target: Target, m: int, accum: int, systems: int
+) -> tuple[float, dict[str, float], list[UnitTime]]:
+    hz, io = target.clock.hz, target.io.offwafer_bytes_per_s
+    times = [u.times(m, hz, io) for u in units]
+    compute = io_bound = 0.0
+    for t in times:
+        for work, move in ((t.forward_s, t.weights_in_s), (t.backward_s, t.backward_io_s)):
+            if work >= move:
+                compute += work
+            else:
+                io_bound += move
+    first = times[0]
+    terms = {
+        "compute": accum * compute,
+        "system I/O": accum * io_bound,
+        "step boundary": first.weights_in_s,  # the first fetch of a step waits for the update
+    }
+    if systems > 1:  # SwarmX reduces the last unit's gradients through its tree before the update
+        terms["gradient reduction"] = math.ceil(math.log2(systems)) * first.weight_bytes / io
+    return sum(terms.values()), terms, times
+
+
+# --- the plan -----------------------------------------------------------------------------------
+
+
+def _choose(candidates: Sequence[int], throughput: Callable[[int], float]) -> tuple[int, str]:
+    rates = [(b, throughput(b)) for b in candidates]
+    best = max(r for _, r in rates)
+    batch = next(b for b, r in rates if r >= 0.99 * best)
+    return batch, (
+        f"the smallest global batch within 1% of the best throughput over "
+        f"{candidates[0]}..{candidates[-1]}"
+    )
+
+
+def _pipelined(
+    kg: KernelGraph, target: Target, prec: str, chunk_tokens: int, batch: int | None, systems: int
+) -> TrainResult:
+    sizing = pipelined_sizing(kg, target, prec, chunk_tokens)
+
+    def rate(b: int) -> float:
+        return b / _pipelined_step(kg, sizing, target, prec, b, systems)[0]
+
+    note = ""
+    if batch is None:
+        batch, note = _choose([systems * 2**j for j in range(PIPELINED_BATCHES)], rate)
+    step, terms = _pipelined_step(kg, sizing, target, prec, batch, systems)
+    per_system = cdiv(batch, systems)
+    single = per_system / _pipelined_step(kg, sizing, target, prec, per_system, 1)[0]
+    return TrainResult(
+        Execution.PIPELINED, "", batch, note, systems, per_system, 1, step,
+        kg.tokens_per_sample, kg.train_flops_per_sample, target.peak_flops_per_s(prec), terms,
+        sizing.max_sram_per_pe, _activation_bytes(kg, prec), {}, sizing,
+        single_system_samples_per_s=single,
+    )  # fmt: skip
+
+
+def _streaming(
+    kg: KernelGraph, target: Target, prec: str, chunk_tokens: int, batch: int | None, systems: int
+) -> TrainResult:
+    system = target.system
+    if system is None:
+        raise TrainError(
+            f"target {target.name} has no [system] section (external memory, systems): it "
+            "cannot weight-stream; use a target that has one (wse2, wse3) or --execution pipelined"
+        )
+    if systems > system.max_systems:
+        raise TrainError(
+            f"--systems {systems}: {target.name} connects at most {system.max_systems}"
+        )
+    sb = precision(prec).storage_bytes
+    params = kg.unique_weight_elems()
+    external = {"weights": params * sb, "optimizer_state": params * state_bytes(prec)}
+    if sum(external.values()) > system.external_memory_bytes:
+        raise TrainError(
+            f"weights and optimizer state take {sum(external.values()) / 1e12:.2f} TB, more than "
+            f"{target.name}'s external memory ({system.external_memory_bytes / 1e12:.2f} TB)"
+        )
+    units = _size_units(kg, target, prec, chunk_tokens)
+    per_sample = _activation_bytes(kg, prec)
+    m_max, room = _max_micro_batch(units, target, per_sample)
+    if m_max < 1:
+        raise TrainError(
+            f"one sample's activations kept for the backward pass ({per_sample / 1e9:.2f} GB) "
+            f"exceed the wafer's SRAM left beside a layer ({room / 1e9:.2f} GB); use a shorter --seq"
+        )
+
+    def step_at(b: int, n: int) -> tuple[float, dict[str, float], list[UnitTime], int, int]:
+        per_system = cdiv(b, n)
+        accum = cdiv(per_system, m_max)
+        m = cdiv(per_system, accum)
+        step, terms, times = _streaming_step(units, target, m, accum, n)
+        return step, terms, times, m, accum
+
+    note = ""
+    if batch is None:
+        batch, note = _choose(
+            [systems * m_max * k for k in range(1, BATCH_SEARCH + 1)],
+            lambda b: b / step_at(b, systems)[0],
+        )
+    step, terms, times, m, accum = step_at(batch, systems)
+    per_system = cdiv(batch, systems)
+    single = per_system / step_at(per_system, 1)[0]
+    slowest = max(units, key=lambda u: u.sizing.stage_cycles / max(1, u.kernels))
+    notes = (
+        f"activations kept for the backward pass: {per_sample / 1e6:,.1f} MB per sample; "
+        f"at most {m_max} samples per pass fit the wafer's SRAM",
+    )
+    return TrainResult(
+        Execution.WEIGHT_STREAMING, "", batch, note, systems, m, accum, step,
+        kg.tokens_per_sample, kg.train_flops_per_sample, target.peak_flops_per_s(prec), terms,
+        max(u.sizing.max_sram_per_pe for u in units), per_sample, external, slowest.sizing,
+        units=tuple(times), single_system_samples_per_s=single, notes=notes,
+    )  # fmt: skip
+
+
+def plan_training(
+    kg: KernelGraph,
+    target: Target,
+    precision_name: str,
+    *,
+    execution: Execution = Execution.AUTO,
+    batch: int | None = None,
+    systems: int = 1,
+    chunk_tokens: int,
+) -> TrainResult:
+    """The training step of `kg` on `target` (module doc). `batch` is global (None: chosen);
+    `execution` auto runs the faster of the two that fit and says why.
+    Raises TrainError / SizingError (one line) when the step cannot run as asked."""
+    try:
+        kg.train_flops_per_sample  # noqa: B018 - raises naming the kinds without a rule
+    except ValueError as e:
+        raise TrainError(f"{kg.name}: cannot train: {e}") from None
+    run = {
+        Execution.PIPELINED: lambda: _pipelined(
+            kg, target, precision_name, chunk_tokens, batch, systems
+        ),
+        Execution.WEIGHT_STREAMING: lambda: _streaming(
+            kg, target, precision_name, chunk_tokens, batch, systems
+        ),
+    }
+    execution = Execution(execution)
+    if execution is not Execution.AUTO:
+        r = run[execution]()
+        return _with_why(r, "asked for (--execution)")
+    tried: dict[Execution, TrainResult] = {}
+    failed: dict[Execution, str] = {}
+    for ex, fn in run.items():
+        try:
+            tried[ex] = fn()
+        except (TrainError, SizingError) as e:
+            failed[ex] = str(e)
+    if not tried:
+        raise TrainError(
+            "neither execution fits: pipelined: "
+            + failed[Execution.PIPELINED]
+            + "; weight streaming: "
+            + failed[Execution.WEIGHT_STREAMING]
+        )
+    best = max(tried.values(), key=lambda r: r.samples_per_s)
+    other = [r for r in tried.values() if r is not best]
+    if other:
+        why = (
+            f"faster: {best.samples_per_s:,.1f} samples/s against {other[0].samples_per_s:,.1f} "
+            f"{other[0].execution.value}"
+        )
+    else:
+        ex, reason = next(iter(failed.items()))
+        why = f"{ex.value} does not fit ({reason[:160]})"
+    return _with_why(best, why)
+
+
+def _with_why(r: TrainResult, why: str) -> TrainResult:
+    from dataclasses import replace
+
+    return replace(r, why=why)
