@@ -115,6 +115,7 @@ class System:
 
     external_memory_bytes: float  # MemoryX: weights and optimizer state off the wafer
     max_systems: int  # systems SwarmX connects for data parallel training
+    step_overhead_s: float = field(metadata=_min(0))  # per optimizer step, outside the wafer's work
 
 
 @dataclass(frozen=True)
@@ -301,6 +302,8 @@ def _check_number(value: Any, kind: type, minimum: int | None, key: str, fail: _
             raise fail(f"{key} must be {word}, got {value!r}")
         return value
     is_number = is_int or (isinstance(value, float) and math.isfinite(value))
+    if minimum == 0 and is_number and value >= 0:
+        return float(value)
     if not is_number or value <= 0:
         raise fail(f"{key} must be a positive number, got {value!r}")
     return float(value)

@@ -14,7 +14,7 @@ forward and its backward). Sizing balances those costs; with stage time T (secon
 n kernels and c of the S tokens per chunk::
 
     in flight at kernel i = ceil(2 (n - i) c / S) + 2      samples between its forward and backward
-    step = B_sys T  +  2 n (c / S) T  +  update  +  reduce
+    step = B_sys T  +  2 n (c / S) T  +  update  +  reduce  +  overhead
            stream     fill and drain    AdamW on    gradients over the systems
                       once per step     the wafer   (N > 1: out and back through the system I/O)
 
@@ -30,6 +30,10 @@ flops, W_u its weight bytes and IO the system I/O bandwidth (shared by both dire
     forward_u  = max((m + fill_u) T_u, W_u / IO)          fetching the next unit overlaps compute
     backward_u = max(rho_u (m + fill_u) T_u, 2 W_u / IO)  weights in again, gradients out
     step = A sum_u (forward_u + backward_u) + W_first / IO (+ SwarmX reduce of the last gradients)
+
+Both steps add the target's `system.step_overhead_s`, what a step costs outside the wafer's work
+and the weight streaming: it has no public figure, and is the one constant fitted to a published
+measurement (one row, named in the target file).
 
 `--systems N` is data parallel: each system runs B / N samples; the batch given is global.
 """
@@ -224,6 +228,7 @@ def _pipelined_step(
         "compute": cdiv(batch, systems) * T,
         "pipeline fill": fill,
         "optimizer": update * ADAMW_OPS / v / hz,
+        "step overhead": target.system.step_overhead_s if target.system else 0.0,
     }
     if systems > 1:
         grads = kg.unique_weight_elems() * precision(prec).storage_bytes
@@ -353,6 +358,7 @@ def _streaming_step(
         "compute": accum * compute,
         "system I/O": accum * io_bound,
         "step boundary": first.weights_in_s,  # the first fetch of a step waits for the update
+        "step overhead": target.system.step_overhead_s if target.system else 0.0,
     }
     if systems > 1:  # SwarmX reduces the last unit's gradients through its tree before the update
         terms["gradient reduction"] = math.ceil(math.log2(systems)) * first.weight_bytes / io

@@ -346,7 +346,7 @@ def _menus(kg: KernelGraph, ctx: CostContext, max_aspect: float) -> _Choice:
 _REMEDIES: Mapping[str, str] = MappingProxyType(
     {
         "kv": "a shorter sequence (K/V grow with it)",
-        "weights": "weight streaming (planned)",
+        "weights": "training streams weights one layer at a time (--mode train)",
         "buffers": "a smaller --chunk-tokens (tokens buffered per step)",
     }
 )

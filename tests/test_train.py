@@ -1,0 +1,191 @@
+"""Train mode (`wsecc.train`): both executions, the batch choice, gradient accumulation, data
+parallel systems, and the one-line errors of a step that cannot run."""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES
+
+import wsecc
+from wsecc.cli import main
+from wsecc.compiler import Compilation
+from wsecc.kernels.ir import Kernel, KernelGraph, KernelKind
+from wsecc.options import Options
+from wsecc.targets import load_target
+from wsecc.train import TrainError, plan_training, streamed_units
+
+GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
+BERT = SAMPLES / "bert_dynamo.onnx"
+
+
+@pytest.fixture(scope="module")
+def gpt2_kernels() -> KernelGraph:
+    c = Compilation.load(GPT2, Options(mode="train", seq=32)).fuse()
+    from wsecc.flow import lower
+
+    return lower(c.fused)
+
+
+def _small_wafer(tmp_path: Path, width: int, height: int, system: bool = True) -> str:
+    """wse2 cut down to a width x height program rectangle (its [system] kept or dropped)."""
+    text = (resources.files("wsecc.targets") / "wse2.toml").read_text()
+    for old, new in (
+        ("program_width = 750", f"program_width = {width}"),
+        ("program_height = 994", f"program_height = {height}"),
+        ('name = "wse2"', 'name = "small"'),
+    ):
+        text = text.replace(old, new, 1)
+    if not system:
+        head, _, tail = text.partition("\n[system]")
+        text = head + "\n" + tail[tail.index("\n[sources]") :]
+        text = "\n".join(line for line in text.splitlines() if not line.startswith('"system.'))
+    path = tmp_path / "small.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_the_backward_of_a_linear_is_twice_its_forward() -> None:
+    k = Kernel("fc", KernelKind.LINEAR, dict(tokens=8, K=16, N=32, has_bias=False,
+                                              activation="", residual=False))  # fmt: skip
+    assert k.spec.grad is not None
+    assert k.spec.grad.flops(k.params) == 2 * k.flops_per_sample  # dX and dW
+    assert k.spec.grad.saved_elems(k.params) == 8 * 16  # X, for dW
+
+
+def test_units_are_the_layers_between_input_and_output(gpt2_kernels: KernelGraph) -> None:
+    names = [name for name, _ in streamed_units(gpt2_kernels)]
+    assert names == ["input", "L0", "L1", "output"]
+    kernels = sum(len(ks) for _, ks in streamed_units(gpt2_kernels))
+    assert kernels == len(gpt2_kernels.kernels)
+
+
+def test_both_executions_and_auto_runs_the_faster(gpt2_kernels: KernelGraph) -> None:
+    target = load_target("wse2")
+    runs = {
+        ex: plan_training(gpt2_kernels, target, "mixed", execution=ex, batch=64, chunk_tokens=8)
+        for ex in ("pipelined", "weight-streaming")
+    }
+    auto = plan_training(gpt2_kernels, target, "mixed", batch=64, chunk_tokens=8)
+    best = max(runs.values(), key=lambda r: r.samples_per_s)
+    assert auto.execution is best.execution and auto.samples_per_s == best.samples_per_s
+    assert "faster" in auto.why
+    for r in runs.values():
+        assert r.batch == 64
+        assert 0 < r.utilization < 1
+        assert math.isclose(r.step_s, sum(r.terms.values()))
+        # training does forward + backward work: more than 2x the forward's flops
+        assert r.flops_per_sample > 2 * gpt2_kernels.flops_per_sample
+    ws = runs["weight-streaming"]
+    assert [u.name for u in ws.units] == ["input", "L0", "L1", "output"]
+    assert all(u.backward_io_s == 2 * u.weights_in_s for u in ws.units)
+
+
+def test_pipelined_training_needs_more_sram_and_time_than_inference(gpt2_kernels) -> None:
+    from wsecc.kernels import size_regions
+    from wsecc.train import pipelined_sizing
+
+    target = load_target("wse2")
+    infer = size_regions(gpt2_kernels, target, "mixed", fill=0.85, chunk_tokens=8)
+    train = pipelined_sizing(gpt2_kernels, target, "mixed", 8)
+    for k in gpt2_kernels.kernels:
+        i, t = infer.kernel(k.name), train.kernel(k.name)
+        if (i.h, i.w) == (t.h, t.w):  # the same region costs more in training
+            assert t.compute_cycles > i.compute_cycles
+            assert t.sram.buffers > i.sram.buffers
+            if k.weight_elems:
+                assert t.sram.weights > i.sram.weights
+
+
+def test_weight_streaming_accumulates_gradients_over_micro_batches(tmp_path: Path) -> None:
+    c = Compilation.load(GPT2, Options(mode="train", seq=32)).fuse()
+    target = _small_wafer(tmp_path, 100, 100)  # little SRAM for activations: few samples fit
+    one = c.fork(Options(mode="train", seq=32, target=target, execution="weight-streaming", validate=False,
+                         batch=1)).train().training  # fmt: skip
+    m = one.notes[0].split("at most ")[1].split(" samples")[0]
+    m_max = int(m.replace(",", ""))
+    assert m_max >= 1
+    batch = 3 * m_max + 1
+    r = c.fork(Options(mode="train", seq=32, target=target, execution="weight-streaming", validate=False,
+                       batch=batch)).train().training  # fmt: skip
+    assert r.grad_accum == 4 and r.micro_batch <= m_max
+    assert r.grad_accum * r.micro_batch >= batch
+
+
+def test_a_chosen_batch_is_the_smallest_near_the_best(gpt2_kernels: KernelGraph) -> None:
+    target = load_target("wse2")
+    r = plan_training(gpt2_kernels, target, "mixed", execution="weight-streaming",
+                      chunk_tokens=8)  # fmt: skip
+    assert r.batch_note.startswith("the smallest global batch within 1%")
+    for b in (r.batch, 2 * r.batch, 8 * r.batch):
+        other = plan_training(gpt2_kernels, target, "mixed", execution="weight-streaming",
+                              batch=b, chunk_tokens=8)  # fmt: skip
+        assert r.samples_per_s >= 0.99 * other.samples_per_s * (0.99 if b > r.batch else 1)
+    half = plan_training(gpt2_kernels, target, "mixed", execution="weight-streaming",
+                         batch=max(1, r.batch // 2), chunk_tokens=8)  # fmt: skip
+    assert half.samples_per_s < r.samples_per_s
+
+
+def test_more_systems_scale_nearly_linearly_but_not_perfectly(gpt2_kernels) -> None:
+    target = load_target("wse2")
+    per = 256
+    one = plan_training(gpt2_kernels, target, "mixed", execution="weight-streaming",
+                        batch=per, chunk_tokens=8)  # fmt: skip
+    four = plan_training(gpt2_kernels, target, "mixed", execution="weight-streaming",
+                         batch=4 * per, systems=4, chunk_tokens=8)  # fmt: skip
+    assert four.micro_batch * four.grad_accum == one.micro_batch * one.grad_accum
+    assert "gradient reduction" in four.terms and "gradient reduction" not in one.terms
+    assert 3.0 < four.samples_per_s / one.samples_per_s < 4.0
+    assert 0.75 < four.scaling_efficiency < 1.0
+
+
+def test_a_target_without_a_system_cannot_weight_stream(tmp_path, gpt2_kernels) -> None:
+    target = load_target(_small_wafer(tmp_path, 750, 994, system=False))
+    with pytest.raises(TrainError, match=r"no \[system\] section"):
+        plan_training(gpt2_kernels, target, "mixed", execution="weight-streaming", chunk_tokens=8)
+    r = plan_training(gpt2_kernels, target, "mixed", chunk_tokens=8)  # auto: pipelined fits
+    assert r.execution.value == "pipelined" and "weight-streaming does not fit" in r.why
+
+
+def test_auto_streams_when_the_pipelined_program_does_not_fit(tmp_path, gpt2_kernels) -> None:
+    target = load_target(_small_wafer(tmp_path, 12, 12))
+    with pytest.raises(wsecc.WseccError):
+        plan_training(gpt2_kernels, target, "mixed", execution="pipelined", chunk_tokens=8)
+    r = plan_training(gpt2_kernels, target, "mixed", chunk_tokens=8)
+    assert r.execution.value == "weight-streaming"
+    assert r.why.startswith("pipelined does not fit")
+
+
+def test_a_step_that_fits_nowhere_is_one_line(tmp_path: Path, capsys) -> None:
+    target = _small_wafer(tmp_path, 2, 2)
+    code = main(["compile", str(GPT2), "--seq", "32", "--mode", "train", "--target", target,
+                 "-o", str(tmp_path / "out")])  # fmt: skip
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and err[-1].startswith("wsecc: error: ") and "neither execution fits" in err[-1]
+    assert not any("Traceback" in line for line in err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_options_are_refused_in_infer_mode(capsys) -> None:
+    assert main(["compile", str(GPT2), "--systems", "2"]) == 2
+    assert "train-mode options" in capsys.readouterr().err
+
+
+def test_compile_train_writes_a_report_of_the_step(tmp_path: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    out = tmp_path / "bert.wsecc"
+    code = main(["compile", str(BERT), "--seq", "16", "--mode", "train", "--batch", "32",
+                 "--no-validate", "-o", str(out)])  # fmt: skip
+    assert code == 0
+    rep = json.loads((out / "report.json").read_text())
+    schema = json.loads((resources.files("wsecc") / "report.schema.json").read_text())
+    jsonschema.validate(rep, schema)
+    perf = rep["performance"]
+    assert rep["mode"] == "train" and perf["model"] == "train" and perf["batch"] == 32
+    assert perf["execution"] in ("pipelined", "weight-streaming") and perf["execution_reason"]
+    assert perf["samples_per_s"] == pytest.approx(32 / perf["step_s"])
+    assert not (out / "placement.json").exists()  # a training step is costed, not placed
