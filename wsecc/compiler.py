@@ -253,7 +253,7 @@ class Compilation:
         """Every later stage of the options' mode: fuse, lower and size, place and route,
         simulate; in train mode fuse, then `train`."""
         if self.options.mode == "train":
-            return self.fuse().train()
+            return self.fuse().train().place_and_route()
         return self.fuse().lower_and_size().place_and_route().simulate()
 
     def train(self) -> Compilation:
@@ -288,17 +288,23 @@ class Compilation:
         raise NotImplementedError
 
     def place_and_route(self) -> Compilation:
-        """Stage 4: place the regions (re-sizing at lower fill if they do not pack) and route."""
+        """Stage 4: place the regions (re-sizing at lower fill if they do not pack) and route.
+        In train mode: the training program (pipelined), or the slowest streamed unit on the
+        whole wafer (weight streaming), to show and check its layout; the step's figures stay
+        the training stage's."""
         from wsecc.flow import place_and_route
 
         o = self.options
         kg = self._need(self.kernel_graph, "lower_and_size")
         sizing = self._need(self.sizing, "lower_and_size")
+        train = None
+        if self.training is not None:  # the training layout: its program, or one streamed unit
+            kg, sizing, train = self.training.layout, self.training.sizing, self.training.costs
         with self._stage("place"):
             placed = place_and_route(
                 kg, sizing, self.target, o.precision, placer=o.placer,
                 time_budget_s=o.time_budget_s, seed=o.seed, deterministic=o.deterministic,
-                pins=o.pins, say=lambda s: self.progress("place", s),
+                pins=o.pins, say=lambda s: self.progress("place", s), train=train,
             )  # fmt: skip
         self.problem, self.program = placed.problem, placed.program
         self.sizing = placed.program.sizing
@@ -619,7 +625,13 @@ class Compilation:
 
     @property
     def title(self) -> str:
-        return f"{self.model_path.name} on {self.target.name}"
+        title = f"{self.model_path.name} on {self.target.name}"
+        t = self.training
+        if t is None:
+            return title
+        if t.execution.value == "pipelined":
+            return f"{title}: training, pipelined"
+        return f"{title}: training, weight streaming ({t.layout.name.split(':')[-1]} on the wafer)"
 
     def viewer_html(self) -> str:
         """viewer.html: the placed, routed compile, self-contained (wsecc.view)."""

@@ -41,6 +41,7 @@ from wsecc.vocab import Mode, SimLevel
 
 if TYPE_CHECKING:
     from wsecc.frontend.onnx import ModelInfo
+    from wsecc.kernels.costs import TrainCosts
     from wsecc.sim.events import EventResult
     from wsecc.sim.perf import PerfResult
     from wsecc.sim.sram import SramMap
@@ -183,10 +184,12 @@ def place_and_route(
     deterministic: bool = False,
     pins: str | None = None,
     say: Callable[[str], None] = lambda s: None,
+    train: TrainCosts | None = None,
 ) -> Placed:
     """Place (re-sizing at lower fill while the regions do not pack), route, validate.
 
     `time_budget_s` bounds the placement attempts together (re-sizings included), not routing.
+    With `train`, every (re-)sizing costs the kernels as pipelined training does.
 
     Guarantees: the placement and routing pass the solver-free validators. Raises
     PlacementError / RoutingError (one line) when no legal result exists.
@@ -195,7 +198,7 @@ def place_and_route(
     for i, fill in enumerate(FILL_STEPS):
         if i:
             sizing = size_regions(
-                kg, target, precision, fill=fill, chunk_tokens=sizing.chunk_tokens
+                kg, target, precision, fill=fill, chunk_tokens=sizing.chunk_tokens, train=train
             )
             say(f"size       re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
         problem = placement_problem(kg, sizing, target, precision)
@@ -218,7 +221,7 @@ def place_and_route(
             say(f"place      regions at {100 * fill:.0f}% fill do not pack: {str(e)[:100]}...")
     # what the placement achieves: each kernel costed at its placed shape (one of its menu's)
     shapes = {name: (r.h, r.w) for name, r in placement.rects.items()}
-    sizing = sizing_at(sizing, kg, target, precision, shapes)
+    sizing = sizing_at(sizing, kg, target, precision, shapes, train=train)
     rp, routing = _route_widest(problem, placement, sizing, target, say)
     # A result that fails the validators is a bug in wsecc, not in the user's input.
     bad = validate_placement(problem, placement) + validate_routing(rp, placement, routing)

@@ -147,7 +147,9 @@ class TrainResult:
     sram_max_bytes_per_pe: int
     activation_bytes_per_sample: int
     external_bytes: dict[str, int]  # weights and optimizer state off the wafer (streaming)
-    sizing: Sizing  # pipelined: the program; weight streaming: the slowest unit on the wafer
+    sizing: Sizing  # of `layout`
+    layout: KernelGraph  # on the wafer: the program (pipelined), the slowest unit (streaming)
+    costs: TrainCosts | None = None  # pipelined: what training adds to each kernel's cost
     units: tuple[UnitTime, ...] = ()
     single_system_samples_per_s: float = 0.0
     notes: tuple[str, ...] = field(default=())
@@ -204,12 +206,17 @@ def _in_flight(kg: KernelGraph, chunk_tokens: int) -> dict[str, int]:
     return {k.name: cdiv(2 * (n - i) * c, S) + 2 for i, k in enumerate(kg.kernels)}
 
 
+def train_costs(kg: KernelGraph, precision_name: str, chunk_tokens: int) -> TrainCosts:
+    """What pipelined training adds to each of `kg`'s kernels (`TrainCosts`)."""
+    return TrainCosts(state_bytes(precision_name), _in_flight(kg, chunk_tokens))
+
+
 def pipelined_sizing(
     kg: KernelGraph, target: Target, precision_name: str, chunk_tokens: int
 ) -> Sizing:
     """The training program sized with every kernel's forward, backward and state resident.
     Raises SizingError (one line) when it does not fit."""
-    costs = TrainCosts(state_bytes(precision_name), _in_flight(kg, chunk_tokens))
+    costs = train_costs(kg, precision_name, chunk_tokens)
     return size_regions(
         kg, target, precision_name, fill=FILL, chunk_tokens=chunk_tokens, train=costs
     )
@@ -287,6 +294,7 @@ def unit_graph(kg: KernelGraph, name: str, kernels: Sequence[Kernel]) -> KernelG
 class _Unit:
     name: str
     kernels: int
+    graph: KernelGraph
     sizing: Sizing
     weight_bytes: int
     rho: float  # backward / forward flops
@@ -304,14 +312,17 @@ class _Unit:
 def _size_units(kg: KernelGraph, target: Target, prec: str, chunk_tokens: int) -> list[_Unit]:
     sb = precision(prec).storage_bytes
     c = min(chunk_tokens, kg.tokens_per_sample)
-    memo: dict[tuple[Any, ...], Sizing] = {}
+    memo: dict[tuple[Any, ...], tuple[KernelGraph, Sizing]] = {}
     units = []
     for name, kernels in streamed_units(kg):
         key = tuple((k.kind, tuple(sorted(k.params.items()))) for k in kernels)
         if key not in memo:  # identical layers are sized once
             sub = unit_graph(kg, name, kernels)
             try:
-                memo[key] = size_regions(sub, target, prec, fill=FILL, chunk_tokens=chunk_tokens)
+                memo[key] = (
+                    sub,
+                    size_regions(sub, target, prec, fill=FILL, chunk_tokens=chunk_tokens),
+                )
             except SizingError as e:
                 raise TrainError(
                     f"weight streaming: unit {name!r} does not fit the wafer: {e}"
@@ -320,7 +331,7 @@ def _size_units(kg: KernelGraph, target: Target, prec: str, chunk_tokens: int) -
         bwd = sum(int(k.spec.grad.flops(k.params)) for k in kernels)  # type: ignore[union-attr]
         units.append(
             _Unit(
-                name, len(kernels), memo[key], sum(k.weight_elems for k in kernels) * sb,
+                name, len(kernels), *memo[key], sum(k.weight_elems for k in kernels) * sb,
                 rho=bwd / max(1, fwd), fill=len(kernels) * c / kg.tokens_per_sample,
             )
         )  # fmt: skip
@@ -381,7 +392,8 @@ def _choose(candidates: Sequence[int], throughput: Callable[[int], float]) -> tu
 def _pipelined(
     kg: KernelGraph, target: Target, prec: str, chunk_tokens: int, batch: int | None, systems: int
 ) -> TrainResult:
-    sizing = pipelined_sizing(kg, target, prec, chunk_tokens)
+    costs = train_costs(kg, prec, chunk_tokens)
+    sizing = size_regions(kg, target, prec, fill=FILL, chunk_tokens=chunk_tokens, train=costs)
 
     def rate(b: int) -> float:
         return b / _pipelined_step(kg, sizing, target, prec, b, systems)[0]
@@ -395,7 +407,7 @@ def _pipelined(
     return TrainResult(
         Execution.PIPELINED, "", batch, note, systems, per_system, 1, step,
         kg.tokens_per_sample, kg.train_flops_per_sample, target.peak_flops_per_s(prec), terms,
-        sizing.max_sram_per_pe, _activation_bytes(kg, prec), {}, sizing,
+        sizing.max_sram_per_pe, _activation_bytes(kg, prec), {}, sizing, kg, costs,
         single_system_samples_per_s=single,
     )  # fmt: skip
 
@@ -446,7 +458,7 @@ def _streaming(
     step, terms, times, m, accum = step_at(batch, systems)
     per_system = cdiv(batch, systems)
     single = per_system / step_at(per_system, 1)[0]
-    slowest = max(units, key=lambda u: u.sizing.stage_cycles / max(1, u.kernels))
+    slowest = max(units, key=lambda u: u.sizing.stage_cycles)
     notes = (
         f"activations kept for the backward pass: {per_sample / 1e6:,.1f} MB per sample; "
         f"at most {m_max} samples per pass fit the wafer's SRAM",
@@ -454,7 +466,7 @@ def _streaming(
     return TrainResult(
         Execution.WEIGHT_STREAMING, "", batch, note, systems, m, accum, step,
         kg.tokens_per_sample, kg.train_flops_per_sample, target.peak_flops_per_s(prec), terms,
-        max(u.sizing.max_sram_per_pe for u in units), per_sample, external, slowest.sizing,
+        max(u.sizing.max_sram_per_pe for u in units), per_sample, external, slowest.sizing, slowest.graph,
         units=tuple(times), single_system_samples_per_s=single, notes=notes,
     )  # fmt: skip
 

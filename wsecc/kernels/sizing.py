@@ -521,13 +521,15 @@ def sizing_at(
     target: Target,
     precision: str,
     shapes: Mapping[str, tuple[int, int]] | None = None,
+    *,
+    train: TrainCosts | None = None,
 ) -> Sizing:
     """`base` with every kernel costed again at a fixed shape (h, w) — the placed one when
     `shapes` names it, else base's — in `precision`: what a placement achieves, or the same
     placement in another precision. Alternatives are dropped (the shapes are decided).
     Raises SizingError when a kernel's PE no longer fits its SRAM in `precision`."""
     check_precision(precision)
-    ctx = CostContext(target, precision, base.chunk_tokens)
+    ctx = CostContext(target, precision, base.chunk_tokens, train)
     shapes = shapes or {}
     kernels, over = [], []
     for ks in base.kernels:
