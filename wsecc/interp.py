@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from wsecc.ir.core import Graph, IRError, Value
+from wsecc.ir.core import Graph, IRError, Node, Value
 from wsecc.ir.rules import evaluate_op
+
+Operands = Callable[[Node, list[np.ndarray]], list[np.ndarray]]
 
 
 def evaluate(
-    graph: Graph, feeds: Mapping[str, np.ndarray], *, keep_all: bool = False
+    graph: Graph,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    keep_all: bool = False,
+    operands: Operands | None = None,
 ) -> dict[Value, np.ndarray]:
     """Run `graph` on `feeds` (by input name). Returns outputs (or every value, `keep_all`).
 
     Intermediate values are freed as soon as their last user has run unless `keep_all`.
+    `operands(node, args)`, when given, returns the arguments the node runs on (the gradient's
+    mixed precision rounds a contraction's operands to float16 there: `wsecc.ir.grad`).
     """
     env: dict[Value, np.ndarray] = {}
     for v in graph.inputs:
@@ -32,6 +40,8 @@ def evaluate(
     keep = set(graph.outputs)
     for i, n in enumerate(graph.nodes):
         args = [v.const if v.is_const else env[v] for v in n.inputs]
+        if operands is not None:
+            args = operands(n, args)  # type: ignore[arg-type]
         try:
             results = evaluate_op(n.op, args, n.attr_dict)  # type: ignore[arg-type]
         except (IRError, ValueError, IndexError) as e:

@@ -161,6 +161,61 @@ def ort_run(path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]) -> di
     return dict(zip(names, outs, strict=True))
 
 
+class OrtWithWeights:
+    """The ORIGINAL file in onnxruntime (graph optimizations off, one thread: runs repeat
+    bit for bit) with its float initializers listed as graph inputs, so that one session runs the
+    model at any weights: `run(feeds, weights)` overrides the initializers named in `weights`.
+
+    onnxruntime lets a feed override an initializer that is also a graph input, and does not
+    constant-fold such an initializer (tests/test_gradcheck.py checks that an override
+    changes the outputs). Weights stored as external data are refused: the gradient check is
+    for small models."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        import onnx
+        import onnxruntime as ort
+        from onnx import numpy_helper
+
+        model = onnx.load(str(path), load_external_data=False)
+        g = model.graph
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in g.initializer):
+            raise WseccError(
+                f"{Path(path).name}: the gradient check needs weights stored in the file "
+                "(this one keeps them as external data)"
+            )
+        listed = {i.name for i in g.input}
+        self.weights: dict[str, np.ndarray] = {}
+        for t in g.initializer:
+            arr = numpy_helper.to_array(t)
+            if arr.dtype.kind != "f":
+                continue
+            self.weights[t.name] = arr
+            if t.name not in listed:
+                g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, arr.shape))
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 3
+        so.intra_op_num_threads = 1
+        try:
+            self._session = ort.InferenceSession(
+                model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+            )
+        except Exception as e:  # onnxruntime's own error types
+            raise WseccError(
+                f"onnxruntime cannot load {Path(path).name} with its weights as inputs ({e})"
+            ) from e
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        self.output_names = [o.name for o in self._session.get_outputs()]
+
+    def run(
+        self, feeds: Mapping[str, np.ndarray], weights: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        args = {k: v for k, v in feeds.items() if k in self._inputs}
+        args.update(weights or {})
+        outs = self._session.run(self.output_names, args)
+        return dict(zip(self.output_names, outs, strict=True))
+
+
 def verdict_line(n: Mapping[str, Any]) -> str:
     """A numerics verdict (`NumericsResult.to_json()`, the report's `numerics`) in one line:
     'FAIL: mixed PASS (worst logits: ...) vs onnxruntime X; structure fp32 FAIL (...) vs the

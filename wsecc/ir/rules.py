@@ -1,4 +1,5 @@
-"""Per-op rules, in one table keyed by `Op`: arity, type inference and the numpy reference.
+"""Per-op rules, in one table keyed by `Op`: arity, type inference, the numpy reference and the
+vector-Jacobian product (`vjp`, reverse-mode differentiation: `wsecc.ir.grad`).
 
 A missing entry is a verifier error (see `verify`), never a silent fall-through. The reference
 implementations follow ONNX semantics for the generic ops; the fused ops define their meaning
@@ -19,6 +20,10 @@ from wsecc.ir.core import DType, IRError, Op, TensorType
 
 Arrays = Sequence[np.ndarray]
 Attrs = dict[str, Any]
+Vjp = Callable[[Arrays, Arrays, Arrays, Attrs], list["np.ndarray | None"]]
+"""(inputs, outputs, output cotangents, attrs) -> one cotangent per input, shaped like it; None
+for an operand that is not differentiated (indices, masks, conditions). Every output has a
+cotangent (zeros where nothing flows back into it)."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,7 @@ class Rule:
     max_inputs: int
     infer: Callable[[Sequence[TensorType], Attrs], list[TensorType]]
     impl: Callable[[Arrays, Attrs], list[np.ndarray]]
+    vjp: Vjp | None = None  # None: the op is not differentiable (wsecc.ir.grad refuses it)
 
 
 # ---------------------------------------------------------------- helpers
@@ -46,7 +52,11 @@ def _same_dtype(types: Sequence[TensorType]) -> DType:
     return dts.pop()
 
 
-def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], boolean_out: bool = False) -> Rule:
+def _binary(
+    fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    boolean_out: bool = False,
+    vjp: Vjp | None = None,
+) -> Rule:
     def infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
         dt = _same_dtype(ts)
         return [TensorType(DType.BOOL if boolean_out else dt, _bcast(ts))]
@@ -55,10 +65,14 @@ def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], boolean_out: boo
         out = fn(xs[0], xs[1])
         return [np.asarray(out, dtype=bool if boolean_out else xs[0].dtype)]
 
-    return Rule(2, 2, infer, impl)
+    return Rule(2, 2, infer, impl, vjp)
 
 
-def _unary(fn: Callable[[np.ndarray], np.ndarray], out_dtype: DType | None = None) -> Rule:
+def _unary(
+    fn: Callable[[np.ndarray], np.ndarray],
+    out_dtype: DType | None = None,
+    vjp: Vjp | None = None,
+) -> Rule:
     def infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
         return [TensorType(out_dtype or ts[0].dtype, ts[0].shape)]
 
@@ -66,12 +80,12 @@ def _unary(fn: Callable[[np.ndarray], np.ndarray], out_dtype: DType | None = Non
         x = xs[0]
         return [np.asarray(fn(x), dtype=out_dtype.numpy if out_dtype else x.dtype)]
 
-    return Rule(1, 1, infer, impl)
+    return Rule(1, 1, infer, impl, vjp)
 
 
-def _float_unary(fn: Callable[[np.ndarray], np.ndarray]) -> Rule:
+def _float_unary(fn: Callable[[np.ndarray], np.ndarray], vjp: Vjp | None = None) -> Rule:
     """Elementwise math evaluated in float64 and rounded to the operand's dtype."""
-    return _unary(lambda x: fn(x.astype(np.float64)))
+    return _unary(lambda x: fn(x.astype(np.float64)), vjp=vjp)
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -295,7 +309,9 @@ def _gather_elements_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorTyp
 def _gather_elements_impl(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     data, idx = xs
     ax = _axis(a["axis"], data.ndim)
-    return [np.take_along_axis(data, _wrap_indices(idx, data.shape[ax], "gather_elements"), axis=ax)]
+    return [
+        np.take_along_axis(data, _wrap_indices(idx, data.shape[ax], "gather_elements"), axis=ax)
+    ]
 
 
 def _tile_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
@@ -318,13 +334,13 @@ def _reduce_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     return [TensorType(ts[0].dtype, shape)]
 
 
-def _reduce(fn: Callable[..., np.ndarray]) -> Rule:
+def _reduce(fn: Callable[..., np.ndarray], vjp: Vjp) -> Rule:
     def impl(xs: Arrays, a: Attrs) -> list[np.ndarray]:
         x = xs[0]
         axes = tuple(_axis(ax, x.ndim) for ax in a["axes"]) if a["axes"] else None
         return [np.asarray(fn(x, axis=axes, keepdims=a.get("keepdims", True)), dtype=x.dtype)]
 
-    return Rule(1, 1, _reduce_infer, impl)
+    return Rule(1, 1, _reduce_infer, impl, vjp)
 
 
 def _cumsum_impl(xs: Arrays, a: Attrs) -> list[np.ndarray]:
@@ -478,6 +494,14 @@ def attention(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     *replaced* by `fill` (exporters' −∞, finfo.min or −10000); p = softmax(scores); with
     `nan_to_zero`, NaN rows (all keys masked with −∞) become 0; out = merge_heads(p·v).
     """
+    _, _, v, _, p = _attention_probs(xs, a)
+    return [merge_heads(_matmul(p, v))]
+
+
+def _attention_probs(
+    xs: Arrays, a: Attrs
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-head q, k, v [B, h, S, dh], the kept pairs [B, 1, Sq, Sk] and the probabilities."""
     h, dh = a["num_heads"], a["head_dim"]
     q = split_heads(xs[0], a["q_offset"], h, dh)
     k = split_heads(xs[1], a["k_offset"], h, dh)
@@ -488,9 +512,13 @@ def attention(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     p = softmax(scores, axis=-1).astype(q.dtype)
     if a.get("nan_to_zero"):
         p = np.where(np.isnan(p), np.zeros((), p.dtype), p)
-    o = _matmul(p, v)
-    b, _, s, _ = o.shape
-    return [o.transpose(0, 2, 1, 3).reshape(b, s, h * dh)]
+    return q, k, v, keep, p
+
+
+def merge_heads(o: np.ndarray) -> np.ndarray:
+    """[B, h, S, dh] -> [B, S, h·dh] (the inverse of `split_heads`' reshape)."""
+    b, h, s, dh = o.shape
+    return o.transpose(0, 2, 1, 3).reshape(b, s, h * dh)
 
 
 def _embedding_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
@@ -520,6 +548,297 @@ def _gelu_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     return [ts[0]]
 
 
+# ---------------------------------------------------------------- gradients (vjp)
+# Each takes (inputs, outputs, output cotangents, attrs) and returns a cotangent per input, or
+# None for an operand that is not differentiated. Broadcast operands get their cotangent summed
+# back to their own shape (`_unbroadcast`).
+
+
+def _unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum `g` over the axes numpy broadcasting added or stretched to reach g's shape."""
+    lead = g.ndim - len(shape)
+    g = g.sum(axis=tuple(range(lead))) if lead else g
+    stretched = tuple(i for i, d in enumerate(shape) if d == 1 and g.shape[i] != 1)
+    return g.sum(axis=stretched, keepdims=True) if stretched else g
+
+
+def _binary_vjp(
+    da: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+    db: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+) -> Vjp:
+    """The vjp of y = f(a, b) from ∂y/∂a·g and ∂y/∂b·g, each given (a, b, y, g)."""
+
+    def vjp(xs: Arrays, ys: Arrays, gs: Arrays, attrs: Attrs) -> list[np.ndarray | None]:
+        a, b, y, g = xs[0], xs[1], ys[0], gs[0]
+        return [_unbroadcast(da(a, b, y, g), a.shape), _unbroadcast(db(a, b, y, g), b.shape)]
+
+    return vjp
+
+
+def _unary_vjp(dx: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]) -> Vjp:
+    """The vjp of y = f(x) from ∂y/∂x·g, given (x, y, g)."""
+
+    def vjp(xs: Arrays, ys: Arrays, gs: Arrays, attrs: Attrs) -> list[np.ndarray | None]:
+        return [dx(xs[0], ys[0], gs[0])]
+
+    return vjp
+
+
+def _pass_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    return [gs[0]]
+
+
+def _pow_da(a: np.ndarray, b: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
+    return g * b * _pow(a, b - np.ones((), b.dtype))
+
+
+def _pow_db(a: np.ndarray, b: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
+    return g * y * np.log(a.astype(np.float64))  # nan for a < 0, as the derivative is
+
+
+def _cast_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    x = xs[0]
+    float_to_float = x.dtype.kind == "f" and DType(a["to"]).is_float
+    return [gs[0].astype(x.dtype) if float_to_float else None]
+
+
+def _where_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    c, g = xs[0], gs[0]
+    zero = np.zeros((), g.dtype)
+    return [
+        None,
+        _unbroadcast(np.where(c, g, zero), xs[1].shape),
+        _unbroadcast(np.where(c, zero, g), xs[2].shape),
+    ]
+
+
+def _matmul_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    """dx = g·wᵀ, dw = xᵀ·g, batch axes summed back; a rank-1 operand is a row (x) or a column
+    (w), as in `_matmul_shape`."""
+    x, w, g = xs[0], xs[1], gs[0]
+    x2 = x if x.ndim > 1 else x[None, :]
+    w2 = w if w.ndim > 1 else w[:, None]
+    if w.ndim == 1:  # w's dim first: a scalar g needs both, in this order
+        g = np.expand_dims(g, -1)
+    if x.ndim == 1:
+        g = np.expand_dims(g, -2)
+    dx = _matmul(g, np.swapaxes(w2, -1, -2))
+    dw = _matmul(np.swapaxes(x2, -1, -2), g)
+    return [
+        _unbroadcast(dx, x2.shape).reshape(x.shape),
+        _unbroadcast(dw, w2.shape).reshape(w.shape),
+    ]
+
+
+def _gemm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    x = xs[0].T if a.get("trans_a") else xs[0]
+    w = xs[1].T if a.get("trans_b") else xs[1]
+    g = gs[0]
+    alpha = np.asarray(a.get("alpha", 1.0), g.dtype)
+    dx, dw = alpha * _matmul(g, w.T), alpha * _matmul(x.T, g)
+    out: list[np.ndarray | None] = [
+        dx.T if a.get("trans_a") else dx,
+        dw.T if a.get("trans_b") else dw,
+    ]
+    if len(xs) == 3:
+        out.append(_unbroadcast(np.asarray(a.get("beta", 1.0), g.dtype) * g, xs[2].shape))
+    return out
+
+
+def _tile_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    shape = xs[0].shape
+    split = [d for r, n in zip(a["repeats"], shape, strict=True) for d in (r, n)]
+    return [gs[0].reshape(split).sum(axis=tuple(range(0, 2 * len(shape), 2)))]
+
+
+def _concat_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    ax = _axis(a["axis"], xs[0].ndim)
+    cuts = np.cumsum([x.shape[ax] for x in xs])[:-1]
+    return list(np.split(gs[0], cuts, axis=ax))
+
+
+def _slice_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    dx = np.zeros(xs[0].shape, gs[0].dtype)
+    dx[_slice_index(xs[0].shape, a)] = gs[0]
+    return [dx]
+
+
+def _split_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    return [np.concatenate(gs, axis=_axis(a["axis"], xs[0].ndim))]
+
+
+def _scatter_rows(table: np.ndarray, ids: np.ndarray, g: np.ndarray, axis: int) -> np.ndarray:
+    """Zeros shaped like `table` with g added at `take(table, ids, axis)`'s places (repeated
+    ids add up): the cotangent of a gather."""
+    n = table.shape[axis]
+    idx = _wrap_indices(ids, n, "gather")
+    dt = np.zeros(table.shape, g.dtype)
+    # g is pre + idx + post; bring idx's axes first to match moveaxis(dt, axis, 0)[idx]
+    order = (
+        list(range(axis, axis + idx.ndim))
+        + list(range(axis))
+        + list(range(axis + idx.ndim, g.ndim))
+    )
+    np.add.at(np.moveaxis(dt, axis, 0), idx, np.transpose(g, order))
+    return dt
+
+
+def _gather_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    data, ids = xs
+    return [_scatter_rows(data, ids, gs[0], _axis(a["axis"], data.ndim)), None]
+
+
+def _gather_elements_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    data, ids = xs
+    ax = _axis(a["axis"], data.ndim)
+    where: list[np.ndarray] = list(np.indices(ids.shape, sparse=True))
+    where[ax] = _wrap_indices(ids, data.shape[ax], "gather_elements")
+    dx = np.zeros(data.shape, gs[0].dtype)
+    np.add.at(dx, tuple(where), gs[0])
+    return [dx, None]
+
+
+def _reduced_axes(x: np.ndarray, a: Attrs) -> tuple[int, ...]:
+    return tuple(_axis(ax, x.ndim) for ax in a["axes"]) if a["axes"] else tuple(range(x.ndim))
+
+
+def _reduce_vjp(kind: str) -> Vjp:
+    """sum: g spread back over the reduced axes; mean: and divided by their count; max: g to
+    the maxima, shared equally between ties."""
+
+    def vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+        x = xs[0]
+        axes = _reduced_axes(x, a)
+        kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        g = gs[0].reshape(kept)
+        if kind == "mean":
+            g = g / np.asarray(math.prod(x.shape[i] for i in axes), g.dtype)
+        if kind == "max":
+            hit = x == ys[0].reshape(kept)
+            g = g * hit / hit.sum(axis=axes, keepdims=True)
+        return [np.broadcast_to(g, x.shape).astype(gs[0].dtype)]
+
+    return vjp
+
+
+def _cumsum_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    """x_j reaches every y_i that sums it: the cumulative sum of g the other way round."""
+    return [_cumsum_impl([gs[0]], {**a, "reverse": not a.get("reverse")})[0]]
+
+
+def _softmax_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    y, g = ys[0], gs[0]
+    ax = _axis(a["axis"], y.ndim)
+    return [y * (g - (g * y).sum(axis=ax, keepdims=True))]
+
+
+def gelu_grad(x: np.ndarray, approximate: str = "none") -> np.ndarray:
+    """d gelu(x) / dx (in float64, rounded to x's dtype): exact Φ(x) + x·φ(x); tanh form
+    ½(1 + t) + ½·x·(1 − t²)·√(2/π)·(1 + 3·0.044715·x²) with t = tanh(√(2/π)·(x + 0.044715·x³))."""
+    x64 = x.astype(np.float64)
+    if approximate == "tanh":
+        t = np.tanh(GELU_TANH_C * (x64 + 0.044715 * x64**3))
+        d = 0.5 * (1 + t) + 0.5 * x64 * (1 - t * t) * GELU_TANH_C * (1 + 3 * 0.044715 * x64**2)
+    else:
+        d = 0.5 * (1 + special.erf(x64 / math.sqrt(2.0))) + x64 * np.exp(-0.5 * x64 * x64) / (
+            math.sqrt(2.0 * math.pi)
+        )
+    return d.astype(x.dtype)
+
+
+def _activation_grad(z: np.ndarray, act: str) -> np.ndarray:
+    """d act(z) / dz for each of ACTIVATIONS but "none"."""
+    if act == "relu":
+        return (z > 0).astype(z.dtype)
+    if act == "tanh":
+        t = np.tanh(z.astype(np.float64))
+        return (1 - t * t).astype(z.dtype)
+    return gelu_grad(z, "tanh" if act == "gelu_tanh" else "none")
+
+
+def _linear_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    """Through the activation (its derivative at z = x·W + b, recomputed), then dx = dz·Wᵀ,
+    dW = xᵀ·dz and db = Σ dz over the leading axes."""
+    x, w, g = xs[0], xs[1], gs[0]
+    if a["activation"] != "none":
+        z = _matmul(x, w) + (xs[2] if len(xs) == 3 else np.zeros((), x.dtype))
+        g = g * _activation_grad(z, a["activation"])
+    k, n = w.shape
+    g2 = g.reshape(-1, n)
+    out: list[np.ndarray | None] = [_matmul(g, w.T), _matmul(x.reshape(-1, k).T, g2)]
+    return out + ([g2.sum(axis=0)] if len(xs) == 3 else [])
+
+
+def _layer_norm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    """With x̂ = (s − μ)/σ: dβ = Σ g, dγ = Σ g·x̂, and ds = (ĝ − mean(ĝ) − x̂·mean(ĝ·x̂))/σ with
+    ĝ = g·γ, plus the emitted sum's own cotangent; x and skip each get ds summed to their
+    shape."""
+    s = xs[0] + xs[1] if a["has_skip"] else xs[0]
+    gamma, g = xs[-2], gs[0]
+    d = s - s.mean(axis=-1, keepdims=True)
+    rstd = 1 / np.sqrt((d * d).mean(axis=-1, keepdims=True) + np.asarray(a["epsilon"], s.dtype))
+    xhat = d * rstd
+    gh = g * gamma
+    ds = rstd * (gh - gh.mean(axis=-1, keepdims=True) - xhat * (gh * xhat).mean(-1, keepdims=True))
+    if a.get("emit_sum"):
+        ds = ds + gs[1]
+    n = gamma.shape[0]
+    dgamma = (g * xhat).reshape(-1, n).sum(axis=0)
+    dbeta = g.reshape(-1, n).sum(axis=0)
+    parts = [xs[0], xs[1]] if a["has_skip"] else [xs[0]]
+    return [_unbroadcast(ds, x.shape) for x in parts] + [dgamma, dbeta]
+
+
+def _attention_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    """dV = pᵀ·dO; dp = dO·Vᵀ; d scores = p·(dp − Σ dp·p), zero where a pair is not kept (the
+    fill is a constant) and where `nan_to_zero` zeroed p; dQ = scale·d scores·K and
+    dK = scale·d scoresᵀ·Q. Each lands in its source's columns; the mask gets None."""
+    q, k, v, keep, p = _attention_probs(xs, a)
+    h, dh = a["num_heads"], a["head_dim"]
+    b, s, _ = gs[0].shape
+    do = gs[0].reshape(b, s, h, dh).transpose(0, 2, 1, 3)
+    dv = _matmul(p.transpose(0, 1, 3, 2), do)
+    dp = _matmul(do, v.transpose(0, 1, 3, 2))
+    dscores = np.where(keep, p * (dp - (dp * p).sum(axis=-1, keepdims=True)), 0)
+    scale = np.asarray(a["scale"], dscores.dtype)
+    dq = _matmul(dscores, k) * scale
+    dk = _matmul(dscores.transpose(0, 1, 3, 2), q) * scale
+    out: list[np.ndarray | None] = []
+    for src, off, heads in (
+        (xs[0], "q_offset", dq),
+        (xs[1], "k_offset", dk),
+        (xs[2], "v_offset", dv),
+    ):
+        d = np.zeros(src.shape, heads.dtype)
+        d[:, :, a[off] : a[off] + h * dh] = merge_heads(heads)
+        out.append(d)
+    return out + ([None] if len(xs) == 4 else [])
+
+
+def _embedding_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    """Each table gets the rows of g (summed back to its lookup's shape) added at its ids."""
+    out: list[np.ndarray | None] = []
+    for ids, table in zip(xs[0::2], xs[1::2], strict=True):
+        g = _unbroadcast(gs[0], ids.shape + table.shape[1:])
+        out += [None, _scatter_rows(table, ids, g, 0)]
+    return out
+
+
+def _gelu_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    return [gs[0] * gelu_grad(xs[0], a["approximate"])]
+
+
+def _max_min_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    """g to the operand that was chosen; a tie goes to the first."""
+    x0, x1, y, g = xs[0], xs[1], ys[0], gs[0]
+    first = x0 == y
+    zero = np.zeros((), g.dtype)
+    return [
+        _unbroadcast(np.where(first, g, zero), x0.shape),
+        _unbroadcast(np.where(first, zero, g), x1.shape),
+    ]
+
+
 # ---------------------------------------------------------------- the table
 
 
@@ -530,18 +849,21 @@ def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 RULES: dict[Op, Rule] = {
-    Op.ADD: _binary(np.add),
-    Op.SUB: _binary(np.subtract),
-    Op.MUL: _binary(np.multiply),
-    Op.DIV: _binary(_div),
+    Op.ADD: _binary(np.add, vjp=_binary_vjp(lambda a, b, y, g: g, lambda a, b, y, g: g)),
+    Op.SUB: _binary(np.subtract, vjp=_binary_vjp(lambda a, b, y, g: g, lambda a, b, y, g: -g)),
+    Op.MUL: _binary(
+        np.multiply, vjp=_binary_vjp(lambda a, b, y, g: g * b, lambda a, b, y, g: g * a)
+    ),
+    Op.DIV: _binary(_div, vjp=_binary_vjp(lambda a, b, y, g: g / b, lambda a, b, y, g: -g * y / b)),
     Op.POW: Rule(
         2,
         2,
         lambda ts, a: [TensorType(ts[0].dtype, _bcast(ts))],
         lambda xs, a: [_pow(xs[0], xs[1])],
+        _binary_vjp(_pow_da, _pow_db),
     ),
-    Op.MAX: _binary(np.maximum),
-    Op.MIN: _binary(np.minimum),
+    Op.MAX: _binary(np.maximum, vjp=_max_min_vjp),
+    Op.MIN: _binary(np.minimum, vjp=_max_min_vjp),
     Op.MOD: Rule(
         2,
         2,
@@ -556,64 +878,88 @@ RULES: dict[Op, Rule] = {
     Op.LESS_EQUAL: _binary(np.less_equal, boolean_out=True),
     Op.GREATER: _binary(np.greater, boolean_out=True),
     Op.GREATER_EQUAL: _binary(np.greater_equal, boolean_out=True),
-    Op.NEG: _unary(np.negative),
-    Op.ABS: _unary(np.abs),
-    Op.SQRT: _float_unary(np.sqrt),
-    Op.RECIPROCAL: _float_unary(lambda x: 1.0 / x),
-    Op.EXP: _float_unary(np.exp),
-    Op.LOG: _float_unary(np.log),
-    Op.ERF: _float_unary(special.erf),
-    Op.TANH: _float_unary(np.tanh),
-    Op.SIGMOID: _float_unary(special.expit),
-    Op.RELU: _unary(lambda x: np.maximum(x, 0)),
+    Op.NEG: _unary(np.negative, vjp=_unary_vjp(lambda x, y, g: -g)),
+    Op.ABS: _unary(np.abs, vjp=_unary_vjp(lambda x, y, g: g * np.sign(x))),
+    Op.SQRT: _float_unary(np.sqrt, _unary_vjp(lambda x, y, g: g / (2 * y))),
+    Op.RECIPROCAL: _float_unary(lambda x: 1.0 / x, _unary_vjp(lambda x, y, g: -g * y * y)),
+    Op.EXP: _float_unary(np.exp, _unary_vjp(lambda x, y, g: g * y)),
+    Op.LOG: _float_unary(np.log, _unary_vjp(lambda x, y, g: g / x)),
+    Op.ERF: _float_unary(
+        special.erf,
+        _unary_vjp(
+            lambda x, y, g: g * (2 / math.sqrt(math.pi)) * np.exp(-(x.astype(np.float64) ** 2))
+        ),
+    ),
+    Op.TANH: _float_unary(np.tanh, _unary_vjp(lambda x, y, g: g * (1 - y * y))),
+    Op.SIGMOID: _float_unary(special.expit, _unary_vjp(lambda x, y, g: g * y * (1 - y))),
+    Op.RELU: _unary(lambda x: np.maximum(x, 0), vjp=_unary_vjp(lambda x, y, g: g * (x > 0))),
     Op.NOT: _unary(np.logical_not, DType.BOOL),
     Op.ISNAN: _unary(np.isnan, DType.BOOL),
     Op.ISINF: _unary(np.isinf, DType.BOOL),
-    Op.CAST: Rule(1, 1, _cast_infer, _cast_impl),
-    Op.IDENTITY: Rule(1, 1, _same, lambda xs, a: [xs[0]]),
-    Op.DROPOUT: Rule(1, 1, _same, lambda xs, a: [xs[0]]),
-    Op.WHERE: Rule(3, 3, _where_infer, lambda xs, a: [np.where(xs[0], xs[1], xs[2])]),
-    Op.MATMUL: Rule(2, 2, _matmul_infer, lambda xs, a: [_matmul(xs[0], xs[1])]),
-    Op.GEMM: Rule(2, 3, _gemm_infer, _gemm_impl),
+    Op.CAST: Rule(1, 1, _cast_infer, _cast_impl, _cast_vjp),
+    Op.IDENTITY: Rule(1, 1, _same, lambda xs, a: [xs[0]], _pass_vjp),
+    Op.DROPOUT: Rule(1, 1, _same, lambda xs, a: [xs[0]], _pass_vjp),  # inference: identity
+    Op.WHERE: Rule(3, 3, _where_infer, lambda xs, a: [np.where(xs[0], xs[1], xs[2])], _where_vjp),
+    Op.MATMUL: Rule(2, 2, _matmul_infer, lambda xs, a: [_matmul(xs[0], xs[1])], _matmul_vjp),
+    Op.GEMM: Rule(2, 3, _gemm_infer, _gemm_impl, _gemm_vjp),
     Op.EINSUM: Rule(
         1, 8, _einsum_infer, lambda xs, a: [np.einsum(a["equation"], *xs).astype(xs[0].dtype)]
     ),
-    Op.RESHAPE: Rule(1, 1, _reshape_infer, lambda xs, a: [xs[0].reshape(a["shape"])]),
-    Op.TRANSPOSE: Rule(1, 1, _transpose_infer, lambda xs, a: [np.transpose(xs[0], a["perm"])]),
+    Op.RESHAPE: Rule(
+        1,
+        1,
+        _reshape_infer,
+        lambda xs, a: [xs[0].reshape(a["shape"])],
+        lambda xs, ys, gs, a: [gs[0].reshape(xs[0].shape)],
+    ),
+    Op.TRANSPOSE: Rule(
+        1,
+        1,
+        _transpose_infer,
+        lambda xs, a: [np.transpose(xs[0], a["perm"])],
+        lambda xs, ys, gs, a: [np.transpose(gs[0], np.argsort(a["perm"]))],
+    ),
     Op.EXPAND: Rule(
         1,
         1,
         _expand_infer,
         lambda xs, a: [np.broadcast_to(xs[0], np.broadcast_shapes(xs[0].shape, a["shape"])).copy()],
+        lambda xs, ys, gs, a: [_unbroadcast(gs[0], xs[0].shape)],
     ),
     Op.CONCAT: Rule(
         1,
         1 << 16,
         _concat_infer,
         lambda xs, a: [np.concatenate(xs, axis=_axis(a["axis"], xs[0].ndim))],
+        _concat_vjp,
     ),
-    Op.SLICE: Rule(1, 1, _slice_infer, lambda xs, a: [xs[0][_slice_index(xs[0].shape, a)]]),
-    Op.SPLIT: Rule(1, 1, _split_infer, _split_impl),
-    Op.GATHER: Rule(2, 2, _gather_infer, _gather_impl),
+    Op.SLICE: Rule(
+        1, 1, _slice_infer, lambda xs, a: [xs[0][_slice_index(xs[0].shape, a)]], _slice_vjp
+    ),
+    Op.SPLIT: Rule(1, 1, _split_infer, _split_impl, _split_vjp),
+    Op.GATHER: Rule(2, 2, _gather_infer, _gather_impl, _gather_vjp),
     Op.GATHER_ND: Rule(2, 2, _gather_nd_infer, _gather_nd_impl),
-    Op.GATHER_ELEMENTS: Rule(2, 2, _gather_elements_infer, _gather_elements_impl),
-    Op.TILE: Rule(1, 1, _tile_infer, lambda xs, a: [np.tile(xs[0], a["repeats"])]),
-    Op.REDUCE_MEAN: _reduce(np.mean),
-    Op.REDUCE_SUM: _reduce(np.sum),
-    Op.REDUCE_MAX: _reduce(np.max),
-    Op.CUMSUM: Rule(1, 1, _same, _cumsum_impl),
+    Op.GATHER_ELEMENTS: Rule(
+        2, 2, _gather_elements_infer, _gather_elements_impl, _gather_elements_vjp
+    ),
+    Op.TILE: Rule(1, 1, _tile_infer, lambda xs, a: [np.tile(xs[0], a["repeats"])], _tile_vjp),
+    Op.REDUCE_MEAN: _reduce(np.mean, _reduce_vjp("mean")),
+    Op.REDUCE_SUM: _reduce(np.sum, _reduce_vjp("sum")),
+    Op.REDUCE_MAX: _reduce(np.max, _reduce_vjp("max")),
+    Op.CUMSUM: Rule(1, 1, _same, _cumsum_impl, _cumsum_vjp),
     Op.SOFTMAX: Rule(
         1,
         1,
         _same,
         lambda xs, a: [softmax(xs[0], _axis(a["axis"], xs[0].ndim)).astype(xs[0].dtype)],
+        _softmax_vjp,
     ),
-    Op.LINEAR: Rule(2, 3, _linear_infer, linear),
-    Op.LM_HEAD: Rule(2, 3, _linear_infer, linear),
-    Op.LAYER_NORM: Rule(3, 4, _layer_norm_infer, layer_norm),
-    Op.GELU: Rule(1, 1, _gelu_infer, lambda xs, a: [gelu(xs[0], a["approximate"])]),
-    Op.ATTENTION: Rule(3, 4, _attention_infer, attention),
-    Op.EMBEDDING: Rule(2, 16, _embedding_infer, embedding),
+    Op.LINEAR: Rule(2, 3, _linear_infer, linear, _linear_vjp),
+    Op.LM_HEAD: Rule(2, 3, _linear_infer, linear, _linear_vjp),
+    Op.LAYER_NORM: Rule(3, 4, _layer_norm_infer, layer_norm, _layer_norm_vjp),
+    Op.GELU: Rule(1, 1, _gelu_infer, lambda xs, a: [gelu(xs[0], a["approximate"])], _gelu_vjp),
+    Op.ATTENTION: Rule(3, 4, _attention_infer, attention, _attention_vjp),
+    Op.EMBEDDING: Rule(2, 16, _embedding_infer, embedding, _embedding_vjp),
 }
 
 

@@ -1,0 +1,124 @@
+"""The gradient check against central finite differences of onnxruntime (`wsecc.gradcheck`):
+it passes on the samples, fails on a broken gradient rule for exactly the tensors it breaks, and
+reports an initializer it cannot trace."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+from wsecc.passes import DEFAULT_PIPELINE
+
+from wsecc.frontend.onnx import import_model
+from wsecc.gradcheck import check_gradients
+from wsecc.ir import Graph, Node, Op, Value, rules
+from wsecc.numerics import OrtWithWeights, make_inputs
+from wsecc.pm import PassContext, PassManager
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@cache
+def fused(path: Path) -> tuple[Graph, dict[str, np.ndarray]]:
+    """The fused graph at batch 2, seq 8 (bound as the frontend binds) and its numerics feeds."""
+    graph, _ = import_model(path, batch=2, seq=8)
+    g, _ = PassManager(DEFAULT_PIPELINE).run(graph, PassContext())
+    assert isinstance(g, Graph)
+    return g, make_inputs(g, seed=0)
+
+
+FAST = 6  # coordinates per tensor in the default run; the slow test uses the full budget
+
+
+@pytest.mark.parametrize("precision", ["fp32", "mixed"])
+@pytest.mark.parametrize("sample", ["gpt2_legacy_op17.onnx", "bert_dynamo.onnx"])
+def test_check_passes_on_samples(sample: str, precision: str) -> None:
+    g, feeds = fused(SAMPLES / sample)
+    check = check_gradients(SAMPLES / sample, g, feeds, precision, samples=FAST, seed=1)
+    assert check.passed, check.summary()
+    assert not check.untraced
+    assert check.loss == pytest.approx(check.loss_onnxruntime, rel=1e-3)
+    json = check.to_json()
+    assert len(json["rows"]) == len(check.rows) and json["loss_kind"] == check.loss_kind
+
+
+def test_tied_wte_is_one_row_with_both_constants() -> None:
+    g, feeds = fused(SAMPLES / "gpt2_dynamo.onnx")
+    check = check_gradients(SAMPLES / "gpt2_dynamo.onnx", g, feeds, samples=FAST)
+    row = next(r for r in check.rows if r.initializers == ("model.lm_head.weight",))
+    assert len(row.traced_from) == 2 and any("transpose" in t for t in row.traced_from)
+    assert row.passed, check.summary()
+
+
+def test_broken_layernorm_gamma_fails_exactly_the_gammas() -> None:
+    path = SAMPLES / "gpt2_legacy_op17.onnx"
+    g, feeds = fused(path)
+    check = check_gradients(path, g, feeds, samples=FAST, fault="layernorm_gamma")
+    gammas = {
+        v.name
+        for n in g.nodes
+        if n.op is Op.LAYER_NORM
+        for v in n.inputs[-2:-1]  # gamma: the operand before beta
+    }
+    failed = {r.name for r in check.rows if not r.passed}
+    assert not check.passed and "layernorm_gamma" in check.summary()
+    assert failed == gammas
+
+
+def test_broken_gelu_derivative_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GELU's derivative without its x·φ(x) term (what a rule table can get wrong): every tensor
+    upstream of an MLP fails, the head downstream of the last one does not."""
+    monkeypatch.setattr(rules, "gelu_grad", lambda x, approximate="none": rules.gelu(x) / x)
+    path = SAMPLES / "bert_legacy_op17.onnx"
+    g, feeds = fused(path)
+    check = check_gradients(path, g, feeds, samples=FAST)
+    failed = {r.name for r in check.rows if not r.passed}
+    assert not check.passed
+    assert "model.bert.encoder.layer.1.intermediate.dense.bias" in failed
+    assert not any(n.startswith("model.classifier") for n in failed)
+
+
+def test_an_untraceable_initializer_is_reported_and_fails() -> None:
+    """A weight the graph no longer holds as the file has it (here: scaled) traces to no
+    initializer: the check names it and fails."""
+    path = SAMPLES / "bert_legacy_op17.onnx"
+    g, feeds = fused(path)
+    name = "model.bert.pooler.dense.bias"
+    old = next(c for c in g.constants() if c.name == name)
+    new = Value.constant(name, old.const * np.float32(1.5))
+    nodes = [
+        Node(n.op, tuple(new if v is old else v for v in n.inputs), n.outputs, n.attrs, n.name)
+        for n in g.nodes
+    ]
+    check = check_gradients(path, g.replace(nodes), feeds, samples=2)
+    assert check.untraced == (name,)
+    assert not check.passed and f"untraced: {name}" in check.summary()
+
+
+def test_onnxruntime_feeds_override_initializers() -> None:
+    """The check's premise: an initializer listed as an input is overridden by a feed, not
+    constant-folded."""
+    path = SAMPLES / "gpt2_legacy_op17.onnx"
+    _, feeds = fused(path)
+    ort = OrtWithWeights(path)
+    base = ort.run(feeds)["logits"]
+    bias = "model.transformer.ln_f.bias"
+    moved = ort.run(feeds, {bias: ort.weights[bias] + np.float32(1.0)})["logits"]
+    assert not np.allclose(base, moved)
+    np.testing.assert_array_equal(ort.run(feeds, {bias: ort.weights[bias]})["logits"], base)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "mixed"])
+@pytest.mark.parametrize(
+    "path",
+    [*sorted(SAMPLES.glob("*.onnx")), DATA / "gpt2_pos64.onnx", DATA / "opt_pos64.onnx"],
+    ids=lambda p: p.stem,
+)
+def test_check_passes_with_the_full_budget(path: Path, precision: str) -> None:
+    g, feeds = fused(path)
+    check = check_gradients(path, g, feeds, precision)
+    assert check.passed, check.summary()

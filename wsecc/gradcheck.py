@@ -1,0 +1,363 @@
+"""The training gradient checked against a reference nobody here wrote: central finite
+differences of onnxruntime running the original ONNX file.
+
+check_gradients(model_path, graph, feeds, precision)  -> GradCheck
+
+1. The loss is `wsecc.ir.grad.choose_loss(graph, feeds, seed)`, one definition applied to our
+   outputs and to onnxruntime's (in float64).
+2. Our gradient: `value_and_grad` on the fused graph, with respect to its weights.
+3. Tracing: each weight constant of the graph is matched to the ONNX initializer it came from by
+   its data — equal bytes (the same tensor, or a reshape of it) or, for a 2-D constant, equal to
+   the initializer transposed (folding turns a `Transpose(W)` or a Gemm's `transB` into a new
+   constant). Several constants from one initializer (GPT-2's wte, read by the embedding and, as
+   wte.T, by the LM head) add their gradients into its row; one constant equal to several
+   initializers (the folder deduplicates identical ones) makes one row of all of them, perturbed
+   together. A float initializer of more than one element that no constant traces to is listed
+   as untraced, and fails the check — unless perturbing it leaves onnxruntime's loss unchanged
+   (it is not on a path to the loss: skipped, and listed). Integer and scalar initializers are
+   shape data, indices, positions or literals, not weights.
+4. Finite differences: for each row, `samples` coordinates (all when the tensor is smaller):
+   half uniform at random, half drawn in proportion to |our gradient| (the uniform half catches
+   a gradient that is wrongly zero; the other half measures where the gradient is large, which
+   uniform sampling of a sparse gradient — an embedding table's unused rows — would miss).
+   Central differences (L(w + h·e) − L(w − h·e)) / 2h at several steps h (`_differences`: two
+   steps for every coordinate, a ladder of five where those two disagree), giving each
+   coordinate a derivative and its noise (the steps' disagreement).
+
+Figures per row: max_rel_err = max|g − fd| / max|fd| over the sampled coordinates — relative to
+the tensor's largest reference gradient rather than each coordinate's own, so that coordinates
+whose gradient is near zero (where a finite difference is all noise) do not make the figure
+meaningless (the definition of `wsecc.numerics.compare`); PCC of g and fd; noise = the largest
+coordinate noise / max|fd|, on max_rel_err's scale; beyond_noise = max(|g − fd| − 2·noise) per
+coordinate / max|fd|, the error the differences' own uncertainty does not explain.
+
+Pass: fp32 beyond_noise ≤ 1e-2; mixed PCC ≥ 0.99. fp32 onnxruntime cannot always resolve 1e-2:
+its loss is rounded to ~1e-7 relative, ReLU kinks bend the differences, and some gradients are
+tiny or exactly zero (a key bias: softmax ignores a shift shared by all keys). A row whose noise
+exceeds 1e-2 is `noisy` and passes when max_rel_err ≤ 1e-2 + 3·noise (we agree as well as the
+reference can tell: a spread of three steps understates the error of tiny
+gradients, hence 3); a row whose differences are all zero passes when our gradient is too small
+for the largest step to move fp32's loss by one rounding unit. The report lists every row's
+figures, so a noisy pass is visible as one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from wsecc.ir.core import Graph, Value
+from wsecc.ir.grad import Loss, choose_loss, value_and_grad, weights
+from wsecc.numerics import OrtWithWeights, compare
+
+TOLERANCE = {"fp32": {"max_rel_err": 1e-2}, "mixed": {"pcc": 0.99}}
+RESOLUTION = 1e-2  # what the finite differences must resolve: fp32's bound
+_F32_EPS = float(np.finfo(np.float32).eps)
+
+
+@dataclass(frozen=True)
+class GradRow:
+    """One ONNX initializer (or several identical ones, perturbed together)."""
+
+    initializers: tuple[str, ...]
+    shape: tuple[int, ...]
+    traced_from: tuple[
+        str, ...
+    ]  # the graph's constants, each with how it relates: "%c (transpose)"
+    sampled: int
+    max_rel_err: float
+    pcc: float
+    noise: float
+    beyond_noise: float
+    max_grad: float  # max |fd_h| over the sampled coordinates
+    passed: bool
+
+    @property
+    def name(self) -> str:
+        return " = ".join(self.initializers)
+
+    @property
+    def noisy(self) -> bool:
+        """The finite differences disagree with themselves by more than RESOLUTION: the row
+        passed (or failed) on the weaker test of the module docstring."""
+        return self.noise > RESOLUTION
+
+
+@dataclass(frozen=True)
+class GradCheck:
+    passed: bool
+    precision: str
+    loss_kind: str
+    loss: float  # ours
+    loss_onnxruntime: float
+    rows: tuple[GradRow, ...]
+    untraced: tuple[str, ...]  # weight initializers no constant of the graph traces to: failures
+    off_path: tuple[str, ...]  # untraced float initializers the loss does not depend on
+    samples: int
+    seed: int
+    seconds: float
+    fault: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """For report.json (`numerics.gradients`)."""
+        d = asdict(self)
+        d["rows"] = [
+            {"name": r.name, **asdict(r), "noisy": r.noisy} for r in self.rows
+        ]  # fmt: skip
+        return d
+
+    def summary(self) -> str:
+        worst = max(self.rows, key=lambda r: r.max_rel_err, default=None)
+        text = (
+            f"gradients {'PASS' if self.passed else 'FAIL'} ({self.precision}, loss "
+            f"{self.loss_kind}): {sum(r.passed for r in self.rows)}/{len(self.rows)} tensors"
+        )
+        if worst is not None:
+            text += (
+                f", worst {worst.name}: max rel err {worst.max_rel_err:.2e}, PCC "
+                f"{worst.pcc:.5f}, FD noise {worst.noise:.1e}"
+            )
+        if self.untraced:
+            text += f"; untraced: {', '.join(self.untraced)}"
+        return text + (f"; fault {self.fault} injected" if self.fault else "")
+
+
+# ---------------------------------------------------------------- tracing
+
+
+@dataclass(frozen=True)
+class _Trace:
+    constant: Value
+    initializer: str
+    transform: str  # "identity", "reshape" or "transpose"
+
+
+def _key(a: np.ndarray) -> tuple[str, int, bytes]:
+    data = np.ascontiguousarray(a)
+    return data.dtype.str, data.size, hashlib.blake2b(data.tobytes(), digest_size=16).digest()
+
+
+def trace_weights(consts: list[Value], inits: Mapping[str, np.ndarray]) -> list[_Trace]:
+    """Every (constant, initializer) pair whose data are equal under identity, reshape or a
+    2-D transpose (see the module docstring)."""
+    index: dict[tuple[str, int, bytes], list[str]] = {}
+    for name, arr in inits.items():
+        index.setdefault(_key(arr), []).append(name)
+    out = []
+    for c in consts:
+        assert c.const is not None
+        names = index.get(_key(c.const), [])
+        for n in names:
+            kind = "identity" if inits[n].shape == c.const.shape else "reshape"
+            out.append(_Trace(c, n, kind))
+        if not names and c.const.ndim == 2:
+            out += [_Trace(c, n, "transpose") for n in index.get(_key(c.const.T), [])]
+    return out
+
+
+def _to_initializer(g: np.ndarray, t: _Trace, shape: tuple[int, ...]) -> np.ndarray:
+    return (g.T if t.transform == "transpose" else g).reshape(shape)
+
+
+def _rows(traces: list[_Trace]) -> list[list[_Trace]]:
+    """Traces grouped by initializer; initializers sharing a constant grouped together."""
+    group: dict[str, int] = {}
+    by_const: dict[Value, list[str]] = {}
+    for t in traces:
+        by_const.setdefault(t.constant, []).append(t.initializer)
+    parent: dict[str, str] = {}
+
+    def root(n: str) -> str:
+        while parent.get(n, n) != n:
+            n = parent[n]
+        return n
+
+    for names in by_const.values():
+        for n in names[1:]:
+            parent[root(n)] = root(names[0])
+    for t in traces:
+        group.setdefault(root(t.initializer), len(group))
+    rows: list[list[_Trace]] = [[] for _ in group]
+    for t in traces:
+        rows[group[root(t.initializer)]].append(t)
+    return rows
+
+
+# ---------------------------------------------------------------- finite differences
+
+
+def _sample(size: int, n: int, g: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    if size <= n:
+        return np.arange(size)
+    uniform = rng.choice(size, n - n // 2, replace=False)
+    weight = np.abs(g.reshape(-1)).astype(np.float64)
+    weight[uniform] = 0.0
+    k = min(n // 2, int(np.count_nonzero(weight)))
+    big = rng.choice(size, k, replace=False, p=weight / weight.sum()) if k else uniform[:0]
+    return np.sort(np.concatenate([uniform, big]))
+
+
+def _central(
+    ort: OrtWithWeights,
+    feeds: Mapping[str, np.ndarray],
+    loss: Loss,
+    members: tuple[str, ...],
+    coords: np.ndarray,
+    step: float,
+) -> np.ndarray:
+    """d loss / d w[coord] for each coord, perturbing every member at once."""
+    work = {m: ort.weights[m].copy() for m in members}
+    flat = {m: w.reshape(-1) for m, w in work.items()}
+    out = np.empty(len(coords))
+    first = flat[members[0]]
+    for i, j in enumerate(coords):
+        base = {m: f[j] for m, f in flat.items()}
+        sides = []
+        for sign in (1.0, -1.0):
+            for m, f in flat.items():
+                f[j] = base[m] + f.dtype.type(sign * step)
+            sides.append((loss(ort.run(feeds, work)), float(first[j])))
+        for m, f in flat.items():
+            f[j] = base[m]
+        # divided by the step taken, as the weight's dtype rounded w ± h
+        out[i] = (sides[0][0] - sides[1][0]) / (sides[0][1] - sides[1][1])
+    return out
+
+
+STEPS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)  # h, absolute; the first pair tried is (1e-3, 3e-3)
+
+
+def _differences(
+    ort: OrtWithWeights,
+    feeds: Mapping[str, np.ndarray],
+    loss: Loss,
+    members: tuple[str, ...],
+    coords: np.ndarray,
+    tol: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each coordinate's derivative and its noise (both absolute). Every coordinate gets
+    h = 1e-3 and 3e-3 first: where the two agree to within tol/10 of the tensor's largest
+    derivative, their mean and their difference. The others get the whole ladder — smaller
+    steps where ReLU kinks or curvature spoil 1e-3, larger ones where the rounding of fp32
+    onnxruntime's loss (~1e-7 of it) swamps a small gradient — and take the three consecutive
+    steps that agree best: their median, and their spread as the noise (three, not two, so that
+    one lucky agreement does not pass for a clean estimate)."""
+    fds = np.full((len(STEPS), len(coords)), np.nan)
+    first = [STEPS.index(1e-3), STEPS.index(3e-3)]
+    for k in first:
+        fds[k] = _central(ort, feeds, loss, members, coords, STEPS[k])
+    est = fds[first].mean(axis=0)
+    noise = np.abs(fds[first[0]] - fds[first[1]])
+    scale = float(np.max(np.abs(fds[first[0]]))) if len(coords) else 0.0
+    unsure = noise > 0.1 * tol * scale
+    if unsure.any():
+        for k in range(len(STEPS)):
+            if k not in first:
+                fds[k, unsure] = _central(ort, feeds, loss, members, coords[unsure], STEPS[k])
+        triples = np.stack([fds[k : k + 3, unsure] for k in range(len(STEPS) - 2)])
+        spread = triples.max(axis=1) - triples.min(axis=1)
+        best = np.argmin(spread, axis=0)
+        cols = np.arange(int(unsure.sum()))
+        est[unsure] = np.median(triples[best, :, cols], axis=1)
+        noise[unsure] = spread[best, cols]
+    return est, noise
+
+
+def check_gradients(
+    model_path: str | os.PathLike[str],
+    graph: Graph,
+    feeds: Mapping[str, np.ndarray],
+    precision: str = "fp32",
+    *,
+    samples: int = 200,
+    seed: int = 0,
+    fault: str | None = None,
+) -> GradCheck:
+    """Check the gradient of `graph` (the fused graph, with its weights) on `feeds` against
+    central finite differences of onnxruntime on `model_path` (the file `graph` came from),
+    `samples` coordinates per initializer; see the module docstring."""
+    start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    loss = choose_loss(graph, feeds, seed)
+    consts = weights(graph)
+    ours, grads = value_and_grad(graph, feeds, loss, consts, precision, fault)
+    ort = OrtWithWeights(model_path)
+    theirs = loss(ort.run(feeds))
+    traces = trace_weights(consts, ort.weights)
+    rows = []
+    for group in _rows(traces):
+        members = tuple(dict.fromkeys(t.initializer for t in group))
+        shape = ort.weights[members[0]].shape
+        if any(ort.weights[m].shape != shape for m in members):
+            continue  # not a deduplicated copy: left untraced below
+        g = np.zeros(shape, np.float64)
+        for c in dict.fromkeys(t.constant for t in group):
+            t = next(t for t in group if t.constant is c)
+            g += _to_initializer(grads[c], t, shape)
+        coords = _sample(g.size, samples, g, rng)
+        fd, gaps = _differences(ort, feeds, loss, members, coords, RESOLUTION)
+        err = compare(members[0], g.reshape(-1)[coords], fd)
+        scale = float(np.max(np.abs(fd))) if fd.size else 0.0
+        noise = float(np.max(gaps)) / scale if scale > 0 else 0.0
+        tol = TOLERANCE[precision]
+        # beyond: by how much each coordinate misses its finite difference's own uncertainty
+        # (twice the spread of the steps it came from), the worst relative to the tensor's scale
+        miss = np.abs(g.reshape(-1)[coords] - fd) - 2 * gaps
+        beyond = float(np.max(miss, initial=0.0)) / scale if scale > 0 else 0.0
+        mine = g.reshape(-1)[coords]
+        if scale == 0:  # no step moved fp32's loss: ours must be too small to move it either
+            passed = float(np.max(np.abs(mine))) * STEPS[-1] <= _F32_EPS * abs(theirs)
+        elif noise > RESOLUTION:  # unresolved: agree to within the differences' own spread
+            passed = err.max_rel_err <= RESOLUTION + 3 * noise
+        elif precision == "fp32":
+            passed = beyond <= tol["max_rel_err"]
+        else:
+            passed = err.pcc >= tol["pcc"]
+        traced = tuple(
+            f"%{t.constant.name}" + ("" if t.transform == "identity" else f" ({t.transform})")
+            for t in group
+            if t.initializer == members[0]
+        )
+        rows.append(
+            GradRow(
+                members,
+                tuple(shape),
+                traced,
+                len(coords),
+                err.max_rel_err,
+                err.pcc,
+                noise,
+                beyond,
+                scale,
+                passed,
+            )  # fmt: skip
+        )
+    in_rows = {m for r in rows for m in r.initializers}
+    candidates = [n for n, w in ort.weights.items() if n not in in_rows and w.size > 1]
+    untraced, off_path = [], []
+    for n in candidates:
+        (untraced if _moves_loss(ort, feeds, loss, n, theirs) else off_path).append(n)
+    return GradCheck(
+        passed=all(r.passed for r in rows) and not untraced and bool(rows),
+        precision=precision, loss_kind=loss.kind, loss=ours, loss_onnxruntime=theirs,
+        rows=tuple(rows), untraced=tuple(untraced), off_path=tuple(off_path), samples=samples,
+        seed=seed, seconds=time.perf_counter() - start, fault=fault,
+    )  # fmt: skip
+
+
+def _moves_loss(
+    ort: OrtWithWeights, feeds: Mapping[str, np.ndarray], loss: Loss, name: str, base: float
+) -> bool:
+    """Whether scaling initializer `name` by 1.01 and shifting it by 0.01 changes the loss."""
+    w = ort.weights[name]
+    moved = (w * 1.01 + 0.01).astype(w.dtype)
+    return bool(loss(ort.run(feeds, {name: moved})) != base)
+
+
+__all__ = ["TOLERANCE", "GradCheck", "GradRow", "check_gradients", "trace_weights"]
