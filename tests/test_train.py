@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from conftest import SAMPLES
+from wsecc.targets import load_target
 
 import wsecc
 from wsecc.cli import main
 from wsecc.compiler import Compilation
 from wsecc.kernels.ir import Kernel, KernelGraph, KernelKind
 from wsecc.options import Options
-from wsecc.targets import load_target
 from wsecc.train import TrainError, plan_training, streamed_units
 
 GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
@@ -165,7 +165,9 @@ def test_a_step_that_fits_nowhere_is_one_line(tmp_path: Path, capsys) -> None:
     code = main(["compile", str(GPT2), "--seq", "32", "--mode", "train", "--target", target,
                  "-o", str(tmp_path / "out")])  # fmt: skip
     err = capsys.readouterr().err.splitlines()
-    assert code == 2 and err[-1].startswith("wsecc: error: ") and "neither execution fits" in err[-1]
+    assert (
+        code == 2 and err[-1].startswith("wsecc: error: ") and "neither execution fits" in err[-1]
+    )
     assert not any("Traceback" in line for line in err)
     assert not (tmp_path / "out").exists()
 
@@ -191,3 +193,19 @@ def test_compile_train_writes_a_report_of_the_step(tmp_path: Path) -> None:
     # the training layout is placed and routed for the viewer; the step is not simulated
     assert (out / "viewer.html").is_file() and rep["routing"]["lanes"] > 0
     assert "sram" not in rep
+
+
+@pytest.mark.parametrize("fault, code", [(None, 0), ("layernorm_gamma", 1)])
+def test_train_validate_checks_gradients_and_a_broken_rule_fails(
+    tmp_path: Path, capsys, monkeypatch, fault, code
+) -> None:
+    monkeypatch.setattr("wsecc.compiler.GRAD_SAMPLES", 4)  # a few coordinates per tensor: fast
+    args = ["compile", str(GPT2), "--seq", "8", "--mode", "train", "--precision", "fp32",
+            "--placer", "greedy", "--validate", "-o", str(tmp_path / "out")]  # fmt: skip
+    assert main(args + (["--inject-fault", fault] if fault else [])) == code
+    out = capsys.readouterr().out
+    assert ("gradients      PASS" in out) == (fault is None)
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    failed = [r["name"] for r in rep["numerics"]["rows"] if not r["passed"]]
+    assert failed == ([] if fault is None else [n for n in failed if "ln" in n])
+    assert (fault is None) or failed

@@ -21,7 +21,7 @@ from wsecc import profiling
 from wsecc.compiler import VALIDATE_AUTO_MAX_PARAMS
 from wsecc.errors import WseccError, one_line
 from wsecc.frontend.bind import DEFAULT_SEQ
-from wsecc.options import FAULTS, choices
+from wsecc.options import FAULTS, TRAIN_FAULTS, choices
 from wsecc.options import default as option_default
 from wsecc.version import __version__
 
@@ -357,7 +357,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(json.dumps(c.report(), indent=1))
     else:
         display.summary(c)
-    return 1 if c.numerics is not None and not c.numerics.passed else 0
+    failed = [n for n in (c.numerics, c.gradients) if n is not None and not n.passed]
+    return 1 if failed else 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -517,11 +518,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--inject-fault",
-        choices=FAULTS,
+        choices=FAULTS + TRAIN_FAULTS,
         default=None,
         help="a check of the checks: break the functional simulation on purpose (drop_partial: "
         "lose one PE's partial sum; misplace_tile: swap two PEs' weight tiles, both in the first "
-        "linear kernel); the numerics verdict must then FAIL",
+        "linear kernel; in train mode layernorm_gamma breaks LayerNorm's scale gradient rule); "
+        "the numerics verdict must then FAIL",
     )
     c.add_argument(
         "--save-outputs",

@@ -60,6 +60,9 @@ VALIDATE_AUTO_MAX_PARAMS = 50_000_000
 """`validate=None` (auto) runs the numerics when the model has at most this many parameters:
 the functional simulation then takes seconds, not minutes."""
 
+GRAD_SAMPLES = 200
+"""Coordinates per weight tensor the train-mode gradient check perturbs (`wsecc.gradcheck`)."""
+
 Progress = Callable[[str, str], None]  # (stage, message)
 
 
@@ -284,8 +287,26 @@ class Compilation:
 
     def validate_gradients(self) -> Compilation:
         """Train mode: the gradient of the loss for every weight against central finite
-        differences of onnxruntime on the original file (`wsecc.gradcheck`)."""
-        raise NotImplementedError
+        differences of onnxruntime on the original file (`wsecc.gradcheck`), in the options'
+        precision (fp32 or mixed)."""
+        from wsecc.gradcheck import check_gradients
+        from wsecc.numerics import make_inputs
+
+        o = self.options
+        if o.precision == "fp16":
+            raise WseccError("the gradient check runs in fp32 or mixed; use --precision mixed")
+        self._ensure_fused()
+        with self._stage("numerics"):
+            if o.inputs:
+                self.sim_inputs = _load_inputs(o.inputs, self.graph)
+            else:
+                self.sim_inputs = make_inputs(self.graph, seed=o.seed, padded=True)
+            self.gradients = check_gradients(
+                self.model_path, self.fused, self.sim_inputs, o.precision, seed=o.seed,
+                fault=o.inject_fault, samples=GRAD_SAMPLES,
+            )  # fmt: skip
+        self.progress("numerics", self.gradients.summary())
+        return self
 
     def place_and_route(self) -> Compilation:
         """Stage 4: place the regions (re-sizing at lower fill if they do not pack) and route.
@@ -358,6 +379,8 @@ class Compilation:
             return True
         if self.options.validate is not None:
             return self.options.validate
+        if self.options.mode == "train":  # finite differences take a minute even when small
+            return False
         return self._model(self.fused)["params"] <= VALIDATE_AUTO_MAX_PARAMS
 
     def _model(self, g: Any) -> dict[str, Any]:

@@ -19,6 +19,9 @@ FAULTS = ("drop_partial", "misplace_tile")
 """Faults `inject_fault` can put into the functional simulation (`wsecc.sim.functional`):
 drop_partial loses PE (0, 0)'s partial sum in the first linear kernel; misplace_tile swaps two
 of its PEs' weight tiles."""
+TRAIN_FAULTS = ("layernorm_gamma",)
+"""Faults for train mode's gradient check (`wsecc.ir.grad`): layernorm_gamma breaks the gradient
+rule of LayerNorm's scale."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,11 @@ class Options:
             raise WseccError("--execution and --systems are train-mode options (--mode train)")
         if self.placer is Placer.MANUAL and not self.pins:
             raise WseccError("placer 'manual' needs pins (--pins FILE)")
-        if self.inject_fault is not None and self.inject_fault not in FAULTS:
+        faults = TRAIN_FAULTS if self.mode is Mode.TRAIN else FAULTS
+        if self.inject_fault is not None and self.inject_fault not in faults:
             raise WseccError(
-                f"unknown fault {self.inject_fault!r}: choose one of {', '.join(FAULTS)}"
+                f"unknown fault {self.inject_fault!r} in {self.mode} mode: choose one of "
+                + ", ".join(faults)
             )
         if self.time_budget_s <= 0:
             raise WseccError(f"time budget must be positive, got {self.time_budget_s}")

@@ -94,7 +94,19 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     elif s:
         rows.append(("bottleneck", s["bottleneck"]))
     n = report.get("numerics")
-    if n:
+    if n and "loss_kind" in n:  # train mode: the gradient check
+        worst = max(n["rows"], key=lambda r: r["max_rel_err"], default=None)
+        rows.append(
+            (
+                "gradients",
+                f"{'PASS' if n['passed'] else 'FAIL'} ({n['precision']}, loss {n['loss_kind']}): "
+                f"{sum(r['passed'] for r in n['rows'])}/{len(n['rows'])} tensors vs onnxruntime "
+                "finite differences"
+                + (f", worst {worst['name']}: max rel err {worst['max_rel_err']:.2e}" if worst else "")
+                + (f"; untraced {', '.join(n['untraced'])}" if n["untraced"] else ""),
+            )
+        )
+    elif n:
         rows.append(("numerics", verdict_line(n)))
     elif "numerics" in report:
         rows.append(("numerics", "not validated (--validate to run it)"))
