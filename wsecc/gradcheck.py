@@ -242,19 +242,20 @@ def _differences(
     tol: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each coordinate's derivative and its noise (both absolute). Every coordinate gets
-    h = 1e-3 and 3e-3 first: where the two agree to within tol/10 of the tensor's largest
-    derivative, their mean and their difference. The others get the whole ladder — smaller
+    h = 3e-4, 1e-3 and 3e-3 first: where the three agree to within tol/10 of the tensor's largest
+    derivative, their median and their spread (three steps, because two steps that both cross a
+    ReLU's kink agree with each other and not with the derivative: OPT's fc1 and v_proj rows). The others get the whole ladder — smaller
     steps where ReLU kinks or curvature spoil 1e-3, larger ones where the rounding of fp32
     onnxruntime's loss (~1e-7 of it) swamps a small gradient — and take the three consecutive
     steps that agree best: their median, and their spread as the noise (three, not two, so that
     one lucky agreement does not pass for a clean estimate)."""
     fds = np.full((len(STEPS), len(coords)), np.nan)
-    first = [STEPS.index(1e-3), STEPS.index(3e-3)]
+    first = [STEPS.index(3e-4), STEPS.index(1e-3), STEPS.index(3e-3)]
     for k in first:
         fds[k] = _central(ort, feeds, loss, members, coords, STEPS[k])
-    est = fds[first].mean(axis=0)
-    noise = np.abs(fds[first[0]] - fds[first[1]])
-    scale = float(np.max(np.abs(fds[first[0]]))) if len(coords) else 0.0
+    est = np.median(fds[first], axis=0)
+    noise = fds[first].max(axis=0) - fds[first].min(axis=0)
+    scale = float(np.max(np.abs(fds[first[1]]))) if len(coords) else 0.0
     unsure = noise > 0.1 * tol * scale
     if unsure.any():
         for k in range(len(STEPS)):
