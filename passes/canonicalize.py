@@ -12,10 +12,9 @@ Guarantees: the graph computes the same function, bit for bit.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
+from wsecc.ir.arrays import content_key, dense
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import COMMUTATIVE, Replacement, apply, make_node
 from wsecc.ir.rules import evaluate_op
@@ -32,12 +31,7 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
         if not v.is_const or v.type.size < 2:
             return v
         assert v.const is not None
-        key = (
-            str(v.const.dtype),
-            v.const.shape,
-            hashlib.sha1(np.ascontiguousarray(v.const).tobytes()).hexdigest(),
-        )
-        return consts.setdefault(key, v)
+        return consts.setdefault(content_key(v.const), v)
 
     outputs = set(graph.outputs)
     for n in graph.nodes:
@@ -86,7 +80,7 @@ def _gemm_to_matmul(n: Node, ins: list[Value]) -> Replacement:
     if n.attr("trans_b"):
         if w.is_const:
             assert w.const is not None
-            w = Value.constant(f"{w.name}.T", np.ascontiguousarray(w.const.T))
+            w = Value.constant(f"{w.name}.T", dense(w.const.T))
         else:
             nodes.append(make_node(Op.TRANSPOSE, [w], f"{out.name}/wT", n.origin, perm=(1, 0)))
             w = nodes[-1].output
