@@ -52,7 +52,10 @@ def load(path: Path, options: Options) -> tuple[Graph, ModelInfo]:
     """Load, bind and import the ONNX file (folded, into the wsecc IR)."""
     from wsecc.frontend.onnx import import_model
 
-    return import_model(path, batch=options.batch, seq=options.seq, dims=dict(options.dims))
+    return import_model(
+        path, batch=options.batch, seq=options.seq, dims=dict(options.dims),
+        weights=options.weights,
+    )  # fmt: skip
 
 
 def fuse(graph: Graph, model_path: Path, options: Options) -> tuple[Graph, list[PassRecord]]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from wsecc.errors import WseccError
 from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
-from wsecc.vocab import Placer, Precision, SimLevel, parse
+from wsecc.vocab import Placer, Precision, SimLevel, Weights, parse
 
 FAULTS = ("drop_partial", "misplace_tile")
 """Faults `inject_fault` can put into the functional simulation (`wsecc.sim.functional`):
@@ -30,6 +30,7 @@ class Options:
     batch: int = 1
     seq: int | None = None  # None: the model's context where the graph shows it, else 128
     dims: Mapping[str, int] = field(default_factory=dict)
+    weights: Weights = Weights.CONSTANTS  # inputs: a weightless export, compiled from shapes
     precision: Precision = Precision.MIXED
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS
     placer: Placer = Placer.CPSAT
@@ -53,6 +54,14 @@ class Options:
         set_(self, "precision", parse(Precision, self.precision, "precision"))
         set_(self, "sim", parse(SimLevel, self.sim, "simulator level"))
         set_(self, "placer", parse(Placer, self.placer, "placer"))
+        set_(self, "weights", parse(Weights, self.weights, "weights"))
+        if self.weights is Weights.INPUTS and (
+            self.validate or self.inject_fault or self.check_each_pass or self.inputs
+        ):
+            raise WseccError(
+                "--weights inputs: the weights have no values, so there are no numerics; drop "
+                "--validate, --inputs, --inject-fault and --check-each-pass"
+            )
         if self.placer is Placer.MANUAL and not self.pins:
             raise WseccError("placer 'manual' needs pins (--pins FILE)")
         if self.inject_fault is not None and self.inject_fault not in FAULTS:
@@ -75,6 +84,6 @@ def default(name: str) -> Any:
 def choices(name: str) -> tuple[str, ...]:
     """The values an enum option takes, in order."""
     kind = Options.__annotations__[name]
-    enums = {"Precision": Precision, "SimLevel": SimLevel, "Placer": Placer}
+    enums = {"Precision": Precision, "SimLevel": SimLevel, "Placer": Placer, "Weights": Weights}
     e: type[enum.StrEnum] = enums[kind]
     return tuple(m.value for m in e)
