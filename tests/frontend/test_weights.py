@@ -224,3 +224,22 @@ def test_a_sweep_spec_takes_the_weights(weightless, tmp_path):
     )
     points = load_spec(spec).points()
     assert [p.options().weights for p in points] == ["inputs", "inputs"]
+
+
+@pytest.mark.parametrize(
+    ("family", "sample"), [("gpt2lm", "gpt2_dynamo.onnx"), ("bertseq", "bert_dynamo.onnx")]
+)
+def test_a_meta_device_export_compiles_as_the_sample(tmp_path, family, sample):
+    """The README's recipe on the samples' configs: built on the meta device, exported
+    weightless, it compiles to what the sample (the same config, with weights) compiles to."""
+    from hf_exports import _recipe
+
+    recipe = _recipe()  # skips without torch and transformers
+    spec = recipe.FAMILIES[family]
+    path = tmp_path / f"{family}.onnx"
+    module = recipe.build_family_meta(spec)
+    inputs, params = recipe.export_weightless(module, recipe.make_inputs(spec, 2, 16, True), path)
+    assert path.stat().st_size < params and inputs > 20  # under a byte per parameter
+    facts = compiled_facts(path, weights="inputs")
+    assert facts["params"] == params
+    assert facts == compiled_facts(SAMPLES / sample)
