@@ -22,7 +22,7 @@ from wsecc.errors import WseccError
 from wsecc.frontend.onnx import import_model, load_model, weight_inputs
 from wsecc.ir.arrays import is_uniform
 from wsecc.progress import summary_rows
-from wsecc.sweep import load_spec
+from wsecc.sweep import load_spec, read_table, run_sweep
 
 
 def weightless_copy(src: Path, dst: Path) -> int:
@@ -216,14 +216,18 @@ def test_numerics_are_skipped_with_a_note(weightless, tmp_path):
         Options(weights="none")
 
 
-def test_a_sweep_spec_takes_the_weights(weightless, tmp_path):
+def test_a_sweep_takes_the_weights(weightless, tmp_path):
     spec = tmp_path / "spec.toml"
     spec.write_text(
         f'[[models]]\npath = "{weightless["gpt2_dynamo.onnx"]}"\nweights = "inputs"\n'
-        '[axes]\nseq = [16, 32]\n[fixed]\nplacer = "greedy"\nvalidate = false\n'
+        '[axes]\nseq = [16, 32]\n[fixed]\nplacer = "greedy"\nsim = "l0"\n'
     )
     points = load_spec(spec).points()
     assert [p.options().weights for p in points] == ["inputs", "inputs"]
+    summary = run_sweep(load_spec(spec), tmp_path / "out", workers=1)
+    assert (summary.ran, summary.failed) == (2, 0)
+    rows = read_table(tmp_path / "out")
+    assert [(r["status"], r["params"], r["numerics"]) for r in rows] == [("ok", 172_288, None)] * 2
 
 
 @pytest.mark.parametrize(
