@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wsecc.ir.arrays import content_key, dense
+from wsecc.ir.arrays import content_key, dense, is_uniform
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import COMMUTATIVE, Replacement, apply, make_node
 from wsecc.ir.rules import evaluate_op
@@ -43,7 +43,7 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
                 reps.append(Replacement([], {n.outputs[0]: ins[0]}))
                 continue
         if n.op in _FOLDABLE and all(v.is_const for v in ins) and len(n.outputs) == 1:
-            data = evaluate_op(n.op, [v.const for v in ins], n.attr_dict)[0]  # type: ignore[misc]
+            data = _fold(n, [v.const for v in ins])  # type: ignore[misc]
             reps.append(Replacement([], {n.outputs[0]: Value.constant(n.outputs[0].name, data)}))
             continue
         if n.op is Op.GEMM:
@@ -67,6 +67,15 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
             )
             reps.append(Replacement([new], dict(zip(n.outputs, new.outputs, strict=True))))
     return apply(graph, reps)
+
+
+def _fold(n: Node, args: list[np.ndarray]) -> np.ndarray:
+    """The op on constants. Layout ops view a uniform array (a weight without data) without
+    expanding it; a Cast of one is cast as its one element."""
+    if n.op is Op.CAST and is_uniform(args[0]):
+        one = evaluate_op(n.op, [args[0].reshape(-1)[:1]], n.attr_dict)[0]
+        return np.broadcast_to(one.reshape(()), args[0].shape)
+    return evaluate_op(n.op, args, n.attr_dict)[0]
 
 
 def _gemm_to_matmul(n: Node, ins: list[Value]) -> Replacement:

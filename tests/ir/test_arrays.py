@@ -68,3 +68,15 @@ def test_canonicalize_shares_equal_weights_only():
     same = np.ones((4, 4), np.float32)
     shared = canonicalize(_two_weight_graph(same, same.copy()), PassContext())
     assert len(shared.constants()) == 1
+
+
+def test_canonicalize_casts_a_weight_without_data_as_one_element():
+    from wsecc.ir.rewrite import make_node
+
+    x = Value("x", _f32(2, 4))
+    w16 = Value.constant("w16", placeholder(np.dtype(np.float16), (4, 4), 7))
+    cast = make_node(Op.CAST, [w16], "w32", (), to="f32")
+    mm = Node(Op.MATMUL, (x, cast.output), (Value("y", _f32(2, 4)),), name="mm")
+    g = canonicalize(Graph((x,), mm.outputs, (cast, mm)), PassContext())
+    (w,) = g.constants()
+    assert w.const.dtype == np.float32 and is_uniform(w.const) and float(w.const[3, 3]) == 8.0
