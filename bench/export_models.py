@@ -1,7 +1,8 @@
-"""Export the real-size benchmark models as ONNX, with random perturbed weights.
+"""Export the real-size benchmark models as ONNX, with random perturbed weights, or weightless.
 
     python bench/export_models.py --out bench/models [--only gpt2-small,bert-base]
                                   [--exporter legacy14|legacy17|dynamo] [--no-check]
+    python bench/export_models.py --weightless [--out bench/models/weightless] [--only gpt3-20b]
 
 Needs ``pip install -e '.[export]'``. The shapes are those of the published checkpoints; the
 weights are random and perturbed as in ``samples/make_samples.py`` (the shared recipe), so the
@@ -9,6 +10,13 @@ graphs look like exports of trained models. Batch and sequence are dynamic. Weig
 stay inline (the legacy exporter moves them out above the 2 GB protobuf limit, dynamo above
 1.5 GB) are in one file ``<name>.onnx.data`` next to ``<name>.onnx``. Each export is timed
 and, unless ``--no-check``, compared with torch in onnxruntime at batch 1, sequence 16.
+
+``--weightless`` exports ``WEIGHTLESS``, the configurations of
+/work/shared/reference/measurements.md §1, §2 and §4 up to GPT-3 20B, built on torch's meta
+device: every parameter is a graph input with a static shape and no data (the file is a few
+hundred KB whatever the model's size), batch and sequence dynamic, for ``wsecc compile
+--weights inputs`` (``make_samples.export_weightless`` says how and why the export differs from
+the issue's one-liner). There are no values to check against.
 """
 
 from __future__ import annotations
@@ -24,16 +32,18 @@ import make_samples as recipe  # noqa: E402  (the shared export recipe)
 
 
 def _gpt2(width: int, layers: int, heads: int, positions: int, **extra: object) -> recipe.Family:
-    config = dict(
-        n_embd=width,
-        n_layer=layers,
-        n_head=heads,
-        n_inner=4 * width,
-        vocab_size=50257,
-        n_positions=positions,
-        use_cache=False,
-        **extra,
-    )
+    config = (
+        dict(
+            n_embd=width,
+            n_layer=layers,
+            n_head=heads,
+            n_inner=4 * width,
+            vocab_size=50257,
+            n_positions=positions,
+            use_cache=False,
+        )
+        | extra
+    )  # extra may set n_inner (Cerebras-GPT's d_ffn)
     return recipe.Family(
         "GPT2LMHeadModel",
         "GPT2Config",
@@ -76,6 +86,59 @@ MODELS: dict[str, recipe.Family] = {
 }
 
 
+def _gpt3(width: int, layers: int, heads: int, **extra: object) -> recipe.Family:
+    return _gpt2(width, layers, heads, 2048, **extra)
+
+
+def _cerebras(width: int, layers: int, d_head: int, d_ffn: int) -> recipe.Family:
+    return _gpt3(width, layers, width // d_head, n_inner=d_ffn, activation_function="gelu")
+
+
+WEIGHTLESS: dict[str, recipe.Family] = {
+    # Emani et al. Table III: measured up to seq 8192 (13B further, to 51200: its position
+    # table stops at 8192 here, which the longer rows would need 262M parameters more for).
+    "gpt2-xl": _gpt2(1600, 48, 25, 8192),
+    "gpt2-13b": _gpt2(5120, 40, 40, 8192),
+    # Zhang et al. Tables II-III: GPT-2 architecture (gelu_new), vocab 50257, MSL 2048.
+    "gpt3-256m": _gpt3(1088, 14, 17),
+    "gpt3-590m": _gpt3(1536, 18, 12),
+    "gpt3-2.7b": _gpt3(2560, 32, 32),
+    "gpt3-6.7b": _gpt3(4096, 32, 32),
+    "gpt3-13b": _gpt3(5120, 40, 40),
+    "gpt3-20b": _gpt3(6144, 44, 64),
+    # Dey et al. Table 1 (d_model, layers, d_head, d_ffn); exact GELU, as in its config.json.
+    "cerebras-gpt-111m": _cerebras(768, 10, 64, 3072),
+    "cerebras-gpt-256m": _cerebras(1088, 14, 64, 4352),
+    "cerebras-gpt-590m": _cerebras(1536, 18, 128, 6144),
+    "cerebras-gpt-1.3b": _cerebras(2048, 24, 128, 8192),
+    "cerebras-gpt-2.7b": _cerebras(2560, 32, 80, 10240),
+    "cerebras-gpt-6.7b": _cerebras(4096, 32, 128, 16384),
+    "cerebras-gpt-13b": _cerebras(5120, 40, 128, 20480),
+    # Zhang et al. Table II, MSL 128 (the position table is the checkpoints' 512).
+    "bert-base": _bert(768, 12, 12),
+    "bert-large": _bert(1024, 24, 16),
+}
+
+
+def export_weightless(name: str, out_dir: Path) -> None:
+    family = WEIGHTLESS[name]
+    path = out_dir / f"{name}.onnx"
+    path.unlink(missing_ok=True)
+    start = time.perf_counter()
+    module = recipe.build_family_meta(family)
+    built = time.perf_counter()
+    example = recipe.make_inputs(family, 2, 16, pad_last_row=True)
+    inputs, params = recipe.export_weightless(module, example, path)
+    exported = time.perf_counter()
+    nodes = sum(recipe.op_counts(path).values())
+    print(
+        f"{name}: {params / 1e6:,.1f}M params in {inputs} weight inputs, build "
+        f"{built - start:.1f} s, export {exported - built:.1f} s, {nodes} nodes, "
+        f"{path.name} {path.stat().st_size / 1e3:,.0f} KB",
+        flush=True,
+    )
+
+
 def export_model(name: str, out_dir: Path, exporter: str, check: bool) -> None:
     family = MODELS[name]
     path = out_dir / f"{name}.onnx"
@@ -114,23 +177,38 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--out", type=Path, default=Path("bench/models"), help="output folder")
-    parser.add_argument("--only", help=f"comma-separated subset of: {', '.join(MODELS)}")
+    parser.add_argument("--out", type=Path, default=None, help="output folder")
+    parser.add_argument(
+        "--only",
+        help=f"comma-separated subset of: {', '.join(MODELS)} (--weightless: "
+        f"{', '.join(WEIGHTLESS)})",
+    )
     parser.add_argument("--exporter", choices=recipe.EXPORTERS, default="legacy17")
     parser.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
+    parser.add_argument(
+        "--weightless",
+        action="store_true",
+        help="export WEIGHTLESS from the meta device: weights as data-less graph inputs "
+        "(dynamo exporter; default --out bench/models/weightless)",
+    )
     args = parser.parse_args(argv)
 
-    names = args.only.split(",") if args.only else list(MODELS)
-    unknown = sorted(set(names) - set(MODELS))
+    models = WEIGHTLESS if args.weightless else MODELS
+    out = args.out or Path("bench/models/weightless" if args.weightless else "bench/models")
+    names = args.only.split(",") if args.only else list(models)
+    unknown = sorted(set(names) - set(models))
     if unknown:
-        parser.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
-    args.out.mkdir(parents=True, exist_ok=True)
+        parser.error(f"unknown model(s) {unknown}; choose from {list(models)}")
+    out.mkdir(parents=True, exist_ok=True)
     print(
         f"torch {recipe.torch.__version__}, transformers {recipe.transformers.__version__}",
         flush=True,
     )
     for name in names:
-        export_model(name, args.out, args.exporter, check=not args.no_check)
+        if args.weightless:
+            export_weightless(name, out)
+        else:
+            export_model(name, out, args.exporter, check=not args.no_check)
         gc.collect()
 
 

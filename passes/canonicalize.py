@@ -12,10 +12,9 @@ Guarantees: the graph computes the same function, bit for bit.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
+from wsecc.ir.arrays import content_key, dense, is_uniform
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import COMMUTATIVE, Replacement, apply, make_node
 from wsecc.ir.rules import evaluate_op
@@ -32,12 +31,7 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
         if not v.is_const or v.type.size < 2:
             return v
         assert v.const is not None
-        key = (
-            str(v.const.dtype),
-            v.const.shape,
-            hashlib.sha1(np.ascontiguousarray(v.const).tobytes()).hexdigest(),
-        )
-        return consts.setdefault(key, v)
+        return consts.setdefault(content_key(v.const), v)
 
     outputs = set(graph.outputs)
     for n in graph.nodes:
@@ -49,7 +43,7 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
                 reps.append(Replacement([], {n.outputs[0]: ins[0]}))
                 continue
         if n.op in _FOLDABLE and all(v.is_const for v in ins) and len(n.outputs) == 1:
-            data = evaluate_op(n.op, [v.const for v in ins], n.attr_dict)[0]  # type: ignore[misc]
+            data = _fold(n, [v.const for v in ins])  # type: ignore[misc]
             reps.append(Replacement([], {n.outputs[0]: Value.constant(n.outputs[0].name, data)}))
             continue
         if n.op is Op.GEMM:
@@ -75,6 +69,15 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
     return apply(graph, reps)
 
 
+def _fold(n: Node, args: list[np.ndarray]) -> np.ndarray:
+    """The op on constants. Layout ops view a uniform array (a weight without data) without
+    expanding it; a Cast of one is cast as its one element."""
+    if n.op is Op.CAST and is_uniform(args[0]):
+        one = evaluate_op(n.op, [args[0].reshape(-1)[:1]], n.attr_dict)[0]
+        return np.broadcast_to(one.reshape(()), args[0].shape)
+    return evaluate_op(n.op, args, n.attr_dict)[0]
+
+
 def _gemm_to_matmul(n: Node, ins: list[Value]) -> Replacement:
     """Gemm(x, W, c; α, β, tA, tB) -> Add(Mul?(MatMul(x', W'), α), β·c)."""
     x, w = ins[0], ins[1]
@@ -86,7 +89,7 @@ def _gemm_to_matmul(n: Node, ins: list[Value]) -> Replacement:
     if n.attr("trans_b"):
         if w.is_const:
             assert w.const is not None
-            w = Value.constant(f"{w.name}.T", np.ascontiguousarray(w.const.T))
+            w = Value.constant(f"{w.name}.T", dense(w.const.T))
         else:
             nodes.append(make_node(Op.TRANSPOSE, [w], f"{out.name}/wT", n.origin, perm=(1, 0)))
             w = nodes[-1].output

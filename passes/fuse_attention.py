@@ -16,14 +16,24 @@ Anchored on Softmax over the last axis of a rank-4 tensor [B, H, Sq, Sk]:
 4. after Softmax an optional IsNaN/Where clean-up, MatMul with v', and a layout chain that
    must equal merging the heads back to [B, S, H·dh].
 Intermediates may not escape the region. The mask subgraph is left for dead-code removal.
+
+The evaluations are exact and as large as the tensors (at seq 2048, width 6144, a [1, 2048,
+18432] index tensor per head split), so each outcome is remembered for the pass's run under the
+structure it was computed from (`_structure`): the layers of a model repeat one structure, and
+a 44-layer model evaluates its layouts once, not 44 times. Only matches are remembered; a
+layout or mask that does not match is evaluated again, so its reason names its own values.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 import numpy as np
 
+from wsecc.ir.arrays import content_key
 from wsecc.ir.core import DType, Graph, Node, Op, Value
 from wsecc.ir.rewrite import (
     LAYOUT,
@@ -40,6 +50,39 @@ from wsecc.ir.rules import split_heads
 from wsecc.pm import Pass, PassContext
 
 VERY_NEGATIVE = -1000.0  # an additive bias at or below this masks the key out
+
+Memo = dict[Hashable, object]
+"""Outcomes of the evaluations, for one run of the pass (module docstring)."""
+T = TypeVar("T")
+
+
+def _remembered(memo: Memo, key: Hashable, compute: Callable[[], T]) -> T:
+    """`compute()`, or what it returned for `key` before; a NoMatch is raised, not kept."""
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]  # type: ignore[return-value]
+
+
+def _structure(src: Value, chain: Sequence[Node], target: Value) -> tuple[Hashable, ...]:
+    """What evaluating `chain` on an array for `src` and reading `target` depends on: src's
+    type, then per node its op, attributes and operands — src, an earlier node's output, a
+    constant's content, or (never equal to another) any other value — and where `target` is.
+    Equal structures evaluate to equal results."""
+    where: dict[Value, Hashable] = {src: "src"}
+    key: list[Hashable] = [src.type]
+    for i, n in enumerate(chain):
+        operands: list[Hashable] = []
+        for v in n.inputs:
+            if v in where:
+                operands.append(where[v])
+            elif v.const is not None:
+                operands.append(content_key(v.const))
+            else:
+                operands.append(("value", id(v)))
+        key.append((n.op, n.attrs, tuple(operands), tuple(o.type for o in n.outputs)))
+        where.update({o: (i, j) for j, o in enumerate(n.outputs)})
+    key.append(where.get(target, ("value", id(target))))
+    return tuple(key)
 
 
 @dataclass
@@ -111,9 +154,18 @@ def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float]
 
 
 def _head_offset(
-    src: Value, chain: list[Node], target: Value, h: int, dh: int, transposed: bool
+    memo: Memo, src: Value, chain: list[Node], target: Value, h: int, dh: int, transposed: bool
 ) -> int:
     """The column offset at which `chain` takes heads out of `src`, or NoMatch."""
+    key = ("head offset", _structure(src, chain, target), h, dh, transposed)
+    return _remembered(
+        memo, key, lambda: _evaluate_head_offset(src, chain, target, h, dh, transposed)
+    )
+
+
+def _evaluate_head_offset(
+    src: Value, chain: list[Node], target: Value, h: int, dh: int, transposed: bool
+) -> int:
     if src.type.rank != 3:
         raise NoMatch(f"head source {src.name!r} is not [B, S, N]")
     iota = np.arange(src.type.size, dtype=np.int64).reshape(src.type.shape)
@@ -136,11 +188,10 @@ def _head_offset(
     return off
 
 
-def _merge_heads(view: GraphView, o: Value, inside: set[Node]) -> tuple[Value, list[Node], bool]:
+def _merge_heads(
+    memo: Memo, view: GraphView, o: Value, inside: set[Node]
+) -> tuple[Value, list[Node], bool]:
     """Follow o [B, H, S, dh] through single-user layout ops to its [B, S, H·dh] (or [B·S, H·dh]) form."""
-    b, h, s, dh = o.type.shape
-    iota = np.arange(o.type.size, dtype=np.int64).reshape(o.type.shape)
-    merged = iota.transpose(0, 2, 1, 3).reshape(b, s, h * dh)
     chain: list[Node] = []
     v = o
     while True:
@@ -149,19 +200,42 @@ def _merge_heads(view: GraphView, o: Value, inside: set[Node]) -> tuple[Value, l
             raise NoMatch("attention output is not merged back to [B, S, H·dh]")
         chain.append(u)
         v = u.output
-        got = eval_nodes(chain, {o: iota})[v]
-        if got.shape == merged.shape and np.array_equal(got, merged):
-            return v, chain, False
-        if got.shape == (b * s, h * dh) and np.array_equal(got, merged.reshape(b * s, h * dh)):
-            return v, chain, True
+        key = ("merged", _structure(o, chain, v))
+        form = _remembered(memo, key, partial(_merged_form, o, chain, v))
+        if form is not None:
+            return v, chain, form == "flat"
         if len(chain) > 4:
             raise NoMatch("attention output layout not recognised")
 
 
+def _merged_form(o: Value, chain: list[Node], v: Value) -> str | None:
+    """ "merged" when `chain` takes o [B, H, S, dh] to [B, S, H·dh], "flat" to [B·S, H·dh]."""
+    b, h, s, dh = o.type.shape
+    iota = np.arange(o.type.size, dtype=np.int64).reshape(o.type.shape)
+    merged = iota.transpose(0, 2, 1, 3).reshape(b, s, h * dh)
+    got = eval_nodes(chain, {o: iota})[v]
+    if got.shape == merged.shape and np.array_equal(got, merged):
+        return "merged"
+    if got.shape == (b * s, h * dh) and np.array_equal(got, merged.reshape(b * s, h * dh)):
+        return "flat"
+    return None
+
+
 def _mask_semantics(
+    memo: Memo,
+    view: GraphView,
+    terms: list[tuple[str, Value, float]],
+    shape: tuple[int, int, int, int],
+) -> tuple[bool, int, Value | None, float]:
+    """(causal, window, key-padding mask input or None, fill) that the mask terms implement.
+    Remembered by the terms themselves: the layers of a model share one mask subgraph."""
+    key = ("mask", tuple(terms), shape)
+    return _remembered(memo, key, lambda: _evaluate_mask(view, terms, shape))
+
+
+def _evaluate_mask(
     view: GraphView, terms: list[tuple[str, Value, float]], shape: tuple[int, int, int, int]
 ) -> tuple[bool, int, Value | None, float]:
-    """(causal, window, key-padding mask input or None, fill) that the mask terms implement."""
     b, _, sq, sk = shape
     inputs = set().union(*(view.input_ancestors(t[1]) for t in terms)) if terms else set()
     if len(inputs) > 1:
@@ -226,7 +300,7 @@ def _mask_semantics(
     return causal, window, mask_in, fill
 
 
-def _match(view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
+def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
     x = sm.inputs[0]
     if x.type.rank != 4 or sm.attr("axis") != 3:
         raise NoMatch("not a softmax over the last axis of [B, H, Sq, Sk]")
@@ -249,8 +323,8 @@ def _match(view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
     dh = qv.type.shape[-1]
     q_src, q_chain, q_scale = _layout_source(view, qv)
     k_src, k_chain, k_scale = _layout_source(view, kv)
-    q_off = _head_offset(q_src, q_chain, qv, h, dh, transposed=False)
-    k_off = _head_offset(k_src, k_chain, kv, h, dh, transposed=True)
+    q_off = _head_offset(memo, q_src, q_chain, qv, h, dh, transposed=False)
+    k_off = _head_offset(memo, k_src, k_chain, kv, h, dh, transposed=True)
     # after softmax: optional NaN clean-up, then p·v
     p, post = sm.output, []
     nan_to_zero = False
@@ -284,17 +358,17 @@ def _match(view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
     v_src, v_chain, v_scale = _layout_source(view, pv.inputs[1])
     if v_scale != 1.0:
         raise NoMatch("v is scaled")
-    v_off = _head_offset(v_src, v_chain, pv.inputs[1], h, dh, transposed=False)
+    v_off = _head_offset(memo, v_src, v_chain, pv.inputs[1], h, dh, transposed=False)
     region = (
         set(sc.nodes) | {sc.matmul, sm, pv} | set(post) | set(q_chain) | set(k_chain) | set(v_chain)
     )
-    out, out_chain, flat = _merge_heads(view, pv.output, region)
+    out, out_chain, flat = _merge_heads(memo, view, pv.output, region)
     region |= set(out_chain)
     internal = [v for n in region for v in n.outputs if v is not out]
     leak = view.escapes(internal, region)
     if leak is not None:
         raise NoMatch(f"intermediate {leak.name!r} is used outside the attention")
-    causal, window, mask_in, fill = _mask_semantics(view, sc.terms, (b, h, sq, sk))
+    causal, window, mask_in, fill = _mask_semantics(memo, view, sc.terms, (b, h, sq, sk))
     attrs = {
         "num_heads": h, "head_dim": dh, "q_offset": q_off, "k_offset": k_off, "v_offset": v_off,
         "scale": float(np.float32(sc.scale * q_scale * k_scale)), "causal": causal, "window": window,
@@ -331,7 +405,10 @@ def _token_inputs(view: GraphView) -> set[Value]:
 
 
 def fuse_attention(graph: Graph, ctx: PassContext) -> Graph:
-    g, misses = rewrite_nodes(graph, _match, anchor_ops=frozenset({Op.SOFTMAX}))
+    memo: Memo = {}
+    g, misses = rewrite_nodes(
+        graph, lambda view, sm: _match(memo, view, sm), anchor_ops=frozenset({Op.SOFTMAX})
+    )
     for m in misses:
         ctx.note("fuse-attention", m)
     return g

@@ -7,8 +7,7 @@ equal to the transpose of that table is the tied head of GPT-style models (`tied
 
 from __future__ import annotations
 
-import numpy as np
-
+from wsecc.ir.arrays import same_data
 from wsecc.ir.core import Graph, Node, Op
 from wsecc.ir.rewrite import GraphView, NoMatch, Replacement, make_node, rewrite_nodes
 from wsecc.pm import Pass, PassContext
@@ -28,7 +27,7 @@ def _match(view: GraphView, lin: Node) -> tuple[Replacement, set[Node]]:
     ):
         raise NoMatch("does not feed a graph output")
     tied = any(
-        t.type.shape == w.type.shape[::-1] and np.array_equal(t.const, w.const.T)  # type: ignore[union-attr]
+        t.type.shape == w.type.shape[::-1] and same_data(t.const, w.const.T)  # type: ignore[arg-type, union-attr]
         for t in tables
     )
     new = make_node(

@@ -41,8 +41,10 @@ def _kernel_name(n: Node, used: set[str]) -> str:
 def kernel_names(graph: Graph) -> dict[Node, str]:
     """The kernel each node becomes, by name, in node order; view ops are absent (they are not
     kernels). `lower_to_kernels` names its kernels with this, so consumers that walk the fused
-    graph (the functional simulator) find a node's kernel without re-deriving names."""
-    used: set[str] = set()
+    graph (the functional simulator) find a node's kernel without re-deriving names. A kernel
+    is never named like a graph input or output: their ports share the name space, and torch
+    names an output it was given no name for after the op that makes it ('linear')."""
+    used = {v.name for v in (*graph.inputs, *graph.outputs)}
     return {n: _kernel_name(n, used) for n in graph.nodes if n.op not in _VIEW_OPS}
 
 

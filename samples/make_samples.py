@@ -14,6 +14,7 @@ checking the export against torch with onnxruntime.
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 import tempfile
@@ -277,6 +278,72 @@ def export_onnx(
             program.save(path)
         else:
             raise ValueError(f"unknown exporter {exporter!r}; expected one of {EXPORTERS}")
+
+
+def build_family_meta(family: Family, attn: str = "eager") -> _NamedOutputs:
+    """The model of `family` with its parameters on torch's meta device (shapes, no data: a
+    20B model costs nothing) and its buffers real: buffers are computed, not learned (BERT's
+    position ids are an arange), and the graph reads them as data, so they are made on the CPU
+    by the model's own initializer."""
+    cfg = getattr(transformers, family.config_class)(**family.config)
+    with torch.device("meta"):
+        model = getattr(transformers, family.model_class)._from_config(
+            cfg, attn_implementation=attn
+        )
+    for module in model.modules():
+        if module._buffers:
+            for name, buf in module._buffers.items():
+                if buf is not None:
+                    module._buffers[name] = torch.empty_like(buf, device="cpu")
+            model._init_weights(module)  # fills the buffers; its parameters stay meta
+    return _NamedOutputs(model.eval(), family.inputs, tuple(family.outputs)).eval()
+
+
+def export_weightless(
+    module: _NamedOutputs, example: Mapping[str, torch.Tensor], path: Path
+) -> tuple[int, int]:
+    """Export a meta-device `module` with the dynamo exporter, every parameter a graph input
+    with a static shape and no data; batch and sequence dynamic. Returns (parameter inputs,
+    parameters).
+
+    The exporter's optimizer cannot run on meta weights (its rule that drops an all-zero Gemm
+    bias reads the bias: "Cannot copy out of meta tensor"), and the optimizer lifts the
+    constants it folds into initializers, which `save(include_initializers=False,
+    keep_initializers_as_inputs=True)` would turn into inputs without data as well. So the
+    export skips the optimizer, the meta weights become graph inputs first (no value, so
+    nothing can read them), then the same optimizer runs and the file is saved with its own
+    folded constants (and the buffers) inline."""
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.filterwarnings("ignore", "# The axis name: ")
+        program = torch.onnx.export(
+            module,
+            tuple(example.values()),
+            dynamo=True,
+            optimize=False,
+            input_names=list(example),
+            output_names=list(module.output_names),
+            dynamic_shapes={name: {0: batch, 1: sequence} for name in example},
+        )
+    graph = program.model.graph
+    weights = [v for v in graph.initializers.values() if _is_meta(v.const_value)]
+    for v in weights:
+        graph.initializers.pop(v.name)
+        v.const_value = None
+    graph.inputs.extend(weights)
+    program.optimize()
+    for node in program.model.graph.all_nodes():
+        node.metadata_props.pop("pkg.torch.onnx.stack_trace", None)
+    program.save(path)
+    params = sum(math.prod(v.shape.numpy()) for v in weights)
+    return len(weights), params
+
+
+def _is_meta(tensor: object) -> bool:
+    raw = getattr(tensor, "raw", None)
+    return isinstance(raw, torch.Tensor) and raw.is_meta
 
 
 def _export_legacy(

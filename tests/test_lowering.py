@@ -87,3 +87,26 @@ def test_explain_names_the_rules_that_did_not_fire():
     notes = [n for r in c.pass_records for n in r.notes]
     assert any("fuse-linear: MATMUL" in n and "not a constant matrix" in n for n in notes)
     assert sum("not fused: " in line for line in lines) == len(notes)
+
+
+def test_a_kernel_is_not_named_like_a_port(tmp_path):
+    """torch names an output it was given no name for after its op: 'linear'."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((8, 4), np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["linear"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("linear", TensorProto.FLOAT, None)],
+        [w],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    graph, _ = import_model(path, batch=1)
+    fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
+    kg = lower_to_kernels(fused)
+    assert [k.name for k in kg.kernels] == ["linear.2"]
+    assert [p.name for p in kg.outputs] == ["linear"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from wsecc.ir.arrays import same_data
 from wsecc.ir.core import FUSED_OPS, Graph
 
 _SAMPLES = 64
@@ -27,8 +28,8 @@ def param_count(graph: Graph) -> int:
             continue
         key = _fingerprint(c)
         transposed = seen.get(_fingerprint(c.T), ()) if c.ndim == 2 else ()
-        if any(np.array_equal(c, y) for y in seen.get(key, ())) or any(
-            np.array_equal(c, y.T) for y in transposed
+        if any(same_data(c, y) for y in seen.get(key, ())) or any(
+            same_data(c, y.T) for y in transposed
         ):
             continue
         seen.setdefault(key, []).append(c)

@@ -29,6 +29,7 @@ EXAMPLES = """examples:
   wsecc compile samples/gpt2_legacy_op17.onnx --seq 32
   wsecc compile model.onnx --batch 4 --seq 512 --target wse3 --precision fp32 -o out/
   wsecc compile model.onnx --placer cpsat --time-budget 60 --deterministic --seed 1
+  wsecc compile gpt3-20b.onnx --weights inputs --seq 2048     (a weightless export: README)
   wsecc check model.onnx --seq 1024 --target wse2
   wsecc inspect samples/bert_dynamo.onnx --batch 2 --seq 16 --target wse2 --json
   wsecc simulate out/ --sim l0 --precision fp32
@@ -62,6 +63,14 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=VALUE",
         help="bind any symbolic dim by name (repeatable)",
+    )
+    p.add_argument(
+        "--weights",
+        default=option_default("weights"),
+        choices=choices("weights"),
+        help="where the weights are: constants, in the file; inputs, graph inputs with static "
+        "shapes and no data (a weightless export, README): compiled from their shapes, "
+        f"numerics skipped (default {option_default('weights')})",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -119,6 +128,7 @@ def _load(args: argparse.Namespace) -> Any:
     options = Options(
         target=getattr(args, "target", None) or "wse2", batch=args.batch or 1, seq=args.seq,
         dims=_parse_dims(args.dim), precision=args.precision, chunk_tokens=args.chunk_tokens,
+        weights=args.weights,
     )  # fmt: skip
     return Compilation.load(args.model, options).fuse()
 
@@ -330,7 +340,7 @@ def _options(args: argparse.Namespace) -> Any:
 
     return Options(
         target=args.target, batch=args.batch, seq=args.seq, dims=_parse_dims(args.dim),
-        mode=args.mode, execution=args.execution, systems=args.systems,
+        mode=args.mode, execution=args.execution, systems=args.systems, weights=args.weights,
         precision=args.precision, chunk_tokens=args.chunk_tokens, placer=args.placer,
         time_budget_s=args.time_budget, seed=args.seed, deterministic=args.deterministic,
         pins=args.pins, check_each_pass=args.check_each_pass, explain=args.explain,

@@ -56,6 +56,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 REPORT_SCHEMA = "wsecc.report/1"
+NUMERICS_SKIPPED_WEIGHTLESS = (
+    "skipped: the weights are graph inputs without data (--weights inputs)"
+)
+"""The report's `numerics_skipped` (and the summary's numerics line) under `--weights inputs`."""
 VALIDATE_AUTO_MAX_PARAMS = 50_000_000
 """`validate=None` (auto) runs the numerics when the model has at most this many parameters:
 the functional simulation then takes seconds, not minutes."""
@@ -135,9 +139,11 @@ class Compilation:
         c = cls(Path(path), options, load_target(options.target), progress)
         with c._stage("frontend"):
             c.graph, c.import_info = load(c.model_path, options)
+        n = c.import_info.weight_inputs
         c.progress(
             "frontend",
-            f"{len(c.graph.nodes)} ops after folding, bindings {c.import_info.describe_bindings()}",
+            f"{len(c.graph.nodes)} ops after folding, bindings {c.import_info.describe_bindings()}"
+            + (f"; {n} weights from input shapes, no data" if n else ""),
         )
         return c
 
@@ -375,6 +381,8 @@ class Compilation:
         return product
 
     def _should_validate(self) -> bool:
+        if self.options.weights == "inputs":  # no values to compute with
+            return False
         if self.options.inject_fault is not None:  # a fault is there to be caught
             return True
         if self.options.validate is not None:
@@ -574,9 +582,13 @@ class Compilation:
             }
             rep["performance"] = self.report_performance()
             rep["numerics"] = self.numerics.to_json() if self.numerics is not None else None
+            if self.options.weights == "inputs":
+                rep["numerics_skipped"] = NUMERICS_SKIPPED_WEIGHTLESS
         if self.training is not None:
             rep["performance"] = self.report_training()
             rep["numerics"] = self.gradients.to_json() if self.gradients is not None else None
+            if self.options.weights == "inputs":
+                rep["numerics_skipped"] = NUMERICS_SKIPPED_WEIGHTLESS
         rep["stage_seconds"] = dict(self.seconds)
         if not timings:
             _drop_timings(rep)

@@ -53,7 +53,10 @@ def load(path: Path, options: Options) -> tuple[Graph, ModelInfo]:
     """Load, bind and import the ONNX file (folded, into the wsecc IR)."""
     from wsecc.frontend.onnx import import_model
 
-    return import_model(path, batch=bound_batch(options), seq=options.seq, dims=dict(options.dims))
+    return import_model(
+        path, batch=bound_batch(options), seq=options.seq, dims=dict(options.dims),
+        weights=options.weights,
+    )  # fmt: skip
 
 
 def bound_batch(options: Options) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 from wsecc.errors import WseccError
 from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
-from wsecc.vocab import Execution, Mode, Placer, Precision, SimLevel, parse
+from wsecc.vocab import Execution, Mode, Placer, Precision, SimLevel, Weights, parse
 
 FAULTS = ("drop_partial", "misplace_tile")
 """Faults `inject_fault` can put into the functional simulation (`wsecc.sim.functional`):
@@ -34,6 +34,7 @@ class Options:
     batch: int | None = None  # None: 1 in infer mode; in train mode the global batch is chosen
     seq: int | None = None  # None: the model's context where the graph shows it, else 128
     dims: Mapping[str, int] = field(default_factory=dict)
+    weights: Weights = Weights.CONSTANTS  # inputs: a weightless export, compiled from shapes
     precision: Precision = Precision.MIXED
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS
     placer: Placer = Placer.CPSAT
@@ -69,6 +70,14 @@ class Options:
             raise WseccError(f"systems must be at least 1, got {self.systems}")
         if self.mode is Mode.INFER and (self.systems != 1 or self.execution is not Execution.AUTO):
             raise WseccError("--execution and --systems are train-mode options (--mode train)")
+        set_(self, "weights", parse(Weights, self.weights, "weights"))
+        if self.weights is Weights.INPUTS and (
+            self.validate or self.inject_fault or self.check_each_pass or self.inputs
+        ):
+            raise WseccError(
+                "--weights inputs: the weights have no values, so there are no numerics; drop "
+                "--validate, --inputs, --inject-fault and --check-each-pass"
+            )
         if self.placer is Placer.MANUAL and not self.pins:
             raise WseccError("placer 'manual' needs pins (--pins FILE)")
         faults = TRAIN_FAULTS if self.mode is Mode.TRAIN else FAULTS
@@ -99,6 +108,7 @@ def choices(name: str) -> tuple[str, ...]:
         "Placer": Placer,
         "Mode": Mode,
         "Execution": Execution,
+        "Weights": Weights,
     }
     e: type[enum.StrEnum] = enums[kind]
     return tuple(m.value for m in e)

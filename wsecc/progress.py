@@ -109,7 +109,9 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     elif n:
         rows.append(("numerics", verdict_line(n)))
     elif "numerics" in report:
-        rows.append(("numerics", "not validated (--validate to run it)"))
+        rows.append(
+            ("numerics", report.get("numerics_skipped", "not validated (--validate to run it)"))
+        )
     return rows
 
 

@@ -1,4 +1,5 @@
-"""The words every stage shares: precisions, simulation levels and placers, as enums.
+"""The words every stage shares: precisions, simulation levels, placers and where the weights
+are, as enums.
 
 They are `StrEnum`s, so `Precision.MIXED == "mixed"` and a string from a file or a script works
 wherever an enum is expected; `parse` turns a user's string into one with a one-line error."""
@@ -50,6 +51,15 @@ class Placer(enum.StrEnum):
     GREEDY = "greedy"
     CPSAT = "cpsat"
     MANUAL = "manual"
+
+
+class Weights(enum.StrEnum):
+    """constants: the weights are in the file (initializers); inputs: graph inputs with static
+    shapes and no data are the weights (a weightless export), compiled from their shapes with
+    no numerics (`wsecc.frontend.weights`)."""
+
+    CONSTANTS = "constants"
+    INPUTS = "inputs"
 
 
 E = TypeVar("E", bound=enum.StrEnum)

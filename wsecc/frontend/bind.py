@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 
 import numpy as np
 import onnx
@@ -152,20 +152,29 @@ DEFAULT_SEQ = 128
 _INDEX_VIEWS = frozenset({"Cast", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Flatten"})
 
 
-def position_table_rows(model: onnx.ModelProto) -> tuple[int, str] | None:
+def position_table_rows(
+    model: onnx.ModelProto, weights: Collection[str] = ()
+) -> tuple[int, str] | None:
     """Rows of the model's learned position table and the name of the indices it is read
     with, or None.
 
-    A position table is a 2-D float initializer read by a Gather (axis 0) whose indices are
-    computed in the graph (a Range, a slice of a constant buffer, an offset) or come from an
-    input named like position ids; a table read with a graph input's own ids (tokens, token
-    types) is not one. With several, the one with the most rows."""
+    A position table is a 2-D float initializer (or one of the graph inputs named in `weights`:
+    `--weights inputs`) read by a Gather (axis 0) whose indices are computed in the graph (a
+    Range, a slice of a constant buffer, an offset) or come from an input named like position
+    ids; a table read with a graph input's own ids (tokens, token types) is not one. With
+    several, the one with the most rows."""
+    floats = (TensorProto.FLOAT, TensorProto.FLOAT16)
     tables = {
         i.name: int(i.dims[0])
         for i in model.graph.initializer
-        if len(i.dims) == 2 and i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)
+        if len(i.dims) == 2 and i.data_type in floats
     }
+    for i in model.graph.input:
+        dims = i.type.tensor_type.shape.dim
+        if i.name in weights and len(dims) == 2 and i.type.tensor_type.elem_type in floats:
+            tables[i.name] = int(dims[0].dim_value)
     inputs = {i.name for i in model.graph.input} - {i.name for i in model.graph.initializer}
+    inputs -= set(weights)
     producer = {o: n for n in model.graph.node for o in n.output}
 
     def index_source(name: str) -> str | None:
@@ -229,11 +238,12 @@ def _largest_position(model: onnx.ModelProto, indices: str, seq: int) -> int | N
         return None
 
 
-def default_seq(model: onnx.ModelProto) -> tuple[int, str]:
+def default_seq(model: onnx.ModelProto, weights: Collection[str] = ()) -> tuple[int, str]:
     """The sequence length to bind when the user gave none, and where it came from: the
     position table's rows, less the offset its lookup adds (OPT reads row position + 2,
-    RoBERTa position + padding index + 1), else DEFAULT_SEQ."""
-    table = position_table_rows(model)
+    RoBERTa position + padding index + 1), else DEFAULT_SEQ. `weights`: graph inputs that are
+    weights (`position_table_rows`)."""
+    table = position_table_rows(model, weights)
     if table is None:
         return DEFAULT_SEQ, "default"
     rows, indices = table

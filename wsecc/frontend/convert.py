@@ -22,9 +22,15 @@ FOLD_LIMIT = 1 << 16  # elements: operands of shape arithmetic the converter fol
 class _Converter:
     """Walks ONNX nodes in topological order, emitting IR nodes with static types."""
 
-    def __init__(self, model: onnx.ModelProto, weights: Sequence[TensorProto] = ()) -> None:
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        weights: Sequence[TensorProto] = (),
+        placeholders: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
         self.model = model
         self.weights = weights
+        self.placeholders = dict(placeholders or {})
         self.opset = {o.domain or "": o.version for o in model.opset_import}
         self.env: dict[str, Value] = {}
         self.nodes: list[Node] = []
@@ -145,6 +151,8 @@ class _Converter:
         g = self.model.graph
         for t in (*g.initializer, *self.weights):
             self.env[t.name] = Value.constant(self.fresh(t.name), _array(t))
+        for name, data in self.placeholders.items():  # weight inputs: shapes, no data
+            self.env[name] = Value.constant(self.fresh(name), data)
         inputs = []
         for inp in g.input:
             if inp.name in self.env:
@@ -815,10 +823,16 @@ def _ms_attention(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[V
 # ================================================================ entry point
 
 
-def to_graph(model: onnx.ModelProto, weights: Sequence[TensorProto] = ()) -> Graph:
+def to_graph(
+    model: onnx.ModelProto,
+    weights: Sequence[TensorProto] = (),
+    placeholders: Mapping[str, np.ndarray] | None = None,
+) -> Graph:
     """Convert a bound, folded model (with `weights` beside its initializers, as `fold` returns
-    them) to the wsecc Graph (raises FrontendError)."""
-    return _Converter(model, weights).run()
+    them) to the wsecc Graph (raises FrontendError). `placeholders` are the data-less constants
+    that stand for graph inputs that are weights (`--weights inputs`): those inputs become
+    these constants."""
+    return _Converter(model, weights, placeholders).run()
 
 
 def raw_op_histogram(model: onnx.ModelProto) -> dict[str, int]:

@@ -9,6 +9,8 @@ fold(model)                 constants and shape subgraphs folded by onnxscript's
                             (`fold.py`)
 to_graph(model, weights)    ONNX -> wsecc Graph; one error lists every unsupported op
                             (`convert.py`)
+weight_inputs(model)        graph inputs that are weights without data, for
+                            `--weights inputs` (`weights.py`)
 import_model(path, ...)     all four, in that order (this module)
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from wsecc.errors import FrontendError
 from wsecc.frontend.bind import (
@@ -33,7 +36,9 @@ from wsecc.frontend.common import DTYPES
 from wsecc.frontend.convert import raw_op_histogram, to_graph, unsupported_ops
 from wsecc.frontend.fold import fold
 from wsecc.frontend.load import dtype_name, load_model
+from wsecc.frontend.weights import check_weights, placeholders, weight_inputs
 from wsecc.ir.core import Graph
+from wsecc.vocab import Weights, parse
 
 __all__ = [
     "BATCH_NAMES",
@@ -50,6 +55,7 @@ __all__ = [
     "symbolic_dims",
     "to_graph",
     "unsupported_ops",
+    "weight_inputs",
 ]
 
 
@@ -63,6 +69,7 @@ class ModelInfo:
     bindings: dict[str, int] = field(default_factory=dict)
     raw_ops: dict[str, int] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # dim name -> where its value came from
+    weight_inputs: int = 0  # graph inputs taken as weights without data (--weights inputs)
 
     def describe_bindings(self) -> str:
         """'batch=1 (--batch), sequence=64 (position table)': each value and its source."""
@@ -78,17 +85,29 @@ def import_model(
     batch: int | None = None,
     seq: int | None = None,
     dims: Mapping[str, int] | None = None,
+    weights: Weights | str = Weights.CONSTANTS,
 ) -> tuple[Graph, ModelInfo]:
     """Load, bind, fold and convert. Returns the graph and what was learned on the way.
 
     `seq=None` binds the sequence to the model's own context where the graph shows it (its
     position table's rows, less the offset its lookup adds: `default_seq`), else
-    `DEFAULT_SEQ`; `ModelInfo.sources` says where each bound value came from."""
+    `DEFAULT_SEQ`; `ModelInfo.sources` says where each bound value came from.
+
+    `weights="inputs"`: the graph inputs that are weights (`weight_inputs`) become constants
+    without data (`placeholders`); the folder sees them as typed inputs, as it sees every large
+    weight, so nothing ever reads or allocates them. Without it, a file whose weights are such
+    inputs fails in one line that names the flag (`check_weights`)."""
     model = load_model(path)
     check_past_inputs(model)
+    found = weight_inputs(model)
+    as_inputs = parse(Weights, weights, "weights") is Weights.INPUTS
+    check_weights(model, found, as_inputs, Path(path).name)
+    if not as_inputs:
+        found = []
+    names = {i.name for i in found}
     seq_source = "--seq"
     if seq is None:
-        seq, seq_source = default_seq(model)
+        seq, seq_source = default_seq(model, names)
     dims = dict(dims or {})
     bindings = resolve_bindings(model, batch, seq, dims)
     sources = {
@@ -102,11 +121,12 @@ def import_model(
         bindings=bindings,
         raw_ops=raw_op_histogram(model),
         sources=sources,
+        weight_inputs=len(found),
     )
     declared = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
-    folded, weights = fold(bind_dims(model, bindings))
+    folded, stored = fold(bind_dims(model, bindings))
     del model
-    graph = to_graph(folded, weights)
+    graph = to_graph(folded, stored, placeholders(found))
     for v in graph.outputs:  # folding re-infers output types: compare with what the file said
         want = declared.get(v.name, 0)
         if want and DTYPES.get(want) is not v.type.dtype:
@@ -114,5 +134,5 @@ def import_model(
                 f"output {v.name!r} is declared {dtype_name(want)} but computes "
                 f"{v.type.dtype.value}; the file is inconsistent"
             )
-    del weights, folded  # the weights now live in the graph's constants only
+    del stored, folded  # the weights now live in the graph's constants only
     return graph, info

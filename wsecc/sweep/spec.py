@@ -39,6 +39,7 @@ SPEC_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "batch": ("batch", int),
     "seq": ("seq", int),
     "dim": ("dims", dict),
+    "weights": ("weights", str),
     "target": ("target", str),
     "precision": ("precision", str),
     "chunk-tokens": ("chunk_tokens", int),

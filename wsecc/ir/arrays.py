@@ -1,0 +1,58 @@
+"""Constant data compared, hashed and laid out without copying a uniform array.
+
+A uniform array has every stride 0: one element of memory, shown at its full shape (what
+`np.broadcast_to` gives). That is how a weight without data is held (`wsecc compile --weights
+inputs`: `placeholder`), so a 20B-parameter model costs bytes, not gigabytes. The helpers below
+keep it so — `np.ascontiguousarray`, `np.array_equal` or `.tobytes()` would allocate it in
+full — and give every other array exactly what the numpy calls they replace give."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+
+def is_uniform(a: np.ndarray) -> bool:
+    """Every element is the same stored one (all strides 0)."""
+    return a.size > 1 and all(s == 0 for s in a.strides)
+
+
+def placeholder(dtype: np.dtype, shape: tuple[int, ...], tag: int) -> np.ndarray:
+    """A read-only uniform array of `shape` whose every element is `tag + 1`.
+
+    Weights without data get distinct tags, so no two of them compare equal: sharing identical
+    constants (canonicalize), a tied head (`fuse-lm-head`) and the parameter count see each
+    weight as itself, as they would see real weights. Not 0 or 1: a zero bias or a unit scale
+    is what value-dependent rewrites drop. Integers, exact in the dtype, far apart for the
+    fusions that recover a vector by fitting it (`fuse-layernorm`)."""
+    value = np.array(tag + 1, dtype)
+    if int(value) != tag + 1:
+        raise ValueError(f"{np.dtype(dtype)} holds no exact tag {tag + 1}: too many weights")
+    return np.broadcast_to(value, shape)
+
+
+def content_key(a: np.ndarray) -> tuple[str, tuple[int, ...], str]:
+    """(dtype, shape, digest of the elements): equal keys mean equal arrays. A uniform array
+    is keyed by its one element, so a dense copy of it gets another key (it is not shared with
+    it: a missed saving, never a wrong merge)."""
+    if is_uniform(a):
+        return str(a.dtype), a.shape, "uniform " + a.reshape(-1)[:1].tobytes().hex()
+    return str(a.dtype), a.shape, hashlib.sha1(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def same_data(a: np.ndarray, b: np.ndarray) -> bool:
+    """`np.array_equal(a, b)`, without expanding uniform arrays."""
+    if a.shape != b.shape:
+        return False
+    if is_uniform(b):
+        a, b = b, a
+    if not is_uniform(a):
+        return bool(np.array_equal(a, b))
+    one = a.reshape(-1)[0]  # compared with the uniform array's one element
+    return bool(b.reshape(-1)[0] == one) if is_uniform(b) else bool(np.all(b == one))
+
+
+def dense(a: np.ndarray) -> np.ndarray:
+    """`np.ascontiguousarray(a)`, except that a uniform array stays one element."""
+    return a if is_uniform(a) else np.ascontiguousarray(a)
