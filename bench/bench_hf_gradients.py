@@ -15,9 +15,10 @@ its inputs from `make_inputs(seed=0, padded=True)` (the last row right-padded), 
 each precision with `samples` coordinates per initializer. An export the frontend refuses is
 listed as such, not counted. Prints one markdown row per export and precision — the loss,
 tensors passed / total, the worst row's figures (max rel err and beyond_noise: see
-`wsecc/gradcheck.py`), the rows the finite differences could not resolve (noisy), the
-initializers no constant of the graph traces to (untraced: failures) — and a summary line per
-precision.
+`wsecc/gradcheck.py`), the rows the finite differences could not resolve (noisy), in fp32 the
+rows judged by float64 differences (f64; "n/a" when onnxruntime cannot run the file in float64,
+the reasons listed at the end), the initializers no constant of the graph traces to (untraced:
+failures) — and a summary line per precision.
 """
 
 from __future__ import annotations
@@ -85,11 +86,12 @@ def main() -> None:
           f"{len(exports)} exports at batch {args.batch} x seq {args.seq}, "
           f"{args.samples} samples per initializer")  # fmt: skip
     print("| family | exporter | precision | loss | passed | max rel err | beyond noise "
-          "| min PCC | noisy | untraced | s |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| min PCC | noisy | f64 | untraced | s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     # per precision: exports checked, exports passed, worst rel, worst beyond, min pcc
     totals = {p: [0, 0, 0.0, 0.0, 1.0] for p in precisions}
     missing, refused = [], []
+    no_float64: dict[str, list[str]] = {}  # why onnxruntime cannot run it in float64 -> exports
     for family, exporter, attn, path in exports:
         name = exporter + ("/sdpa" if attn == "sdpa" else "")
         if path is None:
@@ -118,17 +120,25 @@ def main() -> None:
             t = totals[precision]
             t[:] = [t[0] + 1, t[1] + check.passed, max(t[2], rel), max(t[3], beyond), min(t[4], pcc)]  # fmt: skip
             untraced = ", ".join(check.untraced) or "-"
+            f64 = str(sum(r.reference == "float64 FD" for r in rows))
+            if check.float64 not in ("", "available"):
+                f64 = "n/a"
+                no_float64.setdefault(check.float64, []).append(f"{family}/{name}")
+            elif not check.float64:
+                f64 = "-"
             print(f"| {family} | {name} | {precision} | {check.loss_kind} | "
                   f"{sum(r.passed for r in rows)}/{len(rows)} | {rel:.1e} | {beyond:.1e} | "
-                  f"{pcc:.5f} | {sum(r.noisy for r in rows)} | {untraced} | "
+                  f"{pcc:.5f} | {sum(r.noisy for r in rows)} | {f64} | {untraced} | "
                   f"{time.perf_counter() - start:.0f} |", flush=True)  # fmt: skip
             for r in (r for r in rows if not r.passed):
                 print(f"<!-- FAIL {family}/{name} {precision} {r.name} {r.shape}: max rel err "
                       f"{r.max_rel_err:.2e}, beyond {r.beyond_noise:.2e}, PCC {r.pcc:.5f}, "
-                      f"noise {r.noise:.1e} -->", file=sys.stderr)  # fmt: skip
+                      f"noise {r.noise:.1e}, vs {r.reference} -->", file=sys.stderr)  # fmt: skip
     for p, (n, ok, rel, beyond, pcc) in totals.items():
         print(f"{p}: {ok}/{n} exports pass; max rel err <= {rel:.1e}, beyond noise <= "
               f"{beyond:.1e}, PCC >= {pcc:.5f}")  # fmt: skip
+    for why, names in no_float64.items():
+        print(f"no float64 reference ({why}): {', '.join(names)}")
     for m in missing:
         print(f"not cached (make it with torch: tests/hf_exports.py): {m}")
     for r in refused:

@@ -1,6 +1,7 @@
 """The gradient check against central finite differences of onnxruntime (`wsecc.gradcheck`):
 it passes on the samples, fails on a broken gradient rule for exactly the tensors it breaks, and
-reports an initializer it cannot trace."""
+reports an initializer it cannot trace; fp32 rows the fp32 differences cannot resolve are judged
+by float64 ones, which pass a right gradient and still fail a wrong one."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import numpy as np
 import pytest
 from wsecc.passes import DEFAULT_PIPELINE
 
+from wsecc import gradcheck
 from wsecc.frontend.onnx import import_model
 from wsecc.gradcheck import check_gradients
 from wsecc.ir import Graph, Node, Op, Value, rules
-from wsecc.numerics import OrtWithWeights, make_inputs
+from wsecc.ir.grad import choose_loss
+from wsecc.numerics import OrtWithWeights, float64_session, make_inputs
 from wsecc.pm import PassContext, PassManager
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -66,6 +69,9 @@ def test_broken_layernorm_gamma_fails_exactly_the_gammas() -> None:
     failed = {r.name for r in check.rows if not r.passed}
     assert not check.passed and "layernorm_gamma" in check.summary()
     assert failed == gammas
+    # a failing row is judged again by float64 differences, which must fail it too
+    assert check.float64 == "available"
+    assert all(r.reference == "float64 FD" for r in check.rows if not r.passed)
 
 
 def test_broken_gelu_derivative_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,6 +115,47 @@ def test_onnxruntime_feeds_override_initializers() -> None:
     moved = ort.run(feeds, {bias: ort.weights[bias] + np.float32(1.0)})["logits"]
     assert not np.allclose(base, moved)
     np.testing.assert_array_equal(ort.run(feeds, {bias: ort.weights[bias]})["logits"], base)
+
+
+def test_float64_session_reproduces_the_fp32_loss() -> None:
+    path = DATA / "opt_pos64.onnx"
+    g, feeds = fused(path)
+    wide = float64_session(path, feeds)
+    assert isinstance(wide, OrtWithWeights), wide
+    outputs = wide.run(feeds)
+    assert all(y.dtype == np.float64 for y in outputs.values())
+    assert all(w.dtype == np.float64 for w in wide.weights.values())
+    loss = choose_loss(g, feeds, 0)
+    assert loss(outputs) == pytest.approx(loss(OrtWithWeights(path).run(feeds)), rel=1e-6)
+
+
+def test_float64_session_unavailable_says_why() -> None:
+    """onnxruntime has no double Erf (BERT's GELU): no float64 reference, and the reason."""
+    path = SAMPLES / "bert_dynamo.onnx"
+    g, feeds = fused(path)
+    why = float64_session(path, feeds)
+    assert isinstance(why, str) and "Erf" in why
+    check = check_gradients(path, g, feeds, samples=2)
+    assert check.float64 == why
+    assert all(r.reference == "fp32 FD" for r in check.rows)
+
+
+def test_float64_judges_a_row_fp32_cannot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OPT's fc1 weight: fp32's differences cross ReLU kinks and disagree with themselves
+    (noisy, 13% off); float64's, at h = 1e-5, agree with our gradient to 1e-6."""
+    path = DATA / "opt_pos64.onnx"
+    g, feeds = fused(path)
+    fc1 = "model.model.decoder.layers.0.fc1.weight"
+    check = check_gradients(path, g, feeds, samples=FAST, seed=4)
+    row = next(r for r in check.rows if r.name == fc1)
+    assert row.reference == "float64 FD" and row.passed and row.max_rel_err < 1e-4
+    assert check.passed and check.to_json()["float64"] == "available"
+    assert "judged by float64 FD" in check.summary()
+    monkeypatch.setattr(gradcheck, "float64_session", lambda path, feeds: "disabled")
+    alone = check_gradients(path, g, feeds, samples=FAST, seed=4)
+    row = next(r for r in alone.rows if r.name == fc1)
+    assert row.reference == "fp32 FD" and row.noisy and row.max_rel_err > 1e-2
+    assert "no float64 FD (disabled)" in alone.summary()
 
 
 @pytest.mark.slow

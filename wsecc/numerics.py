@@ -8,6 +8,7 @@ Pearson correlation of the flattened tensors.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,20 +170,26 @@ class OrtWithWeights:
     onnxruntime lets a feed override an initializer that is also a graph input, and does not
     constant-fold such an initializer (tests/test_gradcheck.py checks that an override
     changes the outputs). Weights stored as external data are refused: the gradient check is
-    for small models."""
+    for small models.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    `float64=True` runs the file widened to double (`_widen_to_float64`): `weights` are then
+    float64, float feeds are cast to float64 when fed, and the outputs are float64. Raises
+    WseccError when onnxruntime cannot load the file (widened or not)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, float64: bool = False) -> None:
         import onnx
         import onnxruntime as ort
         from onnx import numpy_helper
 
         model = onnx.load(str(path), load_external_data=False)
-        g = model.graph
-        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in g.initializer):
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
             raise WseccError(
                 f"{Path(path).name}: the gradient check needs weights stored in the file "
                 "(this one keeps them as external data)"
             )
+        if float64:
+            model = _widen_to_float64(model)
+        g = model.graph
         listed = {i.name for i in g.input}
         self.weights: dict[str, np.ndarray] = {}
         for t in g.initializer:
@@ -202,18 +209,90 @@ class OrtWithWeights:
             )
         except Exception as e:  # onnxruntime's own error types
             raise WseccError(
-                f"onnxruntime cannot load {Path(path).name} with its weights as inputs ({e})"
+                f"onnxruntime cannot load {Path(path).name}"
+                f"{' in float64' if float64 else ''} with its weights as inputs ({e})"
             ) from e
-        self._inputs = {i.name for i in self._session.get_inputs()}
+        # the feeds' float arrays are cast to the input's type (float64 when widened)
+        self._inputs = {
+            i.name: np.float64 if i.type == "tensor(double)" else None
+            for i in self._session.get_inputs()
+        }
         self.output_names = [o.name for o in self._session.get_outputs()]
 
     def run(
         self, feeds: Mapping[str, np.ndarray], weights: Mapping[str, np.ndarray] | None = None
     ) -> dict[str, np.ndarray]:
-        args = {k: v for k, v in feeds.items() if k in self._inputs}
+        args = {
+            k: v.astype(wide) if (wide := self._inputs[k]) and v.dtype.kind == "f" else v
+            for k, v in feeds.items()
+            if k in self._inputs
+        }
         args.update(weights or {})
         outs = self._session.run(self.output_names, args)
         return dict(zip(self.output_names, outs, strict=True))
+
+
+def _widen_to_float64(model: Any) -> Any:
+    """`model` (an onnx.ModelProto) with its float32 computation in float64: local functions
+    inlined, then float initializers, float tensor attributes (Constant, ConstantOfShape),
+    Cast(to=FLOAT) and float graph inputs and outputs made DOUBLE, in subgraphs too; value_info
+    dropped (onnxruntime infers it again). Other types (integers, float16) are left alone. No op
+    is rewritten: one onnxruntime has no double kernel for (Erf, Gelu) makes the session fail."""
+    import onnx
+    import onnx.inliner
+    from onnx import TensorProto, numpy_helper
+
+    def wide(t: onnx.TensorProto) -> onnx.TensorProto:
+        return numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name)
+
+    def widen(g: onnx.GraphProto) -> None:
+        for vi in [*g.input, *g.output]:
+            if vi.type.tensor_type.elem_type == TensorProto.FLOAT:
+                vi.type.tensor_type.elem_type = TensorProto.DOUBLE
+        del g.value_info[:]
+        for t in g.initializer:
+            if t.data_type == TensorProto.FLOAT:
+                t.CopyFrom(wide(t))
+        for n in g.node:
+            for a in n.attribute:
+                if n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
+                    a.i = TensorProto.DOUBLE
+                elif a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.FLOAT:
+                    a.t.CopyFrom(wide(a.t))
+                elif a.type == onnx.AttributeProto.GRAPH:
+                    widen(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for sub in a.graphs:
+                        widen(sub)
+            if n.op_type == "Constant" and n.attribute[0].name in ("value_float", "value_floats"):
+                a = n.attribute[0]
+                value = a.f if a.name == "value_float" else list(a.floats)
+                n.ClearField("attribute")
+                n.attribute.append(
+                    onnx.helper.make_attribute("value", numpy_helper.from_array(np.array(value)))
+                )
+
+    model = onnx.inliner.inline_local_functions(model)
+    widen(model.graph)
+    return model
+
+
+def float64_session(
+    path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]
+) -> OrtWithWeights | str:
+    """`OrtWithWeights(path, float64=True)`, run once on `feeds` to be sure onnxruntime can;
+    or, when it cannot load or run the widened file, why not in a short string (onnxruntime has
+    no double Erf, say: BERT's GELU)."""
+    try:
+        session = OrtWithWeights(path, float64=True)
+        session.run(feeds)
+    except MemoryError:
+        raise
+    except Exception as e:  # WseccError from loading, onnxruntime's own types from running
+        cause = e.__cause__ or e
+        text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        return re.sub(r"^\[ONNXRuntimeError\] : \d+ : ", "", text)[:160]
+    return session
 
 
 def verdict_line(n: Mapping[str, Any]) -> str:
