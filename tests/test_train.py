@@ -209,3 +209,17 @@ def test_train_validate_checks_gradients_and_a_broken_rule_fails(
     failed = [r["name"] for r in rep["numerics"]["rows"] if not r["passed"]]
     assert failed == ([] if fault is None else [n for n in failed if "ln" in n])
     assert (fault is None) or failed
+
+
+def test_layers_are_found_by_structure_not_by_name() -> None:
+    """The dynamo exporter names kernels 'linear.5', the legacy one 'L1.linear': the same units."""
+    from wsecc.flow import lower
+
+    def kinds(path: Path) -> list[tuple[str, list[str]]]:
+        kg = lower(Compilation.load(path, Options(mode="train", seq=16)).fuse().fused)
+        return [(n, [k.kind.value for k in ks]) for n, ks in streamed_units(kg)]
+
+    legacy, dynamo = kinds(GPT2), kinds(SAMPLES / "gpt2_dynamo.onnx")
+    assert legacy == dynamo
+    assert [n for n, _ in dynamo] == ["input", "L0", "L1", "output"]
+    assert all(ks.count("attention") == 1 for n, ks in dynamo if n.startswith("L"))

@@ -21,14 +21,16 @@ n kernels and c of the S tokens per chunk::
 Weight streaming — units (the embedding, each layer, the head) run one at a time on the whole
 wafer, forward through every unit, then backward in reverse; each unit is sized alone on the
 whole wafer, its weights streamed in from external memory for the forward and again for the
-backward, its gradients streamed out (the optimizer runs off the wafer). The activations kept
-for the backward pass stay on the wafer: they bound the micro-batch m, and the system batch is
-A micro-batches (gradient accumulation). With T_u a unit's stage time, rho_u its backward/forward
+backward, its gradients streamed out (the optimizer runs off the wafer). What the backward
+pass needs stays on the wafer — every activation, or only each unit's inputs with the unit's
+forward recomputed in its backward (rho_u + 1 below), whichever runs faster — and bounds the
+micro-batch m; the system batch is A micro-batches (gradient accumulation). With T_u a unit's stage time, rho_u its backward/forward
 flops, W_u its weight bytes and IO the system I/O bandwidth (shared by both directions)::
 
     m_max = floor((usable PEs x SRAM budget - largest unit's working set) / kept bytes per sample)
     forward_u  = max((m + fill_u) T_u, W_u / IO)          fetching the next unit overlaps compute
     backward_u = max(rho_u (m + fill_u) T_u, 2 W_u / IO)  weights in again, gradients out
+                                                          (rho_u + 1 when recomputing)
     step = A sum_u (forward_u + backward_u) + W_first / IO (+ SwarmX reduce of the last gradients)
 
 Both steps add the target's `system.step_overhead_s`, what a step costs outside the wafer's work
@@ -41,7 +43,6 @@ measurement (one row, named in the target file).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +51,7 @@ from wsecc.errors import WseccError
 from wsecc.kernels import KernelGraph, Sizing, size_regions
 from wsecc.kernels.conv import cdiv
 from wsecc.kernels.costs import TrainCosts
-from wsecc.kernels.ir import Flow, Kernel, Port, precision
+from wsecc.kernels.ir import Flow, Kernel, KernelKind, Port, elem_bytes, precision
 from wsecc.kernels.kind import TRANSCENDENTAL_OPS
 from wsecc.kernels.sizing import SizingError
 from wsecc.targets import Target
@@ -245,24 +246,39 @@ def _pipelined_step(
 
 # --- weight streaming ---------------------------------------------------------------------------
 
-_LAYER = re.compile(r"^(L\d+)\.")
-
 
 def streamed_units(kg: KernelGraph) -> list[tuple[str, list[Kernel]]]:
-    """The kernels grouped into units that stream one at a time: each layer (`L<i>.` names);
-    the kernels before the first layer ("input": embeddings) and after the last ("output":
-    final norm, head), in order."""
-    units: dict[str, list[Kernel]] = {}
-    seen_layer = False
-    for k in kg.kernels:
-        m = _LAYER.match(k.name)
-        if m:
-            seen_layer = True
-            key = m.group(1)
-        else:
-            key = "output" if seen_layer else "input"
-        units.setdefault(key, []).append(k)
-    return list(units.items())
+    """The kernels (in topological order) grouped into the units that stream one at a time: the
+    leading embeddings ("input"), one unit per transformer layer ("L0", "L1", ...), and what
+    follows the last layer ("output": final norm, head). Layers are found by structure, not by
+    name (exporters name nodes every which way): each holds one attention kernel, and layer i
+    starts as far before its attention as layer 0 does after the embeddings; the last layer is
+    as long as the one before it. A graph without attention is one unit ("model")."""
+    ks = list(kg.kernels)
+    att = [i for i, k in enumerate(ks) if k.kind is KernelKind.ATTENTION]
+    lead = next((i for i, k in enumerate(ks) if k.kind is not KernelKind.EMBEDDING), len(ks))
+    if not att or lead > att[0]:
+        return [("model", ks)]
+    starts = [a - (att[0] - lead) for a in att]
+    if len(starts) > 1:
+        end = min(len(ks), starts[-1] + starts[-1] - starts[-2])
+    else:  # one layer: it runs up to the head
+        end = len(ks) - sum(1 for _ in _trailing(ks, KernelKind.LM_HEAD))
+    bounds = [*starts, max(end, att[-1] + 1)]
+    units = [("input", ks[:lead])] if lead else []
+    units += [(f"L{i}", ks[a:b]) for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))]
+    if bounds[-1] < len(ks):
+        units.append(("output", ks[bounds[-1] :]))
+    return [(name, unit) for name, unit in units if unit]
+
+
+def _trailing(ks: Sequence[Kernel], kind: KernelKind) -> list[Kernel]:
+    out = []
+    for k in reversed(ks):
+        if k.kind is not kind:
+            break
+        out.append(k)
+    return out
 
 
 def unit_graph(kg: KernelGraph, name: str, kernels: Sequence[Kernel]) -> KernelGraph:
@@ -300,11 +316,12 @@ class _Unit:
     rho: float  # backward / forward flops
     fill: float  # samples' worth of stage time to fill the unit's pipeline once
 
-    def times(self, m: int, hz: float, io: float) -> UnitTime:
+    def times(self, m: int, hz: float, io: float, recompute: bool = False) -> UnitTime:
+        """Per micro-batch of m samples; `recompute`: the backward runs the forward again."""
         forward = (m + self.fill) * self.sizing.stage_cycles / hz
         return UnitTime(
             self.name, self.kernels, self.weight_bytes, self.sizing.pes_used,
-            forward_s=forward, backward_s=self.rho * forward,
+            forward_s=forward, backward_s=(self.rho + recompute) * forward,
             weights_in_s=self.weight_bytes / io, backward_io_s=2 * self.weight_bytes / io,
         )  # fmt: skip
 
@@ -353,10 +370,10 @@ def _max_micro_batch(units: Sequence[_Unit], target: Target, per_sample: int) ->
 
 
 def _streaming_step(
-    units: Sequence[_Unit], target: Target, m: int, accum: int, systems: int
+    units: Sequence[_Unit], target: Target, m: int, accum: int, systems: int, recompute: bool
 ) -> tuple[float, dict[str, float], list[UnitTime]]:
     hz, io = target.clock.hz, target.io.offwafer_bytes_per_s
-    times = [u.times(m, hz, io) for u in units]
+    times = [u.times(m, hz, io, recompute) for u in units]
     compute = io_bound = 0.0
     for t in times:
         for work, move in ((t.forward_s, t.weights_in_s), (t.backward_s, t.backward_io_s)):
@@ -434,41 +451,66 @@ def _streaming(
             f"{target.name}'s external memory ({system.external_memory_bytes / 1e12:.2f} TB)"
         )
     units = _size_units(kg, target, prec, chunk_tokens)
-    per_sample = _activation_bytes(kg, prec)
-    m_max, room = _max_micro_batch(units, target, per_sample)
-    if m_max < 1:
+    # Two ways to keep what the backward pass needs: every activation, or only each unit's
+    # inputs (checkpoints) with the unit's forward recomputed in its backward. Whichever runs
+    # faster at the batch; the one that fits more samples per pass hides the weight I/O better.
+    keeps = {False: _activation_bytes(kg, prec), True: _checkpoint_bytes(units, prec)}
+    fits = {r: _max_micro_batch(units, target, b) for r, b in keeps.items()}
+    plans = [r for r, (m_max, _) in fits.items() if m_max >= 1]
+    if not plans:
+        room = fits[True][1]
         raise TrainError(
-            f"one sample's activations kept for the backward pass ({per_sample / 1e9:.2f} GB) "
+            f"one sample's layer inputs kept for the backward pass ({keeps[True] / 1e9:.2f} GB) "
             f"exceed the wafer's SRAM left beside a layer ({room / 1e9:.2f} GB); use a shorter --seq"
         )
 
-    def step_at(b: int, n: int) -> tuple[float, dict[str, float], list[UnitTime], int, int]:
+    def step_at(
+        b: int, n: int, recompute: bool
+    ) -> tuple[float, dict[str, float], list[UnitTime], int, int]:
         per_system = cdiv(b, n)
-        accum = cdiv(per_system, m_max)
+        accum = cdiv(per_system, fits[recompute][0])
         m = cdiv(per_system, accum)
-        step, terms, times = _streaming_step(units, target, m, accum, n)
+        step, terms, times = _streaming_step(units, target, m, accum, n, recompute)
         return step, terms, times, m, accum
+
+    def best_at(b: int) -> bool:
+        return min(plans, key=lambda r: step_at(b, systems, r)[0])
 
     note = ""
     if batch is None:
+        widest = max(fits[r][0] for r in plans)
         batch, note = _choose(
-            [systems * m_max * k for k in range(1, BATCH_SEARCH + 1)],
-            lambda b: b / step_at(b, systems)[0],
+            [systems * widest * k for k in range(1, BATCH_SEARCH + 1)],
+            lambda b: b / step_at(b, systems, best_at(b))[0],
         )
-    step, terms, times, m, accum = step_at(batch, systems)
+    recompute = best_at(batch)
+    step, terms, times, m, accum = step_at(batch, systems, recompute)
     per_system = cdiv(batch, systems)
-    single = per_system / step_at(per_system, 1)[0]
+    single = per_system / step_at(per_system, 1, recompute)[0]
     slowest = max(units, key=lambda u: u.sizing.stage_cycles)
+    kept = keeps[recompute]
     notes = (
-        f"activations kept for the backward pass: {per_sample / 1e6:,.1f} MB per sample; "
-        f"at most {m_max} samples per pass fit the wafer's SRAM",
+        (
+            f"activations: each layer's inputs kept ({kept / 1e6:,.1f} MB per sample), its "
+            f"forward recomputed in its backward (all kept would be {keeps[False] / 1e6:,.1f} MB)"
+            if recompute
+            else f"activations: all kept for the backward pass ({kept / 1e6:,.1f} MB per sample)"
+        )
+        + f"; at most {fits[recompute][0]} samples per pass fit the wafer's SRAM",
     )
     return TrainResult(
         Execution.WEIGHT_STREAMING, "", batch, note, systems, m, accum, step,
         kg.tokens_per_sample, kg.train_flops_per_sample, target.peak_flops_per_s(prec), terms,
-        max(u.sizing.max_sram_per_pe for u in units), per_sample, external, slowest.sizing, slowest.graph,
-        units=tuple(times), single_system_samples_per_s=single, notes=notes,
+        max(u.sizing.max_sram_per_pe for u in units), kept, external, slowest.sizing,
+        slowest.graph, units=tuple(times), single_system_samples_per_s=single, notes=notes,
     )  # fmt: skip
+
+
+def _checkpoint_bytes(units: Sequence[_Unit], prec: str) -> int:
+    """Bytes per sample of every unit's inputs (what a layer needs to recompute its forward)."""
+    return sum(
+        p.elems_per_sample * elem_bytes(p.elem_type, prec) for u in units for p in u.graph.inputs
+    )
 
 
 def plan_training(
