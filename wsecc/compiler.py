@@ -296,17 +296,13 @@ class Compilation:
         differences of onnxruntime on the original file (`wsecc.gradcheck`), in the options'
         precision (fp32 or mixed)."""
         from wsecc.gradcheck import check_gradients
-        from wsecc.numerics import make_inputs
 
         o = self.options
         if o.precision == "fp16":
             raise WseccError("the gradient check runs in fp32 or mixed; use --precision mixed")
         self._ensure_fused()
         with self._stage("numerics"):
-            if o.inputs:
-                self.sim_inputs = _load_inputs(o.inputs, self.graph)
-            else:
-                self.sim_inputs = make_inputs(self.graph, seed=o.seed, padded=True)
+            self.sim_inputs = self._model_inputs()
             self.gradients = check_gradients(
                 self.model_path, self.fused, self.sim_inputs, o.precision, seed=o.seed,
                 fault=o.inject_fault, samples=GRAD_SAMPLES,
@@ -407,18 +403,22 @@ class Compilation:
             self._model_facts = (g, facts)
         return dict(self._model_facts[1])
 
+    def _model_inputs(self) -> dict[str, Any]:
+        """The inputs the numerics run on: `options.inputs`, else generated (seeded, padded)."""
+        from wsecc.numerics import make_inputs
+
+        if self.options.inputs:
+            return _load_inputs(self.options.inputs, self.graph)
+        return make_inputs(self.graph, seed=self.options.seed, padded=True)
+
     def validate_numerics(self) -> Compilation:
         """Run the tiled functional simulation and compare every output with onnxruntime."""
-        from wsecc.numerics import make_inputs
         from wsecc.sim.functional import simulate_functional, verdict
 
         o = self.options
         self._ensure_fused()
         with self._stage("numerics"):
-            if o.inputs:
-                self.sim_inputs = _load_inputs(o.inputs, self.graph)
-            else:
-                self.sim_inputs = make_inputs(self.graph, seed=o.seed, padded=True)
+            self.sim_inputs = self._model_inputs()
             program = (self.fused, self.kernel_graph, self.sizing)
             fault = o.inject_fault
             self.sim_outputs = simulate_functional(
