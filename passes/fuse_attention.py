@@ -20,11 +20,12 @@ Intermediates may not escape the region. The mask subgraph is left for dead-code
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from wsecc.ir.core import DType, Graph, Node, Op, Value
+from wsecc.ir.core import DType, Graph, Node, Op, Value, make_attrs
 from wsecc.ir.rewrite import (
     LAYOUT,
     GraphView,
@@ -110,23 +111,62 @@ def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float]
             return v, chain[::-1], scale
 
 
+def _one_row(chain: Sequence[Node], b: int) -> list[Node] | None:
+    """`chain`, which starts from a tensor with `b` rows on axis 0, rewritten for one row; or
+    None unless every node keeps axis 0 outermost and whole: a Reshape to a multiple of `b`
+    rows, a Transpose that leaves axis 0 first, a Split or Slice of another axis, a scalar
+    scale.
+
+    Why one row decides for all: on an index tensor over a [b, ...] source, every such node
+    maps the b row blocks of axis 0 to b row blocks, block i = block 0 + i·(source row size).
+    The head split and merge the probes compare with do the same, so they agree on b rows
+    exactly when they agree on one.
+    """
+    if b == 1:
+        return list(chain)
+    out = []
+    for n in chain:
+        rank = n.inputs[0].type.rank
+        if n.op is Op.RESHAPE:
+            shape = tuple(n.attr("shape"))
+            if not shape or min(shape) <= 0 or shape[0] % b:
+                return None
+            n = replace(n, attrs=make_attrs({**n.attr_dict, "shape": (shape[0] // b, *shape[1:])}))
+        elif n.op is Op.TRANSPOSE:
+            if n.attr("perm")[0] % rank != 0:
+                return None
+        elif n.op is Op.SPLIT:
+            if n.attr("axis") % rank == 0:
+                return None
+        elif n.op is Op.SLICE:
+            if any(ax % rank == 0 for ax in n.attr("axes")):
+                return None
+        elif n.op not in (Op.MUL, Op.DIV):
+            return None
+        out.append(n)
+    return out
+
+
 def _head_offset(
     src: Value, chain: list[Node], target: Value, h: int, dh: int, transposed: bool
 ) -> int:
     """The column offset at which `chain` takes heads out of `src`, or NoMatch."""
     if src.type.rank != 3:
         raise NoMatch(f"head source {src.name!r} is not [B, S, N]")
-    iota = np.arange(src.type.size, dtype=np.int64).reshape(src.type.shape)
+    b, s, n = src.type.shape
+    one = _one_row(chain, b)
+    rows, nodes = (1, one) if one is not None else (b, chain)
+    iota = np.arange(rows * s * n, dtype=np.int64).reshape(rows, s, n)
     vals: dict[Value, np.ndarray] = {src: iota}
-    for n in chain:  # scalar scales pass indices through unchanged
-        if n.op in LAYOUT:
-            vals.update(eval_nodes([n], vals))
+    for node in nodes:  # scalar scales pass indices through unchanged
+        if node.op in LAYOUT:
+            vals.update(eval_nodes([node], vals))
         else:
-            vals[n.output] = vals[n.inputs[0]]
+            vals[node.output] = vals[node.inputs[0]]
     got = vals[target]
     first = int(got.reshape(-1)[0])
-    off = first % src.type.shape[-1]
-    if src.type.shape[-1] < off + h * dh:
+    off = first % n
+    if n < off + h * dh:
         raise NoMatch("head columns run past the source")
     want = split_heads(iota, off, h, dh)
     if transposed:
@@ -139,8 +179,6 @@ def _head_offset(
 def _merge_heads(view: GraphView, o: Value, inside: set[Node]) -> tuple[Value, list[Node], bool]:
     """Follow o [B, H, S, dh] through single-user layout ops to its [B, S, H·dh] (or [B·S, H·dh]) form."""
     b, h, s, dh = o.type.shape
-    iota = np.arange(o.type.size, dtype=np.int64).reshape(o.type.shape)
-    merged = iota.transpose(0, 2, 1, 3).reshape(b, s, h * dh)
     chain: list[Node] = []
     v = o
     while True:
@@ -149,19 +187,51 @@ def _merge_heads(view: GraphView, o: Value, inside: set[Node]) -> tuple[Value, l
             raise NoMatch("attention output is not merged back to [B, S, H·dh]")
         chain.append(u)
         v = u.output
-        got = eval_nodes(chain, {o: iota})[v]
+        one = _one_row(chain, b)
+        rows, nodes = (1, one) if one is not None else (b, chain)
+        iota = np.arange(rows * h * s * dh, dtype=np.int64).reshape(rows, h, s, dh)
+        merged = iota.transpose(0, 2, 1, 3).reshape(rows, s, h * dh)
+        got = eval_nodes(nodes, {o: iota})[v]
         if got.shape == merged.shape and np.array_equal(got, merged):
             return v, chain, False
-        if got.shape == (b * s, h * dh) and np.array_equal(got, merged.reshape(b * s, h * dh)):
+        flat = merged.reshape(rows * s, h * dh)
+        if got.shape == flat.shape and np.array_equal(got, flat):
             return v, chain, True
         if len(chain) > 4:
             raise NoMatch("attention output layout not recognised")
 
 
+_MaskTerms = tuple[tuple[str, Value, float], ...]
+_MaskMeaning = tuple[bool, int, Value | None, float]
+
+
 def _mask_semantics(
+    view: GraphView,
+    terms: list[tuple[str, Value, float]],
+    shape: tuple[int, int, int, int],
+    decided: dict[tuple[_MaskTerms, tuple[int, ...]], _MaskMeaning | NoMatch],
+) -> _MaskMeaning:
+    """(causal, window, key-padding mask input or None, fill) that the mask terms implement.
+
+    `decided` keeps each verdict for the pass's sweep: the layers of a model share one mask
+    subgraph, and its probes evaluate it at the bound batch, so probing it once (not once per
+    layer) is what keeps large batches cheap. Not evaluated at one batch row: exporters fold
+    the batch into constants (gather indices over the flattened [B·S] mask)."""
+    key = (tuple(terms), (shape[0], *shape[2:]))
+    if key not in decided:
+        try:
+            decided[key] = _probe_mask(view, terms, shape)
+        except NoMatch as e:
+            decided[key] = e
+    verdict = decided[key]
+    if isinstance(verdict, NoMatch):
+        raise NoMatch(str(verdict))
+    return verdict
+
+
+def _probe_mask(
     view: GraphView, terms: list[tuple[str, Value, float]], shape: tuple[int, int, int, int]
-) -> tuple[bool, int, Value | None, float]:
-    """(causal, window, key-padding mask input or None, fill) that the mask terms implement."""
+) -> _MaskMeaning:
     b, _, sq, sk = shape
     inputs = set().union(*(view.input_ancestors(t[1]) for t in terms)) if terms else set()
     if len(inputs) > 1:
@@ -184,7 +254,8 @@ def _mask_semantics(
             a = v.const if v.is_const else vals[v]
             assert a is not None
             if kind == "add":
-                a = a.astype(np.float64)
+                # compared in its own float type (exact: -1000 and 0 are in every float type)
+                a = a if a.dtype.kind == "f" else a.astype(np.float64)
                 if np.any((a < 0) & (a > VERY_NEGATIVE)) or np.any(a > 0):
                     raise NoMatch("additive bias is not a mask (values between 0 and -1000)")
                 fills.append(float(a.min()) if a.size else 0.0)
@@ -226,7 +297,11 @@ def _mask_semantics(
     return causal, window, mask_in, fill
 
 
-def _match(view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
+def _match(
+    view: GraphView,
+    sm: Node,
+    masks: dict[tuple[_MaskTerms, tuple[int, ...]], _MaskMeaning | NoMatch],
+) -> tuple[Replacement, set[Node]]:
     x = sm.inputs[0]
     if x.type.rank != 4 or sm.attr("axis") != 3:
         raise NoMatch("not a softmax over the last axis of [B, H, Sq, Sk]")
@@ -294,7 +369,7 @@ def _match(view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
     leak = view.escapes(internal, region)
     if leak is not None:
         raise NoMatch(f"intermediate {leak.name!r} is used outside the attention")
-    causal, window, mask_in, fill = _mask_semantics(view, sc.terms, (b, h, sq, sk))
+    causal, window, mask_in, fill = _mask_semantics(view, sc.terms, (b, h, sq, sk), masks)
     attrs = {
         "num_heads": h, "head_dim": dh, "q_offset": q_off, "k_offset": k_off, "v_offset": v_off,
         "scale": float(np.float32(sc.scale * q_scale * k_scale)), "causal": causal, "window": window,
@@ -331,7 +406,10 @@ def _token_inputs(view: GraphView) -> set[Value]:
 
 
 def fuse_attention(graph: Graph, ctx: PassContext) -> Graph:
-    g, misses = rewrite_nodes(graph, _match, anchor_ops=frozenset({Op.SOFTMAX}))
+    masks: dict[tuple[_MaskTerms, tuple[int, ...]], _MaskMeaning | NoMatch] = {}
+    g, misses = rewrite_nodes(
+        graph, lambda view, sm: _match(view, sm, masks), anchor_ops=frozenset({Op.SOFTMAX})
+    )
     for m in misses:
         ctx.note("fuse-attention", m)
     return g
