@@ -281,18 +281,77 @@ def _polyline(corners: list[Point]) -> tuple[Point, ...]:
 # ----------------------------------------------------------------------------------- coloring
 
 
+_RAMP_STEP = 9  # a step code (dx + 1)·3 + (dy + 1) is 1, 3, 5 or 7; the ramp is 9
+
+
+@dataclass(frozen=True)
+class _Passes:
+    """Every (router, lane, configuration) of a set of lanes as arrays sorted by router (stable:
+    lanes in index order at a router). A router's key is x·2^20 + y, so key order is point
+    order. A configuration is coded by its (arriving step, leaving step), which determines
+    (in, out)."""
+
+    router: np.ndarray
+    lane: np.ndarray
+    flow: np.ndarray
+    config: np.ndarray
+
+    @staticmethod
+    def of(lanes: Sequence[RoutedLane]) -> _Passes:
+        flow_ids: dict[str, int] = {}
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for ln in lanes:
+            if not ln.path:
+                continue
+            p = np.array(ln.path, dtype=np.int64).reshape(-1, 2)
+            d = np.diff(p, axis=0)
+            step = (d[:, 0] + 1) * 3 + d[:, 1] + 1
+            ramp = np.array([_RAMP_STEP])
+            parts.append(
+                (
+                    (p[:, 0] << 20) + p[:, 1],
+                    np.concatenate([ramp, step]) * 10 + np.concatenate([step, ramp]),
+                    np.full(len(p), flow_ids.setdefault(ln.flow, len(flow_ids))),
+                )
+            )
+        if not parts:
+            empty = np.zeros(0, np.int64)
+            return _Passes(empty, empty, empty, empty)
+        counts = [len(pk[0]) for pk in parts]
+        index = [i for i, ln in enumerate(lanes) if ln.path]
+        router = np.concatenate([pk[0] for pk in parts])
+        order = np.argsort(router, kind="stable")
+        return _Passes(
+            router[order],
+            np.repeat(np.array(index), counts)[order],
+            np.concatenate([pk[2] for pk in parts])[order],
+            np.concatenate([pk[1] for pk in parts])[order],
+        )
+
+    def conflicts(self, n: int) -> list[set[int]]:
+        """adj[i] for lanes 0..n−1: see `conflict_graph`."""
+        adj: list[set[int]] = [set() for _ in range(n)]
+        for gap in range(1, len(self.router)):  # pairs `gap` apart within one router's run
+            a, b = slice(0, -gap), slice(gap, None)
+            same = self.router[a] == self.router[b]
+            if not same.any():
+                break
+            same &= (self.flow[a] != self.flow[b]) | (self.config[a] != self.config[b])
+            for i, j in zip(self.lane[a][same].tolist(), self.lane[b][same].tolist(), strict=True):
+                adj[i].add(j)
+                adj[j].add(i)
+        return adj
+
+    def shared(self, some: Iterable[int], others: Iterable[int]) -> list[Point]:
+        """Routers that a lane of `some` and a lane of `others` both pass, in point order."""
+        a = self.router[np.isin(self.lane, np.fromiter(some, np.int64))]
+        b = self.router[np.isin(self.lane, np.fromiter(others, np.int64))]
+        return [(k >> 20, k & ((1 << 20) - 1)) for k in np.intersect1d(a, b).tolist()]
+
+
 def conflict_graph(lanes: tuple[RoutedLane, ...]) -> list[set[int]]:
     """adj[i] = lanes that share a router with lane i under a different (flow, configuration)."""
-    adj: list[set[int]] = [set() for _ in lanes]
-    for ps in router_passes(lanes).values():
-        if len(ps) < 2:
-            continue
-        for a, (i, ci) in enumerate(ps):
-            for j, cj in ps[a + 1 :]:
-                if (lanes[i].flow, ci) != (lanes[j].flow, cj):
-                    adj[i].add(j)
-                    adj[j].add(i)
-    return adj
+    return _Passes.of(lanes).conflicts(len(lanes))
 
 
 def dsatur(adj: list[set[int]]) -> list[int]:
@@ -359,7 +418,8 @@ def route(
             net.negotiate([])
             continue
         routed = tuple(RoutedLane(f, k, p, 0) for (f, k, _, _), p in zip(lanes, paths, strict=True))
-        adj = conflict_graph(routed)
+        passes = _Passes.of(routed)
+        adj = passes.conflicts(len(routed))
         colors = dsatur(adj)
         colored = tuple(
             RoutedLane(ln.flow, ln.index, ln.path, c) for ln, c in zip(routed, colors, strict=True)
@@ -368,8 +428,7 @@ def route(
         if not over:
             return Routing.of(colored, problem.color_budget, iteration)
         # history on the routers where an overflowing lane meets the lanes it conflicts with
-        shared = {at for i in over for j in adj[i] for at in routed[j].path}
-        hot = sorted({at for i in over for at in routed[i].path if at in shared})
+        hot = passes.shared(over, {j for i in over for j in adj[i]})
         todo = sorted(set(over) | {j for i in over for j in adj[i]})
         net.negotiate(hot)
     raise RoutingError(*_failure(problem, ids, lanes, colored, net))
