@@ -16,6 +16,9 @@
    history, those lanes and their conflicting neighbours are rerouted, and coloring repeats.
 4. Success returns a complete `Routing`; otherwise `RoutingError` names the router that
    proves (or, when the clique bound fits, witnesses) the shortfall. Never a partial routing.
+   The error comes after `max_iterations`, or sooner when the shortfall (link overuse, then
+   colors over budget) is not falling fast enough to reach zero by then (`_Progress`): the
+   flow retries narrower lanes after each failure, and a hopeless attempt is most of its time.
 
 No route leaves its lane's window (bounding box grown by `detour`), so the negotiation's grids
 cover only the routing area, the fabric rectangle holding every window.
@@ -55,6 +58,10 @@ DIRS = tuple(STEPS)  # the first axis of the link grids: E, W (along rows), S, N
 @dataclass(frozen=True)
 class RouterOptions:
     max_iterations: int = 40
+    # Iterations over which progress is measured: a negotiation stops early when its shortfall
+    # (link overuse, then colors over budget), falling at its rate over this many iterations,
+    # would not reach zero within `max_iterations` (see `_Progress`).
+    stall_window: int = 8
     detour: int = 16  # PEs a pattern's jog may stray outside the lane's bounding box
     pres_initial: float = 0.5
     pres_mult: float = 1.5
@@ -226,6 +233,10 @@ class _Negotiation:
         ox, oy = self.x0 + x0, self.y0 + y0
         return tuple((ox + v % w, oy + v // w) for v in reversed(path))
 
+    def overuse(self) -> int:
+        """Lanes beyond capacity, summed over the links."""
+        return int(np.maximum(0, self.usage - self.cap).sum())
+
     def overused(self) -> set[int]:
         """Ids of the links carrying more than `capacity` lanes."""
         return set(np.flatnonzero(self.flat > self.cap).tolist())
@@ -237,6 +248,34 @@ class _Negotiation:
             self.node_hist[y - self.y0, x - self.x0] += self.opts.history_step
         self.pres *= self.opts.pres_mult
         self.refresh()
+
+
+class _Progress:
+    """The shortfall of each iteration, to stop a negotiation that is not converging.
+
+    The shortfall is the total link overuse while there is any, then the colors needed beyond
+    the budget; each phase is judged on its own. Stop when the best shortfall, falling at the
+    rate it fell over the last `stall_window` iterations (at least one per window), would still
+    be above zero after the remaining iterations. Negotiation slows down as it goes, so the
+    straight line is optimistic: an attempt it stops would not have routed within
+    `max_iterations` at the pace it was going.
+    """
+
+    def __init__(self, opts: RouterOptions):
+        self.opts = opts
+        self.phase = ""
+        self.best: list[int] = []  # best shortfall of the phase so far, per iteration
+
+    def hopeless(self, iteration: int, phase: str, shortfall: int) -> bool:
+        if phase != self.phase:
+            self.phase, self.best = phase, []
+        self.best.append(min(shortfall, self.best[-1]) if self.best else shortfall)
+        w = self.opts.stall_window
+        if len(self.best) <= w:
+            return False
+        # at least one unit per window: a small shortfall on a plateau may still be negotiated
+        rate = max(self.best[-1 - w] - self.best[-1], 1) / w
+        return self.best[-1] > rate * (self.opts.max_iterations - iteration)
 
 
 def _area(
@@ -407,6 +446,7 @@ def route(
     ids: list[list[int]] = [[] for _ in lanes]  # each path's link ids
     todo = list(range(len(lanes)))
     colored: tuple[RoutedLane, ...] = ()
+    progress = _Progress(opts)
     for iteration in range(1, opts.max_iterations + 1):
         for i in todo:
             net.commit(ids[i], -1)
@@ -414,6 +454,8 @@ def route(
             net.commit(ids[i], +1)
         overused = net.overused()
         if overused:
+            if progress.hopeless(iteration, "links", net.overuse()):
+                break
             todo = [i for i, li in enumerate(ids) if not overused.isdisjoint(li)]
             net.negotiate([])
             continue
@@ -427,6 +469,8 @@ def route(
         over = [i for i, c in enumerate(colors) if c >= problem.color_budget]
         if not over:
             return Routing.of(colored, problem.color_budget, iteration)
+        if progress.hopeless(iteration, "colors", max(colors) + 1 - problem.color_budget):
+            break
         # history on the routers where an overflowing lane meets the lanes it conflicts with
         hot = passes.shared(over, {j for i in over for j in adj[i]})
         todo = sorted(set(over) | {j for i in over for j in adj[i]})
