@@ -27,14 +27,14 @@ layout or mask that does not match is evaluated again, so its reason names its o
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TypeVar
 
 import numpy as np
 
 from wsecc.ir.arrays import content_key
-from wsecc.ir.core import DType, Graph, Node, Op, Value
+from wsecc.ir.core import DType, Graph, Node, Op, Value, make_attrs
 from wsecc.ir.rewrite import (
     LAYOUT,
     GraphView,
@@ -153,6 +153,42 @@ def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float]
             return v, chain[::-1], scale
 
 
+def _one_row(chain: Sequence[Node], b: int) -> list[Node] | None:
+    """`chain`, which starts from a tensor with `b` rows on axis 0, rewritten for one row; or
+    None unless every node keeps axis 0 outermost and whole: a Reshape to a multiple of `b`
+    rows, a Transpose that leaves axis 0 first, a Split or Slice of another axis, a scalar
+    scale.
+
+    Why one row decides for all: on an index tensor over a [b, ...] source, every such node
+    maps the b row blocks of axis 0 to b row blocks, block i = block 0 + i·(source row size).
+    The head split and merge the probes compare with do the same, so they agree on b rows
+    exactly when they agree on one.
+    """
+    if b == 1:
+        return list(chain)
+    out = []
+    for n in chain:
+        rank = n.inputs[0].type.rank
+        if n.op is Op.RESHAPE:
+            shape = tuple(n.attr("shape"))
+            if not shape or min(shape) <= 0 or shape[0] % b:
+                return None
+            n = replace(n, attrs=make_attrs({**n.attr_dict, "shape": (shape[0] // b, *shape[1:])}))
+        elif n.op is Op.TRANSPOSE:
+            if n.attr("perm")[0] % rank != 0:
+                return None
+        elif n.op is Op.SPLIT:
+            if n.attr("axis") % rank == 0:
+                return None
+        elif n.op is Op.SLICE:
+            if any(ax % rank == 0 for ax in n.attr("axes")):
+                return None
+        elif n.op not in (Op.MUL, Op.DIV):
+            return None
+        out.append(n)
+    return out
+
+
 def _head_offset(
     memo: Memo, src: Value, chain: list[Node], target: Value, h: int, dh: int, transposed: bool
 ) -> int:
@@ -168,17 +204,20 @@ def _evaluate_head_offset(
 ) -> int:
     if src.type.rank != 3:
         raise NoMatch(f"head source {src.name!r} is not [B, S, N]")
-    iota = np.arange(src.type.size, dtype=np.int64).reshape(src.type.shape)
+    b, s, n = src.type.shape
+    one = _one_row(chain, b)
+    rows, nodes = (1, one) if one is not None else (b, chain)
+    iota = np.arange(rows * s * n, dtype=np.int64).reshape(rows, s, n)
     vals: dict[Value, np.ndarray] = {src: iota}
-    for n in chain:  # scalar scales pass indices through unchanged
-        if n.op in LAYOUT:
-            vals.update(eval_nodes([n], vals))
+    for node in nodes:  # scalar scales pass indices through unchanged
+        if node.op in LAYOUT:
+            vals.update(eval_nodes([node], vals))
         else:
-            vals[n.output] = vals[n.inputs[0]]
+            vals[node.output] = vals[node.inputs[0]]
     got = vals[target]
     first = int(got.reshape(-1)[0])
-    off = first % src.type.shape[-1]
-    if src.type.shape[-1] < off + h * dh:
+    off = first % n
+    if n < off + h * dh:
         raise NoMatch("head columns run past the source")
     want = split_heads(iota, off, h, dh)
     if transposed:
@@ -209,14 +248,17 @@ def _merge_heads(
 
 
 def _merged_form(o: Value, chain: list[Node], v: Value) -> str | None:
-    """ "merged" when `chain` takes o [B, H, S, dh] to [B, S, H·dh], "flat" to [B·S, H·dh]."""
+    """ "merged" when `chain` takes o [B, H, S, dh] to [B, S, H·dh], "flat" to [B·S, H·dh]
+    (probed on one batch row when the chain keeps the batch axis outermost, see `_one_row`)."""
     b, h, s, dh = o.type.shape
-    iota = np.arange(o.type.size, dtype=np.int64).reshape(o.type.shape)
-    merged = iota.transpose(0, 2, 1, 3).reshape(b, s, h * dh)
-    got = eval_nodes(chain, {o: iota})[v]
+    one = _one_row(chain, b)
+    rows, nodes = (1, one) if one is not None else (b, chain)
+    iota = np.arange(rows * h * s * dh, dtype=np.int64).reshape(rows, h, s, dh)
+    merged = iota.transpose(0, 2, 1, 3).reshape(rows, s, h * dh)
+    got = eval_nodes(nodes, {o: iota})[v]
     if got.shape == merged.shape and np.array_equal(got, merged):
         return "merged"
-    if got.shape == (b * s, h * dh) and np.array_equal(got, merged.reshape(b * s, h * dh)):
+    if got.shape == (rows * s, h * dh) and np.array_equal(got, merged.reshape(rows * s, h * dh)):
         return "flat"
     return None
 

@@ -263,3 +263,64 @@ def test_every_pass_is_a_pure_function_of_its_input(name):
     before = format_graph(g, full=True)
     PASSES[name](g, PassContext())
     assert format_graph(g, full=True) == before
+
+
+@pytest.mark.parametrize(
+    ("sample", "causal", "mask"),
+    [
+        ("bert_legacy_op14", False, "key_padding"),
+        ("bert_dynamo", False, "key_padding"),
+        ("gpt2_legacy_op17", True, "key_padding"),
+        ("gpt2_dynamo", True, "key_padding"),
+    ],
+)
+def test_fuse_attention_decides_the_same_at_batch_1_and_3(sample, causal, mask):
+    """The head-layout probes run on one batch row and the mask probe once per mask: what
+    they decide (offsets, mask meaning, fill) does not depend on the bound batch."""
+    from conftest import SAMPLES
+    from wsecc.passes import DEFAULT_PIPELINE
+
+    from wsecc.frontend.onnx import import_model
+    from wsecc.ir.core import Op
+    from wsecc.pm import PassManager
+
+    def attentions(batch: int) -> list[dict]:
+        graph, _ = import_model(SAMPLES / f"{sample}.onnx", batch=batch, seq=16)
+        fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
+        return [n.attr_dict for n in fused.nodes if n.op is Op.ATTENTION]
+
+    one, three = attentions(1), attentions(3)
+    assert len(one) == 2  # both layers fused
+    assert one == three
+    assert {(a["causal"], a["mask"]) for a in one} == {(causal, mask)}
+
+
+def test_fuse_attention_does_not_fire_when_the_heads_layout_moves_the_batch_axis():
+    # B=2: q swaps batch and sequence, then reshapes as if it had not, so q's heads mix the
+    # two samples (one batch row alone would look like a head split)
+    text = """graph g(%qkv: f32[2,4,12]) {
+      %scale = const f32[] 0.7071067690849304
+      %q0: f32[2,4,4], %k0: f32[2,4,4], %v0: f32[2,4,4] = split(%qkv) {'axis': 2, 'sizes': (4, 4, 4)}
+      %qs: f32[4,2,4] = transpose(%q0) {'perm': (1, 0, 2)}
+      %q1: f32[2,4,2,2] = reshape(%qs) {'shape': (2, 4, 2, 2)}
+      %q: f32[2,2,4,2] = transpose(%q1) {'perm': (0, 2, 1, 3)}
+      %k1: f32[2,4,2,2] = reshape(%k0) {'shape': (2, 4, 2, 2)}
+      %kt: f32[2,2,2,4] = transpose(%k1) {'perm': (0, 2, 3, 1)}
+      %v1: f32[2,4,2,2] = reshape(%v0) {'shape': (2, 4, 2, 2)}
+      %v: f32[2,2,4,2] = transpose(%v1) {'perm': (0, 2, 1, 3)}
+      %s: f32[2,2,4,4] = matmul(%q, %kt)
+      %ss: f32[2,2,4,4] = mul(%s, %scale)
+      %p: f32[2,2,4,4] = softmax(%ss) {'axis': 3}
+      %o: f32[2,2,4,2] = matmul(%p, %v)
+      %ot: f32[2,4,2,2] = transpose(%o) {'perm': (0, 2, 1, 3)}
+      %y: f32[2,4,4] = reshape(%ot) {'shape': (2, 4, 4)}
+      return %y
+    }"""
+    out, ctx = apply("fuse-attention", text)
+    assert "attention(" not in out
+    assert any("does not split heads" in n for n in ctx.notes)
+    # the same layout without the swap is a head split
+    fused, _ = apply(
+        "fuse-attention", text.replace("(1, 0, 2)", "(0, 1, 2)").replace("f32[4,2,4]", "f32[2,4,4]")
+    )
+    assert "attention(" in fused

@@ -66,6 +66,48 @@ def test_congested_instance_over_a_3_color_budget_names_a_router():
     assert "flows crossing it: k" in message and "[node_" in message
 
 
+def _counting_iterations(monkeypatch) -> list[int]:
+    """Count the negotiation's iterations that end without a routing (each calls negotiate)."""
+    calls: list[int] = []
+    negotiate = _Negotiation.negotiate
+
+    def counted(self, hot):
+        calls.append(1)
+        return negotiate(self, hot)
+
+    monkeypatch.setattr(_Negotiation, "negotiate", counted)
+    return calls
+
+
+def test_a_negotiation_that_does_not_converge_stops_early(monkeypatch):
+    """3 colors cannot route a chain where 4 lanes meet at a router: the colors over budget
+    stop falling, and the router gives up long before its 40 iterations, naming a router."""
+    problem = chain_problem(24, width=120, height=120, alt_shapes=True)
+    placement = place_greedy(problem)
+    rp = make_routing_problem(
+        problem, placement, bytes_per_lane=1.0, max_lanes=16, colors_total=24, colors_reserved=21
+    )
+    calls = _counting_iterations(monkeypatch)
+    opts = RouterOptions()
+    with pytest.raises(RoutingError, match=r"^cannot route within 3 colors: .*router \("):
+        route(rp, placement, opts)
+    assert len(calls) <= opts.max_iterations // 2
+
+
+def test_a_negotiation_that_converges_slowly_still_routes(monkeypatch):
+    """With 8 colors the same chain routes after more iterations than the stall window: the
+    early stop leaves a negotiation that is still making progress alone."""
+    problem = chain_problem(24, width=120, height=120, alt_shapes=True)
+    placement = place_greedy(problem)
+    rp = make_routing_problem(
+        problem, placement, bytes_per_lane=1.0, max_lanes=16, colors_total=24, colors_reserved=16
+    )
+    calls = _counting_iterations(monkeypatch)
+    routing = route(rp, placement)
+    assert validate_routing(rp, placement, routing) == []
+    assert routing.iterations == len(calls) + 1 > RouterOptions().stall_window
+
+
 _RUN = """
 import sys
 from wsecc.place.cpsat import place_cpsat

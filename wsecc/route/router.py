@@ -16,6 +16,9 @@
    history, those lanes and their conflicting neighbours are rerouted, and coloring repeats.
 4. Success returns a complete `Routing`; otherwise `RoutingError` names the router that
    proves (or, when the clique bound fits, witnesses) the shortfall. Never a partial routing.
+   The error comes after `max_iterations`, or sooner when the shortfall (link overuse, then
+   colors over budget) is not falling fast enough to reach zero by then (`_Progress`): the
+   flow retries narrower lanes after each failure, and a hopeless attempt is most of its time.
 
 No route leaves its lane's window (bounding box grown by `detour`), so the negotiation's grids
 cover only the routing area, the fabric rectangle holding every window.
@@ -55,6 +58,10 @@ DIRS = tuple(STEPS)  # the first axis of the link grids: E, W (along rows), S, N
 @dataclass(frozen=True)
 class RouterOptions:
     max_iterations: int = 40
+    # Iterations over which progress is measured: a negotiation stops early when its shortfall
+    # (link overuse, then colors over budget), falling at its rate over this many iterations,
+    # would not reach zero within `max_iterations` (see `_Progress`).
+    stall_window: int = 8
     detour: int = 16  # PEs a pattern's jog may stray outside the lane's bounding box
     pres_initial: float = 0.5
     pres_mult: float = 1.5
@@ -226,6 +233,10 @@ class _Negotiation:
         ox, oy = self.x0 + x0, self.y0 + y0
         return tuple((ox + v % w, oy + v // w) for v in reversed(path))
 
+    def overuse(self) -> int:
+        """Lanes beyond capacity, summed over the links."""
+        return int(np.maximum(0, self.usage - self.cap).sum())
+
     def overused(self) -> set[int]:
         """Ids of the links carrying more than `capacity` lanes."""
         return set(np.flatnonzero(self.flat > self.cap).tolist())
@@ -237,6 +248,34 @@ class _Negotiation:
             self.node_hist[y - self.y0, x - self.x0] += self.opts.history_step
         self.pres *= self.opts.pres_mult
         self.refresh()
+
+
+class _Progress:
+    """The shortfall of each iteration, to stop a negotiation that is not converging.
+
+    The shortfall is the total link overuse while there is any, then the colors needed beyond
+    the budget; each phase is judged on its own. Stop when the best shortfall, falling at the
+    rate it fell over the last `stall_window` iterations (at least one per window), would still
+    be above zero after the remaining iterations. Negotiation slows down as it goes, so the
+    straight line is optimistic: an attempt it stops would not have routed within
+    `max_iterations` at the pace it was going.
+    """
+
+    def __init__(self, opts: RouterOptions):
+        self.opts = opts
+        self.phase = ""
+        self.best: list[int] = []  # best shortfall of the phase so far, per iteration
+
+    def hopeless(self, iteration: int, phase: str, shortfall: int) -> bool:
+        if phase != self.phase:
+            self.phase, self.best = phase, []
+        self.best.append(min(shortfall, self.best[-1]) if self.best else shortfall)
+        w = self.opts.stall_window
+        if len(self.best) <= w:
+            return False
+        # at least one unit per window: a small shortfall on a plateau may still be negotiated
+        rate = max(self.best[-1 - w] - self.best[-1], 1) / w
+        return self.best[-1] > rate * (self.opts.max_iterations - iteration)
 
 
 def _area(
@@ -281,18 +320,77 @@ def _polyline(corners: list[Point]) -> tuple[Point, ...]:
 # ----------------------------------------------------------------------------------- coloring
 
 
+_RAMP_STEP = 9  # a step code (dx + 1)·3 + (dy + 1) is 1, 3, 5 or 7; the ramp is 9
+
+
+@dataclass(frozen=True)
+class _Passes:
+    """Every (router, lane, configuration) of a set of lanes as arrays sorted by router (stable:
+    lanes in index order at a router). A router's key is x·2^20 + y, so key order is point
+    order. A configuration is coded by its (arriving step, leaving step), which determines
+    (in, out)."""
+
+    router: np.ndarray
+    lane: np.ndarray
+    flow: np.ndarray
+    config: np.ndarray
+
+    @staticmethod
+    def of(lanes: Sequence[RoutedLane]) -> _Passes:
+        flow_ids: dict[str, int] = {}
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for ln in lanes:
+            if not ln.path:
+                continue
+            p = np.array(ln.path, dtype=np.int64).reshape(-1, 2)
+            d = np.diff(p, axis=0)
+            step = (d[:, 0] + 1) * 3 + d[:, 1] + 1
+            ramp = np.array([_RAMP_STEP])
+            parts.append(
+                (
+                    (p[:, 0] << 20) + p[:, 1],
+                    np.concatenate([ramp, step]) * 10 + np.concatenate([step, ramp]),
+                    np.full(len(p), flow_ids.setdefault(ln.flow, len(flow_ids))),
+                )
+            )
+        if not parts:
+            empty = np.zeros(0, np.int64)
+            return _Passes(empty, empty, empty, empty)
+        counts = [len(pk[0]) for pk in parts]
+        index = [i for i, ln in enumerate(lanes) if ln.path]
+        router = np.concatenate([pk[0] for pk in parts])
+        order = np.argsort(router, kind="stable")
+        return _Passes(
+            router[order],
+            np.repeat(np.array(index), counts)[order],
+            np.concatenate([pk[2] for pk in parts])[order],
+            np.concatenate([pk[1] for pk in parts])[order],
+        )
+
+    def conflicts(self, n: int) -> list[set[int]]:
+        """adj[i] for lanes 0..n−1: see `conflict_graph`."""
+        adj: list[set[int]] = [set() for _ in range(n)]
+        for gap in range(1, len(self.router)):  # pairs `gap` apart within one router's run
+            a, b = slice(0, -gap), slice(gap, None)
+            same = self.router[a] == self.router[b]
+            if not same.any():
+                break
+            same &= (self.flow[a] != self.flow[b]) | (self.config[a] != self.config[b])
+            for i, j in zip(self.lane[a][same].tolist(), self.lane[b][same].tolist(), strict=True):
+                adj[i].add(j)
+                adj[j].add(i)
+        return adj
+
+    def shared(self, some: Iterable[int], others: Iterable[int]) -> list[Point]:
+        """Routers that a lane of `some` and a lane of `others` both pass, in point order."""
+        a = self.router[np.isin(self.lane, np.fromiter(some, np.int64))]
+        b = self.router[np.isin(self.lane, np.fromiter(others, np.int64))]
+        return [(k >> 20, k & ((1 << 20) - 1)) for k in np.intersect1d(a, b).tolist()]
+
+
 def conflict_graph(lanes: tuple[RoutedLane, ...]) -> list[set[int]]:
     """adj[i] = lanes that share a router with lane i under a different (flow, configuration)."""
-    adj: list[set[int]] = [set() for _ in lanes]
-    for ps in router_passes(lanes).values():
-        if len(ps) < 2:
-            continue
-        for a, (i, ci) in enumerate(ps):
-            for j, cj in ps[a + 1 :]:
-                if (lanes[i].flow, ci) != (lanes[j].flow, cj):
-                    adj[i].add(j)
-                    adj[j].add(i)
-    return adj
+    return _Passes.of(lanes).conflicts(len(lanes))
 
 
 def dsatur(adj: list[set[int]]) -> list[int]:
@@ -348,6 +446,7 @@ def route(
     ids: list[list[int]] = [[] for _ in lanes]  # each path's link ids
     todo = list(range(len(lanes)))
     colored: tuple[RoutedLane, ...] = ()
+    progress = _Progress(opts)
     for iteration in range(1, opts.max_iterations + 1):
         for i in todo:
             net.commit(ids[i], -1)
@@ -355,11 +454,14 @@ def route(
             net.commit(ids[i], +1)
         overused = net.overused()
         if overused:
+            if progress.hopeless(iteration, "links", net.overuse()):
+                break
             todo = [i for i, li in enumerate(ids) if not overused.isdisjoint(li)]
             net.negotiate([])
             continue
         routed = tuple(RoutedLane(f, k, p, 0) for (f, k, _, _), p in zip(lanes, paths, strict=True))
-        adj = conflict_graph(routed)
+        passes = _Passes.of(routed)
+        adj = passes.conflicts(len(routed))
         colors = dsatur(adj)
         colored = tuple(
             RoutedLane(ln.flow, ln.index, ln.path, c) for ln, c in zip(routed, colors, strict=True)
@@ -367,9 +469,10 @@ def route(
         over = [i for i, c in enumerate(colors) if c >= problem.color_budget]
         if not over:
             return Routing.of(colored, problem.color_budget, iteration)
+        if progress.hopeless(iteration, "colors", max(colors) + 1 - problem.color_budget):
+            break
         # history on the routers where an overflowing lane meets the lanes it conflicts with
-        shared = {at for i in over for j in adj[i] for at in routed[j].path}
-        hot = sorted({at for i in over for at in routed[i].path if at in shared})
+        hot = passes.shared(over, {j for i in over for j in adj[i]})
         todo = sorted(set(over) | {j for i in over for j in adj[i]})
         net.negotiate(hot)
     raise RoutingError(*_failure(problem, ids, lanes, colored, net))
