@@ -66,6 +66,28 @@ def test_a_models_own_options_bind_it(tmp_path: Path) -> None:
     ]
 
 
+def test_a_list_under_a_model_is_its_own_axis(tmp_path: Path) -> None:
+    text = (
+        f'[[models]]\npath = "{GPT2}"\nname = "g"\nseq = [16, 32]\n'
+        f'[[models]]\npath = "{BERT}"\nname = "b"\nseq = 8\nbatch = [2, 4, 8]\n'
+        '[axes]\ntarget = ["wse2", "wse3"]\n'
+    )
+    points = load_spec(write(tmp_path, text)).points()
+    got = [(p.model.name, p.options().seq, p.options().batch, p.options().target) for p in points]
+    assert got == [("g", s, 1, t) for t in ("wse2", "wse3") for s in (16, 32)] + [
+        ("b", 8, b, t) for t in ("wse2", "wse3") for b in (2, 4, 8)
+    ]
+    assert points[0].axes == {"target": "wse2", "seq": 16}
+    with pytest.raises(SpecError, match="seq = 0 must be positive"):
+        load_spec(write(tmp_path, f'[[models]]\npath = "{GPT2}"\nseq = [16, 0]\n'))
+    with pytest.raises(SpecError, match="batch is both an axis and this model's own"):
+        load_spec(
+            write(tmp_path, f'[[models]]\npath = "{GPT2}"\nbatch = [1]\n[axes]\nbatch = [2]\n')
+        )
+    with pytest.raises(SpecError, match="unknown mode 'fly'"):
+        load_spec(write(tmp_path, models(BERT) + f'[[models]]\npath = "{GPT2}"\nmode = ["fly"]\n'))
+
+
 @pytest.mark.parametrize(
     "body, message",
     [

@@ -4,6 +4,7 @@
     path = "models/gpt2.onnx"      # relative to the spec's folder
     name = "gpt2"                  # optional; the file's stem by default
     seq = 1024                     # optional: this model's own options (bindings)
+    batch = [128, 256]             # a list: this model's own axis, crossed with [axes]
     [axes]
     seq = [128, 512]
     batch = [1, 8]
@@ -13,8 +14,9 @@
     validate = false
 
 Keys are `wsecc compile`'s long options (`time-budget` or `time_budget` alike, `dim` a table
-of NAME = VALUE). A point is one model with one value of every axis: the product of the axes,
-model by model, in the spec's order. Every value is checked when the spec loads (types,
+of NAME = VALUE). A point is one model with one value of every axis: the product of the axes
+and the model's own axes, model by model, in the spec's order (the models of a study rarely
+share one grid: GPT-3 sizes by batch, GPT-2 XL by sequence length). Every value is checked when the spec loads (types,
 choices, targets, files), so a bad spec fails before any compile, in one line.
 """
 
@@ -25,7 +27,7 @@ import itertools
 import json
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,7 @@ class Model:
     path: Path
     sha256: str
     options: Mapping[str, Any]  # the model's own keys (normalized), fixed for its points
+    axes: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # its own axes (lists)
 
 
 @dataclass(frozen=True)
@@ -110,9 +113,10 @@ class Spec:
 
     def points(self) -> list[Point]:
         out = []
-        names = list(self.axes)
         for model in self.models:
-            for values in itertools.product(*(self.axes[n] for n in names)):
+            grid = {**self.axes, **model.axes}
+            names = list(grid)
+            for values in itertools.product(*(grid[n] for n in names)):
                 axes = dict(zip(names, values, strict=True))
                 out.append(Point(model, axes, {**self.fixed, **model.options, **axes}))
         return out
@@ -179,15 +183,7 @@ def load_spec(path: str | Path) -> Spec:
         )
     base = path.resolve().parent
     fixed = _options(raw.get("fixed", {}), f"{path} [fixed]", base)
-    axes: dict[str, tuple[Any, ...]] = {}
-    for k, values in raw.get("axes", {}).items():
-        key = _key(k, f"{path} [axes]")
-        if not isinstance(values, list) or not values:
-            raise SpecError(f"{path} [axes]: {k} must be a non-empty list of values")
-        vals = tuple(_value(key, v, f"{path} [axes]", base) for v in values)
-        if len({json.dumps(v, sort_keys=True) for v in vals}) != len(vals):
-            raise SpecError(f"{path} [axes]: {k} lists a value twice")
-        axes[key] = vals
+    axes = _axes(raw.get("axes", {}), f"{path} [axes]", base)
     clash = set(axes) & set(fixed)
     if clash:
         raise SpecError(f"{path}: {sorted(clash)[0]} is both an axis and fixed; choose one")
@@ -196,10 +192,26 @@ def load_spec(path: str | Path) -> Spec:
     points = spec.points()
     for p in points[:1] + points[-1:]:  # each value alone was checked; the combination too
         _check_options(p)
-    for key, values in axes.items():  # every value of every axis makes valid options
-        for v in values:
-            _check_options(Point(models[0], {key: v}, {**fixed, **models[0].options, key: v}))
+    for m in models:  # every value of every axis makes valid options
+        for key, values in {**axes, **m.axes}.items():
+            for v in values:
+                _check_options(Point(m, {key: v}, {**fixed, **m.options, key: v}))
     return spec
+
+
+def _axes(table: Any, where: str, base: Path) -> dict[str, tuple[Any, ...]]:
+    if not isinstance(table, dict):
+        raise SpecError(f"{where} must be a table of NAME = [values]")
+    axes: dict[str, tuple[Any, ...]] = {}
+    for k, values in table.items():
+        key = _key(k, where)
+        if not isinstance(values, list) or not values:
+            raise SpecError(f"{where}: {k} must be a non-empty list of values")
+        vals = tuple(_value(key, v, where, base) for v in values)
+        if len({json.dumps(v, sort_keys=True) for v in vals}) != len(vals):
+            raise SpecError(f"{where}: {k} lists a value twice")
+        axes[key] = vals
+    return axes
 
 
 def _check_options(p: Point) -> None:
@@ -226,11 +238,13 @@ def _models(raw: Any, path: Path, base: Path, axes: set[str]) -> tuple[Model, ..
         name = m.get("name", file.stem)
         if not isinstance(name, str) or not name:
             raise SpecError(f"{where}: name must be a non-empty string")
-        opts = _options({k: v for k, v in m.items() if k not in ("path", "name")}, where, base)
-        both = set(opts) & axes
+        own = {k: v for k, v in m.items() if k not in ("path", "name")}
+        opts = _options({k: v for k, v in own.items() if not isinstance(v, list)}, where, base)
+        lists = _axes({k: v for k, v in own.items() if isinstance(v, list)}, where, base)
+        both = (set(opts) | set(lists)) & axes
         if both:
             raise SpecError(f"{where}: {sorted(both)[0]} is both an axis and this model's own")
-        models.append(Model(name, file, sha256_of(file), opts))
+        models.append(Model(name, file, sha256_of(file), opts, lists))
     names = [m.name for m in models]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
