@@ -6,11 +6,11 @@
 `shared`: one model over `--batches` batch sizes (1..N), default options (CP-SAT, 10 s budget,
 L1), one worker, twice: with the sweep's shared stages (one placement for every batch) and
 without (every point placed anew, as N separate compiles would); prints both wall times and
-their ratio. `measured`: bench/sweeps/measured.toml (the real-size suite's models x 2 batch
-sizes x 2 targets x 5 chunk sizes, 200 points; bench/export_models.py makes the models) on the local
-pool, and with `--ray` on a local Ray cluster too (starting from the local run's placement
-cache: frontend, passes, sizing and simulation run on Ray), then the two tables compared apart
-from wall times.
+their ratio. `measured`: bench/sweeps/measured.toml (the measured configurations of
+measurements.md §1, §2, §4 in train mode on wse2 and wse3, 234 points; `bench/export_models.py
+--weightless` makes the models) on the local pool, and with `--ray` on a local Ray cluster too,
+then the two tables compared apart from wall times, and the report drawn with the published
+figures (bench/sweeps/measured.csv, written by `bench/bench_train.py --write-measured`).
 Figures go to stdout; record them in bench/RESULTS.md with the command and the machine.
 """
 
@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from wsecc.sweep import load_spec, read_table, run_sweep
+from wsecc.sweep.report import match_measured, read_measured, write_report
 
 HERE = Path(__file__).resolve().parent
 TIMES = ("wall_s", "compile_s")
@@ -52,8 +53,8 @@ def measured(ray: bool) -> None:
     runs = {"local": out} | ({"ray": out.with_name("measured-ray.sweep")} if ray else {})
     for runner, folder in runs.items():
         shutil.rmtree(folder, ignore_errors=True)
-        if runner == "ray":  # the local run's placements (greedy: deterministic), to save time;
-            shutil.copytree(out / "cache", folder / "cache")  # every other stage runs on Ray
+        if runner == "ray" and (out / "cache").is_dir():  # the local run's placements (if any
+            shutil.copytree(out / "cache", folder / "cache")  # were made), to save time
         t0 = time.perf_counter()
         s = run_sweep(spec, folder, ray="local" if runner == "ray" else None)
         print(f"{runner}: {s.points} points, {s.failed} failed, {time.perf_counter() - t0:.0f} s")
@@ -64,6 +65,12 @@ def measured(ray: bool) -> None:
         )
         same = sum(x == y for x, y in zip(a, b, strict=True))
         print(f"local vs ray: {same} of {len(a)} rows identical apart from wall times")
+    published = HERE / "sweeps" / "measured.csv"
+    page = write_report(out, measured=str(published))
+    ok = [r for r in read_table(out) if r["status"] == "ok"]
+    ratios = [m.ratio for m in match_measured(ok, read_measured(published))]
+    within = sum(0.7 <= r <= 1.3 for r in ratios)
+    print(f"{page}: {len(ratios)} points matched to a published figure, {within} within ±30%")
 
 
 def main() -> None:

@@ -3,6 +3,8 @@
     python bench/bench_train.py                      # every row of measurements.md §1, §2, §4
     python bench/bench_train.py --only bert-base     # one model's rows
     python bench/bench_train.py --variants           # also §5: what each wse2 choice does
+    python bench/bench_train.py --write-measured bench/sweeps/measured.csv   # the rows as a
+                                                     # table for `wsecc sweep report --measured`
 
 Every configuration of `docs/measurements.md` §1–2 (GPT-2 XL and 13B tokens/s by sequence
 length; GPT-3 256M…20B samples/s at batch 128 and 256, seq 2048; BERT-base and -large samples/s
@@ -44,6 +46,14 @@ class Row:
     published: float
     unit: str  # "tokens/s" or "samples/s"
     systems: int = 1
+
+
+SOURCES = {  # Row.table -> the publication (measurements.md)
+    "§1 GPT-2 XL": "Emani et al. 2023, Table III (tokens/s; batch 112 at seq 1024 and 2048)",
+    "§1 GPT-2 13B": "Emani et al. 2023, Table III (tokens/s; batch not given)",
+    "§2 GPT-3": "Zhang et al. 2023, Table V (hours for one PILE epoch of 211,043,181 samples)",
+    "§2 BERT": "Zhang et al. 2023, Table IV (seconds for one SST-2 epoch of 67,350 samples)",
+}
 
 
 def _rows() -> list[Row]:
@@ -276,12 +286,31 @@ def variants(bench: Bench, tmp: Path) -> None:
         print(f"| {r.model} seq {r.seq} batch {r.batch} | {_fmt(r.published)} {r.unit} | " + " | ".join(cells) + " |", flush=True)
 
 
+def write_measured(path: Path) -> None:
+    """`_rows()` as a published-figures table for `wsecc sweep report --measured`: the sweep's
+    model names, wse2 (a CS-2), tokens/s = samples/s x seq (the plots are in tokens/s), and a
+    blank batch where the paper gives none (it then matches every batch of that seq)."""
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["model", "seq", "batch", "target", "tokens_per_s", "source"])
+        for r in _rows():
+            tps = r.published if r.unit == "tokens/s" else r.published * r.seq
+            note = "" if r.unit == "tokens/s" else f"; {r.published:,.1f} samples/s x {r.seq}"
+            w.writerow([r.model, r.seq, r.batch or "", "wse2", f"{tps:.0f}", SOURCES[r.table] + note])
+    print(f"wrote {path}: {len(_rows())} published figures")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="rows whose model name contains this")
     ap.add_argument("--variants", action="store_true", help="also §5: each wse2 choice's effect")
     ap.add_argument("--no-scaling", action="store_true", help="skip §4's scaling tables")
+    ap.add_argument("--write-measured", type=Path, metavar="CSV", help="write the published rows and stop")
     args = ap.parse_args(argv)
+    if args.write_measured:
+        return write_measured(args.write_measured)
     import tempfile
 
     print(f"# {' '.join(['python', *sys.argv])}  ({platform.node()}, {platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d')})\n")
