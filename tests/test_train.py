@@ -158,6 +158,9 @@ def test_auto_streams_when_the_pipelined_program_does_not_fit(tmp_path, gpt2_ker
     r = plan_training(gpt2_kernels, target, "mixed", chunk_tokens=8)
     assert r.execution.value == "weight-streaming"
     assert r.why.startswith("pipelined does not fit")
+    tiny = load_target(_small_wafer(tmp_path, 3, 3))  # weights and state exceed all its SRAM
+    with pytest.raises(wsecc.WseccError, match=r"GB of data SRAM; weight streaming keeps them"):
+        plan_training(gpt2_kernels, tiny, "mixed", execution="pipelined", chunk_tokens=8)
 
 
 def test_a_step_that_fits_nowhere_is_one_line(tmp_path: Path, capsys) -> None:

@@ -409,6 +409,14 @@ def _choose(candidates: Sequence[int], throughput: Callable[[int], float]) -> tu
 def _pipelined(
     kg: KernelGraph, target: Target, prec: str, chunk_tokens: int, batch: int | None, systems: int
 ) -> TrainResult:
+    resident = kg.unique_weight_elems() * (precision(prec).storage_bytes + state_bytes(prec))
+    sram = target.usable_pes * target.sram_budget_bytes
+    if resident > sram:  # a bound sizing would reach only after costing every shape
+        raise TrainError(
+            f"pipelined: weights and optimizer state take {resident / 1e9:,.1f} GB, more than "
+            f"{target.name}'s {sram / 1e9:,.1f} GB of data SRAM; weight streaming keeps them off "
+            "the wafer (--execution weight-streaming)"
+        )
     costs = train_costs(kg, prec, chunk_tokens)
     sizing = size_regions(kg, target, prec, fill=FILL, chunk_tokens=chunk_tokens, train=costs)
 

@@ -352,9 +352,12 @@ _REMEDIES: Mapping[str, str] = MappingProxyType(
 )
 
 
-def _help(component: str, precision: str) -> str:
-    wider = ["fp16 or mixed storage (half of fp32)"] if precision == "fp32" else []
-    return ", ".join([_REMEDIES[component], *wider, "a bigger target"])
+def _help(component: str, ctx: CostContext) -> str:
+    wider = ["fp16 or mixed storage (half of fp32)"] if ctx.precision == "fp32" else []
+    remedy = _REMEDIES[component]
+    if component == "weights" and ctx.train is not None:  # already training, pipelined
+        remedy = "weight streaming keeps weights and optimizer state off the wafer (--execution weight-streaming)"
+    return ", ".join([remedy, *wider, "a bigger target"])
 
 
 def _sram_error(
@@ -386,7 +389,7 @@ def _sram_error(
         parts.append(
             f"kernel {k.name!r} ({k.kind.value}{more}) needs {c.sram.total:,} B/PE at best "
             f"({c.h}x{c.w}: "
-            f"{breakdown}); would help: {_help(dominant, ctx.precision)}"
+            f"{breakdown}); would help: {_help(dominant, ctx)}"
         )
     rest = len(groups) - 3
     tail = f"; and {rest} more distinct kernels" if rest > 0 else ""
@@ -409,7 +412,7 @@ def _area_error(
         f"{need:,} PEs at their smallest fitting shapes but fill {fill} x "
         f"{ctx.target.usable_pes:,} usable PEs = {budget:,} (largest: {largest}); weights alone "
         f"are {weights:,} B = {per_pe:,} B/PE vs {ctx.target.sram_budget_bytes:,} B/PE of data "
-        f"SRAM; would help: {_help('weights', ctx.precision)}"
+        f"SRAM; would help: {_help('weights', ctx)}"
     )
 
 
