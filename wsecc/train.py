@@ -42,7 +42,10 @@ measurement (one row, named in the target file).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -218,9 +221,37 @@ def pipelined_sizing(
     """The training program sized with every kernel's forward, backward and state resident.
     Raises SizingError (one line) when it does not fit."""
     costs = train_costs(kg, precision_name, chunk_tokens)
-    return size_regions(
-        kg, target, precision_name, fill=FILL, chunk_tokens=chunk_tokens, train=costs
-    )
+    return _sized(kg, target, precision_name, chunk_tokens, costs)
+
+
+_SIZED: OrderedDict[tuple[Any, ...], Sizing | SizingError] = OrderedDict()
+_SIZED_KEEP = 64
+
+
+def _sized(
+    kg: KernelGraph, target: Target, prec: str, chunk_tokens: int, costs: TrainCosts | None
+) -> Sizing:
+    """`size_regions` at training's fill, remembered by content (the kernel graph, the target,
+    precision, chunking) for the process: a sweep's or a batch search's points differ in batch
+    and systems only, which sizing does not depend on (the graph is per sample)."""
+    key = (
+        hashlib.sha256(json.dumps(kg.to_json(), sort_keys=True).encode()).hexdigest(),
+        repr(target), prec, chunk_tokens, costs is not None,
+    )  # fmt: skip
+    if key not in _SIZED:
+        try:
+            _SIZED[key] = size_regions(
+                kg, target, prec, fill=FILL, chunk_tokens=chunk_tokens, train=costs
+            )
+        except SizingError as e:
+            _SIZED[key] = e
+        while len(_SIZED) > _SIZED_KEEP:
+            _SIZED.popitem(last=False)
+    _SIZED.move_to_end(key)
+    found = _SIZED[key]
+    if isinstance(found, SizingError):
+        raise SizingError(str(found))
+    return found
 
 
 def _pipelined_step(
@@ -336,10 +367,7 @@ def _size_units(kg: KernelGraph, target: Target, prec: str, chunk_tokens: int) -
         if key not in memo:  # identical layers are sized once
             sub = unit_graph(kg, name, kernels)
             try:
-                memo[key] = (
-                    sub,
-                    size_regions(sub, target, prec, fill=FILL, chunk_tokens=chunk_tokens),
-                )
+                memo[key] = (sub, _sized(sub, target, prec, chunk_tokens, None))
             except SizingError as e:
                 raise TrainError(
                     f"weight streaming: unit {name!r} does not fit the wafer: {e}"
@@ -418,7 +446,7 @@ def _pipelined(
             "the wafer (--execution weight-streaming)"
         )
     costs = train_costs(kg, prec, chunk_tokens)
-    sizing = size_regions(kg, target, prec, fill=FILL, chunk_tokens=chunk_tokens, train=costs)
+    sizing = _sized(kg, target, prec, chunk_tokens, costs)
 
     def rate(b: int) -> float:
         return b / _pipelined_step(kg, sizing, target, prec, b, systems)[0]
