@@ -623,8 +623,8 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep",
         help="compile every point of a sweep spec into one results table (resumable); "
         "`wsecc sweep report DIR` draws it",
-        description="Run a TOML spec's points (models x axes; keys are wsecc compile's long "
-        "options), a local process pool by default or Ray, into DIR/results.parquet and "
+        description="Run a TOML spec's points (models x axes, a list under a model its own axis; keys "
+        "are wsecc compile's long options), a local process pool by default or Ray, into DIR/results.parquet and "
         "results.csv, one row per point as it finishes. Re-running skips finished points. "
         "Exit 1 when a point failed. `wsecc sweep report DIR --help` for the plots.",
     )
