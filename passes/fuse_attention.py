@@ -26,6 +26,7 @@ layout or mask that does not match is evaluated again, so its reason names its o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -47,7 +48,7 @@ from wsecc.ir.rewrite import (
     scalar,
 )
 from wsecc.ir.rules import split_heads
-from wsecc.pm import Pass, PassContext
+from wsecc.pm import Pass, PassContext, PassError
 
 VERY_NEGATIVE = -1000.0  # an additive bias at or below this masks the key out
 
@@ -275,6 +276,11 @@ def _mask_semantics(
     return _remembered(memo, key, lambda: _evaluate_mask(view, terms, shape))
 
 
+MASK_PROBE_BYTES = 8 << 30
+"""What one mask probe may hold (a third of this machine's 24 GB): the mask subgraph grows with
+B S^2, so GPT-2 13B's mask at seq 16384 takes 5 GiB and at 32768 would take 20."""
+
+
 def _evaluate_mask(
     view: GraphView, terms: list[tuple[str, Value, float]], shape: tuple[int, int, int, int]
 ) -> tuple[bool, int, Value | None, float]:
@@ -286,6 +292,15 @@ def _evaluate_mask(
     if mask_in is not None and mask_in.type.shape != (b, sk):
         raise NoMatch(f"mask input {mask_in.name!r} is not [B, S]")
     nodes = sorted({n for _, v, _ in terms for n in view.ancestors(v)}, key=view.index.__getitem__)
+    probe = 4 * b * sq * sk + sum(
+        math.prod(v.type.shape) * v.type.dtype.itemsize for n in nodes for v in n.outputs
+    )  # every intermediate is kept while the probe runs, and the kept-key masks
+    if probe > MASK_PROBE_BYTES:
+        raise PassError(
+            f"fuse-attention: checking what the attention mask means evaluates it at the bound "
+            f"shape [{b}, 1, {sq}, {sk}], {probe / 2**20:,.0f} MiB with its intermediates (over "
+            f"{MASK_PROBE_BYTES >> 20:,} MiB); compile at a shorter --seq"
+        )
     fills = [f for kind, _, f in terms if kind != "add"]
 
     def keep_for(mask: np.ndarray | None) -> np.ndarray:

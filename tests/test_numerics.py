@@ -23,3 +23,25 @@ def test_inputs_onnxruntime_rejects_are_a_one_line_error(samples_dir: Path) -> N
     feeds = {"input_ids": np.zeros((1, 4), np.float32)}  # token ids must be integers
     with pytest.raises(WseccError, match="onnxruntime cannot run gpt2_legacy_op17.onnx"):
         ort_run(samples_dir / "gpt2_legacy_op17.onnx", feeds)
+
+
+def test_numerics_too_large_to_hold_are_refused_in_one_line_or_skipped(
+    monkeypatch: pytest.MonkeyPatch, samples_dir: Path, tmp_path: Path, capsys
+) -> None:
+    """A binding whose tensors onnxruntime could not hold (long sequences) compiles; asked to
+    validate, it fails in one line before anything runs; left to auto, numerics are skipped."""
+    import wsecc
+    import wsecc.compiler
+    from wsecc.cli import main
+
+    monkeypatch.setattr(wsecc.compiler, "MAX_TENSOR_BYTES", 64 << 10)  # GPT-2 sample's scores
+    gpt2 = samples_dir / "gpt2_legacy_op17.onnx"
+    code = main(["compile", str(gpt2), "--seq", "32", "--placer", "greedy", "--validate",
+                 "-o", str(tmp_path / "out")])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines
+    assert code == 2 and err.startswith("wsecc: error: --validate"), err
+    assert "--validate: onnxruntime and the functional simulation would hold" in err
+    assert "--no-validate" in err and not (tmp_path / "out").exists()
+    c = wsecc.compile(gpt2, seq=32, placer="greedy")
+    assert c.numerics is None and c.perf is not None
+    assert c.report()["numerics_skipped"].startswith("skipped: onnxruntime would hold")

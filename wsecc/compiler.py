@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wsecc.errors import WseccError
+from wsecc.frontend.common import MAX_TENSOR_BYTES
 from wsecc.options import Options
 from wsecc.targets import target_source
 from wsecc.version import __version__
@@ -201,7 +202,9 @@ class Compilation:
 
         o = self.options
         if (bound_batch(options), options.seq, dict(options.dims)) != (
-            bound_batch(o), o.seq, dict(o.dims)
+            bound_batch(o),
+            o.seq,
+            dict(o.dims),
         ):
             raise ValueError("fork: the bindings (batch, seq, dims) must stay the same")
         self._need(self.fused, "fuse")
@@ -301,6 +304,7 @@ class Compilation:
         if o.precision == "fp16":
             raise WseccError("the gradient check runs in fp32 or mixed; use --precision mixed")
         self._ensure_fused()
+        self._check_numerics_fit()
         with self._stage("numerics"):
             self.sim_inputs = self._model_inputs()
             self.gradients = check_gradients(
@@ -385,7 +389,38 @@ class Compilation:
             return self.options.validate
         if self.options.mode == "train":  # finite differences take a minute even when small
             return False
+        if self._numerics_skipped() is not None:
+            return False
         return self._model(self.fused)["params"] <= VALIDATE_AUTO_MAX_PARAMS
+
+    def _largest_tensor(self) -> tuple[int, str]:
+        """(bytes, name) of the largest tensor the unfused graph computes at this binding: what
+        onnxruntime holds when the numerics run."""
+        g = self.graph if self.graph is not None else self.fused
+        sizes = ((v.type.size * v.type.dtype.itemsize, v.name) for n in g.nodes for v in n.outputs)
+        return max(sizes, default=(0, ""))
+
+    def _numerics_skipped(self) -> str | None:
+        """Why numerics cannot run at all here (the report's `numerics_skipped`), or None."""
+        if self.options.weights == "inputs":
+            return NUMERICS_SKIPPED_WEIGHTLESS
+        if self.graph is not None or self.fused is not None:
+            size, name = self._largest_tensor()
+            if size > MAX_TENSOR_BYTES:
+                return (
+                    f"skipped: onnxruntime would hold {name!r}, {size / 2**30:,.1f} GiB at this "
+                    f"binding (over {MAX_TENSOR_BYTES >> 30} GiB)"
+                )
+        return None
+
+    def _check_numerics_fit(self) -> None:
+        size, name = self._largest_tensor()
+        if size > MAX_TENSOR_BYTES:
+            raise WseccError(
+                f"--validate: onnxruntime and the functional simulation would hold {name!r}, "
+                f"{size / 2**30:,.1f} GiB at this binding (over {MAX_TENSOR_BYTES >> 30} GiB); "
+                "bind a shorter --seq or smaller --batch to check numerics, or --no-validate"
+            )
 
     def _model(self, g: Any) -> dict[str, Any]:
         """The report's model facts for graph `g`, computed once (hashing the file and
@@ -417,6 +452,7 @@ class Compilation:
 
         o = self.options
         self._ensure_fused()
+        self._check_numerics_fit()
         with self._stage("numerics"):
             self.sim_inputs = self._model_inputs()
             program = (self.fused, self.kernel_graph, self.sizing)
@@ -529,7 +565,8 @@ class Compilation:
         rep["options"] = {
             k: v
             for k, v in dataclasses.asdict(self.options).items()
-            if k not in ("print_after_all", "dump_dir", "check_each_pass", "explain", "inject_fault")
+            if k
+            not in ("print_after_all", "dump_dir", "check_each_pass", "explain", "inject_fault")
         }
         if self.import_info is not None:
             rep["bindings"] = dict(self.import_info.bindings)
@@ -582,13 +619,12 @@ class Compilation:
             }
             rep["performance"] = self.report_performance()
             rep["numerics"] = self.numerics.to_json() if self.numerics is not None else None
-            if self.options.weights == "inputs":
-                rep["numerics_skipped"] = NUMERICS_SKIPPED_WEIGHTLESS
         if self.training is not None:
             rep["performance"] = self.report_training()
             rep["numerics"] = self.gradients.to_json() if self.gradients is not None else None
-            if self.options.weights == "inputs":
-                rep["numerics_skipped"] = NUMERICS_SKIPPED_WEIGHTLESS
+        why = self._numerics_skipped() if "numerics" in rep and rep["numerics"] is None else None
+        if why is not None:
+            rep["numerics_skipped"] = why
         rep["stage_seconds"] = dict(self.seconds)
         if not timings:
             _drop_timings(rep)

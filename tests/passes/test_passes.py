@@ -324,3 +324,19 @@ def test_fuse_attention_does_not_fire_when_the_heads_layout_moves_the_batch_axis
         "fuse-attention", text.replace("(1, 0, 2)", "(0, 1, 2)").replace("f32[4,2,4]", "f32[2,4,4]")
     )
     assert "attention(" in fused
+
+
+def test_a_mask_too_large_to_probe_is_a_one_line_error(monkeypatch, samples_dir, capsys) -> None:
+    """The mask's meaning is checked on values of the bound shape [B, 1, S, S]; past the probe
+    budget (GPT-2 13B beyond seq 16384 on this machine) the compile says so, not the OOM killer."""
+    import wsecc.passes.fuse_attention as fa
+
+    from wsecc.cli import main
+
+    monkeypatch.setattr(fa, "MASK_PROBE_BYTES", 64 << 10)
+    bert = samples_dir / "bert_dynamo.onnx"
+    assert main(["compile", str(bert), "--seq", "128", "--placer", "greedy", "--no-validate",
+                 "--batch", "2"]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines
+    assert err.startswith("wsecc: error: fuse-attention:") and "[2, 1, 128, 128]" in err, err
+    assert "compile at a shorter --seq" in err

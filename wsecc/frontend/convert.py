@@ -12,7 +12,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from wsecc.errors import FrontendError
-from wsecc.frontend.common import DTYPES, MAX_TENSOR_BYTES, VALIDATED_MARK
+from wsecc.frontend.common import DTYPES, MAX_ACTIVATION_BYTES, MAX_TENSOR_BYTES, VALIDATED_MARK
 from wsecc.ir.core import Graph, IRError, Node, Op, TensorType, Value, make_attrs
 from wsecc.ir.rules import infer_types
 
@@ -91,10 +91,10 @@ class _Converter:
                 "bind smaller --batch/--seq/--dim, or check the export"
             ) from None
         for t in types:  # math.prod: numpy's int64 product wraps around on absurd shapes
-            if math.prod(t.shape) * t.dtype.itemsize > MAX_TENSOR_BYTES:
+            if math.prod(t.shape) * t.dtype.itemsize > MAX_ACTIVATION_BYTES:
                 raise FrontendError(
                     f"node {where!r} ({op.name}) would make a {t.dtype.value}{list(t.shape)} "
-                    f"tensor, over {MAX_TENSOR_BYTES >> 30} GiB; check the bound dims "
+                    f"tensor, over {MAX_ACTIVATION_BYTES >> 40} TiB; check the bound dims "
                     "(--batch, --seq, --dim) and the node's shape operands"
                 )
         names = list(out_names or [])
@@ -124,6 +124,15 @@ class _Converter:
         )  # integer shape arithmetic and scalar fills; never a lookup into a weight table
         if not new or not small:
             return outs
+        for n in new:
+            for v in n.outputs:
+                if v.type.size * v.type.dtype.itemsize > MAX_TENSOR_BYTES:
+                    where = n.origin[0] if n.origin else n.name
+                    raise FrontendError(
+                        f"node {where!r} ({n.op.name}) would fold into a constant over "
+                        f"{MAX_TENSOR_BYTES >> 30} GiB ({v.type.dtype.value}{list(v.type.shape)}); "
+                        "check the bound dims (--batch, --seq, --dim)"
+                    )
         from wsecc.ir.rules import evaluate_op
 
         folded: dict[Value, Value] = {}
