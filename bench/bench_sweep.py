@@ -7,7 +7,7 @@
 L1), one worker, twice: with the sweep's shared stages (one placement for every batch) and
 without (every point placed anew, as N separate compiles would); prints both wall times and
 their ratio. `measured`: bench/sweeps/measured.toml (the measured configurations of
-measurements.md §1, §2, §4 in train mode on wse2 and wse3, 234 points; `bench/export_models.py
+measurements.md §1, §2, §4 in train mode on wse2 and wse3, 236 points; `bench/export_models.py
 --weightless` makes the models) on the local pool, and with `--ray` on a local Ray cluster too,
 then the two tables compared apart from wall times, and the report drawn with the published
 figures (bench/sweeps/measured.csv, written by `bench/bench_train.py --write-measured`).

@@ -51,6 +51,7 @@ class Row:
 SOURCES = {  # Row.table -> the publication (measurements.md)
     "§1 GPT-2 XL": "Emani et al. 2023, Table III (tokens/s; batch 112 at seq 1024 and 2048)",
     "§1 GPT-2 13B": "Emani et al. 2023, Table III (tokens/s; batch not given)",
+    "§1 GenSLM": "Emani et al. 2023, Table IV (tokens/s on two CS-2s, batch 27 per CS-2)",
     "§2 GPT-3": "Zhang et al. 2023, Table V (hours for one PILE epoch of 211,043,181 samples)",
     "§2 BERT": "Zhang et al. 2023, Table IV (seconds for one SST-2 epoch of 67,350 samples)",
 }
@@ -66,6 +67,8 @@ def _rows() -> list[Row]:
         (32768, 7_537), (51200, 5_120),
     ):  # fmt: skip
         rows.append(Row("§1 GPT-2 13B", "gpt2-13b", seq, None, tps, "tokens/s"))
+    # §1 Emani et al. Table IV: GenSLM (GPT-3 XL shape, vocabulary 70), 27 per CS-2 on two
+    rows.append(Row("§1 GenSLM", "genslm-1.5b", 10240, 54, 173_875.2, "tokens/s", systems=2))
     # §2 Zhang et al. Table V: hours for one PILE epoch -> samples/s
     hours = {
         "gpt3-256m": (157, 157), "gpt3-590m": (294, 290), "gpt3-2.7b": (1258, 1252),
@@ -177,7 +180,7 @@ def fidelity(bench: Bench, only: str | None) -> list[float]:
         if only and only not in r.model:
             continue
         try:
-            t = bench.compile(r.model, r.seq, r.batch).training
+            t = bench.compile(r.model, r.seq, r.batch, systems=r.systems).training
         except Exception as e:  # a missing export or a model that does not fit: say which
             print(f"| {r.table} | {r.model} | {r.seq} | {r.batch or '-'} | {_fmt(r.published)} {r.unit} | — | — | {str(e)[:120]} | | | |")
             continue
@@ -294,11 +297,12 @@ def write_measured(path: Path) -> None:
 
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["model", "seq", "batch", "target", "tokens_per_s", "source"])
+        w.writerow(["model", "seq", "batch", "target", "systems", "tokens_per_s", "source"])
         for r in _rows():
             tps = r.published if r.unit == "tokens/s" else r.published * r.seq
             note = "" if r.unit == "tokens/s" else f"; {r.published:,.1f} samples/s x {r.seq}"
-            w.writerow([r.model, r.seq, r.batch or "", "wse2", f"{tps:.0f}", SOURCES[r.table] + note])
+            systems = r.systems if r.systems > 1 else ""  # blank: a point that does not set it
+            w.writerow([r.model, r.seq, r.batch or "", "wse2", systems, f"{tps:.0f}", SOURCES[r.table] + note])
     print(f"wrote {path}: {len(_rows())} published figures")
 
 

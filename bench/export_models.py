@@ -95,10 +95,13 @@ def _cerebras(width: int, layers: int, d_head: int, d_ffn: int) -> recipe.Family
 
 
 WEIGHTLESS: dict[str, recipe.Family] = {
-    # Emani et al. Table III: measured up to seq 8192 (13B further, to 51200: its position
-    # table stops at 8192 here, which the longer rows would need 262M parameters more for).
+    # Emani et al. Table III: measured up to seq 8192, 13B further, to 51200 (its position
+    # table holds 51200 rows: weightless, the longer table costs no memory here).
     "gpt2-xl": _gpt2(1600, 48, 25, 8192),
-    "gpt2-13b": _gpt2(5120, 40, 40, 8192),
+    "gpt2-13b": _gpt2(5120, 40, 40, 51200),
+    # Emani et al. Table IV: the GenSLM model on the CS-2, "a GPT-3 XL shape": 24 layers, 16
+    # heads, d 2048, vocabulary 70 (codons), seq 10240.
+    "genslm-1.5b": _gpt2(2048, 24, 16, 10240, vocab_size=70),
     # Zhang et al. Tables II-III: GPT-2 architecture (gelu_new), vocab 50257, MSL 2048.
     "gpt3-256m": _gpt3(1088, 14, 17),
     "gpt3-590m": _gpt3(1536, 18, 12),

@@ -17,7 +17,7 @@ from conftest import ROOT, SAMPLES
 import wsecc
 from wsecc.cli import main
 from wsecc.sweep import load_spec, read_table, run_sweep
-from wsecc.sweep.report import check_golden, write_report
+from wsecc.sweep.report import check_golden, match_measured, read_measured, write_report
 from wsecc.sweep.table import read_journal
 
 SPEC = f"""
@@ -206,3 +206,30 @@ def test_a_worker_that_dies_fails_its_point_and_the_sweep_goes_on(tmp_path: Path
     run_local(make_tasks(points), 1, None, on_message)
     assert [rows[p.config_hash]["status"] for p in points] == ["failed", "ok", "ok"]
     assert "worker process died" in rows[points[0].config_hash]["error"]
+
+
+def test_a_train_sweep_with_a_models_own_axes(tmp_path: Path) -> None:
+    """Train points (costed, not placed) and per-model axes: a column only one model's rows
+    fill is still a point column, ahead of the figures, and published rows match on it."""
+    (tmp_path / "spec.toml").write_text(
+        f'[[models]]\npath = "{SAMPLES / "gpt2_legacy_op17.onnx"}"\nname = "gpt2"\n'
+        "batch = [8, 16]\n"
+        f'[[models]]\npath = "{SAMPLES / "bert_dynamo.onnx"}"\nname = "bert"\nbatch = 8\n'
+        "systems = [1, 2]\n"
+        '[fixed]\nmode = "train"\nseq = 16\nvalidate = false\n'
+    )
+    summary = run_sweep(load_spec(tmp_path / "spec.toml"), tmp_path / "out", workers=1)
+    assert (summary.points, summary.failed) == (4, 0)
+    rows = read_table(tmp_path / "out")
+    keys = list(rows[0])
+    assert keys.index("systems") < keys.index("config_hash") < keys.index("samples_per_s")
+    assert [(r["model"], r["batch"], r["systems"]) for r in rows] == [
+        ("gpt2", 8, None), ("gpt2", 16, None), ("bert", 8, 1), ("bert", 8, 2)
+    ]  # fmt: skip
+    assert all(r["execution"] and r["gap"] is None for r in rows)  # costed, not placed
+    two = next(r for r in rows if r["systems"] == 2)
+    measured = tmp_path / "published.csv"
+    measured.write_text(f"model,systems,samples_per_s\nbert,2,{two['samples_per_s'] / 2}\n")
+    matches = match_measured(rows, read_measured(measured))
+    assert [(m.row["systems"], round(m.ratio, 6)) for m in matches] == [(2, 2.0)]
+    assert "Against published figures" in write_report(tmp_path / "out", str(measured)).read_text()

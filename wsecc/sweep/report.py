@@ -154,7 +154,8 @@ def write_report(folder: str | os.PathLike[str], measured: str | None = None) ->
         pub = _series([m.row | {y: m.measured[y]} for m in matches if m.metric == y
                        and all(m.row.get(k) == v for k, v in fixed.items())], x, y,
                       others)  # fmt: skip
-        at = f" at {', '.join(f'{k}={v}' for k, v in fixed.items())}" if fixed else ""
+        shown_at = [f"{k}={v}" for k, v in fixed.items() if v is not None]  # None: not set
+        at = f" at {', '.join(shown_at)}" if shown_at else ""
         caption = f"{ylabel} against {xlabel}{at}"
         write_series_png(folder / name, series, xlabel=xlabel, ylabel=ylabel,
                          title=f"{folder.name}: {caption}", measured=pub)  # fmt: skip

@@ -49,11 +49,17 @@ def append_journal(folder: Path, row: Mapping[str, Any]) -> None:
 
 
 def columns_of(rows: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Every key of `rows`, in the order first seen."""
-    cols: dict[str, None] = {}
+    """Every key of `rows` in the order first seen, the point's columns (a row's keys before its
+    config_hash: model, batch, seq, the axes) ahead of the figures whichever row brings them: a
+    model's own axis is a column of that model's rows only."""
+    point: dict[str, None] = {}
+    rest: dict[str, None] = {}
     for r in rows:
-        cols |= dict.fromkeys(r)
-    return list(cols)
+        keys = list(r)
+        cut = keys.index("config_hash") if "config_hash" in keys else len(keys)
+        point |= dict.fromkeys(keys[:cut])
+        rest |= dict.fromkeys(keys[cut:])
+    return list(point) + [k for k in rest if k not in point]
 
 
 def write_table(folder: Path, rows: list[Mapping[str, Any]]) -> None:
