@@ -393,32 +393,32 @@ class Compilation:
             return False
         return self._model(self.fused)["params"] <= VALIDATE_AUTO_MAX_PARAMS
 
-    def _largest_tensor(self) -> tuple[int, str]:
-        """(bytes, name) of the largest tensor the unfused graph computes at this binding: what
-        onnxruntime holds when the numerics run."""
+    def _too_large(self) -> str | None:
+        """ "'NAME', X GiB at this binding (over 16 GiB)" when the largest tensor the unfused
+        graph computes (what onnxruntime holds when the numerics run) is too large, else None."""
         g = self.graph if self.graph is not None else self.fused
+        if g is None:
+            return None
         sizes = ((v.type.size * v.type.dtype.itemsize, v.name) for n in g.nodes for v in n.outputs)
-        return max(sizes, default=(0, ""))
+        size, name = max(sizes, default=(0, ""))
+        if size <= MAX_TENSOR_BYTES:
+            return None
+        return (
+            f"{name!r}, {size / 2**30:,.1f} GiB at this binding (over {MAX_TENSOR_BYTES >> 30} GiB)"
+        )
 
     def _numerics_skipped(self) -> str | None:
         """Why numerics cannot run at all here (the report's `numerics_skipped`), or None."""
         if self.options.weights == "inputs":
             return NUMERICS_SKIPPED_WEIGHTLESS
-        if self.graph is not None or self.fused is not None:
-            size, name = self._largest_tensor()
-            if size > MAX_TENSOR_BYTES:
-                return (
-                    f"skipped: onnxruntime would hold {name!r}, {size / 2**30:,.1f} GiB at this "
-                    f"binding (over {MAX_TENSOR_BYTES >> 30} GiB)"
-                )
-        return None
+        large = self._too_large()
+        return None if large is None else f"skipped: onnxruntime would hold {large}"
 
     def _check_numerics_fit(self) -> None:
-        size, name = self._largest_tensor()
-        if size > MAX_TENSOR_BYTES:
+        large = self._too_large()
+        if large is not None:
             raise WseccError(
-                f"--validate: onnxruntime and the functional simulation would hold {name!r}, "
-                f"{size / 2**30:,.1f} GiB at this binding (over {MAX_TENSOR_BYTES >> 30} GiB); "
+                f"--validate: onnxruntime and the functional simulation would hold {large}; "
                 "bind a shorter --seq or smaller --batch to check numerics, or --no-validate"
             )
 
