@@ -37,6 +37,19 @@ def stdout_of_fresh_process(code: str) -> str:
     ).stdout
 
 
+def two_fresh_runs(code: str) -> tuple[str, str]:
+    """The stdout of `code` in two new interpreters, for a determinism test. Deterministic
+    CP-SAT promises the same bytes unless its wall-clock guard fires (status "-GUARD": a loaded
+    machine); then the pair is run again, and the test skips if it fires every time."""
+    import pytest
+
+    for _ in range(3):
+        first, second = stdout_of_fresh_process(code), stdout_of_fresh_process(code)
+        if "-GUARD" not in first + second:
+            return first, second
+    pytest.skip("CP-SAT's wall-clock guard fired in every try: the machine is too loaded")
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
     """Say how many tests skipped for want of the export tools, and how to run them: a skip
     should never pass unseen."""

@@ -122,9 +122,9 @@ sys.stdout.write(p.dumps(include_timing=False) + r.dumps())
 
 
 def test_place_and_route_are_byte_identical_across_processes():
-    from conftest import stdout_of_fresh_process
+    from conftest import two_fresh_runs
 
-    first, second = stdout_of_fresh_process(_RUN), stdout_of_fresh_process(_RUN)
+    first, second = two_fresh_runs(_RUN)
     assert first == second and '"lanes"' in first
 
 
