@@ -547,7 +547,7 @@ rotated dims pair up); interleaved (GPT-J: neighbours 2i, 2i+1 pair up)."""
 
 def _attention_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     h, dh = a["num_heads"], a["head_dim"]
-    kvh = a.get("kv_heads", h)
+    kvh = int(a["kv_heads"]) if "kv_heads" in a else int(h)
     if kvh < 1 or h % kvh:
         raise IRError(f"attention kv_heads {kvh} does not divide num_heads {h}")
     q, k, v = ts[0], ts[1], ts[2]
@@ -664,7 +664,7 @@ def attention_heads_of(
     """q, k, v [B, h, S, dh] as the scores use them: split into heads, q and k rotated (when
     `rotary`), each of the kv_heads K/V heads repeated for its h / kv_heads query heads."""
     h, dh = a["num_heads"], a["head_dim"]
-    kvh = a.get("kv_heads", h)
+    kvh = int(a["kv_heads"]) if "kv_heads" in a else int(h)
     q = split_heads(xs[0], a["q_offset"], h, dh)
     k = split_heads(xs[1], a["k_offset"], kvh, dh)
     v = split_heads(xs[2], a["v_offset"], kvh, dh)
@@ -960,7 +960,7 @@ def _attention_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndar
     and heads (dq', dk' the cotangents of the rotated q and k)."""
     q, k, v, keep, p = _attention_probs(xs, a)
     h, dh = a["num_heads"], a["head_dim"]
-    kvh = a.get("kv_heads", h)
+    kvh = int(a["kv_heads"]) if "kv_heads" in a else int(h)
     b, s, _ = gs[0].shape
     do = gs[0].reshape(b, s, h, dh).transpose(0, 2, 1, 3)
     dv = _matmul(p.transpose(0, 1, 3, 2), do)
