@@ -23,7 +23,8 @@ What is emulated, per kernel kind
         sums in key order); the partials are merged down the column row by row (online
         softmax: m = max(m, m_i), l = l e^(m_old - m) + l_i e^(m_i - m), same for acc) and
         normalised at the bottom, out = acc / l. Heads and query groups over columns change no
-        arithmetic.
+        arithmetic. Rotary: q and k rotated (x cos + rotate(x) sin, in float32, rounded to
+        storage) before scoring; grouped K/V heads read once per query head they serve.
     layernorm   the feature dim split over the w columns (dw = cdiv(dim, w)). Each PE sums its
         features in order; the per-PE sums are combined along the region row in column order
         (column 0 first). Two such row reductions: sum x gives the mean, then sum (x - mean)^2 the
@@ -31,6 +32,10 @@ What is emulated, per kernel kind
         the two-pass form has the same counts and, unlike sum x^2 - mean^2, does not cancel when
         |mean| >> std.) With a skip input, s = x + skip is formed in the accumulate type and
         normalised from there; only the emitted copy (the residual stream) is rounded to storage.
+    rmsnorm     as layernorm, one row reduction: sum x^2 gives the mean square.
+    gated_linear   linear's tiles over W_gate and W_up interleaved column by column (a gate
+        column and its up column on one PE column), the same summation order; silu(gate) * up
+        on the finished pair, in float32.
     softmax     row-wise like layernorm: per-PE max (exact in any order), then per-PE sums of
         exp(x - max) combined in column order.
     embedding   the tables, stacked, tiled vocab over the h rows (vh = cdiv(vocab, h)) and dim
