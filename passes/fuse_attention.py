@@ -229,13 +229,21 @@ def _rope_tables(
     return _remembered(memo, key, lambda: _evaluate_rope(src, before, rope, off, dh))
 
 
+def _pairs(form: str, rd: int) -> tuple[slice, slice]:
+    """The two members of each rotated pair: halves of the rotary dims, or neighbours."""
+    if form == "half":
+        return slice(0, rd // 2), slice(rd // 2, rd)
+    return slice(0, rd, 2), slice(1, rd, 2)
+
+
 def _evaluate_rope(
     src: Value, before: list[Node], rope: _Rope, off: int, dh: int
 ) -> tuple[str, int, Value, Value]:
     """Solve y = x·C + rotate(x)·S for C and S per element from two probes, for each form and
-    rotary_dim (the head dim, then halves), and keep the first that a third probe confirms;
-    then C and S must be tables over (position, feature): equal across batch rows and heads,
-    positions and features read from an index tensor carried from src to x."""
+    rotary_dim (the head dim, then halves), and keep the first that a third probe confirms
+    and that is a rotation: C and S must be tables over (position, feature), equal across
+    batch rows and heads (positions and features read from an index tensor carried from src to
+    x), and equal for both members of each rotated pair."""
     b, s, n = src.type.shape
     iota = np.arange(b * s * n, dtype=np.int64).reshape(b, s, n)
     idx = eval_nodes(before, {src: iota})[rope.x] if before else iota
@@ -264,8 +272,15 @@ def _evaluate_rope(
                 continue
             cos, sin = np.zeros((s, dh)), np.zeros((s, dh))
             cos[pos, feat], sin[pos, feat] = c, sn
-            if not (np.allclose(cos[pos, feat], c, atol=1e-6) and np.allclose(sin[pos, feat], sn, atol=1e-6)):
+            if not (
+                np.allclose(cos[pos, feat], c, atol=1e-6)
+                and np.allclose(sin[pos, feat], sn, atol=1e-6)
+            ):
                 raise NoMatch("rotary tables differ across batch rows or heads")
+            # a rotation turns each pair by one angle: both members see the same cos and sin
+            first, second = _pairs(form, rd)
+            if not all(np.allclose(t[:, first], t[:, second], atol=1e-6) for t in (cos, sin)):
+                continue
             return (
                 form,
                 rd,
