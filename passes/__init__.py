@@ -17,6 +17,7 @@ from wsecc.passes import (
     fuse_layernorm,
     fuse_linear,
     fuse_lm_head,
+    fuse_swiglu,
     lower,
 )
 
@@ -29,6 +30,7 @@ PASSES: Mapping[str, Pass] = MappingProxyType(
             canonicalize,
             fuse_embedding,
             fuse_linear,
+            fuse_swiglu,
             fuse_layernorm,
             fuse_gelu,
             fuse_attention,
@@ -43,6 +45,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "canonicalize",
     "fuse-embedding",
     "fuse-linear",
+    "fuse-swiglu",
     "fuse-layernorm",
     "fuse-gelu",
     "fuse-attention",

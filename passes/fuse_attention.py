@@ -44,14 +44,18 @@ from wsecc.ir.rewrite import (
     eval_nodes,
     make_node,
     origin_of,
+    region_between,
     rewrite_nodes,
     scalar,
 )
-from wsecc.ir.rules import split_heads
+from wsecc.ir.rules import rotate, split_heads
 from wsecc.pm import Pass, PassContext, PassError
 
 VERY_NEGATIVE = -1000.0  # an additive bias at or below this masks the key out
 
+_Alias = tuple[Value, Value] | None
+"""(y, x): y stands for x in a layout evaluation (a rotary region's output and input: rotation
+moves no data between positions)."""
 Memo = dict[Hashable, object]
 """Outcomes of the evaluations, for one run of the pass (module docstring)."""
 T = TypeVar("T")
@@ -64,12 +68,16 @@ def _remembered(memo: Memo, key: Hashable, compute: Callable[[], T]) -> T:
     return memo[key]  # type: ignore[return-value]
 
 
-def _structure(src: Value, chain: Sequence[Node], target: Value) -> tuple[Hashable, ...]:
+def _structure(
+    src: Value, chain: Sequence[Node], target: Value, alias: _Alias = None
+) -> tuple[Hashable, ...]:
     """What evaluating `chain` on an array for `src` and reading `target` depends on: src's
     type, then per node its op, attributes and operands — src, an earlier node's output, a
     constant's content, or (never equal to another) any other value — and where `target` is.
     Equal structures evaluate to equal results."""
     where: dict[Value, Hashable] = {src: "src"}
+    if alias is not None and alias[1] is src:
+        where[alias[0]] = ("alias", "src")
     key: list[Hashable] = [src.type]
     for i, n in enumerate(chain):
         operands: list[Hashable] = []
@@ -82,6 +90,8 @@ def _structure(src: Value, chain: Sequence[Node], target: Value) -> tuple[Hashab
                 operands.append(("value", id(v)))
         key.append((n.op, n.attrs, tuple(operands), tuple(o.type for o in n.outputs)))
         where.update({o: (i, j) for j, o in enumerate(n.outputs)})
+        if alias is not None and alias[1] in where and alias[0] not in where:
+            where[alias[0]] = ("alias", where[alias[1]])
     key.append(where.get(target, ("value", id(target))))
     return tuple(key)
 
@@ -129,14 +139,67 @@ def _walk_scores(view: GraphView, v: Value, mask_class) -> _Scores:  # type: ign
             raise NoMatch(f"{n.op.name} {n.name!r} in the scores is not a scale or a mask")
 
 
-def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float]:
-    """Walk back through layout ops and scalar scales to the value they rearrange."""
+@dataclass(frozen=True)
+class _Rope:
+    """A rotary region: nodes taking x to y = x·cos + rotate(x)·sin (`_rope_tables` checks)."""
+
+    x: Value
+    y: Value
+    nodes: tuple[Node, ...]
+    tables: tuple[Node, ...]  # what computes the cos/sin operands from constants (may be none)
+    before: tuple[Node, ...] = ()  # the layout chain from the head source to x
+
+
+_ROPE_OPS = LAYOUT | {Op.NEG, Op.MUL, Op.ADD, Op.SUB, Op.CONCAT}
+
+
+def _rope_region(view: GraphView, add: Node) -> _Rope | None:
+    """The rotary region ending in `add`: Add(Mul(x', t1), Mul(r, t2)) with tables t1, t2 that
+    depend on no graph input (constants, or a lookup of a constant cache at constant positions:
+    GPT-J's), where x' and r both come from one x through layout ops, Neg and Concat
+    (rotate-half's Slice/Neg/Concat, rotate-every-two's strided Slices, Unsqueeze/Concat and
+    Reshape)."""
+    muls = [view.prod(v, Op.MUL) for v in add.inputs]
+    if any(m is None for m in muls):
+        return None
+    tables: list[Value] = []
+    for m in muls:
+        assert m is not None
+        static = [u for u in m.inputs if u.is_const or not view.input_ancestors(u)]
+        if len(static) != 1:
+            return None
+        tables.append(static[0])
+    for m in muls:
+        assert m is not None
+        cand = next(u for u in m.inputs if u is not tables[muls.index(m)])
+        region = region_between(view, cand, add, _ROPE_OPS, 24, frozenset(tables))
+        if region is not None and all(m2 in region for m2 in muls):
+            computed = {n for t in tables for n in view.ancestors(t)}
+            table_nodes = tuple(sorted(computed, key=view.index.__getitem__))
+            return _Rope(cand, add.output, tuple(region), table_nodes)
+    return None
+
+
+def _layout_source(
+    view: GraphView, v: Value
+) -> tuple[Value, list[Node], float, _Rope | None]:
+    """Walk back through layout ops, scalar scales and at most one rotary region to the value
+    they rearrange. The chain excludes the rotary region's nodes (`_Rope`)."""
     chain: list[Node] = []
     scale = 1.0
+    rope: _Rope | None = None
+    after = 0  # chain nodes between the rotary region and the target
+
+    def done() -> tuple[Value, list[Node], float, _Rope | None]:
+        forward = chain[::-1]
+        if rope is None:
+            return v, forward, scale, None
+        return v, forward, scale, replace(rope, before=tuple(forward[: len(chain) - after]))
+
     while True:
         n = view.prod(v)
         if n is None:
-            return v, chain[::-1], scale
+            return done()
         if n.op in LAYOUT:
             chain.append(n)
             v = n.inputs[0]
@@ -150,8 +213,82 @@ def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float]
             scale = scale * s if n.op is Op.MUL else scale / s
             chain.append(n)
             v = n.inputs[0]
+        elif n.op is Op.ADD and rope is None and (r := _rope_region(view, n)) is not None:
+            rope, after = r, len(chain)
+            v = r.x
         else:
-            return v, chain[::-1], scale
+            return done()
+
+
+def _rope_tables(
+    memo: Memo, src: Value, rope: _Rope, off: int, dh: int
+) -> tuple[str, int, Value, Value]:
+    """(form, rotary_dim, cos, sin [S, dh]) of a rotary region, or NoMatch. Remembered by
+    structure: the layers share their tables (and the table constants)."""
+    before = list(rope.before)
+    key = ("rope", _structure(src, [*before, *rope.tables, *rope.nodes], rope.y), off, dh)
+    return _remembered(memo, key, lambda: _evaluate_rope(src, before, rope, off, dh))
+
+
+def _pairs(form: str, rd: int) -> tuple[slice, slice]:
+    """The two members of each rotated pair: halves of the rotary dims, or neighbours."""
+    if form == "half":
+        return slice(0, rd // 2), slice(rd // 2, rd)
+    return slice(0, rd, 2), slice(1, rd, 2)
+
+
+def _evaluate_rope(
+    src: Value, before: list[Node], rope: _Rope, off: int, dh: int
+) -> tuple[str, int, Value, Value]:
+    """Solve y = x·C + rotate(x)·S for C and S per element from two probes, for each form and
+    rotary_dim (the head dim, then halves), and keep the first that a third probe confirms
+    and that is a rotation: C and S must be tables over (position, feature), equal across
+    batch rows and heads (positions and features read from an index tensor carried from src to
+    x), and equal for both members of each rotated pair."""
+    b, s, n = src.type.shape
+    iota = np.arange(b * s * n, dtype=np.int64).reshape(b, s, n)
+    idx = eval_nodes(before, {src: iota})[rope.x] if before else iota
+    if idx.shape[-1] != dh or np.any(idx % n % dh != np.arange(dh)):
+        raise NoMatch("rotary input's last axis is not the head dim")
+    pos, feat = (idx // n) % s, (idx % n - off) % dh
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(idx.shape) for _ in range(3)]
+    try:
+        nodes = [*rope.tables, *rope.nodes]
+        ys = [eval_nodes(nodes, {rope.x: x})[rope.y].astype(np.float64) for x in xs]
+    except Exception as e:
+        raise NoMatch(f"rotary region could not be evaluated: {e}") from None
+    if ys[0].shape != idx.shape:
+        raise NoMatch("rotary region changes the shape")
+    for rd in [d for d in (dh, dh // 2, dh // 4) if d >= 2 and d % 2 == 0]:
+        for form in ("half", "interleaved"):
+            r = [rotate(x, form, rd) for x in xs]
+            det = xs[0] * r[1] - xs[1] * r[0]
+            live = np.abs(det) > 1e-9
+            safe = np.where(live, det, 1.0)
+            c = np.where(live, (ys[0] * r[1] - ys[1] * r[0]) / safe, ys[0] / xs[0])
+            sn = np.where(live, (xs[0] * ys[1] - xs[1] * ys[0]) / safe, 0.0)
+            err = np.abs(xs[2] * c + r[2] * sn - ys[2])
+            if np.max(err) > 1e-5 * max(1.0, float(np.max(np.abs(ys[2])))):
+                continue
+            cos, sin = np.zeros((s, dh)), np.zeros((s, dh))
+            cos[pos, feat], sin[pos, feat] = c, sn
+            if not (
+                np.allclose(cos[pos, feat], c, atol=1e-6)
+                and np.allclose(sin[pos, feat], sn, atol=1e-6)
+            ):
+                raise NoMatch("rotary tables differ across batch rows or heads")
+            # a rotation turns each pair by one angle: both members see the same cos and sin
+            first, second = _pairs(form, rd)
+            if not all(np.allclose(t[:, first], t[:, second], atol=1e-6) for t in (cos, sin)):
+                continue
+            return (
+                form,
+                rd,
+                Value.constant(f"{rope.y.name}/rope_cos", cos.astype(np.float32)),
+                Value.constant(f"{rope.y.name}/rope_sin", sin.astype(np.float32)),
+            )
+    raise NoMatch("Add of products is not a rotary embedding (rotate-half or interleaved)")
 
 
 def _one_row(chain: Sequence[Node], b: int) -> list[Node] | None:
@@ -191,18 +328,39 @@ def _one_row(chain: Sequence[Node], b: int) -> list[Node] | None:
 
 
 def _head_offset(
-    memo: Memo, src: Value, chain: list[Node], target: Value, h: int, dh: int, transposed: bool
-) -> int:
-    """The column offset at which `chain` takes heads out of `src`, or NoMatch."""
-    key = ("head offset", _structure(src, chain, target), h, dh, transposed)
+    memo: Memo,
+    src: Value,
+    chain: list[Node],
+    target: Value,
+    h: int,
+    dh: int,
+    transposed: bool,
+    rope: _Rope | None = None,
+    grouped: bool = False,
+) -> tuple[int, int]:
+    """(column offset, heads taken) at which `chain` takes heads out of `src`, or NoMatch.
+    `grouped` (keys, values): the chain may take h / g heads and repeat each g times in a row
+    (grouped-query attention's repeat_kv); the heads taken are then h / g. A rotary region on
+    the way moves no data, so its output stands for its input."""
+    alias = (rope.y, rope.x) if rope is not None else None
+    key = ("head offset", _structure(src, chain, target, alias), h, dh, transposed, grouped)
     return _remembered(
-        memo, key, lambda: _evaluate_head_offset(src, chain, target, h, dh, transposed)
+        memo,
+        key,
+        lambda: _evaluate_head_offset(src, chain, target, h, dh, transposed, alias, grouped),
     )
 
 
 def _evaluate_head_offset(
-    src: Value, chain: list[Node], target: Value, h: int, dh: int, transposed: bool
-) -> int:
+    src: Value,
+    chain: list[Node],
+    target: Value,
+    h: int,
+    dh: int,
+    transposed: bool,
+    alias: _Alias,
+    grouped: bool,
+) -> tuple[int, int]:
     if src.type.rank != 3:
         raise NoMatch(f"head source {src.name!r} is not [B, S, N]")
     b, s, n = src.type.shape
@@ -211,21 +369,26 @@ def _evaluate_head_offset(
     iota = np.arange(rows * s * n, dtype=np.int64).reshape(rows, s, n)
     vals: dict[Value, np.ndarray] = {src: iota}
     for node in nodes:  # scalar scales pass indices through unchanged
+        if alias is not None and alias[1] in vals:
+            vals[alias[0]] = vals[alias[1]]
         if node.op in LAYOUT:
             vals.update(eval_nodes([node], vals))
         else:
             vals[node.output] = vals[node.inputs[0]]
+    if alias is not None and alias[1] in vals:
+        vals[alias[0]] = vals[alias[1]]
     got = vals[target]
     first = int(got.reshape(-1)[0])
     off = first % n
-    if n < off + h * dh:
-        raise NoMatch("head columns run past the source")
-    want = split_heads(iota, off, h, dh)
-    if transposed:
-        want = want.transpose(0, 1, 3, 2)
-    if got.shape != want.shape or not np.array_equal(got, want):
-        raise NoMatch(f"layout from {src.name!r} does not split heads")
-    return off
+    for taken in [d for d in range(h, 0, -1) if h % d == 0] if grouped else [h]:
+        if n < off + taken * dh:
+            continue
+        want = np.repeat(split_heads(iota, off, taken, dh), h // taken, axis=1)
+        if transposed:
+            want = want.transpose(0, 1, 3, 2)
+        if got.shape == want.shape and np.array_equal(got, want):
+            return off, taken
+    raise NoMatch(f"layout from {src.name!r} does not split heads")
 
 
 def _merge_heads(
@@ -378,10 +541,11 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     if qv.type.rank != 4 or kv.type.rank != 4:
         raise NoMatch("q·kᵀ operands are not rank 4")
     dh = qv.type.shape[-1]
-    q_src, q_chain, q_scale = _layout_source(view, qv)
-    k_src, k_chain, k_scale = _layout_source(view, kv)
-    q_off = _head_offset(memo, q_src, q_chain, qv, h, dh, transposed=False)
-    k_off = _head_offset(memo, k_src, k_chain, kv, h, dh, transposed=True)
+    q_src, q_chain, q_scale, q_rope = _layout_source(view, qv)
+    k_src, k_chain, k_scale, k_rope = _layout_source(view, kv)
+    q_off, _ = _head_offset(memo, q_src, q_chain, qv, h, dh, False, q_rope)
+    k_off, kv_heads = _head_offset(memo, k_src, k_chain, kv, h, dh, True, k_rope, grouped=True)
+    rotary = _rotary(memo, (q_src, q_rope, q_off), (k_src, k_rope, k_off), dh)
     # after softmax: optional NaN clean-up, then p·v
     p, post = sm.output, []
     nan_to_zero = False
@@ -412,13 +576,17 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     pv = view.sole_user(p)
     if pv is None or pv.op is not Op.MATMUL or pv.inputs[0] is not p:
         raise NoMatch("softmax output does not feed a MatMul with v")
-    v_src, v_chain, v_scale = _layout_source(view, pv.inputs[1])
-    if v_scale != 1.0:
-        raise NoMatch("v is scaled")
-    v_off = _head_offset(memo, v_src, v_chain, pv.inputs[1], h, dh, transposed=False)
+    v_src, v_chain, v_scale, v_rope = _layout_source(view, pv.inputs[1])
+    if v_scale != 1.0 or v_rope is not None:
+        raise NoMatch("v is scaled or rotated")
+    v_off, v_heads = _head_offset(memo, v_src, v_chain, pv.inputs[1], h, dh, False, grouped=True)
+    if v_heads != kv_heads:
+        raise NoMatch(f"{kv_heads} key heads but {v_heads} value heads")
     region = (
         set(sc.nodes) | {sc.matmul, sm, pv} | set(post) | set(q_chain) | set(k_chain) | set(v_chain)
     )
+    for r in (q_rope, k_rope):
+        region |= set(r.nodes) if r is not None else set()
     out, out_chain, flat = _merge_heads(memo, view, pv.output, region)
     region |= set(out_chain)
     internal = [v for n in region for v in n.outputs if v is not out]
@@ -431,14 +599,41 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
         "scale": float(np.float32(sc.scale * q_scale * k_scale)), "causal": causal, "window": window,
         "mask": "key_padding" if mask_in is not None else "none", "fill": fill, "nan_to_zero": nan_to_zero,
     }  # fmt: skip
+    if kv_heads != h:  # grouped-query attention
+        attrs["kv_heads"] = kv_heads
+    if rotary[0] != "none":
+        attrs.update(rotary=rotary[0], rotary_dim=rotary[1])
     origin = origin_of(sorted(region, key=view.index.__getitem__))
-    ins = [q_src, k_src, v_src] + ([mask_in] if mask_in is not None else [])
+    ins = [q_src, k_src, v_src] + ([mask_in] if mask_in is not None else []) + rotary[2]
     if flat:
         att = make_node(Op.ATTENTION, ins, f"{out.name}/attn", origin, **attrs)
         new = [att, make_node(Op.RESHAPE, [att.output], out.name, origin, shape=out.type.shape)]
     else:
         new = [make_node(Op.ATTENTION, ins, out.name, origin, **attrs)]
     return Replacement(new, {out: new[-1].output}), region
+
+
+def _rotary(
+    memo: Memo,
+    q: tuple[Value, _Rope | None, int],
+    k: tuple[Value, _Rope | None, int],
+    dh: int,
+) -> tuple[str, int, list[Value]]:
+    """(form, rotary_dim, [cos, sin]) when q and k are rotated alike, ("none", 0, []) when
+    neither is; NoMatch otherwise."""
+    if q[1] is None and k[1] is None:
+        return "none", 0, []
+    if q[1] is None or k[1] is None:
+        raise NoMatch("only one of q and k is rotated")
+    qf, qd, qc, qs = _rope_tables(memo, q[0], q[1], q[2], dh)
+    kf, kd, kc, ks = _rope_tables(memo, k[0], k[1], k[2], dh)
+    assert qc.const is not None and kc.const is not None and qs.const is not None
+    assert ks.const is not None
+    if (qf, qd) != (kf, kd) or not (
+        np.array_equal(qc.const, kc.const) and np.array_equal(qs.const, ks.const)
+    ):
+        raise NoMatch("q and k are rotated differently")
+    return qf, qd, [qc, qs]
 
 
 def _token_inputs(view: GraphView) -> set[Value]:

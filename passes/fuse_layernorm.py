@@ -1,5 +1,6 @@
-"""fuse-layernorm: any subgraph computing LayerNorm over the last axis becomes `LayerNorm`;
-a residual `Add(a, b)` feeding it becomes its skip input.
+"""fuse-layernorm: any subgraph computing LayerNorm over the last axis becomes `LayerNorm`, and
+any computing RMSNorm (Llama's, T5's) becomes `RMSNorm`; a residual `Add(a, b)` feeding either
+becomes its skip input.
 
 Anchored on ReduceMean(x) over the last axis, the pass tries regions from x to each candidate
 output (elementwise ops and ReduceMean only, other operands constant, no escaping
@@ -8,7 +9,10 @@ f(x) = (x − mean)/√(var + ε)·γ + β for ε one of its scalar constants an
 two probes (then snapped to the region's own constant vectors when they agree). This covers
 PyTorch's decomposed form (Pow 2 or Mul(d, d), Div or Mul(Reciprocal)), duplicated Subs, and
 the TF/Keras form `x·γ·rsqrt + (β − mean·γ·rsqrt)`. Native LayerNormalization arrives fused.
-Then `LayerNorm(Add(a, b)) -> LayerNorm(a, skip=b)` (emitting the sum when it is used on).
+RMSNorm is anchored the same way, on ReduceMean(x²) (Pow(x, 2) or Mul(x, x)): the region from x
+must compute f(x) = x/√(mean(x²) + ε)·γ (β recovered as zero), whatever the order of Sqrt,
+Reciprocal or Div and the Casts to float32 Llama's exports put around it.
+Then `LayerNorm|RMSNorm(Add(a, b)) -> ...(a, skip=b)` (emitting the sum when it is used on).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from wsecc.ir.rewrite import (
     origin_of,
     region_between,
     rewrite_nodes,
+    scalar,
 )
 from wsecc.pm import Pass, PassContext
 
@@ -34,9 +39,9 @@ _ALLOWED = ELEMENTWISE | {Op.REDUCE_MEAN}
 _ROWS = 8
 
 
-def _normalize(x: np.ndarray, eps: float) -> np.ndarray:
+def _normalize(x: np.ndarray, eps: float, rms: bool) -> np.ndarray:
     x = x.astype(np.float64)
-    d = x - x.mean(-1, keepdims=True)
+    d = x if rms else x - x.mean(-1, keepdims=True)
     return d / np.sqrt((d * d).mean(-1, keepdims=True) + eps)
 
 
@@ -54,8 +59,9 @@ def _snap(vec: np.ndarray, region: list[Node], d: int, name: str) -> Value:
     return Value.constant(name, vec.astype(np.float32))
 
 
-def _fit(region: list[Node], x: Value) -> tuple[Value, Value, float] | None:
-    """(γ, β, ε) when the region computes LayerNorm of x, else None."""
+def _fit(region: list[Node], x: Value, rms: bool) -> tuple[Value, Value, float] | None:
+    """(γ, β, ε) when the region computes LayerNorm of x (RMSNorm when `rms`: β is zero), else
+    None."""
     d = x.type.shape[-1]
     rng = np.random.default_rng(0)
     lead = (1,) * (x.type.rank - 2) + (_ROWS,)  # same rank as x: reduce axes stay valid
@@ -83,12 +89,14 @@ def _fit(region: list[Node], x: Value) -> tuple[Value, Value, float] | None:
         }
     ) or [0.0]
     for eps in eps_candidates:
-        n0, n1, n2 = (_normalize(p, eps) for p in probes)
+        n0, n1, n2 = (_normalize(p, eps, rms) for p in probes)
         den = n0 - n1
         row = np.argmax(np.abs(den), axis=0)
         cols = np.arange(d)
         gamma = (ys[0] - ys[1])[row, cols] / den[row, cols]
         beta = (ys[0] - gamma * n0).mean(0)
+        if rms:
+            beta = np.zeros_like(beta)
         pred = n2 * gamma + beta
         if np.max(np.abs(pred - ys[2])) <= 1e-4 * max(1.0, float(np.max(np.abs(ys[2])))):
             return (
@@ -99,31 +107,44 @@ def _fit(region: list[Node], x: Value) -> tuple[Value, Value, float] | None:
     return None
 
 
+def _squared(view: GraphView, v: Value) -> Value | None:
+    """x when v is x² (Pow(x, 2) or Mul(x, x)), else None."""
+    p = view.prod(v, Op.POW, Op.MUL)
+    if p is None:
+        return None
+    a, b = p.inputs
+    if (p.op is Op.POW and scalar(b) == 2.0) or (p.op is Op.MUL and a is b):
+        return a
+    return None
+
+
 def _match(view: GraphView, mean: Node) -> tuple[Replacement, set[Node]]:
-    x = mean.inputs[0]
+    v = mean.inputs[0]
     if (
-        mean.attr("axes") != (x.type.rank - 1,)
+        mean.attr("axes") != (v.type.rank - 1,)
         or not mean.attr("keepdims")
-        or not x.type.dtype.is_float
+        or not v.type.dtype.is_float
     ):
         raise NoMatch("not a mean over the last axis")
+    # LayerNorm means x itself; RMSNorm means x², and x is what Pow or Mul squares
+    sources = [(v, False)] + [(x, True) for x in [_squared(view, v)] if x is not None]
     best = None
-    for y in forward_candidates(view, mean, _ALLOWED, 10):
-        region = region_between(view, x, y, _ALLOWED)
-        if region is None or mean not in region or (best and len(region) <= len(best[0])):
-            continue
-        if view.escapes([v for n in region if n is not y for v in n.outputs], set(region)):
-            continue
-        fit = _fit(region, x)
-        if fit is not None:
-            best = (region, fit)
+    for x, rms in sources:
+        for y in forward_candidates(view, mean, _ALLOWED, 10):
+            region = region_between(view, x, y, _ALLOWED)
+            if region is None or mean not in region or (best and len(region) <= len(best[0])):
+                continue
+            if view.escapes([u for n in region if n is not y for u in n.outputs], set(region)):
+                continue
+            fit = _fit(region, x, rms)
+            if fit is not None:
+                best = (region, x, rms, fit)
     if best is None:
-        raise NoMatch("no region from it computes LayerNorm")
-    region, (gamma, beta, eps) = best
+        raise NoMatch("no region from it computes LayerNorm or RMSNorm")
+    region, x, rms, (gamma, beta, eps) = best
     out = region[-1].outputs[0]
-    new = make_node(
-        Op.LAYER_NORM, [x, gamma, beta], out.name, origin_of(region), epsilon=eps, has_skip=False
-    )
+    op, params = (Op.RMS_NORM, [x, gamma]) if rms else (Op.LAYER_NORM, [x, gamma, beta])
+    new = make_node(op, params, out.name, origin_of(region), epsilon=eps, has_skip=False)
     return Replacement([new], {out: new.output}), set(region)
 
 
@@ -142,8 +163,8 @@ def _residual(view: GraphView, ln: Node) -> tuple[Replacement, set[Node]]:
     names = [ln.output.name] + ([s.name] if emit_sum else [])
     attrs = dict(ln.attr_dict, has_skip=True, emit_sum=emit_sum)
     new = make_node(
-        Op.LAYER_NORM,
-        [add.inputs[0], add.inputs[1], ln.inputs[1], ln.inputs[2]],
+        ln.op,
+        [add.inputs[0], add.inputs[1], *ln.inputs[1:]],
         ln.output.name,
         origin_of([add, ln]),
         out_names=names,
@@ -159,7 +180,7 @@ def fuse_layernorm(graph: Graph, ctx: PassContext) -> Graph:
     g, misses = rewrite_nodes(graph, _match, anchor_ops=frozenset({Op.REDUCE_MEAN}))
     for m in misses:
         ctx.note("fuse-layernorm", m)
-    g, _ = rewrite_nodes(g, _residual, anchor_ops=frozenset({Op.LAYER_NORM}))
+    g, _ = rewrite_nodes(g, _residual, anchor_ops=frozenset({Op.LAYER_NORM, Op.RMS_NORM}))
     return g
 
 

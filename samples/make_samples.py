@@ -153,8 +153,52 @@ FAMILIES: dict[str, Family] = {
     ),
 }
 
-# The committed samples: file stem -> family.
-SAMPLES = {"gpt2": "gpt2lm", "bert": "bertseq"}
+# The Llama family's pieces (issue 17): RMSNorm, rotary embeddings, SwiGLU, grouped-query
+# attention. Llama rotates by halves (`rotate_half`), GPT-J pairs of neighbours
+# (`rotate_every_two`, the interleaved form); GPT-J's rotary_dim is its head dim (16).
+ROTARY_FAMILIES: dict[str, Family] = {
+    "llama": Family(
+        "LlamaForCausalLM",
+        "LlamaConfig",
+        dict(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=172,
+            vocab_size=256,
+            max_position_embeddings=128,
+            use_cache=False,
+            bos_token_id=0,
+            eos_token_id=0,
+            pad_token_id=0,
+        ),
+        _IDS_MASK,
+        _LM,
+    ),
+    "gptj": Family(
+        "GPTJForCausalLM",
+        "GPTJConfig",
+        dict(
+            n_embd=64,
+            n_layer=2,
+            n_head=4,
+            rotary_dim=16,
+            n_inner=172,
+            vocab_size=256,
+            n_positions=128,
+            use_cache=False,
+            bos_token_id=0,
+            eos_token_id=0,
+        ),
+        _IDS_MASK,
+        _LM,
+    ),
+}
+
+# The committed samples: file stem -> family, and the exporters each is made with.
+SAMPLES = {"gpt2": "gpt2lm", "bert": "bertseq", "llama": "llama", "gptj": "gptj"}
+SAMPLE_EXPORTERS = {"llama": ("legacy17", "dynamo"), "gptj": ("legacy17", "dynamo")}
 SAMPLE_MAX_BYTES = 2 * 1024 * 1024
 
 
@@ -446,15 +490,17 @@ def op_counts(path: Path) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def main(out_dir: Path = SAMPLES_DIR) -> None:
+def main(out_dir: Path = SAMPLES_DIR, only: tuple[str, ...] = ()) -> None:
     versions = (torch.__version__, transformers.__version__, onnx.__version__)
     print("torch {}, transformers {}, onnx {}".format(*versions))
     out_dir.mkdir(parents=True, exist_ok=True)
     for stem, family_name in SAMPLES.items():
-        family = FAMILIES[family_name]
+        if only and stem not in only:
+            continue
+        family = {**FAMILIES, **ROTARY_FAMILIES}[family_name]
         module = build_family(family)
         example = make_inputs(family, 2, 16, pad_last_row=True)
-        for exporter in EXPORTERS:
+        for exporter in SAMPLE_EXPORTERS.get(stem, EXPORTERS):
             suffix = "dynamo" if exporter == "dynamo" else f"legacy_op{exporter[6:]}"
             path = out_dir / f"{stem}_{suffix}.onnx"
             export_onnx(module, example, family.outputs, path, exporter)
@@ -477,4 +523,5 @@ def main(out_dir: Path = SAMPLES_DIR) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else SAMPLES_DIR)
+    # optional: an output folder, then the stems to make (default all)
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else SAMPLES_DIR, tuple(sys.argv[2:]))

@@ -65,7 +65,7 @@ def test_compile_dump_dir_has_one_file_per_pass(tmp_path):
         == 0
     )
     names = sorted(p.name for p in dump.iterdir())
-    assert names[0] == "00-input.txt" and names[1] == "01-canonicalize.txt" and len(names) == 8
+    assert names[0] == "00-input.txt" and names[1] == "01-canonicalize.txt" and len(names) == 9
 
 
 def test_inspect_json_keys(capsys):

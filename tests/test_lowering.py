@@ -36,7 +36,7 @@ def test_lowering_keeps_provenance_and_connects_every_kernel(name):
             assert fed == [k.params["tokens"] * k.params["K"]], k.name
     attn = [k for k in kg.kernels if k.kind is KernelKind.ATTENTION]
     assert all(k.params["padding_mask"] for k in attn)
-    assert all(k.params["causal"] == name.startswith("gpt2") for k in attn)
+    assert all(k.params["causal"] == (not name.startswith("bert")) for k in attn)
 
 
 @pytest.mark.parametrize("target", ["wse2", "small64"])

@@ -226,3 +226,17 @@ def test_layers_are_found_by_structure_not_by_name() -> None:
     assert legacy == dynamo
     assert [n for n, _ in dynamo] == ["input", "L0", "L1", "output"]
     assert all(ks.count("attention") == 1 for n, ks in dynamo if n.startswith("L"))
+
+
+@pytest.mark.parametrize("name", ["llama_legacy_op17.onnx", "llama_dynamo.onnx"])
+def test_train_validate_passes_on_the_llama_samples(tmp_path: Path, capsys, monkeypatch, name):
+    """Every new kind's gradient rule (RMSNorm, SwiGLU's gated linear, rotary and grouped-K/V
+    attention) against onnxruntime's finite differences; the dynamo file's rotary inv_freq is
+    a position frequency (only through Cos/Sin), not an untraced weight."""
+    monkeypatch.setattr("wsecc.compiler.GRAD_SAMPLES", 4)
+    args = ["compile", str(SAMPLES / name), "--seq", "8", "--mode", "train", "--precision",
+            "fp32", "--placer", "greedy", "--validate", "-o", str(tmp_path / "out")]  # fmt: skip
+    assert main(args) == 0
+    assert "gradients      PASS" in capsys.readouterr().out
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert not rep["numerics"]["untraced"]

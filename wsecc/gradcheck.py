@@ -12,7 +12,9 @@ check_gradients(model_path, graph, feeds, precision)  -> GradCheck
    constant). Several constants from one initializer (GPT-2's wte, read by the embedding and, as
    wte.T, by the LM head) add their gradients into its row; one constant equal to several
    initializers (the folder deduplicates identical ones) makes one row of all of them, perturbed
-   together. A float initializer of more than one element that no constant traces to is listed
+   together. An initializer whose every path to an output passes through Cos or Sin is a
+   position encoding's frequencies (a rotary embedding's inv_freq: a buffer, not trained), held
+   by the fused graph only as the tables it makes; it is listed as positional. A float initializer of more than one element that no constant traces to is listed
    as untraced, and fails the check — unless perturbing it leaves onnxruntime's loss unchanged
    (it is not on a path to the loss: skipped, and listed). Integer and scalar initializers are
    shape data, indices, positions or literals, not weights.
@@ -117,6 +119,9 @@ class GradCheck:
     seed: int
     seconds: float
     fault: str | None = None
+    # untraced initializers that reach the loss only through Cos/Sin: position frequencies
+    # (rotary inv_freq), which the fused graph holds as the tables they make
+    positional: tuple[str, ...] = ()
     # fp32: "available", or why onnxruntime cannot run the file in float64; mixed: "" (unused)
     float64: str = ""
 
@@ -354,7 +359,12 @@ def check_gradients(
             row = _judge_in_float64(row, ort64, feeds, loss, coords, mine, theirs)
         rows.append(row)
     in_rows = {m for r in rows for m in r.initializers}
-    candidates = [n for n, w in ort.weights.items() if n not in in_rows and w.size > 1]
+    candidates = [
+        n
+        for n, w in ort.weights.items()
+        if n not in in_rows and w.size > 1 and n not in ort.frequencies
+    ]
+    positional = tuple(n for n in ort.weights if n not in in_rows and n in ort.frequencies)
     untraced: list[str] = []
     off_path: list[str] = []
     for n in candidates:
@@ -362,7 +372,8 @@ def check_gradients(
     return GradCheck(
         passed=all(r.passed for r in rows) and not untraced and bool(rows),
         precision=precision, loss_kind=loss.kind, loss=ours, loss_onnxruntime=theirs,
-        rows=tuple(rows), untraced=tuple(untraced), off_path=tuple(off_path), samples=samples,
+        rows=tuple(rows), untraced=tuple(untraced), off_path=tuple(off_path),
+        positional=positional, samples=samples,
         seed=seed, seconds=time.perf_counter() - start, fault=fault,
         float64=ort64 if isinstance(ort64, str) else "available",
     )  # fmt: skip

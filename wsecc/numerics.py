@@ -162,6 +162,37 @@ def ort_run(path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]) -> di
     return dict(zip(names, outs, strict=True))
 
 
+def _sinusoid_frequencies(graph: Any) -> frozenset[str]:
+    """Initializers whose every path to an output passes through Cos or Sin: the frequencies of
+    a position encoding (a rotary embedding's inv_freq, a non-persistent buffer nobody trains),
+    whose values the fused graph holds only as the tables they produce."""
+    users: dict[str, list[Any]] = {}
+    for n in graph.node:
+        for x in n.input:
+            users.setdefault(x, []).append(n)
+    outputs = {o.name for o in graph.output}
+
+    def only_through_sinusoids(name: str) -> bool:
+        stack, seen, reached = [name], set(), False
+        while stack:
+            v = stack.pop()
+            if v in outputs:
+                return False
+            for n in users.get(v, []):
+                if n.op_type in ("Cos", "Sin"):
+                    reached = True
+                elif id(n) not in seen:
+                    seen.add(id(n))
+                    stack.extend(n.output)
+        return reached
+
+    return frozenset(
+        t.name
+        for t in graph.initializer
+        if t.data_type in (1, 10, 11) and only_through_sinusoids(t.name)
+    )
+
+
 class OrtWithWeights:
     """The ORIGINAL file in onnxruntime (graph optimizations off, one thread: runs repeat
     bit for bit) with its float initializers listed as graph inputs, so that one session runs the
@@ -190,6 +221,7 @@ class OrtWithWeights:
         if float64:
             model = _widen_to_float64(model)
         g = model.graph
+        self.frequencies = _sinusoid_frequencies(g)
         listed = {i.name for i in g.input}
         self.weights: dict[str, np.ndarray] = {}
         for t in g.initializer:

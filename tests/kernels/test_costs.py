@@ -196,3 +196,27 @@ def test_a_shape_is_costed_once() -> None:
     assert cost_at(k, 8, 4, ctx) is first is kernel_cost(k, 8, 4, "mixed", TINY)
     after = _cost_at.cache_info()
     assert after.misses - before.misses <= 1 and after.hits - before.hits >= 2
+
+
+def test_grouped_kv_heads_hold_and_carry_fewer_keys_and_rotary_adds_its_work() -> None:
+    """Llama's 4 query heads on 2 K/V heads: on one column (hw = 4) the PEs hold kw = 2 K/V
+    heads, the K/V lane carries 2 heads; rotating q and k costs ROTARY_OPS per element."""
+    base = dict(seq=16, heads=4, head_dim=8, causal=True, padding_mask=False)
+    mha = kernel_cost(Kernel("a", KernelKind.ATTENTION, base), 4, 1, "mixed", TINY)
+    gqa_k = Kernel("a", KernelKind.ATTENTION, dict(base, kv_heads=2))
+    gqa = kernel_cost(gqa_k, 4, 1, "mixed", TINY)
+    assert mha.sram.kv == 4 * 4 * (2 * 8 * 2) and gqa.sram.kv == 2 * 4 * (2 * 8 * 2)
+    assert gqa.in_bytes_per_sample == 16 * (4 + 2 * 2) * 8 * 2 < mha.in_bytes_per_sample
+    rope = Kernel("a", KernelKind.ATTENTION, dict(base, kv_heads=2, rotary_dim=8))
+    assert rope.flops_per_sample - gqa_k.flops_per_sample == 3 * 8 * 16 * (4 + 2)
+    # the cos and sin rows of its sh = 4 keys are resident
+    assert kernel_cost(rope, 4, 1, "mixed", TINY).sram.weights == 2 * 4 * 8 * 2
+
+
+def test_gated_linear_holds_both_matrices_and_emits_one_output_per_pair() -> None:
+    p = dict(tokens=8, K=16, N=8, has_bias=False)
+    gated = kernel_cost(Kernel("g", KernelKind.GATED_LINEAR, p), 2, 2, "mixed", TINY)
+    plain = kernel_cost(Kernel("l", KernelKind.LINEAR, dict(p, N=16, activation="",
+                                                            residual=False)), 2, 2, "mixed", TINY)  # fmt: skip
+    assert gated.sram.weights == plain.sram.weights  # K x 2N either way
+    assert gated.out_bytes_per_sample == 8 * 8 * 2 == plain.out_bytes_per_sample // 2

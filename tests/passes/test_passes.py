@@ -340,3 +340,61 @@ def test_a_mask_too_large_to_probe_is_a_one_line_error(monkeypatch, samples_dir,
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines
     assert err.startswith("wsecc: error: fuse-attention:") and "[2, 1, 128, 128]" in err, err
     assert "compile at a shorter --seq" in err
+
+
+RMSNORM = """graph g(%a: f32[2,3,4], %r: f32[2,3,4]) {
+  %two = const f32[] 2.0
+  %eps = const f32[] 9.999999974752427e-07
+  %gamma = const f32[4] [1.0, 2.0, 0.5, 1.5]
+  %x: f32[2,3,4] = add(%a, %r)
+  %p: f32[2,3,4] = pow(%x, %two)
+  %ms: f32[2,3,1] = reduce_mean(%p) {'axes': (2,), 'keepdims': True}
+  %ve: f32[2,3,1] = add(%ms, %eps)
+  %sd: f32[2,3,1] = sqrt(%ve)
+  %rs: f32[2,3,1] = reciprocal(%sd)
+  %n: f32[2,3,4] = mul(%x, %rs)
+  %y: f32[2,3,4] = mul(%n, %gamma)
+  %z: f32[2,3,4] = add(%y, %x)
+  return %z
+}"""
+
+
+def test_fuse_layernorm_rmsnorm_with_residual_sum_used_on():
+    out, _ = apply("fuse-layernorm", RMSNORM)
+    assert body(out) == [
+        "%y: f32[2,3,4], %x: f32[2,3,4] = rms_norm(%a, %r, %gamma) "
+        "{'emit_sum': True, 'epsilon': 9.999999974752427e-07, 'has_skip': True}",
+        "%z: f32[2,3,4] = add(%y, %x)",
+    ]
+
+
+def test_fuse_layernorm_does_not_fire_on_multiplying_by_the_rms():
+    out, ctx = apply("fuse-layernorm", RMSNORM.replace("mul(%x, %rs)", "mul(%x, %sd)"))
+    assert "rms_norm(" not in out
+    assert any("no region from it computes LayerNorm or RMSNorm" in n for n in ctx.notes)
+
+
+SWIGLU = """graph g(%x: f32[2,3,4]) {
+  %wg = const f32[4,2] [[0.5, -1.0], [1.5, 0.25], [-0.5, 2.0], [1.0, -0.75]]
+  %wu = const f32[4,2] [[1.0, 0.5], [-0.25, 1.25], [0.75, -1.5], [2.0, 0.1]]
+  %g: f32[2,3,2] = linear(%x, %wg) {'activation': 'none', 'has_bias': False}
+  %s: f32[2,3,2] = sigmoid(%g)
+  %a: f32[2,3,2] = mul(%g, %s)
+  %u: f32[2,3,2] = linear(%x, %wu) {'activation': 'none', 'has_bias': False}
+  %y: f32[2,3,2] = mul(%a, %u)
+  return %y
+}"""
+
+
+def test_fuse_swiglu_gate_and_up_become_one_gated_linear():
+    out, _ = apply("fuse-swiglu", SWIGLU)
+    assert body(out) == [
+        "%y: f32[2,3,2] = gated_linear(%x, %wg, %wu) {'activation': 'silu', 'has_bias': False}"
+    ]
+
+
+def test_fuse_swiglu_does_not_fire_on_a_sigmoid_gate():
+    # GLU: sigmoid(x W) * (x W'), not SiLU
+    out, ctx = apply("fuse-swiglu", SWIGLU.replace("mul(%a, %u)", "mul(%s, %u)"))
+    assert "gated_linear(" not in out
+    assert any("SiLU" in n for n in ctx.notes)

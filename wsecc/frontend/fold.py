@@ -49,6 +49,11 @@ def fold(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[TensorProto]]:
 
 
 _WEIGHT_ELEMS = 1024  # initializers larger than this are weights, not shape data
+_FOLD_INPUT_ELEMS = 1 << 20
+"""Operands the folder evaluates. The weights are typed inputs while it runs, never operands,
+so what this admits is computed data: rotary tables, cos(positions · inv_freq) over
+[1, S, head_dim] (Llama at S 2048, head dim 128: 262,144 elements), which at the weights'
+1,024 stayed as Cos and Sin of a computed tensor."""
 
 
 def _causes(e: BaseException) -> str:
@@ -99,7 +104,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
             [
                 constant_folding.FoldConstantsPass(
                     shape_inference=True,
-                    input_size_limit=_WEIGHT_ELEMS,
+                    input_size_limit=_FOLD_INPUT_ELEMS,
                     output_size_limit=1 << 20,
                     should_fold=lambda node: None,
                 ),

@@ -169,13 +169,26 @@ class Op(enum.Enum):
     # fused transformer ops (produced by the passes or by onnxruntime-fused input graphs)
     LINEAR = "linear"
     LAYER_NORM = "layer_norm"
+    RMS_NORM = "rms_norm"
+    GATED_LINEAR = "gated_linear"
     GELU = "gelu"
     ATTENTION = "attention"
     EMBEDDING = "embedding"
     LM_HEAD = "lm_head"
 
 
-FUSED_OPS = frozenset({Op.LINEAR, Op.LAYER_NORM, Op.GELU, Op.ATTENTION, Op.EMBEDDING, Op.LM_HEAD})
+FUSED_OPS = frozenset(
+    {
+        Op.LINEAR,
+        Op.GATED_LINEAR,
+        Op.LAYER_NORM,
+        Op.RMS_NORM,
+        Op.GELU,
+        Op.ATTENTION,
+        Op.EMBEDDING,
+        Op.LM_HEAD,
+    }
+)
 
 AttrValue = int | float | str | bool | tuple[Any, ...]
 

@@ -218,9 +218,15 @@ def origin_of(nodes: Iterable[Node]) -> tuple[str, ...]:
 
 
 def region_between(
-    view: GraphView, x: Value, y: Node, allowed: frozenset[Op], max_nodes: int = 32
+    view: GraphView,
+    x: Value,
+    y: Node,
+    allowed: frozenset[Op],
+    max_nodes: int = 32,
+    leaves: frozenset[Value] = frozenset(),
 ) -> list[Node] | None:
-    """The nodes on paths from `x` to `y` (inclusive), if every other operand is a constant.
+    """The nodes on paths from `x` to `y` (inclusive), if every other operand is a constant
+    (or one of `leaves`, values the caller evaluates itself).
 
     None when an ancestor of `y` (short of `x`) is a graph input, an op outside `allowed`, or
     the region grows past `max_nodes`."""
@@ -234,7 +240,7 @@ def region_between(
             return None
         seen.add(n)
         for v in n.inputs:
-            if v is x or v.is_const:
+            if v is x or v.is_const or v in leaves:
                 continue
             p = view.producer.get(v)
             if p is None:

@@ -443,22 +443,167 @@ def layer_norm(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     return [y, s] if a.get("emit_sum") else [y]
 
 
+def _rms_norm_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
+    skip = a["has_skip"]
+    if len(ts) != (3 if skip else 2):
+        raise IRError("rms_norm takes (x, [skip], gamma)")
+    x = ts[0]
+    if ts[-1].shape != (x.shape[-1],):
+        raise IRError(f"rms_norm gamma must be [{x.shape[-1]}]")
+    if skip and _bcast([ts[0], ts[1]]) != x.shape:
+        raise IRError("rms_norm skip must broadcast to x")
+    return [TensorType(x.dtype, x.shape)] * (2 if a.get("emit_sum") else 1)
+
+
+def rms_norm(xs: Arrays, a: Attrs) -> list[np.ndarray]:
+    """s = x (+ skip); y = s / √(mean(s²) + ε) · γ over the last axis (Llama's RMSNorm, T5's
+    LayerNorm). Outputs y, and s too when `emit_sum`."""
+    s = xs[0] + xs[1] if a["has_skip"] else xs[0]
+    ms = (s * s).mean(axis=-1, keepdims=True)
+    y = (s / np.sqrt(ms + np.asarray(a["epsilon"], s.dtype)) * xs[-1]).astype(s.dtype)
+    return [y, s] if a.get("emit_sum") else [y]
+
+
+def _gated_linear_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
+    x, wg, wu = ts[0], ts[1], ts[2]
+    if wg.rank != 2 or wg != wu or x.shape[-1] != wg.shape[0]:
+        raise IRError(
+            f"gated_linear expects x[..., K] and W_gate, W_up [K, N], got {x.shape}, "
+            f"{wg.shape} and {wu.shape}"
+        )
+    if a["has_bias"] != (len(ts) == 5):
+        raise IRError("gated_linear has_bias disagrees with its operand count")
+    if len(ts) == 5 and (ts[3].shape != (wg.shape[1],) or ts[4].shape != (wg.shape[1],)):
+        raise IRError(f"gated_linear biases must be [N={wg.shape[1]}]")
+    if a["activation"] not in GATES:
+        raise IRError(f"gated_linear activation must be one of {GATES}")
+    return [TensorType(_same_dtype(ts), x.shape[:-1] + (wg.shape[1],))]
+
+
+GATES = ("silu",)
+"""Gate activations of `gated_linear`: SwiGLU's SiLU."""
+
+
+def _gated_parts(xs: Arrays) -> tuple[np.ndarray, np.ndarray]:
+    """z_gate = x·W_gate (+ b_gate), z_up = x·W_up (+ b_up)."""
+    zg, zu = _matmul(xs[0], xs[1]), _matmul(xs[0], xs[2])
+    if len(xs) == 5:
+        zg, zu = zg + xs[3], zu + xs[4]
+    return zg, zu
+
+
+def silu(z: np.ndarray) -> np.ndarray:
+    """z·σ(z), in float64, rounded to z's dtype."""
+    z64 = z.astype(np.float64)
+    return (z64 * special.expit(z64)).astype(z.dtype)
+
+
+def gated_linear(xs: Arrays, a: Attrs) -> list[np.ndarray]:
+    """y = silu(x·W_gate + b_gate) · (x·W_up + b_up): the gated half of a SwiGLU MLP (its down
+    projection is a Linear)."""
+    zg, zu = _gated_parts(xs)
+    return [(silu(zg) * zu).astype(xs[0].dtype)]
+
+
+def _gated_linear_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    """dz_up = g·silu(z_gate); dz_gate = g·z_up·σ(z_gate)·(1 + z_gate·(1 − σ(z_gate))); then
+    each as a Linear's: dx sums both, dW = xᵀ·dz, db = Σ dz."""
+    x, wg, wu, g = xs[0], xs[1], xs[2], gs[0]
+    zg, zu = _gated_parts(xs)
+    sg = special.expit(zg.astype(np.float64))
+    dzu = (g * silu(zg)).astype(g.dtype)
+    dzg = (g * zu * sg * (1 + zg * (1 - sg))).astype(g.dtype)
+    k, n = wg.shape
+    x2 = x.reshape(-1, k).T
+    dzg2, dzu2 = dzg.reshape(-1, n), dzu.reshape(-1, n)
+    out: list[np.ndarray | None] = [
+        _matmul(dzg, wg.T) + _matmul(dzu, wu.T),
+        _matmul(x2, dzg2),
+        _matmul(x2, dzu2),
+    ]
+    return out + ([dzg2.sum(axis=0), dzu2.sum(axis=0)] if len(xs) == 5 else [])
+
+
+def _rms_norm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    """With r = 1/√(mean(s²) + ε), x̂ = s·r: dγ = Σ g·x̂ and ds = r·(ĝ − x̂·mean(ĝ·x̂)) with
+    ĝ = g·γ, plus the emitted sum's own cotangent."""
+    s = xs[0] + xs[1] if a["has_skip"] else xs[0]
+    gamma, g = xs[-1], gs[0]
+    r = 1 / np.sqrt((s * s).mean(axis=-1, keepdims=True) + np.asarray(a["epsilon"], s.dtype))
+    xhat = s * r
+    gh = g * gamma
+    ds = r * (gh - xhat * (gh * xhat).mean(axis=-1, keepdims=True))
+    if a.get("emit_sum"):
+        ds = ds + gs[1]
+    dgamma = (g * xhat).reshape(-1, gamma.shape[0]).sum(axis=0)
+    parts = [xs[0], xs[1]] if a["has_skip"] else [xs[0]]
+    return [_unbroadcast(ds, x.shape) for x in parts] + [dgamma]
+
+
+ROTARY = ("none", "half", "interleaved")
+"""Rotary position embedding forms: none; rotate-half (Llama, GPT-NeoX: the two halves of the
+rotated dims pair up); interleaved (GPT-J: neighbours 2i, 2i+1 pair up)."""
+
+
 def _attention_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     h, dh = a["num_heads"], a["head_dim"]
+    kvh = int(a["kv_heads"]) if "kv_heads" in a else int(h)
+    if kvh < 1 or h % kvh:
+        raise IRError(f"attention kv_heads {kvh} does not divide num_heads {h}")
     q, k, v = ts[0], ts[1], ts[2]
-    for t, off in ((q, a["q_offset"]), (k, a["k_offset"]), (v, a["v_offset"])):
-        if t.rank != 3 or t.shape[-1] < off + h * dh:
-            raise IRError(f"attention operand {t.shape} has no {h}x{dh} columns at offset {off}")
+    for t, off, n in ((q, a["q_offset"], h), (k, a["k_offset"], kvh), (v, a["v_offset"], kvh)):
+        if t.rank != 3 or t.shape[-1] < off + n * dh:
+            raise IRError(f"attention operand {t.shape} has no {n}x{dh} columns at offset {off}")
     mask = a["mask"]
     if mask not in ("none", "key_padding", "key_length"):
         raise IRError(f"attention mask kind {mask!r} unknown")
-    if (mask != "none") != (len(ts) == 4):
-        raise IRError("attention mask kind disagrees with its operand count")
+    rotary = a.get("rotary", "none")
+    if rotary not in ROTARY:
+        raise IRError(f"attention rotary form {rotary!r} unknown")
+    if len(ts) != 3 + (mask != "none") + 2 * (rotary != "none"):
+        raise IRError("attention mask kind or rotary form disagrees with its operand count")
     if mask == "key_padding" and ts[3].shape != (q.shape[0], k.shape[1]):
         raise IRError(f"attention key_padding mask must be [B, S_kv], got {ts[3].shape}")
     if mask == "key_length" and ts[3].shape != (q.shape[0],):
         raise IRError(f"attention key_length mask must be [B], got {ts[3].shape}")
+    if rotary != "none":
+        rd = a["rotary_dim"]
+        if rd < 2 or rd % 2 or rd > dh:
+            raise IRError(f"attention rotary_dim {rd} is not even and within head_dim {dh}")
+        for t in ts[-2:]:
+            if t.shape != (q.shape[1], dh):
+                raise IRError(f"attention rotary tables must be [S, head_dim], got {t.shape}")
     return [TensorType(q.dtype, (q.shape[0], q.shape[1], h * dh))]
+
+
+def attention_mask_operand(xs: Sequence[Any], a: Attrs) -> Any:
+    """The mask operand of an attention's inputs (q, k, v, [mask], [cos, sin]), or None."""
+    return xs[3] if a["mask"] != "none" else None
+
+
+def rotate(x: np.ndarray, form: str, rd: int) -> np.ndarray:
+    """The rotary partner of each of the first `rd` features of x[..., dh], signed (zero beyond
+    rd): rotate-half (-x2, x1) over the halves of x[..., :rd]; interleaved (-x[2i+1], x[2i])."""
+    out = np.zeros_like(x)
+    r = x[..., :rd]
+    if form == "half":
+        out[..., : rd // 2] = -r[..., rd // 2 :]
+        out[..., rd // 2 : rd] = r[..., : rd // 2]
+    else:
+        out[..., 0:rd:2] = -r[..., 1::2]
+        out[..., 1:rd:2] = r[..., 0::2]
+    return out
+
+
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, form: str, rd: int) -> np.ndarray:
+    """Rotary embedding of x[B, h, S, dh] with tables [S, dh]: x·cos + rotate(x)·sin (the
+    exporters' order of operations; cos is 1 and sin 0 on dims beyond rotary_dim)."""
+    return x * cos + rotate(x, form, rd) * sin
+
+
+def _rope_vjp(g: np.ndarray, cos: np.ndarray, sin: np.ndarray, form: str, rd: int) -> np.ndarray:
+    """rotate is a rotation by 90 degrees in each pair, so its transpose is -rotate."""
+    return g * cos - rotate(g * sin, form, rd)
 
 
 def attention_keep(a: Attrs, b: int, sq: int, sk: int, mask: np.ndarray | None) -> np.ndarray:
@@ -501,18 +646,35 @@ def attention(xs: Arrays, a: Attrs) -> list[np.ndarray]:
 def _attention_probs(
     xs: Arrays, a: Attrs
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per-head q, k, v [B, h, S, dh], the kept pairs [B, 1, Sq, Sk] and the probabilities."""
-    h, dh = a["num_heads"], a["head_dim"]
-    q = split_heads(xs[0], a["q_offset"], h, dh)
-    k = split_heads(xs[1], a["k_offset"], h, dh)
-    v = split_heads(xs[2], a["v_offset"], h, dh)
+    """Per-head q, k, v [B, h, S, dh] (rotated, K/V heads repeated to h), the kept pairs
+    [B, 1, Sq, Sk] and the probabilities."""
+    q, k, v = attention_heads_of(xs, a)
     scores = _matmul(q, k.transpose(0, 1, 3, 2)) * np.asarray(a["scale"], q.dtype)
-    keep = attention_keep(a, q.shape[0], q.shape[2], k.shape[2], xs[3] if len(xs) == 4 else None)
+    keep = attention_keep(a, q.shape[0], q.shape[2], k.shape[2], attention_mask_operand(xs, a))
     scores = np.where(keep, scores, np.asarray(a["fill"], q.dtype))
     p = softmax(scores, axis=-1).astype(q.dtype)
     if a.get("nan_to_zero"):
         p = np.where(np.isnan(p), np.zeros((), p.dtype), p)
     return q, k, v, keep, p
+
+
+def attention_heads_of(
+    xs: Sequence[np.ndarray], a: Attrs
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q, k, v [B, h, S, dh] as the scores use them: split into heads, q and k rotated (when
+    `rotary`), each of the kv_heads K/V heads repeated for its h / kv_heads query heads."""
+    h, dh = a["num_heads"], a["head_dim"]
+    kvh = int(a["kv_heads"]) if "kv_heads" in a else int(h)
+    q = split_heads(xs[0], a["q_offset"], h, dh)
+    k = split_heads(xs[1], a["k_offset"], kvh, dh)
+    v = split_heads(xs[2], a["v_offset"], kvh, dh)
+    if a.get("rotary", "none") != "none":
+        cos, sin = xs[-2], xs[-1]
+        q = rope(q, cos, sin, a["rotary"], a["rotary_dim"])
+        k = rope(k, cos, sin, a["rotary"], a["rotary_dim"])
+    if kvh != h:
+        k, v = np.repeat(k, h // kvh, axis=1), np.repeat(v, h // kvh, axis=1)
+    return q, k, v
 
 
 def merge_heads(o: np.ndarray) -> np.ndarray:
@@ -792,9 +954,13 @@ def _layer_norm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.nda
 def _attention_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
     """dV = pᵀ·dO; dp = dO·Vᵀ; d scores = p·(dp − Σ dp·p), zero where a pair is not kept (the
     fill is a constant) and where `nan_to_zero` zeroed p; dQ = scale·d scores·K and
-    dK = scale·d scoresᵀ·Q. Each lands in its source's columns; the mask gets None."""
+    dK = scale·d scoresᵀ·Q. Repeated K/V heads sum back into their K/V head, rotated q and k
+    rotate back (`_rope_vjp`). Each lands in its source's columns; the mask gets None, the
+    rotary tables d cos = Σ dq'·q + dk'·k and d sin = Σ dq'·rotate(q) + dk'·rotate(k) over batch
+    and heads (dq', dk' the cotangents of the rotated q and k)."""
     q, k, v, keep, p = _attention_probs(xs, a)
     h, dh = a["num_heads"], a["head_dim"]
+    kvh = int(a["kv_heads"]) if "kv_heads" in a else int(h)
     b, s, _ = gs[0].shape
     do = gs[0].reshape(b, s, h, dh).transpose(0, 2, 1, 3)
     dv = _matmul(p.transpose(0, 1, 3, 2), do)
@@ -803,6 +969,22 @@ def _attention_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndar
     scale = np.asarray(a["scale"], dscores.dtype)
     dq = _matmul(dscores, k) * scale
     dk = _matmul(dscores.transpose(0, 1, 3, 2), q) * scale
+    if kvh != h:
+        dk = dk.reshape(b, kvh, h // kvh, *dk.shape[2:]).sum(axis=2)
+        dv = dv.reshape(b, kvh, h // kvh, *dv.shape[2:]).sum(axis=2)
+    rotary = a.get("rotary", "none")
+    tables: list[np.ndarray | None] = []
+    if rotary != "none":
+        cos, sin, rd = xs[-2], xs[-1], a["rotary_dim"]
+        q0 = split_heads(xs[0], a["q_offset"], h, dh)  # before rotation
+        k0 = split_heads(xs[1], a["k_offset"], kvh, dh)
+        tables = [
+            (dq * q0).sum(axis=(0, 1)) + (dk * k0).sum(axis=(0, 1)),
+            (dq * rotate(q0, rotary, rd)).sum(axis=(0, 1))
+            + (dk * rotate(k0, rotary, rd)).sum(axis=(0, 1)),
+        ]
+        dq = _rope_vjp(dq, cos, sin, rotary, rd)
+        dk = _rope_vjp(dk, cos, sin, rotary, rd)
     out: list[np.ndarray | None] = []
     for src, off, heads in (
         (xs[0], "q_offset", dq),
@@ -810,9 +992,9 @@ def _attention_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndar
         (xs[2], "v_offset", dv),
     ):
         d = np.zeros(src.shape, heads.dtype)
-        d[:, :, a[off] : a[off] + h * dh] = merge_heads(heads)
+        d[:, :, a[off] : a[off] + heads.shape[1] * dh] = merge_heads(heads)
         out.append(d)
-    return out + ([None] if len(xs) == 4 else [])
+    return out + [None] * (len(xs) - 3 - len(tables)) + tables
 
 
 def _embedding_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
@@ -958,7 +1140,9 @@ RULES: dict[Op, Rule] = {
     Op.LM_HEAD: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LAYER_NORM: Rule(3, 4, _layer_norm_infer, layer_norm, _layer_norm_vjp),
     Op.GELU: Rule(1, 1, _gelu_infer, lambda xs, a: [gelu(xs[0], a["approximate"])], _gelu_vjp),
-    Op.ATTENTION: Rule(3, 4, _attention_infer, attention, _attention_vjp),
+    Op.RMS_NORM: Rule(2, 3, _rms_norm_infer, rms_norm, _rms_norm_vjp),
+    Op.GATED_LINEAR: Rule(3, 5, _gated_linear_infer, gated_linear, _gated_linear_vjp),
+    Op.ATTENTION: Rule(3, 6, _attention_infer, attention, _attention_vjp),
     Op.EMBEDDING: Rule(2, 16, _embedding_infer, embedding, _embedding_vjp),
 }
 

@@ -66,6 +66,8 @@ class KernelKind(enum.StrEnum):
     LINEAR = "linear"
     ATTENTION = "attention"
     LAYERNORM = "layernorm"
+    RMSNORM = "rmsnorm"
+    GATED_LINEAR = "gated_linear"
     SOFTMAX = "softmax"
     ELEMENTWISE = "elementwise"
     EMBEDDING = "embedding"
@@ -131,7 +133,12 @@ class Kernel:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", KernelKind(self.kind))
-        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        from wsecc.kernels.kinds import KINDS  # the kinds import this module
+
+        params = dict(self.params)
+        if self.kind in KINDS:
+            params = {**KINDS[self.kind].defaults(params), **params}
+        object.__setattr__(self, "params", MappingProxyType(params))
         object.__setattr__(self, "provenance", tuple(self.provenance))
 
     @property

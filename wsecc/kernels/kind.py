@@ -3,7 +3,8 @@
 Every fact about a kind lives in its `KindDef`, written once in `wsecc.kernels.kinds.<family>`:
 
     params        the typed parameters (name -> check tag of `PARAM_CHECKS`), and `check` for
-                  constraints between them
+                  constraints between them; `defaults` for params a kernel may leave out (added
+                  later than the kind: kernels saved before them still load)
     flops         work per sample (vector ops count as flops): sizing's ceiling, utilization and
                   the report's FLOPs all read this one formula
     weight_elems  resident weight elements
@@ -55,6 +56,10 @@ PARAM_CHECKS: Mapping[str, tuple[Callable[[Any], bool], str]] = MappingProxyType
 
 def no_check(p: Params) -> str:
     return ""
+
+
+def no_defaults(p: Params) -> Params:
+    return {}
 
 
 def one_of(param: str, table: Mapping[str, int]) -> Callable[[Params], str]:
@@ -111,6 +116,7 @@ class KindDef:
     shapes: ShapesFn | None = None
     frontier: FrontierFn | None = None
     check: Callable[[Params], str] = no_check
+    defaults: Callable[[Params], Params] = no_defaults
     lowers: frozenset[Op] = frozenset()
     lower: LoweringFn | None = None
     grad: GradRule | None = None

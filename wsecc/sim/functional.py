@@ -23,7 +23,8 @@ What is emulated, per kernel kind
         sums in key order); the partials are merged down the column row by row (online
         softmax: m = max(m, m_i), l = l e^(m_old - m) + l_i e^(m_i - m), same for acc) and
         normalised at the bottom, out = acc / l. Heads and query groups over columns change no
-        arithmetic.
+        arithmetic. Rotary: q and k rotated (x cos + rotate(x) sin, in float32, rounded to
+        storage) before scoring; grouped K/V heads read once per query head they serve.
     layernorm   the feature dim split over the w columns (dw = cdiv(dim, w)). Each PE sums its
         features in order; the per-PE sums are combined along the region row in column order
         (column 0 first). Two such row reductions: sum x gives the mean, then sum (x - mean)^2 the
@@ -31,6 +32,10 @@ What is emulated, per kernel kind
         the two-pass form has the same counts and, unlike sum x^2 - mean^2, does not cancel when
         |mean| >> std.) With a skip input, s = x + skip is formed in the accumulate type and
         normalised from there; only the emitted copy (the residual stream) is rounded to storage.
+    rmsnorm     as layernorm, one row reduction: sum x^2 gives the mean square.
+    gated_linear   linear's tiles over W_gate and W_up interleaved column by column (a gate
+        column and its up column on one PE column), the same summation order; silu(gate) * up
+        on the finished pair, in float32.
     softmax     row-wise like layernorm: per-PE max (exact in any order), then per-PE sums of
         exp(x - max) combined in column order.
     embedding   the tables, stacked, tiled vocab over the h rows (vh = cdiv(vocab, h)) and dim
@@ -92,7 +97,9 @@ from wsecc.ir.rules import (
     ACTIVATIONS,
     GELU_TANH_C,
     attention_keep,
+    attention_mask_operand,
     evaluate_op,
+    rope,
     split_heads,
 )
 from wsecc.kernels import KernelGraph, KernelKind, KernelSizing, Sizing, precision
@@ -373,6 +380,36 @@ def _linear(b: _Build) -> Run:
     return run
 
 
+def _gated_linear(b: _Build) -> Run:
+    """gated_linear: `_linear`'s tiles over W_gate and W_up side by side, column j of each on
+    the same PE column (interleaved: weight column 2j is W_gate's j, 2j + 1 W_up's), summed in
+    the same fabric order; the epilogue silu(gate) * up, in float32, on the finished pairs."""
+    b.expect(Op.GATED_LINEAR)
+    wg, wu = b.resident(1), b.resident(2)
+    K, N = wg.shape
+    W = np.empty((K, 2 * N), np.float32)
+    W[:, 0::2], W[:, 1::2] = wg, wu
+    h, w = b.region.h, b.region.w
+    x = b.node.inputs[0].type
+    tiles = _MatmulTiles.of(W, h, w, x.size // x.shape[-1], b.fault)
+    has_bias = len(b.node.inputs) == 5
+    ar, shape = b.ar, b.node.output.type.shape
+
+    def run(args: Arrays) -> list[np.ndarray]:
+        x = args[0].reshape(-1, args[0].shape[-1])
+        bias = None
+        if has_bias:
+            bias = np.empty(2 * N, np.float32)
+            bias[0::2], bias[1::2] = args[3], args[4]
+        y = _tiled_linear(x, tiles, ar, bias, "none")
+        g, u = y[:, 0::2], y[:, 1::2]
+        with np.errstate(over="ignore"):  # exp(-g) is inf for g < -88: silu is then -0
+            out = ar.acc(g / (np.float32(1) + np.exp(-g)))
+        return [ar.store(ar.acc(out * u)).reshape(shape)]
+
+    return run
+
+
 def _attention(b: _Build) -> Run:
     """attention_cost's mapping: keys cyclic over the rows, per-PE online-softmax partials merged
     down the column in row order, normalised at the bottom (`wsecc.sim.compiled.attention_heads`,
@@ -384,13 +421,26 @@ def _attention(b: _Build) -> Run:
     if ar.half_accum and np.isfinite(fill):
         fill = np.maximum(fill, np.float32(np.finfo(np.float16).min))
 
+    Hk = a.get("kv_heads", H)
+    rotary = a.get("rotary", "none")
+    n_in = len(b.node.inputs)
+    cos, sin = (b.resident(n_in - 2), b.resident(n_in - 1)) if rotary != "none" else (None, None)
+
+    def rotated(x: np.ndarray) -> np.ndarray:
+        if cos is None or sin is None:
+            return x
+        return ar.store(ar.acc(rope(x, cos, sin, rotary, a["rotary_dim"])))
+
     def run(args: Arrays) -> list[np.ndarray]:
-        q = split_heads(args[0], a["q_offset"], H, dh)  # [B, H, Sq, d]
-        k = np.ascontiguousarray(split_heads(args[1], a["k_offset"], H, dh))
-        v = np.ascontiguousarray(split_heads(args[2], a["v_offset"], H, dh))
+        q = rotated(split_heads(args[0], a["q_offset"], H, dh))  # [B, H, Sq, d]
+        k = rotated(split_heads(args[1], a["k_offset"], Hk, dh))
+        v = split_heads(args[2], a["v_offset"], Hk, dh)
+        if Hk != H:  # each K/V head serves H / Hk query heads: held once per column, read by each
+            k, v = np.repeat(k, H // Hk, axis=1), np.repeat(v, H // Hk, axis=1)
+        k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
         B, _, Sq, _ = q.shape
         Sk = k.shape[2]
-        keep = attention_keep(a, B, Sq, Sk, args[3] if len(args) == 4 else None)
+        keep = attention_keep(a, B, Sq, Sk, attention_mask_operand(args, a))
         qs = np.ascontiguousarray(ar.store(q * np.float32(a["scale"])))
         out = np.empty((B, Sq, H, dh), np.float32)
         heads = functools.partial(
@@ -399,6 +449,26 @@ def _attention(b: _Build) -> Run:
         )  # fmt: skip
         _on_threads(heads, B * H, work=B * H * Sq * Sk * dh)
         return [out.reshape(B, Sq, H * dh)]
+
+    return run
+
+
+def _rmsnorm(b: _Build) -> Run:
+    """rmsnorm_cost's mapping: features over the columns; the mean of squares a per-PE sum
+    combined along the region row in column order (as layernorm's), in the accumulate type."""
+    b.expect(Op.RMS_NORM)
+    eps = np.float32(b.node.attr("epsilon"))
+    skip, emit = b.node.attr("has_skip"), b.node.attr("emit_sum")
+    cols, ar = b.region.w, b.ar
+
+    def run(args: Arrays) -> list[np.ndarray]:
+        shape = args[0].shape
+        x = np.asarray(args[0], np.float32).reshape(-1, shape[-1])
+        s = ar.acc(x + np.asarray(args[1], np.float32).reshape(x.shape)) if skip else x
+        ms = ar.acc(_row_reduce(ar.acc(s * s), cols, ar) / np.float32(shape[-1]))
+        rms = ar.acc(np.sqrt(ms + eps))
+        y = ar.store(ar.acc(s / rms[:, None]) * _vector(args[-1]))
+        return [y.reshape(shape)] + ([ar.store(s).reshape(shape)] if emit else [])
 
     return run
 

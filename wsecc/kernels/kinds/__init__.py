@@ -1,8 +1,8 @@
 """Every kernel kind, each defined once (`wsecc.kernels.kind.KindDef`).
 
-    matmul.py     linear, lm_head
+    matmul.py     linear, gated_linear, lm_head
     attention.py  attention
-    rowwise.py    layernorm, softmax, elementwise
+    rowwise.py    layernorm, rmsnorm, softmax, elementwise
     embedding.py  embedding
     generic.py    generic (lowering's fallback)
     contest.py    conv, dblock, cblock (the ISPD 2020 contest)
@@ -23,17 +23,19 @@ from wsecc.kernels.kinds.attention import ATTENTION
 from wsecc.kernels.kinds.contest import CBLOCK, CONV, DBLOCK
 from wsecc.kernels.kinds.embedding import EMBEDDING
 from wsecc.kernels.kinds.generic import GENERIC, lower_generic
-from wsecc.kernels.kinds.matmul import LINEAR, LM_HEAD
-from wsecc.kernels.kinds.rowwise import ELEMENTWISE, LAYERNORM, SOFTMAX
+from wsecc.kernels.kinds.matmul import GATED_LINEAR, LINEAR, LM_HEAD
+from wsecc.kernels.kinds.rowwise import ELEMENTWISE, LAYERNORM, RMSNORM, SOFTMAX
 
 KINDS: Mapping[KernelKind, KindDef] = MappingProxyType(
     {
         d.kind: d
         for d in (
             LINEAR,
+            GATED_LINEAR,
             LM_HEAD,
             ATTENTION,
             LAYERNORM,
+            RMSNORM,
             SOFTMAX,
             ELEMENTWISE,
             EMBEDDING,

@@ -1,5 +1,6 @@
-"""`attention`: softmax(Q K^T / sqrt(d) + mask) V over `heads` heads; the projections are linear
-kernels."""
+"""`attention`: softmax(Q K^T / sqrt(d) + mask) V over `heads` heads, K and V from `kv_heads`
+heads (grouped-query attention when fewer), q and k rotated first when `rotary_dim` > 0 (rotary
+position embedding); the projections are linear kernels."""
 
 from __future__ import annotations
 
@@ -12,6 +13,14 @@ SCORE_OPS = 3 + TRANSCENDENTAL_OPS
 """Per attention score: running max (1), s - max (1), exp (8), running sum (1) = 11.
 The 1/sqrt(d) scale is folded into Q; a padding mask adds 1 op (an add) per score."""
 
+ROTARY_OPS = 3
+"""Per rotated element: x cos (1), rotate(x) sin (1; rotate is a signed move), the sum (1)."""
+
+
+def _rotated(p: Params) -> int:
+    """Elements rotated per sample: the rotary dims of every query and key head."""
+    return int(p["rotary_dim"]) * int(p["seq"]) * (int(p["heads"]) + int(p["kv_heads"]))
+
 
 def attention_pairs(seq: int, causal: bool) -> int:
     """(query, key) pairs of one head: seq^2, or seq (seq + 1) / 2 under a causal mask."""
@@ -21,13 +30,17 @@ def attention_pairs(seq: int, causal: bool) -> int:
 def _flops(p: Params) -> int:
     heads, seq, d = int(p["heads"]), int(p["seq"]), int(p["head_dim"])
     per_pair = 4 * d + SCORE_OPS + int(p["padding_mask"])  # QK^T 2d, PV 2d, softmax
-    return heads * attention_pairs(seq, bool(p["causal"])) * per_pair + heads * seq * d
+    pairs = heads * attention_pairs(seq, bool(p["causal"]))
+    return pairs * per_pair + heads * seq * d + ROTARY_OPS * _rotated(p)
 
 
 def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
-    """softmax(Q K^T + mask) V for H heads of dimension d over S tokens (online softmax).
+    """softmax(Q K^T + mask) V for H heads of dimension d over S tokens (online softmax), K and V
+    from Hk = kv_heads heads (each serving g_kv = H / Hk query heads), q and k rotated first over
+    their first rd = rotary_dim dims when rd > 0.
 
-    Mapping: heads split over columns, hw = cdiv(H, w) per column. When w > H, g = w // H
+    Mapping: heads split over columns, hw = cdiv(H, w) per column, which need
+    kw = cdiv(hw, g_kv) K/V heads (at least 1). When w > H, g = w // H
     columns share each head as query groups (each holds the head's K/V, sees every g-th query).
     A head's keys and values for the whole sequence are spread over the column's rows,
     cyclically (key j on row j mod h), sh = cdiv(S, h) per PE: K/V for the whole sequence stay
@@ -39,23 +52,31 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     cdiv(sq (sh + 1), 2) of its pairs (= sq sh / 2 + sq / 2). A causal decoder needs one K/V set
     (a sample's keys are all used before the next sample's arrive, token order); a bidirectional
     encoder double-buffers it (kv_sets = 2) to load sample n+1 while sample n's queries run.
+    Rotary (rot = rd > 0): each PE rotates its resident keys once per sample, keeping the cos and
+    sin rows of those keys' positions; a query chunk's cos and sin rows travel down the column
+    with it, and the column's first row rotates the queries (ROTARY_OPS per element).
 
-        kv      = kv_sets hw sh (2 d sb + mask sb)         keys, values, additive mask
+        kv      = kv_sets kw sh (2 d sb + mask sb)         keys, values, additive mask
+        weights = rot 2 sh rd sb                           cos and sin rows of its keys
         buffers = 2 c hw d sb                              double-buffered query chunk
+                + rot 2 c 2 rd sb                          the chunk's cos and sin rows
                 + c sh ab                                  scores of one head for one chunk
                 + 2 c hw (d + 2) ab                        double-buffered partials
         pairs   = hw cdiv(sq (sh + 1), 2) if causal else hw sq sh
         compute = cdiv(4 d pairs, f)                       Q K^T and P V
                 + cdiv((SCORE_OPS + mask) pairs, v)        online softmax per score
                 + cdiv(hw sq (red 2 (d + 2) + d), v)       merge partials, normalise
-        link    = max(cdiv(sq hw d sb, L),                 query lane (= output lane) per column
-                      cdiv(2 sh H d sb, L),                K/V lane per row
+                + rot cdiv(ROTARY_OPS rd (sq hw + sh kw), v)   rotate queries and keys
+        link    = max(cdiv(sq (hw d + rot 2 rd) sb, L),    query lane (and its table rows)
+                      cdiv(2 sh Hk d sb, L),               K/V lane per row
                       red cdiv(sq hw (d + 2) ab, L))       partials lane per column
     """
     S, H, d = p["seq"], p["heads"], p["head_dim"]
-    causal, mask = p["causal"], int(p["padding_mask"])
+    Hk, rd = p["kv_heads"], p["rotary_dim"]
+    causal, mask, rot = p["causal"], int(p["padding_mask"]), int(rd > 0)
     sb, ab, L = ctx.sb, ctx.ab, ctx.L
     hw, g = cdiv(H, w), max(1, w // H)
+    kw = max(1, cdiv(hw, H // Hk))
     sq, sh = cdiv(S, g), cdiv(S, h)
     c = ctx.chunk(sq)
     red = int(h > 1)
@@ -64,18 +85,22 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     return ctx.cost(
         h,
         w,
-        weights=0,
-        kv=kv_sets * hw * sh * (2 * d * sb + mask * sb),
-        buffers=2 * c * hw * d * sb + c * sh * ab + 2 * c * hw * (d + 2) * ab,
+        weights=rot * 2 * sh * rd * sb,
+        kv=kv_sets * kw * sh * (2 * d * sb + mask * sb),
+        buffers=2 * c * hw * d * sb
+        + rot * 4 * c * rd * sb
+        + c * sh * ab
+        + 2 * c * hw * (d + 2) * ab,
         compute=cdiv(4 * d * pairs, ctx.f)
         + cdiv((SCORE_OPS + mask) * pairs, ctx.v)
-        + cdiv(hw * sq * (red * 2 * (d + 2) + d), ctx.v),
+        + cdiv(hw * sq * (red * 2 * (d + 2) + d), ctx.v)
+        + rot * cdiv(ROTARY_OPS * rd * (sq * hw + sh * kw), ctx.v),
         link=max(
-            cdiv(sq * hw * d * sb, L),
-            cdiv(2 * sh * H * d * sb, L),
+            cdiv(sq * (hw * d + rot * 2 * rd) * sb, L),
+            cdiv(2 * sh * Hk * d * sb, L),
             red * cdiv(sq * hw * (d + 2) * ab, L),
         ),
-        in_bytes=3 * S * H * d * sb + mask * S * sb,
+        in_bytes=S * (H + 2 * Hk) * d * sb + mask * S * sb,
         out_bytes=S * H * d * sb,
     )
 
@@ -91,7 +116,9 @@ def _lower(n: Node, b: int) -> dict[str, object]:
     return {
         "seq": n.inputs[0].type.shape[1],
         "heads": n.attr("num_heads"),
+        "kv_heads": n.attr("kv_heads", n.attr("num_heads")),
         "head_dim": n.attr("head_dim"),
+        "rotary_dim": n.attr("rotary_dim", 0),
         "causal": bool(n.attr("causal")),
         "padding_mask": n.attr("mask") != "none",
     }
@@ -101,10 +128,21 @@ def _grad_flops(p: Params) -> int:
     """FlashAttention's backward: the forward keeps Q, K, V, O and each row's log-sum-exp, not
     the probabilities, so per (query, key) pair it recomputes s = q.k (2d) and p = exp(s - lse)
     (1 + TRANSCENDENTAL_OPS), then dV += p dO (2d), dP = dO.v (2d), dS = p (dP - D) (2),
-    dQ += dS k (2d), dK += dS q (2d); D = rowsum(dO * O) costs 2d per query."""
+    dQ += dS k (2d), dK += dS q (2d); D = rowsum(dO * O) costs 2d per query. Rotated q and k
+    rotate their gradients back (ROTARY_OPS per element); grouped K/V heads sum their query
+    heads' dK and dV (an add per element, in the dK/dV accumulation above)."""
     heads, seq, d = int(p["heads"]), int(p["seq"]), int(p["head_dim"])
     per_pair = 10 * d + 3 + TRANSCENDENTAL_OPS + int(p["padding_mask"])
-    return heads * attention_pairs(seq, bool(p["causal"])) * per_pair + 2 * heads * seq * d
+    pairs = heads * attention_pairs(seq, bool(p["causal"]))
+    return pairs * per_pair + 2 * heads * seq * d + ROTARY_OPS * _rotated(p)
+
+
+def _check(p: Params) -> str:
+    if p["heads"] % p["kv_heads"]:
+        return f"kv_heads {p['kv_heads']} does not divide heads {p['heads']}"
+    if p["rotary_dim"] > p["head_dim"] or p["rotary_dim"] % 2:
+        return f"rotary_dim {p['rotary_dim']} is not even and within head_dim {p['head_dim']}"
+    return ""
 
 
 ATTENTION = KindDef(
@@ -112,7 +150,9 @@ ATTENTION = KindDef(
     params={
         "seq": "int+",
         "heads": "int+",
+        "kv_heads": "int+",
         "head_dim": "int+",
+        "rotary_dim": "int0",
         "causal": "bool",
         "padding_mask": "bool",
     },
@@ -125,12 +165,16 @@ ATTENTION = KindDef(
     # keys cyclic over rows; heads (or query groups of one head) of equal size over columns
     tile_split=("seq", None),
     cyclic_rows=True,
+    check=_check,
+    # kernels made before grouped K/V heads and rotary embeddings: one K/V head per head
+    defaults=lambda p: {"kv_heads": p.get("heads", 1), "rotary_dim": 0},
     lowers=frozenset({Op.ATTENTION}),
     lower=_lower,
     grad=GradRule(
         flops=_grad_flops,
-        # Q, K, V and O, and one log-sum-exp per query and head
-        saved_elems=lambda p: p["heads"] * p["seq"] * (4 * p["head_dim"] + 1),
+        # Q, O and one log-sum-exp per query and head; K and V per K/V head
+        saved_elems=lambda p: p["seq"]
+        * (p["heads"] * (2 * p["head_dim"] + 1) + 2 * p["kv_heads"] * p["head_dim"]),
     ),
     simulate="wsecc.sim.functional:_attention",
 )

@@ -1,4 +1,5 @@
-"""Matmul kinds: `linear` (a fused Linear with its epilogue) and `lm_head`."""
+"""Matmul kinds: `linear` (a fused Linear with its epilogue), `gated_linear` (SwiGLU's gate and
+up projections with silu(gate) * up as their epilogue) and `lm_head`."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def matmul_cost(
     bias: bool = False,
     act_ops: int = 0,
     residual: bool = False,
+    gated: bool = False,
 ) -> KernelCost:
     """y[M,N] = act(x[M,K] W[K,N] + b) + r, weights resident, K split over rows, N over columns.
 
@@ -65,9 +67,16 @@ def matmul_cost(
                        red cdiv(M nw ab, L),    partial sums along a column (≈ one per output)
                        cdiv(M nw sb, L))        output lane down a column
     where red = 1 if h > 1 else 0.
+
+    `gated` (gated_linear): W holds two matrices side by side, W_gate and W_up [K, N] each, their
+    columns paired on the same PE column (column j of both on one PE), so N outputs take
+    2 cdiv(N, w) weight columns per PE column: nw and own count weight columns (MACs, partial
+    sums, weights), and a finished pair gives one output — the epilogue (`act_ops` per output)
+    runs on own / 2 outputs and the output lane carries nw / 2 per row of x.
     """
     sb, ab, c = ctx.sb, ctx.ab, ctx.chunk(M)
-    kh, nw = cdiv(K, h), cdiv(N, w)
+    pair = 1 + int(gated)
+    kh, nw = cdiv(K, h), pair * cdiv(N, w)
     own = cdiv(nw, h)
     red = int(h > 1)
     epilogue = int(bias) + act_ops + int(residual)
@@ -76,9 +85,11 @@ def matmul_cost(
         w,
         weights=(kh * nw + int(bias) * own) * sb,
         buffers=2 * c * kh * sb + 2 * c * nw * ab + int(residual) * 2 * c * own * sb,
-        compute=cdiv(2 * M * kh * nw, ctx.f) + cdiv(M * own * epilogue, ctx.v),
+        compute=cdiv(2 * M * kh * nw, ctx.f) + cdiv(M * cdiv(own, pair) * epilogue, ctx.v),
         link=max(
-            cdiv(M * kh * sb, ctx.L), red * cdiv(M * nw * ab, ctx.L), cdiv(M * nw * sb, ctx.L)
+            cdiv(M * kh * sb, ctx.L),
+            red * cdiv(M * nw * ab, ctx.L),
+            cdiv(M * (nw // pair) * sb, ctx.L),
         ),
         in_bytes=M * K * sb + int(residual) * M * N * sb,
         out_bytes=M * N * sb,
@@ -156,6 +167,71 @@ LINEAR = KindDef(
     lower=_lower_linear,
     grad=LINEAR_GRAD,
     simulate="wsecc.sim.functional:_linear",
+)
+
+
+# --- gated_linear: y[M,N] = silu(x W_gate + b_gate) * (x W_up + b_up) (SwiGLU's first half) -----
+
+GATE_OPS = ELEMENTWISE_OPS["sigmoid"] + 2
+"""silu(g) * u per output: sigmoid (TRANSCENDENTAL_OPS + 2), * g (1), * u (1)."""
+
+
+def gated_linear_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
+    """SwiGLU's gate and up projections as one kernel: `matmul_cost` gated (the two weight
+    matrices' columns paired on each PE column), both biases, GATE_OPS per output."""
+    return matmul_cost(
+        p["tokens"],
+        p["K"],
+        p["N"],
+        h,
+        w,
+        ctx,
+        bias=p["has_bias"],
+        act_ops=GATE_OPS + int(p["has_bias"]),  # the second bias add
+        gated=True,
+    )
+
+
+def _lower_gated_linear(n: Node, b: int) -> dict[str, object]:
+    x, w = n.inputs[0], n.inputs[1]
+    return {
+        "tokens": rows_per_sample(x, b),
+        "K": w.type.shape[0],
+        "N": w.type.shape[1],
+        "has_bias": bool(n.attr("has_bias")),
+    }
+
+
+def _gated_linear_flops(p: Params) -> int:
+    T, K, N = p["tokens"], p["K"], p["N"]
+    return int(4 * T * K * N + T * N * (GATE_OPS + 2 * int(p["has_bias"])))
+
+
+def _gated_linear_grad_flops(p: Params) -> int:
+    """dX = dZg W_gate^T + dZu W_up^T and dW_gate, dW_up = X^T dZ (2 T K N each, 8 T K N); the
+    gate's derivative recomputes silu and sigma (GATE_OPS) and forms dZg, dZu (4) per output;
+    db sums dZ (2 T N with biases)."""
+    T, K, N = p["tokens"], p["K"], p["N"]
+    return int(8 * T * K * N + T * N * (GATE_OPS + 4 + 2 * int(p["has_bias"])))
+
+
+GATED_LINEAR = KindDef(
+    kind=KernelKind.GATED_LINEAR,
+    params={"tokens": "int+", "K": "int+", "N": "int+", "has_bias": "bool"},
+    flops=_gated_linear_flops,
+    weight_elems=lambda p: 2 * p["K"] * p["N"] + 2 * int(p["has_bias"]) * p["N"],
+    in_edge="W",
+    out_edge="S",
+    cost=gated_linear_cost,
+    tile_split=("K", "N"),  # W_gate[K_i, N_j] and W_up[K_i, N_j] on PE (i, j)
+    lowers=frozenset({Op.GATED_LINEAR}),
+    lower=_lower_gated_linear,
+    # X for dW, and both pre-activations for the gate's derivative
+    grad=GradRule(
+        flops=_gated_linear_grad_flops,
+        saved_elems=lambda p: p["tokens"] * (p["K"] + 2 * p["N"]),
+    ),
+    simulate="wsecc.sim.functional:_gated_linear",
 )
 
 

@@ -1,4 +1,5 @@
-"""Row-wise kinds: `layernorm`, `softmax` and `elementwise`, costed by one mapping (`_rowwise`)."""
+"""Row-wise kinds: `layernorm`, `rmsnorm`, `softmax` and `elementwise`, costed by one mapping
+(`_rowwise`)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ ELEMENTWISE_OPS: Mapping[str, int] = MappingProxyType(
 
 LAYERNORM_OPS = 6
 """Per element: sum x (1), sum x^2 (1 FMA), x - mean (1), * rstd (1), * gamma (1), + beta (1)."""
+
+RMSNORM_OPS = 3
+"""Per element: sum x^2 (1 FMA), * rstd (1), * gamma (1): LayerNorm without the mean and beta."""
 
 SOFTMAX_OPS = 3 + TRANSCENDENTAL_OPS + 1
 """Per element: running max (1), x - max (1), exp (8), running sum (1), * 1/sum (1) = 12."""
@@ -158,6 +162,53 @@ LAYERNORM = KindDef(
     grad=GradRule(
         flops=lambda p: p["rows"] * p["dim"] * LAYERNORM_GRAD_OPS,
         saved_elems=lambda p: p["rows"] * (p["dim"] + 2),  # x (or x + r), mean and rstd
+    ),
+)
+
+
+# --- rmsnorm: y = x / rms(x) gamma (Llama's RMSNorm, T5's LayerNorm), with a residual like LN's -----
+
+
+def rmsnorm_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
+    """RMSNorm(x + r): `_rowwise` with ops = RMSNORM_OPS (+1 for the residual add), gamma
+    resident, stats = 1 (sum x^2); a residual is read and the sum emitted as layernorm's."""
+    res = int(p["has_residual"])
+    return _rowwise(
+        p["rows"],
+        p["dim"],
+        h,
+        w,
+        ctx,
+        ops=RMSNORM_OPS + res,
+        weight_vectors=1,
+        inputs=1 + res,
+        outputs=1 + res,
+        stats=1,
+    )
+
+
+RMSNORM_GRAD_OPS = 7
+"""RMSNorm's backward per element: dxh = dy g (1), dg += dy xh with xh = x rstd recomputed (2),
+the row mean of dxh xh (1), dx = (dxh - xh mean) rstd (3)."""
+
+
+RMSNORM = KindDef(
+    kind=KernelKind.RMSNORM,
+    params={"rows": "int+", "dim": "int+", "has_residual": "bool"},
+    flops=lambda p: p["rows"] * p["dim"] * (RMSNORM_OPS + int(p["has_residual"])),
+    weight_elems=lambda p: p["dim"],
+    in_edge="N",
+    out_edge="S",
+    cost=rmsnorm_cost,
+    shapes=rowwise_shapes,
+    tile_split=_ROWWISE_SPLIT,
+    chunks_over_rows=True,
+    lowers=frozenset({Op.RMS_NORM}),
+    lower=_lower_layernorm,
+    simulate="wsecc.sim.functional:_rmsnorm",
+    grad=GradRule(
+        flops=lambda p: p["rows"] * p["dim"] * RMSNORM_GRAD_OPS,
+        saved_elems=lambda p: p["rows"] * (p["dim"] + 1),  # x (or x + r) and rstd
     ),
 )
 
