@@ -195,17 +195,17 @@ class Compilation:
     def fork(self, options: Options) -> Compilation:
         """A new compilation of this one's fused graph under `options` (another target,
         precision, placer, ...): the frontend and pass products are shared, the later stages
-        not run. The bindings (batch, seq, dims) must be this compilation's; a sweep compiles
+        not run. The bindings (batch, seq, dims) must be this compilation's, except the batch of
+        a graph bound at `per_sample_batch` 1 when `options` run no numerics; a sweep compiles
         many points of one binding this way."""
-        from wsecc.flow import bound_batch
+        from wsecc.flow import bound_batch, per_sample_batch
         from wsecc.targets import load_target
 
         o = self.options
-        if (bound_batch(options), options.seq, dict(options.dims)) != (
-            bound_batch(o),
-            o.seq,
-            dict(o.dims),
-        ):
+        batch = bound_batch(o)
+        if batch == 1 and per_sample_batch(options) == 1:
+            batch = bound_batch(options)  # the graph is per sample for these options
+        if (bound_batch(options), options.seq, dict(options.dims)) != (batch, o.seq, dict(o.dims)):
             raise ValueError("fork: the bindings (batch, seq, dims) must stay the same")
         self._need(self.fused, "fuse")
         seconds = {k: v for k, v in self.seconds.items() if k in ("frontend", "passes")}

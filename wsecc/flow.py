@@ -65,6 +65,14 @@ def bound_batch(options: Options) -> int:
     return options.batch if options.mode is Mode.INFER and options.batch else 1
 
 
+def per_sample_batch(options: Options) -> int:
+    """The batch a graph must be bound at for `options` when it may be shared with other
+    batches: `bound_batch`, or 1 when numerics do not run (`validate` false), for then every
+    later stage is per sample (kernels, sizing, placement) or takes the batch as a number
+    (performance). A sweep's points that differ in batch alone share one frontend this way."""
+    return bound_batch(options) if options.validate is not False else 1
+
+
 def fuse(graph: Graph, model_path: Path, options: Options) -> tuple[Graph, list[PassRecord]]:
     """The pass pipeline (canonicalize and fuse); with `check_each_pass`, every pass's graph is
     checked against onnxruntime on `model_path`."""

@@ -81,6 +81,19 @@ def test_batch_sizes_share_one_placement(swept: Path) -> None:
     assert len(placed) == 2  # gpt2 and bert at seq 16
 
 
+def test_batch_sizes_share_one_frontend_unless_numerics_run(tmp_path: Path) -> None:
+    """Without numerics every stage but performance is per sample, so the batches of one model
+    and seq are one task (one frontend); numerics need the graph at each batch."""
+    from wsecc.sweep.run import make_tasks
+
+    (tmp_path / "spec.toml").write_text(SPEC)
+    points = load_spec(tmp_path / "spec.toml").points()
+    assert sorted(len(t.points) for t in make_tasks(points)) == [2, 2, 2, 2]
+    (tmp_path / "spec.toml").write_text(SPEC.replace("validate = false", "validate = true"))
+    points = load_spec(tmp_path / "spec.toml").points()
+    assert sorted(len(t.points) for t in make_tasks(points)) == [1] * 8
+
+
 def test_a_second_run_keeps_every_finished_point(swept: Path) -> None:
     spec = load_spec(swept / "spec.toml")
     before = read_table(swept / "out")

@@ -1,6 +1,7 @@
 """Running a sweep's points: the shared stages, one point's row, and the runners.
 
-Points are grouped into tasks by what the frontend needs (model content, batch, seq, dims): a
+Points are grouped into tasks by what the frontend needs (model content, seq, dims, and the
+batch when numerics run; without them the graph is bound per sample, `per_sample_batch`): a
 task loads and fuses its model once and compiles each of its points from there. Placement and
 routing are shared across tasks through a cache folder, keyed by the content of what they
 depend on (the kernel graph, the target's text, precision, chunking, placer, budget, seed,
@@ -15,6 +16,7 @@ goes on with its next point.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import itertools
@@ -39,10 +41,11 @@ class Task:
 
 
 def frontend_key(p: Point) -> tuple[Any, ...]:
-    from wsecc.flow import bound_batch
+    from wsecc.flow import per_sample_batch
 
     o = p.options()
-    return (p.model.sha256, str(p.model.path), bound_batch(o), o.seq, tuple(sorted(o.dims.items())))
+    key = (p.model.sha256, str(p.model.path), per_sample_batch(o), o.seq)
+    return (*key, tuple(sorted(o.dims.items())))
 
 
 def make_tasks(points: list[Point]) -> list[Task]:
@@ -72,7 +75,7 @@ def run_task(task: Task, cache_dir: str | None) -> Iterator[Message]:
         try:
             if fused is None:
                 try:
-                    fused = Compilation.load(point.model.path, point.options()).fuse()
+                    fused = Compilation.load(point.model.path, _frontend_options(point)).fuse()
                 except WseccError as e:
                     fused = e  # the task's other points have the same binding: the same error
             if isinstance(fused, WseccError):
@@ -85,6 +88,14 @@ def run_task(task: Task, cache_dir: str | None) -> Iterator[Message]:
             row = failed_row(point, f"internal error: {type(e).__name__}: {one_line(str(e))}")
         row["wall_s"] = round(time.perf_counter() - t0, 3)
         yield ("row", row)
+
+
+def _frontend_options(p: Point) -> Any:
+    """The point's options at the batch its task's frontend binds (`frontend_key`)."""
+    from wsecc.flow import per_sample_batch
+
+    o = p.options()
+    return dataclasses.replace(o, batch=per_sample_batch(o)) if o.batch else o
 
 
 def _compile(c: Any, cache: Path | None) -> Any:
@@ -194,7 +205,9 @@ def row_of(p: Point, c: Any) -> dict[str, Any]:
         "on_wafer_samples_per_s": perf.get("on_wafer_samples_per_s"),
         "pes_used": sizing["pes_used"],
         "fabric_fraction": sizing["fabric_fraction"],
-        "sram_max_bytes": report["sram"]["max_bytes"] if placed else sizing["max_sram_bytes_per_pe"],
+        "sram_max_bytes": report["sram"]["max_bytes"]
+        if placed
+        else sizing["max_sram_bytes_per_pe"],
         "colors_max": report["routing"]["colors_max"] if placed else None,
         "gap": report["placement"]["gap"] if placed else None,
         "execution": perf.get("execution"),
