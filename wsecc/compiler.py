@@ -738,7 +738,7 @@ class Compilation:
             }
         return render_viewer(
             self._need(self.program, "place_and_route"), title=self.title, kernel_info=info,
-            sram_per_pe=self.sram.total if self.sram is not None else None,
+            sram_per_pe=self.sram.total if self.sram is not None else None, limits=self.limits(),
         )  # fmt: skip
 
     def _png(self, draw: Callable[[Compilation, Path], None]) -> bytes:
@@ -796,7 +796,9 @@ def _load_inputs(path: str, graph: Any) -> dict[str, Any]:
 def _placement_png(c: Compilation, path: Path) -> None:
     from wsecc.view import write_placement_png
 
-    write_placement_png(path, c.kernel_graph, c.placement, c.target, c.title)
+    write_placement_png(
+        path, c.kernel_graph, c.placement, c.target, c.title, limits=c.limits(), routing=c.routing
+    )
 
 
 class _Timer:
