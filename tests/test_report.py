@@ -49,6 +49,12 @@ def test_every_sample_report_validates(model, tmp_path):
     assert report["performance"]["utilization"] <= 1.0
     assert report["routing"]["link_util_max"] <= 1.0
     assert report["sram"]["max_bytes"] <= report["sram"]["budget_bytes"]
+    # balanced and achieved, and the kernel or flow between them (the schema knows the kinds)
+    perf = report["performance"]
+    assert {"on_wafer_bottleneck_kind", "on_wafer_samples_per_s"} <= perf.keys()
+    assert report["sizing"]["samples_per_s"] > 0
+    if perf["bottleneck_kind"] != "host":
+        assert perf["on_wafer_bottleneck"] == perf["bottleneck"]
     trace = json.loads((out / "trace.json").read_text())
     assert trace["traceEvents"], "the L1 trace is empty"
 
@@ -59,9 +65,11 @@ def test_a_broken_report_does_not_validate(tmp_path):
     assert main([*argv, "-o", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
     jsonschema.validate(report, SCHEMA)
-    report["performance"]["utilization"] = 1.5
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(report, SCHEMA)
+    for field, bad in (("utilization", 1.5), ("on_wafer_bottleneck_kind", "host")):
+        broken = json.loads(json.dumps(report))
+        broken["performance"][field] = bad
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, SCHEMA)
 
 
 def _compile_in_fresh_process(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -324,13 +324,16 @@ def cmd_view(args: argparse.Namespace) -> int:
 
     folder = Path(args.outdir)
     v = load_outdir(folder)
-    html = render_viewer(v.program, title=v.title)
+    html = render_viewer(v.program, title=v.title, limits=v.limits)
     out = folder / "viewer.html"
     tmp = out.with_name(".viewer.html.tmp")
     tmp.write_text(html)
     os.replace(tmp, out)
     if args.png:
-        write_placement_png(folder / "placement.png", v.program.kg, v.program.placement, v.program.target, v.title)
+        write_placement_png(
+            folder / "placement.png", v.program.kg, v.program.placement, v.program.target,
+            v.title, limits=v.limits, routing=v.program.routing,
+        )  # fmt: skip
     print(out.resolve().as_uri())
     return 0
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from wsecc.errors import WseccError
 from wsecc.frontend.common import MAX_TENSOR_BYTES
+from wsecc.limits import Limits
 from wsecc.options import Options
 from wsecc.targets import target_source
 from wsecc.version import __version__
@@ -486,6 +487,7 @@ class Compilation:
             "bottleneck": l0.bottleneck,
             "bottleneck_kind": l0.bottleneck_kind,
             "on_wafer_bottleneck": l0.wafer_bottleneck,
+            "on_wafer_bottleneck_kind": l0.wafer_bottleneck_kind,
             "on_wafer_samples_per_s": l0.wafer_samples_per_s,
             "stage_cycles": l0.stage_cycles,
         }
@@ -513,6 +515,33 @@ class Compilation:
                 },
             }
         return rep
+
+    def report_sizing(self) -> dict[str, Any]:
+        """The report's `sizing` object."""
+        s = self._need(self.sizing, "lower_and_size")
+        return {
+            "bottleneck": s.bottleneck,
+            "balance": s.balance,
+            "pes_used": s.pes_used,
+            "fabric_fraction": s.fabric_fraction,
+            "max_sram_bytes_per_pe": s.max_sram_per_pe,
+            "samples_per_s": s.samples_per_s,
+            "tokens_per_s": s.tokens_per_s,
+            "ceiling_samples_per_s": s.ceiling_samples_per_s,
+            "chunk_tokens": s.chunk_tokens,
+        }
+
+    def limits(self) -> Limits | None:
+        """What limits the throughput, as the summary, the viewer and the PNG state it
+        (`wsecc.limits`): the performance simulation's when it ran, else sizing's."""
+        rep: dict[str, Any] = {}
+        if self.sizing is not None:
+            rep["sizing"] = self.report_sizing()
+        if self.training is not None:
+            rep["performance"] = self.report_training()
+        elif self.perf is not None:
+            rep["performance"] = self.report_performance()
+        return Limits.from_report(rep)
 
     def report_training(self) -> dict[str, Any]:
         """The report's `performance` object in train mode: the step's figures (`wsecc.train`);
@@ -581,18 +610,7 @@ class Compilation:
         rep["precision"] = self.options.precision
         if self.sizing is not None:
             rep["kernels"] = self._kernel_rows()
-            s = self.sizing
-            rep["sizing"] = {
-                "bottleneck": s.bottleneck,
-                "balance": s.balance,
-                "pes_used": s.pes_used,
-                "fabric_fraction": s.fabric_fraction,
-                "max_sram_bytes_per_pe": s.max_sram_per_pe,
-                "samples_per_s": s.samples_per_s,
-                "tokens_per_s": s.tokens_per_s,
-                "ceiling_samples_per_s": s.ceiling_samples_per_s,
-                "chunk_tokens": s.chunk_tokens,
-            }
+            rep["sizing"] = self.report_sizing()
         if self.placement is not None:
             p, r = self.placement, self.routing
             rep["placement"] = {
@@ -720,7 +738,7 @@ class Compilation:
             }
         return render_viewer(
             self._need(self.program, "place_and_route"), title=self.title, kernel_info=info,
-            sram_per_pe=self.sram.total if self.sram is not None else None,
+            sram_per_pe=self.sram.total if self.sram is not None else None, limits=self.limits(),
         )  # fmt: skip
 
     def _png(self, draw: Callable[[Compilation, Path], None]) -> bytes:
@@ -778,7 +796,9 @@ def _load_inputs(path: str, graph: Any) -> dict[str, Any]:
 def _placement_png(c: Compilation, path: Path) -> None:
     from wsecc.view import write_placement_png
 
-    write_placement_png(path, c.kernel_graph, c.placement, c.target, c.title)
+    write_placement_png(
+        path, c.kernel_graph, c.placement, c.target, c.title, limits=c.limits(), routing=c.routing
+    )
 
 
 class _Timer:

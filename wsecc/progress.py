@@ -14,14 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from wsecc.limits import Limits, si
 from wsecc.numerics import verdict_line
-
-
-def _si(x: float, unit: str) -> str:
-    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {prefix}{unit}"
-    return f"{x:.3g} {unit}"
 
 
 def _seconds(s: float) -> str:
@@ -73,7 +67,7 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(
             (
                 "throughput",
-                f"{_si(perf['samples_per_s'], 'samples/s')}, {_si(perf['tokens_per_s'], 'tokens/s')} ({perf['model']})",
+                f"{si(perf['samples_per_s'], 'samples/s')}, {si(perf['tokens_per_s'], 'tokens/s')} ({perf['model']})",
             )
         )
         if perf["model"] == "train":
@@ -90,9 +84,11 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         else:
             rows.append(("latency", _seconds(perf["latency_s"])))
         rows.append(("utilization", f"{100 * perf['utilization']:.1f}% of peak"))
-        rows.append(("bottleneck", str(perf["bottleneck"])))
-    elif s:
-        rows.append(("bottleneck", s["bottleneck"]))
+    limits = Limits.from_report(report)
+    if limits is not None:
+        rows.append(("bottleneck", limits.bottleneck_text()))
+        if limits.on_wafer:
+            rows.append(("on wafer", limits.on_wafer_text()))
     n = report.get("numerics")
     if n and "loss_kind" in n:  # train mode: the gradient check
         worst = max(n["rows"], key=lambda r: r["max_rel_err"], default=None)
@@ -244,6 +240,6 @@ def _point_line(row: dict[str, Any]) -> str:
     if row["status"] != "ok":
         return f"failed {head}: {row['error']}"
     return (
-        f"ok     {head}: {_si(row['samples_per_s'], 'samples/s')}, "
-        f"{_si(row['tokens_per_s'], 'tokens/s')} ({row['wall_s']:.1f} s)"
+        f"ok     {head}: {si(row['samples_per_s'], 'samples/s')}, "
+        f"{si(row['tokens_per_s'], 'tokens/s')} ({row['wall_s']:.1f} s)"
     )

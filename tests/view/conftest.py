@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import ROOT, SAMPLES
 from wsecc.targets import Target, load_target
@@ -118,6 +119,17 @@ def synthetic_wse2(
         kernels=sized,
     )
     return kg, sizing, placement, routing, target
+
+
+def limit_pixels(png: Path) -> int:
+    """Pixels of a PNG in the color that highlights what limits the throughput."""
+    from matplotlib.colors import to_rgb
+    from matplotlib.image import imread
+
+    from wsecc.view.data import LIMIT_COLOR
+
+    pixels = imread(png)[:, :, :3]
+    return int((np.abs(pixels - np.array(to_rgb(LIMIT_COLOR))).max(axis=2) < 0.02).sum())
 
 
 def artifacts_dir() -> Path:

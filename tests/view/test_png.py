@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import struct
+from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 from matplotlib.colors import to_rgb
 from matplotlib.image import imread
-from view.conftest import keep_artifact
+from view.conftest import keep_artifact, limit_pixels
 
 from wsecc.view import load_outdir, write_placement_png
 from wsecc.view.data import KIND_COLORS
@@ -42,3 +44,19 @@ def test_kernels_the_graph_does_not_know_are_still_drawn(compiled_outdir, tmp_pa
     path = tmp_path / "p.png"
     write_placement_png(path, v.program.kg, placement, v.program.target, "with a stranger")
     assert _png_size(path.read_bytes())[0] > 0
+
+
+def test_the_on_wafer_limit_is_highlighted(compiled_outdir, tmp_path):
+    """The kernel that limits the wafer is outlined in LIMIT_COLOR; a flow has its lanes
+    drawn; without limits nothing is."""
+    v = load_outdir(compiled_outdir)
+    args = (v.program.kg, v.program.placement, v.program.target, v.title)
+    plain, kernel, flow = tmp_path / "plain.png", tmp_path / "kernel.png", tmp_path / "flow.png"
+    write_placement_png(plain, *args)
+    write_placement_png(kernel, *args, limits=v.limits, routing=v.program.routing)
+    name = Counter(ln.flow for ln in v.program.routing.lanes).most_common(1)[0][0]
+    as_flow = replace(v.limits, on_wafer=name, on_wafer_kind="flow")
+    write_placement_png(flow, *args, limits=as_flow, routing=v.program.routing)
+    assert limit_pixels(plain) == 0
+    assert limit_pixels(kernel) > 0 and limit_pixels(flow) > 0
+    keep_artifact(kernel, "placement_gpt2_limit.png")

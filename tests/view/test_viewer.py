@@ -6,22 +6,27 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import statistics
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-from view.conftest import keep_artifact, synthetic_wse2
+from view.conftest import keep_artifact, limit_pixels, synthetic_wse2
 
+from wsecc.cli import main
+from wsecc.limits import Limits
 from wsecc.program import Program
+from wsecc.progress import summary_rows
 from wsecc.route.problem import Routing
 from wsecc.view import load_outdir, render_viewer
 from wsecc.view.data import unpack_array
 
 FRAME_BUDGET_MS = 50.0
-LAYERS = ("regions", "labels", "flows", "sram", "colors", "links")
+LAYERS = ("regions", "labels", "flows", "limit", "sram", "colors", "links")
 HEAT_LAYERS = ("sram", "colors", "links")
 
 
@@ -33,7 +38,14 @@ def _page_data(html: str) -> dict:
 
 def _render(outdir: Path, title: str | None = None, **kw) -> str:
     v = load_outdir(outdir)
+    kw.setdefault("limits", v.limits)
     return render_viewer(v.program, title=title or v.title, **kw)
+
+
+def _a_flow(v) -> tuple[str, int]:
+    """The routed flow with the most lanes, and its lane count."""
+    counts = Counter(ln.flow for ln in v.program.routing.lanes)
+    return counts.most_common(1)[0]
 
 
 # --- without a browser -----------------------------------------------------------------------
@@ -78,6 +90,79 @@ def test_a_compile_without_lanes_still_renders(compiled_outdir):
     data = _page_data(html)
     assert data["lanes"]["count"] == 0 and len(data["kernels"]) == len(v.program.kg.kernels)
     assert not unpack_array(data["heat"]["colors"]["data"]).any()
+
+
+def _summary_lines(report: dict) -> list[str]:
+    """The summary table's bottleneck and on-wafer rows, worded as the viewer's header."""
+    rows = dict(summary_rows(report))
+    return [f"bottleneck {rows['bottleneck']}", f"on-wafer limit {rows['on wafer']}"]
+
+
+def test_compile_and_view_state_the_summarys_bottleneck(compiled_outdir, tmp_path):
+    """`wsecc compile`'s viewer.html and `wsecc view`'s both say what the summary says: the
+    performance simulation's bottleneck, not sizing's, and the on-wafer limit with the
+    balanced and achieved figures; the highlight is the on-wafer limit's region."""
+    report = json.loads((compiled_outdir / "report.json").read_text())
+    perf = report["performance"]
+    # the sample is chosen so that this test tells the two apart
+    assert report["sizing"]["bottleneck"] != perf["bottleneck"]
+    folder = tmp_path / "again"
+    shutil.copytree(compiled_outdir, folder)
+    (folder / "viewer.html").unlink()
+    assert main(["view", str(folder)]) == 0
+    for html_path in (compiled_outdir / "viewer.html", folder / "viewer.html"):
+        lim = _page_data(html_path.read_text())["limits"]
+        assert (lim["bottleneck"], lim["bottleneck_kind"]) == (
+            perf["bottleneck"],
+            perf["bottleneck_kind"],
+        )
+        assert (lim["on_wafer"], lim["on_wafer_kind"]) == (
+            perf["on_wafer_bottleneck"],
+            perf["on_wafer_bottleneck_kind"],
+        )
+        assert lim["balanced_samples_per_s"] == report["sizing"]["samples_per_s"]
+        assert lim["on_wafer_samples_per_s"] == perf["on_wafer_samples_per_s"]
+        assert lim["lines"] == _summary_lines(report), html_path
+        assert "balanced" in lim["lines"][1] and "achieved" in lim["lines"][1]
+        assert report["sizing"]["bottleneck"] not in lim["lines"][0]
+        hl = lim["highlight"]
+        assert (hl["name"], hl["label"]) == (perf["on_wafer_bottleneck"], "on-wafer limit")
+        kernels = _page_data(html_path.read_text())["kernels"]
+        if perf["on_wafer_bottleneck_kind"] == "kernel":
+            assert kernels[hl["kernel"]]["name"] == perf["on_wafer_bottleneck"]
+        else:
+            assert hl["lanes"] > 0
+
+
+def test_a_flow_limit_highlights_its_lanes(compiled_outdir):
+    v = load_outdir(compiled_outdir)
+    flow, lanes = _a_flow(v)
+    limits = replace(v.limits, on_wafer=flow, on_wafer_kind="flow")
+    data = _page_data(_render(compiled_outdir, limits=limits))
+    hl = data["limits"]["highlight"]
+    assert hl["kind"] == "flow" and hl["kernel"] == -1
+    assert data["lanes"]["flows"][hl["flow"]] == flow and hl["lanes"] == lanes
+    assert data["limits"]["lines"][1].startswith(f"on-wafer limit {flow} (flow): ")
+
+
+def test_without_performance_data_the_viewer_says_sizings(compiled_outdir, tmp_path):
+    folder = tmp_path / "unsimulated"
+    shutil.copytree(compiled_outdir, folder)
+    report = json.loads((folder / "report.json").read_text())
+    del report["performance"]
+    (folder / "report.json").write_text(json.dumps(report))
+    v = load_outdir(folder)
+    assert v.limits == Limits(
+        report["sizing"]["bottleneck"], "kernel", False, report["sizing"]["samples_per_s"]
+    )
+    for html in (_render(folder), render_viewer(v.program, title="no limits given")):
+        lim = _page_data(html)["limits"]
+        assert lim["lines"][0] == (
+            f"bottleneck {report['sizing']['bottleneck']} (sizing's slowest kernel; not simulated)"
+        )
+        hl = lim["highlight"]
+        assert hl["label"] == "sizing's bottleneck"
+        assert _page_data(html)["kernels"][hl["kernel"]]["name"] == report["sizing"]["bottleneck"]
 
 
 def test_sram_map_of_the_wrong_shape_is_refused(compiled_outdir):
@@ -126,8 +211,15 @@ class _Page:
         self.page.close()
 
 
+def _limit_pixels(page: _Page, path: Path) -> int:
+    """Pixels of the page's screenshot in the highlight's color."""
+    page.page.screenshot(path=str(path))
+    return limit_pixels(path)
+
+
 def test_viewer_in_chromium(chromium, compiled_outdir, tmp_path):
     v = load_outdir(compiled_outdir)
+    report = json.loads((compiled_outdir / "report.json").read_text())
     html_path = tmp_path / "viewer.html"
     html_path.write_text(_render(compiled_outdir))
     page = _Page(chromium, html_path)
@@ -135,6 +227,27 @@ def test_viewer_in_chromium(chromium, compiled_outdir, tmp_path):
         n = len(v.program.kg.kernels)
         assert page.js("window.__wsecc.kernels") == n
         assert page.js("window.__wsecc.kernelsDrawn") == n
+        page.check()
+
+        # the header says what the summary says; the on-wafer limit is highlighted
+        assert page.page.inner_text("#limits") == " \u00b7 ".join(_summary_lines(report))
+        on_wafer = report["performance"]["on_wafer_bottleneck"]
+        assert page.js("window.__wsecc.limit.name") == on_wafer
+        legend = page.page.inner_text("#limit-legend")
+        assert legend.startswith("highlighted: on-wafer limit, ") and on_wafer in legend
+        assert _limit_pixels(page, tmp_path / "limit.png") > 0
+        page.page.click("#layer-limit")
+        page.next_frame()
+        assert _limit_pixels(page, tmp_path / "no-limit.png") == 0
+        assert page.page.locator("#limit-legend").count() == 0
+        page.page.click("#layer-limit")
+        page.next_frame()
+        fitted = page.js("window.__wsecc.view().s")
+        page.page.click("#limit-legend")  # zooms to it
+        page.next_frame()
+        assert page.js("window.__wsecc.view().s") > 2 * fitted
+        page.page.click("#fit")
+        page.next_frame()
         page.check()
 
         # hover: every kernel, found by name (which zooms to it), shows its own details
@@ -205,6 +318,29 @@ def test_viewer_in_chromium(chromium, compiled_outdir, tmp_path):
         page.page.screenshot(path=str(shot))
         keep_artifact(shot)
         keep_artifact(html_path, "viewer_gpt2.html")
+        page.check()
+    finally:
+        page.close()
+
+
+def test_a_flow_limit_is_drawn_in_chromium(chromium, compiled_outdir, tmp_path):
+    v = load_outdir(compiled_outdir)
+    flow, lanes = _a_flow(v)
+    limits = replace(v.limits, on_wafer=flow, on_wafer_kind="flow")
+    html_path = tmp_path / "viewer.html"
+    html_path.write_text(_render(compiled_outdir, limits=limits))
+    page = _Page(chromium, html_path)
+    try:
+        limit = page.js("window.__wsecc.limit")
+        assert (limit["name"], limit["kind"], limit["lanes"]) == (flow, "flow", lanes)
+        assert f"flow {flow} ({lanes} lanes)" in page.page.inner_text("#limit-legend")
+        assert _limit_pixels(page, tmp_path / "fit.png") > 0
+        assert page.js("window.__wsecc.zoomToLimit()")
+        page.next_frame()
+        assert _limit_pixels(page, tmp_path / "zoomed.png") > 0
+        shot = tmp_path / "viewer_gpt2_flow_limit.png"
+        page.page.screenshot(path=str(shot))
+        keep_artifact(shot)
         page.check()
     finally:
         page.close()

@@ -2,9 +2,9 @@
 
     from wsecc.view import load_outdir, render_viewer, write_placement_png
     v = load_outdir("model.wsecc")
-    html = render_viewer(v.program, title=v.title)
+    html = render_viewer(v.program, title=v.title, limits=v.limits)
     write_placement_png("placement.png", v.program.kg, v.program.placement, v.program.target,
-                        v.title)
+                        v.title, limits=v.limits, routing=v.program.routing)
 
 matplotlib is imported only by `write_placement_png`'s module, on first use.
 """

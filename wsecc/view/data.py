@@ -12,11 +12,13 @@ from __future__ import annotations
 import base64
 import zlib
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
 from wsecc.kernels import KernelGraph, Sizing
+from wsecc.limits import Limits
 from wsecc.place.problem import Placement
 from wsecc.route.problem import Point, Routing
 from wsecc.targets import Target
@@ -45,6 +47,9 @@ EXTRA_COLORS: tuple[str, ...] = (
     "#d37295",
     "#a0cbe8",
 )
+
+LIMIT_COLOR = "#ff4fd8"
+"""What limits the throughput, highlighted on the fabric (viewer and PNG): no kind's color."""
 
 LINK_DIRS = "ENSW"
 """Plane order of the link-load heat map."""
@@ -181,6 +186,37 @@ def lane_payload(routing: Routing) -> dict[str, Any]:
         "index": pack_array(np.array([ln.index for ln in routing.lanes], dtype=np.uint32)),
         "color": pack_array(np.array([ln.color for ln in routing.lanes], dtype=np.uint32)),
     }
+
+
+# --- what limits the throughput -----------------------------------------------------------
+
+
+def limits_payload(
+    limits: Limits | None, kernels: list[dict[str, Any]], routing: Routing
+) -> dict[str, Any] | None:
+    """`limits` as the page shows it: its fields, `lines` (the header's statement) and
+    `color` and `highlight`: what the fabric picks out ({name, kind, label, kernel: index in `kernels` or
+    -1, flow: index in `lane_payload`'s `flows` or -1, lanes: that flow's lane count}), None
+    when there is nothing on the fabric to point at."""
+    if limits is None:
+        return None
+    out: dict[str, Any] = asdict(limits) | {
+        "lines": limits.lines(),
+        "color": LIMIT_COLOR,
+        "highlight": None,
+    }
+    if limits.highlight is not None:
+        name, kind = limits.highlight
+        flows = sorted({ln.flow for ln in routing.lanes})
+        out["highlight"] = {
+            "name": name,
+            "kind": kind,
+            "label": limits.highlight_label,
+            "kernel": next((i for i, k in enumerate(kernels) if k["name"] == name), -1),
+            "flow": flows.index(name) if name in flows else -1,
+            "lanes": sum(1 for ln in routing.lanes if ln.flow == name),
+        }
+    return out
 
 
 # --- kernels -------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 
 from wsecc.errors import WseccError
 from wsecc.kernels import KernelGraph, Sizing
+from wsecc.limits import Limits
 from wsecc.place.problem import Placement
 from wsecc.program import Program
 from wsecc.route.problem import Routing
@@ -29,12 +30,14 @@ class ViewInputs:
 
     program: Program
     title: str
+    limits: Limits | None  # from report.json's performance (sizing's when not simulated)
 
 
 def load_outdir(path: str | os.PathLike[str]) -> ViewInputs:
     """Read and verify the products in a compile output folder.
 
-    The title is the model file's name and the target's, from report.json. Raises WseccError
+    The title is the model file's name and the target's, and the limits what its performance
+    simulation found (else sizing's bottleneck), all from report.json. Raises WseccError
     (one line) if a file is missing or unreadable; TargetError if the target named in the
     report is neither built in nor a file that still exists.
     """
@@ -54,7 +57,9 @@ def load_outdir(path: str | os.PathLike[str]) -> ViewInputs:
             routing=Routing.from_json(docs["routing.json"]),
             target=_target(folder, target_name),
         )
-        return ViewInputs(program, title=f"{model} on {target_name}")
+        return ViewInputs(
+            program, title=f"{model} on {target_name}", limits=Limits.from_report(report)
+        )
     except (KeyError, TypeError) as e:
         raise WseccError(f"{folder}: malformed compile output ({type(e).__name__}: {e})") from None
 

@@ -11,10 +11,14 @@ The page reads its data from the `<script type="application/json" id="wsecc-data
 - lanes switch to vector polylines with arrowheads once a PE is LANE_VECTOR_MIN px wide and
   at most VECTOR_LANES_MAX lanes cross the visible tiles (only those are drawn);
 - kernel regions, outlines and labels are culled to the viewport; labels appear when the
-  region is wide enough on screen for its name.
+  region is wide enough on screen for its name;
+- the header states what limits the throughput (`D.limits.lines`, the summary's words), and the
+  "limit" layer picks out its on-wafer limit: the kernel's region outlined, or the flow's lanes
+  (a handful, always drawn as vectors) stroked, inside a dashed box at least LIMIT_MIN_PX wide
+  so it is found at any zoom; the legend's line says what it is and zooms to it.
 
-After the first frame the page sets `window.__wsecc.ready` and `kernelsDrawn` (regions drawn
-in the last frame); `frameTimes` holds recent frame times in ms and `measure()` plays a zoom/pan
+After the first frame the page sets `window.__wsecc.ready`, `kernelsDrawn` (regions drawn
+in the last frame) and `limit` (what is highlighted: name, kind, kernel index, lanes, box); `frameTimes` holds recent frame times in ms and `measure()` plays a zoom/pan
 sequence one step per animation frame and times each frame with its raster flushed (for the
 smoothness test).
 """
@@ -37,6 +41,7 @@ body { display: flex; flex-direction: column; }
 .layers { display: flex; gap: 10px; flex-wrap: wrap; }
 .layers label { cursor: pointer; user-select: none; white-space: nowrap; }
 #stats { color: #a8b0ba; font-size: 12px; }
+#limits { color: #ffb0ec; font-size: 12px; }
 #stage { position: relative; flex: 1; min-height: 0; overflow: hidden; }
 #view { display: block; width: 100%; height: 100%; cursor: crosshair; touch-action: none; }
 #view.dragging { cursor: grabbing; }
@@ -57,6 +62,8 @@ body { display: flex; flex-direction: column; }
 #legend .row { display: flex; align-items: center; gap: 6px; }
 #legend .sw { width: 12px; height: 12px; border-radius: 2px; border: 1px solid #0006; }
 #legend .heat { margin-top: 6px; }
+#legend .limit { cursor: pointer; margin-bottom: 4px; color: #ffb0ec; max-width: 340px; }
+#legend .limit .sw { border-width: 2px; background: transparent; flex: none; }
 #legend canvas { display: block; width: 180px; height: 10px; margin: 3px 0; }
 #legend .scale { display: flex; justify-content: space-between; color: #a8b0ba; }
 #status { position: absolute; left: 8px; bottom: 8px; padding: 2px 6px; font-size: 12px;
@@ -75,11 +82,13 @@ BODY = """
     <label><input type="checkbox" id="layer-regions" checked> regions</label>
     <label><input type="checkbox" id="layer-labels" checked> labels</label>
     <label><input type="checkbox" id="layer-flows" checked> flows</label>
+    <label title="outline the kernel or flow that limits the throughput on the wafer"><input type="checkbox" id="layer-limit" checked> limit</label>
     <label><input type="checkbox" id="layer-sram" data-heat="sram"> SRAM per PE</label>
     <label><input type="checkbox" id="layer-colors" data-heat="colors"> colors per router</label>
     <label><input type="checkbox" id="layer-links" data-heat="links"> link load</label>
   </span>
   <span id="stats"></span>
+  <span id="limits"></span>
 </header>
 <main id="stage">
   <canvas id="view"></canvas>
@@ -111,6 +120,7 @@ const ARROW_MIN = 6;         // px per PE from which lanes get arrowheads
 const VECTOR_LANES_MAX = 3000;  // more lanes on screen than this: draw the lane bitmap instead
 const LABEL_FONT = "11px system-ui, sans-serif";
 const TILE = 32;             // PEs per side of a lane-index tile
+const LIMIT_MIN_PX = 24;     // the limit's dashed box is at least this wide on screen
 const canvas = document.getElementById("view");
 const ctx = canvas.getContext("2d", { alpha: false });
 const tip = document.getElementById("tip");
@@ -180,6 +190,25 @@ for (let i = 0; i < NL; i++) {
   const a = inside(sx, sy) ? owner[sy * W + sx] : -1, b = inside(x, y) ? owner[y * W + x] : -1;
   if (a >= 0) kernelLanes[a].push(i);
   if (b >= 0 && b !== a) kernelLanes[b].push(i);
+}
+// the on-wafer limit: a kernel (its region) or a flow (its lanes), and a box around it in PEs
+const HL = D.limits && D.limits.highlight, LIMIT_COLOR = D.limits ? D.limits.color : "";
+const limitLanes = [];
+let limitBox = null;
+if (HL && HL.kernel >= 0) {
+  const k = K[HL.kernel];
+  limitBox = [k.x, k.y, k.x + k.w, k.y + k.h];
+} else if (HL && HL.flow >= 0) {
+  const b = [Infinity, Infinity, -Infinity, -Infinity];
+  for (let i = 0; i < NL; i++) {
+    if (laneFlow[i] !== HL.flow) continue;
+    limitLanes.push(i);
+    for (let c = laneStart[i]; c < laneStart[i + 1]; c++) {
+      const x = lanePts[2 * c], y = lanePts[2 * c + 1];
+      b[0] = Math.min(b[0], x); b[1] = Math.min(b[1], y); b[2] = Math.max(b[2], x + 1); b[3] = Math.max(b[3], y + 1);
+    }
+  }
+  if (limitLanes.length) limitBox = b;
 }
 const linkMax = new Uint8Array(W * H);
 for (let d = 0; d < 4; d++) {
@@ -291,12 +320,19 @@ function zoomAt(mx, my, factor) {
   requestRender();
 }
 function panBy(dx, dy) { view.ox += dx; view.oy += dy; requestRender(); }
-function zoomToKernel(i) {
-  const k = K[i], pad = Math.max(k.w, k.h) * 0.6 + 4;
-  view.s = Math.min(40, Math.min(cw / (k.w + 2 * pad), ch / (k.h + 2 * pad)));
-  view.ox = cw / 2 - (k.x + k.w / 2) * view.s;
-  view.oy = ch / 2 - (k.y + k.h / 2) * view.s;
+function zoomToBox(x, y, w, h) {
+  const pad = Math.max(w, h) * 0.6 + 4;
+  view.s = Math.min(40, Math.min(cw / (w + 2 * pad), ch / (h + 2 * pad)));
+  view.ox = cw / 2 - (x + w / 2) * view.s;
+  view.oy = ch / 2 - (y + h / 2) * view.s;
   requestRender();
+}
+function zoomToKernel(i) { const k = K[i]; zoomToBox(k.x, k.y, k.w, k.h); }
+function zoomToLimit() {
+  if (!limitBox) return false;
+  const [x0, y0, x1, y1] = limitBox;
+  zoomToBox(x0, y0, x1 - x0, y1 - y0);
+  return true;
 }
 function requestRender() {
   if (pending) return;
@@ -389,6 +425,22 @@ function drawLabels(visible) {
     }
   }
 }
+function drawLimit() {
+  const { s, ox, oy } = view;
+  if (limitLanes.length)
+    strokeLanes(limitLanes, LIMIT_COLOR, Math.max(2, Math.min(7, s * 0.4)), s >= ARROW_MIN / 2);
+  if (HL.kernel >= 0) {
+    const k = K[HL.kernel];
+    ctx.strokeStyle = LIMIT_COLOR; ctx.lineWidth = 3;
+    ctx.strokeRect(ox + k.x * s - 1.5, oy + k.y * s - 1.5, Math.max(1, k.w * s) + 3, Math.max(1, k.h * s) + 3);
+  }
+  const [x0, y0, x1, y1] = limitBox;
+  const w = Math.max(LIMIT_MIN_PX, (x1 - x0) * s + 12), h = Math.max(LIMIT_MIN_PX, (y1 - y0) * s + 12);
+  const cx = ox + (x0 + x1) / 2 * s, cy = oy + (y0 + y1) / 2 * s;
+  ctx.setLineDash([5, 3]); ctx.strokeStyle = LIMIT_COLOR; ctx.lineWidth = 1.5;
+  ctx.strokeRect(cx - w / 2, cy - h / 2, w, h);
+  ctx.setLineDash([]);
+}
 function render() {
   const { s, ox, oy } = view;
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
@@ -442,6 +494,7 @@ function render() {
     }
   }
   if (layers.labels) drawLabels(visible);
+  if (layers.limit && limitBox) drawLimit();
   for (const [i, color, width] of [[hovered, "#ffd54f", 2], [selected, "#4dd0e1", 3]]) {
     if (i < 0) continue;
     const k = K[i];
@@ -466,13 +519,19 @@ document.getElementById("stats").textContent =
   `${F.target} ${W}\u00d7${H} PEs \u00b7 ${fmt(S.kernels)} kernels, ${fmt(S.pes_used)} PEs ` +
   `(${(100 * S.pes_used / S.usable_pes).toFixed(1)}%) \u00b7 ${fmt(S.lanes)} lanes, ${fmt(L.segments)} hops \u00b7 ` +
   `colors max ${S.colors_used_max}/${S.color_budget} \u00b7 link load max ${S.link_load_max} \u00b7 ` +
-  (S.gap === null ? S.placer : `${S.placer} gap ${(100 * S.gap).toFixed(1)}%`) + (S.bottleneck ? ` \u00b7 bottleneck ${S.bottleneck}` : "");
+  (S.gap === null ? S.placer : `${S.placer} gap ${(100 * S.gap).toFixed(1)}%`);
+document.getElementById("limits").textContent = D.limits ? D.limits.lines.join(" \u00b7 ") : "";
 const names = document.getElementById("kernel-names");
 names.append(...K.map(k => Object.assign(document.createElement("option"), { value: k.name })));
 
 function updateLegend() {
   const heat = activeHeat();
   let html = "";
+  if (HL && layers.limit) {
+    const what = HL.kind === "flow" ? `flow ${esc(HL.name)} (${limitLanes.length} lanes)` : `${esc(HL.kind)} ${esc(HL.name)}`;
+    html += `<div class="row limit" id="limit-legend" title="zoom to it"><span class="sw" style="border-color:${LIMIT_COLOR}"></span>` +
+      `<span>highlighted: ${esc(HL.label)}, ${what}${limitBox ? "" : " \u2014 not on the fabric"}</span></div>`;
+  }
   for (const kind in byKind)
     html += `<div class="row"><span class="sw" style="background:${kindColor[kind]}"></span>${esc(kind)} <span style="color:#8a949e">${byKind[kind].length}</span></div>`;
   if (heat) {
@@ -486,6 +545,8 @@ function updateLegend() {
   if (heat === "colors" || heat === "links")
     html += `<div style="color:#8a949e">lanes drawn when zoomed in</div>`;
   document.getElementById("legend").innerHTML = html;
+  const hl = document.getElementById("limit-legend");
+  if (hl) hl.addEventListener("click", zoomToLimit);
   const bar = document.getElementById("heat-bar");
   if (bar) {
     const bx = bar.getContext("2d"), img = bx.createImageData(256, 1), px = new Uint32Array(img.data.buffer);
@@ -665,7 +726,8 @@ async function measure(steps) {
   return { render_ms, interval_ms };
 }
 Object.assign(api, {
-  kernels: NK, lanes: NL, fit, zoomAt, panBy, find, measure,
+  kernels: NK, lanes: NL, fit, zoomAt, panBy, find, measure, zoomToLimit,
+  limit: HL ? { name: HL.name, kind: HL.kind, kernel: HL.kernel, lanes: limitLanes.length, box: limitBox } : null,
   view: () => ({ ...view, cw, ch }),
   kernelCenter(name) {
     const i = K.findIndex(k => k.name === name);

@@ -13,14 +13,17 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.collections import PatchCollection
+from matplotlib.collections import LineCollection, PatchCollection
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from wsecc.kernels import KernelGraph
+from wsecc.limits import KERNEL, Limits
 from wsecc.place.problem import Placement
+from wsecc.route.problem import Routing
 from wsecc.targets import Target
-from wsecc.view.data import kind_colors
+from wsecc.view.data import LIMIT_COLOR, corners, kind_colors
 
 if TYPE_CHECKING:
     from wsecc.ispd2020.kgraph import KGraph
@@ -38,9 +41,17 @@ def write_placement_png(
     placement: Placement,
     target: Target,
     title: str,
+    *,
+    limits: Limits | None = None,
+    routing: Routing | None = None,
 ) -> None:
     """Write a PNG of the program rectangle with each placed kernel's region filled by kind,
-    a legend of kinds, and names on the regions big enough to hold them."""
+    a legend of kinds, and names on the regions big enough to hold them.
+
+    limits: what limits the throughput (`wsecc.limits`), stated under the title as the
+    summary states it; its on-wafer limit is highlighted in LIMIT_COLOR: a kernel's region
+    outlined, or a flow's lanes drawn (from `routing`), with a ring around it that shows at any
+    size, and a legend line naming it."""
     fab = target.fabric
     W, H = fab.program_width, fab.program_height
     kinds = {k.name: k.kind.value for k in kg.kernels}
@@ -59,6 +70,7 @@ def write_placement_png(
         )
     )
     ax.add_patch(Rectangle((0, 0), W, H, fill=False, edgecolor="black", linewidth=1.2))
+    limit = _draw_limit(ax, limits, placement, routing)
     for name, r, _ in placed:
         if r.w >= 0.12 * W and r.h >= 0.02 * H:  # room for a label at this figure size
             ax.text(r.x + r.w / 2, r.y + r.h / 2, name, ha="center", va="center", fontsize=6)
@@ -70,7 +82,8 @@ def write_placement_png(
     used = sum(r.area for _, r, _ in placed)
     ax.set_title(
         f"{title}\n{target.name} {W}x{H} PEs, {len(placed)} kernels, "
-        f"{used:,} PEs ({used / (W * H):.1%})",
+        f"{used:,} PEs ({used / (W * H):.1%})"
+        + "".join(f"\n{line}" for line in (limits.lines() if limits else [])),
         fontsize=9,
     )
     counts = {kind: sum(1 for _, _, k in placed if k == kind) for kind in colors}
@@ -78,6 +91,8 @@ def write_placement_png(
         Patch(facecolor=c, edgecolor="#202020", label=f"{k} ({counts[k]})")
         for k, c in colors.items()
     ]
+    if limit is not None:
+        handles.append(limit)
     ax.legend(
         handles=handles,
         loc="upper left",
@@ -88,6 +103,36 @@ def write_placement_png(
         frameon=False,
     )
     fig.savefig(os.fspath(path), format="png")
+
+
+def _draw_limit(
+    ax: Axes, limits: Limits | None, placement: Placement, routing: Routing | None
+) -> Line2D | None:
+    """Highlight the limit's kernel region or flow lanes on `ax`; the legend handle naming it
+    (None when there is nothing on the fabric to point at)."""
+    if limits is None or limits.highlight is None:
+        return None
+    name, kind = limits.highlight
+    rect = placement.rects.get(name) if kind == KERNEL else None
+    lanes = [ln for ln in (routing.lanes if routing else ()) if ln.flow == name]
+    if rect is not None:
+        box = (rect.x, rect.y, rect.x + rect.w, rect.y + rect.h)
+        ax.add_patch(
+            Rectangle((rect.x, rect.y), rect.w, rect.h, fill=False, ec=LIMIT_COLOR, lw=2.2)
+        )
+    elif lanes:
+        paths = [[(x + 0.5, y + 0.5) for x, y in corners(ln.path)] for ln in lanes]
+        ax.add_collection(LineCollection(paths, colors=LIMIT_COLOR, linewidths=1.6))
+        xs = [x for p in paths for x, _ in p]
+        ys = [y for p in paths for _, y in p]
+        box = (min(xs) - 0.5, min(ys) - 0.5, max(xs) + 0.5, max(ys) + 0.5)
+    else:
+        return None
+    # a ring around it: a layernorm's region or a two-PE lane is a few pixels at this size
+    centre = ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
+    ax.plot(*centre, "o", ms=22, mfc="none", mec=LIMIT_COLOR, mew=1.5)
+    what = f"flow {name} ({len(lanes)} lanes)" if rect is None else f"{kind} {name}"
+    return Line2D([], [], color=LIMIT_COLOR, lw=2.2, label=f"{limits.highlight_label}:\n{what}")
 
 
 def _figure(size: tuple[float, float]) -> tuple[Figure, Axes]:

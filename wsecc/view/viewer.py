@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from wsecc.limits import KERNEL, Limits
 from wsecc.program import Program
 from wsecc.route.problem import Point
 from wsecc.version import __version__
@@ -18,6 +19,7 @@ from wsecc.view.data import (
     kernel_records,
     kind_colors,
     lane_payload,
+    limits_payload,
     link_load_planes,
     pack_array,
     router_colors_map,
@@ -33,6 +35,7 @@ def render_viewer(
     kernel_info: Mapping[str, Mapping[str, Any]] | None = None,
     sram_per_pe: np.ndarray | None = None,
     link_util: Mapping[tuple[Point, str], float] | None = None,
+    limits: Limits | None = None,
 ) -> str:
     """The viewer page for a placed, routed graph, as one HTML string.
 
@@ -49,6 +52,9 @@ def render_viewer(
         region filled with its kernel's fullest-PE figure from `sizing`.
     link_util: (router, outgoing direction "E"/"N"/"S"/"W") -> lanes; default
         `routing.link_loads()`.
+    limits: what limits the throughput (`Compilation.limits()`, or `Limits.from_report` of a
+        saved report): stated in the header, its on-wafer limit (a kernel's region or a flow's
+        lanes) highlighted on the fabric; default: sizing's slowest kernel, said to be sizing's.
     Raises ValueError if `sram_per_pe` has the wrong shape.
     """
     kg, sizing, placement, routing, target = (
@@ -67,6 +73,8 @@ def render_viewer(
     links = link_load_planes(loads, W, H)
     colors = router_colors_map(routing, W, H)
     kernels = kernel_records(kg, sizing, placement, kernel_info)
+    if limits is None and sizing.kernels:
+        limits = Limits(sizing.bottleneck, KERNEL, False, sizing.samples_per_s)
     pes = sum(k["w"] * k["h"] for k in kernels)
     data = {
         "fabric": {
@@ -114,8 +122,8 @@ def render_viewer(
             "objective": placement.objective,
             "gap": placement.gap if placement.bound > 0 else None,  # no bound, no gap
             "stage_cycles": sizing.stage_cycles if sizing.kernels else 0,
-            "bottleneck": sizing.bottleneck if sizing.kernels else "",
         },
+        "limits": limits_payload(limits, kernels, routing),
     }
     # JSON inside <script>: escaping "<" keeps "</script>" and "<!--" in names harmless.
     blob = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
