@@ -4,9 +4,9 @@
     python bench/bench_sweep.py measured [--ray]
 
 `shared`: one model over `--batches` batch sizes (1..N), default options (CP-SAT, 10 s budget,
-L1), one worker, twice: with the sweep's shared stages (one placement for every batch) and
-without (every point placed anew, as N separate compiles would); prints both wall times and
-their ratio. `measured`: bench/sweeps/measured.toml (the measured configurations of
+L1), one worker, twice: with the sweep's shared stages (one frontend and one placement for
+every batch, numerics being off) and without (each point its own frontend at its batch and its
+own placement, as N separate compiles would); prints both wall times and their ratio. `measured`: bench/sweeps/measured.toml (the measured configurations of
 measurements.md §1, §2, §4 in train mode on wse2 and wse3, 236 points; `bench/export_models.py
 --weightless` makes the models) on the local pool, and with `--ray` on a local Ray cluster too,
 then the two tables compared apart from wall times, and the report drawn with the published

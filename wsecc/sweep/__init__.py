@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wsecc.sweep.run import Message, make_tasks
+from wsecc.sweep.run import Message, Task, make_tasks
 from wsecc.sweep.spec import Point, Spec, SpecError, load_spec
 from wsecc.sweep.table import append_journal, read_journal, read_table, write_table
 
@@ -52,7 +52,8 @@ def run_sweep(
 
     Placements are shared through `folder/cache/` (`wsecc.sweep.run`), kept after the sweep so
     that points added to the spec later reuse them; deleting it costs only time.
-    `share=False` places every point anew (no cache), for measuring what sharing saves."""
+    `share=False` compiles every point as a separate `wsecc compile` would (its own frontend at
+    its batch, its own placement), for measuring what sharing saves."""
     folder = Path(folder)
     if ray:  # a runner that cannot start fails before the folder is made
         from wsecc.sweep.pool import check_ray
@@ -83,7 +84,7 @@ def run_sweep(
         listener("row", payload)
 
     cache = str((folder / "cache").resolve()) if share else None
-    tasks = make_tasks(todo)
+    tasks = make_tasks(todo) if share else [Task((p,), shared=False) for p in todo]
     n = workers or os.cpu_count() or 1
     if tasks and ray:
         from wsecc.sweep.pool import run_ray

@@ -38,6 +38,7 @@ Message = tuple[str, Any]
 @dataclass(frozen=True)
 class Task:
     points: tuple[Point, ...]
+    shared: bool = True  # False: one point compiled as `wsecc compile` would, shared nothing
 
 
 def frontend_key(p: Point) -> tuple[Any, ...]:
@@ -75,7 +76,8 @@ def run_task(task: Task, cache_dir: str | None) -> Iterator[Message]:
         try:
             if fused is None:
                 try:
-                    fused = Compilation.load(point.model.path, _frontend_options(point)).fuse()
+                    options = _frontend_options(point) if task.shared else point.options()
+                    fused = Compilation.load(point.model.path, options).fuse()
                 except WseccError as e:
                     fused = e  # the task's other points have the same binding: the same error
             if isinstance(fused, WseccError):
