@@ -246,3 +246,15 @@ def test_a_train_sweep_with_a_models_own_axes(tmp_path: Path) -> None:
     matches = match_measured(rows, read_measured(measured))
     assert [(m.row["systems"], round(m.ratio, 6)) for m in matches] == [(2, 2.0)]
     assert "Against published figures" in write_report(tmp_path / "out", str(measured)).read_text()
+
+
+def test_a_crowded_plot_is_sliced_where_a_model_has_a_line() -> None:
+    """With too many lines the plot keeps one value of each other axis: the value of a model
+    that varies along x (here GPT-2 XL's batch 112 along seq), not whatever row comes first."""
+    from wsecc.sweep.report import _slice
+
+    rows = [{"model": "bert", "seq": 128, "batch": b} for b in range(1, 14)]
+    rows += [{"model": "xl", "seq": s, "batch": 112} for s in (1024, 2048)]
+    shown, fixed = _slice(rows, ["model", "batch"], "seq")
+    assert fixed == {"batch": 112} and [r["seq"] for r in shown] == [1024, 2048]
+    assert _slice(rows[-4:], ["model", "batch"], "seq") == (rows[-4:], {})  # few lines: all

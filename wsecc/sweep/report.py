@@ -73,14 +73,19 @@ values (and says so in its title)."""
 
 
 def _slice(
-    rows: Sequence[Mapping[str, Any]], others: Sequence[str]
+    rows: Sequence[Mapping[str, Any]], others: Sequence[str], x: str
 ) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
     """`rows` and {} when their lines (one per value of `others`) are few enough; else the
-    rows at the first value of each of `others` but the model, and those values."""
+    rows at one value of each of `others` but the model, and those values: the values of the
+    first row whose model varies along `x` (so the slice has lines to draw)."""
     lines = {tuple(json.dumps(r.get(k)) for k in others) for r in rows}
     if len(lines) <= MAX_LINES or not rows:
         return list(rows), {}
-    fixed = {k: rows[0].get(k) for k in others if k != "model"}
+    xs: dict[Any, set[str]] = {}
+    for r in rows:
+        xs.setdefault(r.get("model"), set()).add(json.dumps(r.get(x)))
+    first = next((r for r in rows if len(xs[r.get("model")]) > 1), rows[0])
+    fixed = {k: first.get(k) for k in others if k != "model"}
     return [r for r in rows if all(r.get(k) == v for k, v in fixed.items())], fixed
 
 
@@ -145,7 +150,7 @@ def write_report(folder: str | os.PathLike[str], measured: str | None = None) ->
         # a line per model along an axis; along model size, a line through the models
         others = [k for k in _varying(ok, keys) if k not in (x, "model")]
         others = others if x == "params" else ["model", *others]
-        shown, fixed = _slice(ok, others)
+        shown, fixed = _slice(ok, others, x)
         if fixed:  # too many lines to read: the other axes at their first value
             others = [k for k in others if k not in fixed]
         series = _series(shown, x, y, others)
