@@ -21,7 +21,7 @@ def test_the_simulations_bottleneck_and_the_on_wafer_limit():
     assert limits is not None
     assert limits.lines() == [
         "bottleneck host-out (host)",
-        "on-wafer limit embedding->L0.layer_norm.2 (flow): 2.16 ksamples/s achieved of "
+        "on-wafer limit embedding->L0.layer_norm.2 (flow): 2.16 ksamples/s achieved (L0) of "
         "6.5 ksamples/s balanced (33.2%)",
     ]
     assert limits.highlight == ("embedding->L0.layer_norm.2", "flow")

@@ -97,7 +97,7 @@ class Limits:
         return f"{self.bottleneck} ({self.bottleneck_kind})"
 
     def on_wafer_text(self) -> str:
-        """`L0.attention (kernel): 885 ksamples/s achieved of 1.61 Msamples/s balanced (55.0%)`;
+        """`L0.attention (kernel): 885 ksamples/s achieved (L0) of 1.61 Msamples/s balanced (55.0%)`;
         "" when there is no on-wafer figure."""
         if not self.on_wafer:
             return ""
@@ -105,7 +105,7 @@ class Limits:
         achieved, balanced = self.on_wafer_samples_per_s, self.balanced_samples_per_s
         if achieved is None:
             return text
-        text += f": {si(achieved, 'samples/s')} achieved"
+        text += f": {si(achieved, 'samples/s')} achieved (L0)"
         if balanced:
             text += f" of {si(balanced, 'samples/s')} balanced ({achieved / balanced:.1%})"
         return text
