@@ -94,6 +94,16 @@ def _cerebras(width: int, layers: int, d_head: int, d_ffn: int) -> recipe.Family
     return _gpt3(width, layers, width // d_head, n_inner=d_ffn, activation_function="gelu")
 
 
+def _llama(width: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab: int) -> recipe.Family:
+    base = recipe.ROTARY_FAMILIES["llama"]
+    config = dict(base.config) | dict(
+        hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv_heads, intermediate_size=ffn, vocab_size=vocab,
+        max_position_embeddings=131072, rope_theta=500000.0,
+    )  # fmt: skip
+    return recipe.Family(base.model_class, base.config_class, config, base.inputs, base.outputs)
+
+
 WEIGHTLESS: dict[str, recipe.Family] = {
     # Emani et al. Table III: measured up to seq 8192, 13B further, to 51200 (its position
     # table holds 51200 rows: weightless, the longer table costs no memory here).
@@ -117,6 +127,11 @@ WEIGHTLESS: dict[str, recipe.Family] = {
     "cerebras-gpt-2.7b": _cerebras(2560, 32, 80, 10240),
     "cerebras-gpt-6.7b": _cerebras(4096, 32, 128, 16384),
     "cerebras-gpt-13b": _cerebras(5120, 40, 128, 20480),
+    # Llama 3.1 8B and 70B (measurements.md §6; Meta's published configs): GQA with 8 K/V heads,
+    # SwiGLU, RMSNorm, rotary embeddings (plain rope_theta 500000; the 3.1 frequency scaling
+    # changes the tables' values, not the graph's shape or cost).
+    "llama-3.1-8b": _llama(4096, 32, 32, 8, 14336, 128256),
+    "llama-3.1-70b": _llama(8192, 80, 64, 8, 28672, 128256),
     # Zhang et al. Table II, MSL 128 (the position table is the checkpoints' 512).
     "bert-base": _bert(768, 12, 12),
     "bert-large": _bert(1024, 24, 16),
