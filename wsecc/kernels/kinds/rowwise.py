@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from wsecc.ir.core import Node, Op
@@ -106,29 +107,61 @@ def rowwise_shapes(p: Params, hmax: int, wmax: int) -> tuple[list[int], list[int
 _ROWWISE_SPLIT: tuple[str | None, str | None] = (None, "dim")
 
 
-# --- layernorm: y = LN(x + r) (and x + r as a second output when has_residual) ------------------
+# --- layernorm and rmsnorm: y = norm(x + r) (and x + r as a second output when has_residual) ------
 
 
-def layernorm_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
-    """LN(x + r): `_rowwise` with ops = LAYERNORM_OPS (+1 for the residual add), gamma and beta
-    resident, stats = 2 (sum x, sum x^2); with a residual it reads x and r and writes both
-    LN(x + r) and x + r (the residual stream), so inputs = outputs = 2."""
-    res = int(p["has_residual"])
-    return _rowwise(
-        p["rows"],
-        p["dim"],
-        h,
-        w,
-        ctx,
-        ops=LAYERNORM_OPS + res,
-        weight_vectors=2,
-        inputs=1 + res,
-        outputs=1 + res,
-        stats=2,
-    )
+@dataclass(frozen=True)
+class _Norm:
+    """What tells one row normalization from the other: ops per element (the residual add not
+    counted), resident weight vectors (gamma, beta), per-row statistics (kept for the backward
+    too), backward ops per element."""
+
+    ops: int
+    weight_vectors: int
+    stats: int
+    grad_ops: int
+
+    def cost(self, p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
+        """norm(x + r): `_rowwise` with `ops` (+1 for the residual add), the weight vectors
+        resident, `stats` per row; with a residual it reads x and r and writes both norm(x + r)
+        and x + r (the residual stream), so inputs = outputs = 2."""
+        res = int(p["has_residual"])
+        return _rowwise(
+            p["rows"],
+            p["dim"],
+            h,
+            w,
+            ctx,
+            ops=self.ops + res,
+            weight_vectors=self.weight_vectors,
+            inputs=1 + res,
+            outputs=1 + res,
+            stats=self.stats,
+        )
+
+    def kind(self, kind: KernelKind, op: Op, simulate: str) -> KindDef:
+        return KindDef(
+            kind=kind,
+            params={"rows": "int+", "dim": "int+", "has_residual": "bool"},
+            flops=lambda p: p["rows"] * p["dim"] * (self.ops + int(p["has_residual"])),
+            weight_elems=lambda p: self.weight_vectors * p["dim"],
+            in_edge="N",
+            out_edge="S",
+            cost=self.cost,
+            shapes=rowwise_shapes,
+            tile_split=_ROWWISE_SPLIT,
+            chunks_over_rows=True,
+            lowers=frozenset({op}),
+            lower=_lower_norm,
+            simulate=simulate,
+            grad=GradRule(
+                flops=lambda p: p["rows"] * p["dim"] * self.grad_ops,
+                saved_elems=lambda p: p["rows"] * (p["dim"] + self.stats),  # x (or x + r), stats
+            ),
+        )
 
 
-def _lower_layernorm(n: Node, b: int) -> dict[str, object]:
+def _lower_norm(n: Node, b: int) -> dict[str, object]:
     x = n.inputs[0]
     return {
         "rows": rows_per_sample(x, b),
@@ -141,76 +174,21 @@ LAYERNORM_GRAD_OPS = 10
 """LayerNorm's backward per element: dxh = dy g (1), dg += dy xh (2), db += dy (1), the two row
 means of dxh and dxh xh (2), dx = (dxh - mean - xh mean2) rstd (4); a fused residual passes dx
 to both inputs (no op)."""
-SOFTMAX_GRAD_OPS = 4
-"""Softmax's backward per element: y dy (1), its row sum (1), dy - sum (1), times y (1)."""
-
-
-LAYERNORM = KindDef(
-    kind=KernelKind.LAYERNORM,
-    params={"rows": "int+", "dim": "int+", "has_residual": "bool"},
-    flops=lambda p: p["rows"] * p["dim"] * (LAYERNORM_OPS + int(p["has_residual"])),
-    weight_elems=lambda p: 2 * p["dim"],
-    in_edge="N",
-    out_edge="S",
-    cost=layernorm_cost,
-    shapes=rowwise_shapes,
-    tile_split=_ROWWISE_SPLIT,
-    chunks_over_rows=True,
-    lowers=frozenset({Op.LAYER_NORM}),
-    lower=_lower_layernorm,
-    simulate="wsecc.sim.functional:_layernorm",
-    grad=GradRule(
-        flops=lambda p: p["rows"] * p["dim"] * LAYERNORM_GRAD_OPS,
-        saved_elems=lambda p: p["rows"] * (p["dim"] + 2),  # x (or x + r), mean and rstd
-    ),
-)
-
-
-# --- rmsnorm: y = x / rms(x) gamma (Llama's RMSNorm, T5's LayerNorm), with a residual like LN's -----
-
-
-def rmsnorm_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
-    """RMSNorm(x + r): `_rowwise` with ops = RMSNORM_OPS (+1 for the residual add), gamma
-    resident, stats = 1 (sum x^2); a residual is read and the sum emitted as layernorm's."""
-    res = int(p["has_residual"])
-    return _rowwise(
-        p["rows"],
-        p["dim"],
-        h,
-        w,
-        ctx,
-        ops=RMSNORM_OPS + res,
-        weight_vectors=1,
-        inputs=1 + res,
-        outputs=1 + res,
-        stats=1,
-    )
-
-
 RMSNORM_GRAD_OPS = 7
 """RMSNorm's backward per element: dxh = dy g (1), dg += dy xh with xh = x rstd recomputed (2),
 the row mean of dxh xh (1), dx = (dxh - xh mean) rstd (3)."""
+SOFTMAX_GRAD_OPS = 4
+"""Softmax's backward per element: y dy (1), its row sum (1), dy - sum (1), times y (1)."""
 
+_LAYERNORM = _Norm(LAYERNORM_OPS, weight_vectors=2, stats=2, grad_ops=LAYERNORM_GRAD_OPS)
+"""LN: gamma and beta; stats sum x and sum x^2 (kept: mean and rstd)."""
+_RMSNORM = _Norm(RMSNORM_OPS, weight_vectors=1, stats=1, grad_ops=RMSNORM_GRAD_OPS)
+"""RMSNorm (Llama's, T5's LayerNorm): gamma only; stat sum x^2 (kept: rstd)."""
+layernorm_cost = _LAYERNORM.cost
+rmsnorm_cost = _RMSNORM.cost
 
-RMSNORM = KindDef(
-    kind=KernelKind.RMSNORM,
-    params={"rows": "int+", "dim": "int+", "has_residual": "bool"},
-    flops=lambda p: p["rows"] * p["dim"] * (RMSNORM_OPS + int(p["has_residual"])),
-    weight_elems=lambda p: p["dim"],
-    in_edge="N",
-    out_edge="S",
-    cost=rmsnorm_cost,
-    shapes=rowwise_shapes,
-    tile_split=_ROWWISE_SPLIT,
-    chunks_over_rows=True,
-    lowers=frozenset({Op.RMS_NORM}),
-    lower=_lower_layernorm,
-    simulate="wsecc.sim.functional:_rmsnorm",
-    grad=GradRule(
-        flops=lambda p: p["rows"] * p["dim"] * RMSNORM_GRAD_OPS,
-        saved_elems=lambda p: p["rows"] * (p["dim"] + 1),  # x (or x + r) and rstd
-    ),
-)
+LAYERNORM = _LAYERNORM.kind(KernelKind.LAYERNORM, Op.LAYER_NORM, "wsecc.sim.functional:_layernorm")
+RMSNORM = _RMSNORM.kind(KernelKind.RMSNORM, Op.RMS_NORM, "wsecc.sim.functional:_rmsnorm")
 
 
 # --- softmax over the last dim ------------------------------------------------------------------
