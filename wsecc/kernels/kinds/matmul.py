@@ -120,13 +120,20 @@ def linear_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     )
 
 
-def _lower_linear(n: Node, b: int) -> dict[str, object]:
+def _matmul_params(n: Node, b: int) -> dict[str, object]:
+    """tokens, K, N and has_bias of a linear or gated linear node (x, W[K, N], ...)."""
     x, w = n.inputs[0], n.inputs[1]
     return {
         "tokens": rows_per_sample(x, b),
         "K": w.type.shape[0],
         "N": w.type.shape[1],
         "has_bias": bool(n.attr("has_bias")),
+    }
+
+
+def _lower_linear(n: Node, b: int) -> dict[str, object]:
+    return {
+        **_matmul_params(n, b),
         "activation": _FUSED_ACTIVATION[n.attr("activation")],
         "residual": False,
     }
@@ -192,16 +199,6 @@ def gated_linear_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost
     )
 
 
-def _lower_gated_linear(n: Node, b: int) -> dict[str, object]:
-    x, w = n.inputs[0], n.inputs[1]
-    return {
-        "tokens": rows_per_sample(x, b),
-        "K": w.type.shape[0],
-        "N": w.type.shape[1],
-        "has_bias": bool(n.attr("has_bias")),
-    }
-
-
 def _gated_linear_flops(p: Params) -> int:
     T, K, N = p["tokens"], p["K"], p["N"]
     return int(4 * T * K * N + T * N * (GATE_OPS + 2 * int(p["has_bias"])))
@@ -225,7 +222,7 @@ GATED_LINEAR = KindDef(
     cost=gated_linear_cost,
     tile_split=("K", "N"),  # W_gate[K_i, N_j] and W_up[K_i, N_j] on PE (i, j)
     lowers=frozenset({Op.GATED_LINEAR}),
-    lower=_lower_gated_linear,
+    lower=_matmul_params,
     # X for dW, and both pre-activations for the gate's derivative
     grad=GradRule(
         flops=_gated_linear_grad_flops,
