@@ -20,10 +20,10 @@ from wsecc.ir.rewrite import (
     GraphView,
     NoMatch,
     Replacement,
-    eval_nodes,
     forward_candidates,
     make_node,
     origin_of,
+    probe_function,
     region_between,
     rewrite_nodes,
 )
@@ -35,13 +35,8 @@ _REFS = {a: gelu(_PROBE, a) for a in ("none", "tanh")}
 
 
 def _which_gelu(region: list[Node], x: Value) -> str | None:
-    if any(v.is_const and v.type.size != 1 for n in region for v in n.inputs):
-        return None
-    try:
-        y = eval_nodes(region, {x: _PROBE})[region[-1].outputs[0]]
-    except Exception:
-        return None
-    if y.shape != _PROBE.shape:
+    y = probe_function(region, x, _PROBE)
+    if y is None:
         return None
     for approx, ref in _REFS.items():
         if np.max(np.abs(y.astype(np.float64) - ref)) <= 1e-5 * 6.0:

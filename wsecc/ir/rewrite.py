@@ -104,6 +104,20 @@ def eval_nodes(nodes: Sequence[Node], env: Mapping[Value, np.ndarray]) -> dict[V
     return vals
 
 
+def probe_function(region: Sequence[Node], x: Value, probe: np.ndarray) -> np.ndarray | None:
+    """What `region` computes of `x` alone, evaluated on `probe` (a 1-D array of values): its
+    last node's output, or None when the region reads a non-scalar constant (then it is not an
+    elementwise function of x), fails to evaluate, or changes the probe's shape. Passes that
+    recognise an activation by what it computes (GELU, SiLU) compare this with a reference."""
+    if any(v.is_const and v.type.size != 1 for n in region for v in n.inputs):
+        return None
+    try:
+        y = eval_nodes(region, {x: probe})[region[-1].outputs[0]]
+    except Exception:
+        return None
+    return y if y.shape == probe.shape else None
+
+
 def apply(graph: Graph, replacements: Sequence[Replacement]) -> Graph:
     """Add the new nodes, substitute values everywhere, drop dead nodes, re-sort topologically."""
     if not replacements:
