@@ -140,6 +140,18 @@ def test_layernorm_with_residual_by_hand() -> None:
     assert c.cycles_per_sample == 448
 
 
+def test_rmsnorm_is_layernorm_without_beta_and_the_mean() -> None:
+    """RMSNorm holds gamma only, keeps one statistic per row (sum x^2) and does RMSNORM_OPS."""
+    k = Kernel("rms", KernelKind.RMSNORM, dict(rows=16, dim=32, has_residual=True))
+    c = kernel_cost(k, 2, 4, "mixed", TINY)
+    assert c.sram.weights == 1 * 8 * 2 == 16  # gamma only, 8 features per column
+    assert c.sram.buffers == 2 * 8 * 8 * 2 * 4 + 8 * 1 * 4 == 1056  # one stat per row
+    assert c.compute_cycles == 8 * 8 * (3 + 1) == 256  # mr dw (RMSNORM_OPS + residual) / v
+    spec = KINDS[KernelKind.RMSNORM]
+    assert spec.weight_elems(k.params) == 32 and spec.flops(k.params) == 16 * 32 * 4
+    assert spec.grad is not None and spec.grad.saved_elems(k.params) == 16 * (32 + 1)
+
+
 def test_embedding_by_hand() -> None:
     k = Kernel("emb", KernelKind.EMBEDDING, dict(vocab=1000, dim=64, rows=16, n_tables=2))
     c = kernel_cost(k, 8, 4, "mixed", TINY)
