@@ -45,6 +45,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import textwrap
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -601,7 +602,8 @@ def plan_training(
         )
     else:
         ex, reason = next(iter(failed.items()))
-        why = f"{ex.value} does not fit ({reason[:160]})"
+        reason = textwrap.shorten(reason.removeprefix(f"{ex.value}: "), 200, placeholder=" ...")
+        why = f"{ex.value} does not fit ({reason})"
     return _with_why(best, why)
 
 
