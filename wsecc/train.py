@@ -477,7 +477,8 @@ def _streaming(
         )
     if systems > system.max_systems:
         raise TrainError(
-            f"--systems {systems}: {target.name} connects at most {system.max_systems}"
+            f"--systems {systems}: {target.name} connects at most {system.max_systems}; "
+            f"use --systems {system.max_systems} or fewer"
         )
     sb = precision(prec).storage_bytes
     params = kg.unique_weight_elems()
