@@ -341,8 +341,13 @@ def cmd_view(args: argparse.Namespace) -> int:
 def _options(args: argparse.Namespace) -> Any:
     from wsecc.compiler import Options
 
+    context = getattr(args, "context", None)
+    if context is not None and args.seq is not None and context != args.seq:
+        raise WseccError(f"--context {context} and --seq {args.seq} disagree: give one")
     return Options(
-        target=args.target, batch=args.batch, seq=args.seq, dims=_parse_dims(args.dim),
+        target=args.target, batch=args.batch, seq=context or args.seq, dims=_parse_dims(args.dim),
+        prompt=getattr(args, "prompt", None),
+        new_tokens=getattr(args, "new_tokens", option_default("new_tokens")),
         mode=args.mode, execution=args.execution, systems=args.systems, weights=args.weights,
         precision=args.precision, chunk_tokens=args.chunk_tokens, placer=args.placer,
         time_budget_s=args.time_budget, seed=args.seed, deterministic=args.deterministic,
@@ -474,7 +479,32 @@ def build_parser() -> argparse.ArgumentParser:
         choices=choices("mode"),
         help="infer: forward passes, placed, routed and simulated; train: a training step "
         "(forward, backward, AdamW), costed pipelined or weight-streaming (README: what train "
-        f"mode models) (default {option_default('mode')})",
+        "mode models); generate: a decoder's prompt prefill and decode steps with the K/V cache "
+        "in SRAM, the graph bound at --context (README: what generate mode models) "
+        f"(default {option_default('mode')})",
+    )
+    c.add_argument(
+        "--prompt",
+        type=_positive_int,
+        default=None,
+        metavar="P",
+        help="generate mode: prompt tokens (default min(128, context / 2))",
+    )
+    c.add_argument(
+        "--context",
+        type=_positive_int,
+        default=None,
+        metavar="C",
+        help="generate mode: positions each sequence's K/V cache holds, prompt included; binds "
+        "the sequence dim as --seq does (the two are one option)",
+    )
+    c.add_argument(
+        "--new-tokens",
+        type=_positive_int,
+        default=option_default("new_tokens"),
+        metavar="N",
+        help="generate mode: tokens --validate generates greedily after the prompt and checks "
+        f"against onnxruntime step by step (default {option_default('new_tokens')})",
     )
     c.add_argument(
         "--execution",

@@ -36,11 +36,13 @@ from wsecc.limits import Limits
 from wsecc.options import Options
 from wsecc.targets import target_source
 from wsecc.version import __version__
+from wsecc.vocab import SimLevel
 
 if TYPE_CHECKING:
     import numpy as np
 
     from wsecc.frontend.onnx import ModelInfo
+    from wsecc.generate import GenerationResult
     from wsecc.gradcheck import GradCheck
     from wsecc.ir.core import Graph
     from wsecc.kernels import KernelGraph, Sizing
@@ -109,6 +111,7 @@ class Compilation:
     numerics: NumericsResult | None = None  # None when not validated
     training: TrainResult | None = None  # train mode: the step's cost (`wsecc.train`)
     gradients: GradCheck | None = None  # train mode, validated: gradients against onnxruntime
+    generation: GenerationResult | None = None  # generate mode: prefill and decode figures
     saved_report: dict[str, Any] | None = None  # when reloaded from an output folder
     sim_inputs: dict[str, np.ndarray] | None = None
     sim_outputs: dict[str, np.ndarray] | None = None
@@ -251,10 +254,12 @@ class Compilation:
         from wsecc.flow import lower_and_size
 
         fused = self._need(self.fused, "fuse")
+        o = self.options
         with self._stage("size"):
             self.kernel_graph, self.sizing = lower_and_size(
-                fused, self.target, self.options.precision, self.options.chunk_tokens
-            )
+                fused, self.target, o.precision, o.chunk_tokens,
+                sequences=o.batch if o.mode == "generate" else None,
+            )  # fmt: skip
         self.progress(
             "size",
             f"{len(self.kernel_graph.kernels)} kernels, {len(self.kernel_graph.flows)} flows; "
@@ -264,7 +269,8 @@ class Compilation:
 
     def run(self) -> Compilation:
         """Every later stage of the options' mode: fuse, lower and size, place and route,
-        simulate; in train mode fuse, then `train`."""
+        simulate (in generate mode with the generation's figures); in train mode fuse, then
+        `train`."""
         if self.options.mode == "train":
             return self.fuse().train().place_and_route()
         return self.fuse().lower_and_size().place_and_route().simulate()
@@ -358,8 +364,12 @@ class Compilation:
 
         o = self.options
         program = self._need(self.program, "place_and_route")
+        if o.mode == "generate":  # L1 would stream a whole context; decode is a latency (L0)
+            o = dataclasses.replace(o, sim=SimLevel.L0)
         with self._stage("simulate"):
             self.sram, self.perf, self.events = simulate(program, o)
+        if o.mode == "generate":
+            return self.generate()
         perf = self.report_performance()
         self.progress(
             "simulate",
@@ -374,6 +384,33 @@ class Compilation:
         )
         if self._should_validate():
             self.validate_numerics()
+        return self
+
+    @property
+    def prompt(self) -> int:
+        """Generate mode's prompt length: `options.prompt`, or `default_prompt` of the context."""
+        from wsecc.generate import default_prompt
+
+        kg = self._need(self.kernel_graph, "lower_and_size")
+        return self.options.prompt or default_prompt(kg.tokens_per_sample)
+
+    def generate(self) -> Compilation:
+        """Generate mode, after `simulate`'s SRAM map: the prefill and decode figures of the
+        placed program (`wsecc.generate`); with `validate`, greedy generation through the tiled
+        functional simulator against onnxruntime."""
+        from wsecc.generate import plan_generation
+
+        program = self._need(self.program, "place_and_route")
+        with self._stage("generate"):
+            self.generation = plan_generation(program, self.prompt)
+        g = self.generation
+        self.progress(
+            "generate",
+            f"time to first token {g.ttft_s * 1e3:,.3f} ms; decode {g.tokens_per_s_per_sequence:,.0f} "
+            f"tokens/s per sequence, {g.tokens_per_s:,.0f} aggregate; bound {g.decode_bound}",
+        )
+        if self._should_validate():
+            self.validate_generation()
         return self
 
     def _need(self, product: T | None, stage: str) -> T:
@@ -539,6 +576,8 @@ class Compilation:
             rep["sizing"] = self.report_sizing()
         if self.training is not None:
             rep["performance"] = self.report_training()
+        elif self.generation is not None:
+            rep["performance"] = self.report_generation()
         elif self.perf is not None:
             rep["performance"] = self.report_performance()
         return Limits.from_report(rep)
@@ -556,6 +595,29 @@ class Compilation:
             "bottleneck": t.bound,
             "bottleneck_kind": "step",
             **t.to_json(),
+        }
+
+    def report_generation(self) -> dict[str, Any]:
+        """The report's `performance` object in generate mode (`wsecc.generate`):
+        `tokens_per_s` is the aggregate decode rate, `latency_s` one token's decode step,
+        `samples_per_s` sequences completed per second when each fills the context after its
+        prompt (B / (time to first token + (C - P) token latencies)), `utilization` the decode
+        step's work over the program rectangle's peak."""
+        g = self._need(self.generation, "generate")
+        new = g.context - g.prompt
+        flops = sum(s.flops for s in g.stages)
+        return {
+            "model": "generate",
+            "samples_per_s": g.batch / (g.ttft_s + new * g.decode_latency_s),
+            "tokens_per_s": g.tokens_per_s,
+            "latency_s": g.decode_latency_s,
+            "utilization": min(1.0, flops / g.decode_latency_s / self.target.peak_flops_per_s(
+                self.options.precision)),
+            "bottleneck": g.decode_bound,
+            "bottleneck_kind": "decode",
+            "on_wafer_bottleneck": g.slowest_kernel,
+            "on_wafer_bottleneck_kind": "kernel",
+            **g.to_json(),
         }
 
     def _link_util_max(self) -> float:
@@ -637,6 +699,8 @@ class Compilation:
             }
             rep["performance"] = self.report_performance()
             rep["numerics"] = self.numerics.to_json() if self.numerics is not None else None
+        if self.generation is not None:
+            rep["performance"] = self.report_generation()
         if self.training is not None:
             rep["performance"] = self.report_training()
             rep["numerics"] = self.gradients.to_json() if self.gradients is not None else None

@@ -60,9 +60,10 @@ def load(path: Path, options: Options) -> tuple[Graph, ModelInfo]:
 
 
 def bound_batch(options: Options) -> int:
-    """The batch the graph is bound at: `options.batch`, or 1 in train mode, whose kernels are
-    per sample (the global batch is the step's, `wsecc.train`)."""
-    return options.batch if options.mode is Mode.INFER and options.batch else 1
+    """The batch the graph is bound at: `options.batch` (in generate mode the sequences in
+    flight), or 1 in train mode, whose kernels are per sample (the global batch is the step's,
+    `wsecc.train`)."""
+    return options.batch if options.mode is not Mode.TRAIN and options.batch else 1
 
 
 def per_sample_batch(options: Options) -> int:
@@ -101,10 +102,20 @@ def lower(fused: Graph) -> KernelGraph:
 
 
 def lower_and_size(
-    fused: Graph, target: Target, precision: str, chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    fused: Graph,
+    target: Target,
+    precision: str,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    *,
+    sequences: int | None = None,
 ) -> tuple[KernelGraph, Sizing]:
-    """Lower and size at the first fill."""
+    """Lower and size at the first fill; with `sequences` (generate mode), every attention
+    keeps the K/V cache of that many sequences (`wsecc.generate.generation_kernels`)."""
     kg = lower(fused)
+    if sequences is not None:
+        from wsecc.generate import generation_kernels
+
+        kg = generation_kernels(kg, sequences)
     return kg, size_regions(kg, target, precision, fill=FILL_STEPS[0], chunk_tokens=chunk_tokens)
 
 

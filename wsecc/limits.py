@@ -16,6 +16,7 @@ from typing import Any
 
 KERNEL, FLOW, HOST = "kernel", "flow", "host"  # as wsecc.sim.perf names stage kinds
 STEP = "step"  # train mode: the bottleneck is a term of the step (wsecc.train)
+DECODE = "decode"  # generate mode: the bottleneck is a phase of the decode step (wsecc.generate)
 
 
 def si(x: float, unit: str) -> str:
@@ -40,7 +41,7 @@ class Limits:
     """The bottleneck and the on-wafer limit of one compile (module doc)."""
 
     bottleneck: str
-    bottleneck_kind: str  # KERNEL, FLOW, HOST; STEP in train mode
+    bottleneck_kind: str  # KERNEL, FLOW, HOST; STEP in train mode, DECODE in generate mode
     simulated: bool  # False: sizing's slowest kernel, nothing simulated
     balanced_samples_per_s: float | None = None  # sizing's balanced pipeline
     on_wafer: str = ""  # the slowest kernel or flow, host I/O left out; "" when not simulated
@@ -94,6 +95,8 @@ class Limits:
             return f"{self.bottleneck} (sizing's slowest kernel; not simulated)"
         if self.bottleneck_kind == STEP:
             return f"{self.bottleneck} (the training step's largest term)"
+        if self.bottleneck_kind == DECODE:
+            return f"{self.bottleneck} (the decode step's largest phase)"
         return f"{self.bottleneck} ({self.bottleneck_kind})"
 
     def on_wafer_text(self) -> str:

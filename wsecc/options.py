@@ -19,6 +19,8 @@ FAULTS = ("drop_partial", "misplace_tile")
 """Faults `inject_fault` can put into the functional simulation (`wsecc.sim.functional`):
 drop_partial loses PE (0, 0)'s partial sum in the first linear kernel; misplace_tile swaps two
 of its PEs' weight tiles."""
+DEFAULT_NEW_TOKENS = 16
+"""Tokens generate mode's `--validate` generates after the prompt (issue 17: "default 16")."""
 TRAIN_FAULTS = ("layernorm_gamma",)
 """Faults for train mode's gradient check (`wsecc.ir.grad`): layernorm_gamma breaks the gradient
 rule of LayerNorm's scale."""
@@ -47,6 +49,8 @@ class Options:
     sim_samples: int = 4
     execution: Execution = Execution.AUTO  # train mode: pipelined, weight-streaming or auto
     systems: int = 1  # train mode: data parallel over this many systems
+    prompt: int | None = None  # generate mode: prompt tokens (None: min(128, context / 2))
+    new_tokens: int = DEFAULT_NEW_TOKENS  # generate mode: tokens --validate generates after the prompt
     inputs: str | None = None  # an .npz of model inputs for the numerics
     inject_fault: str | None = None  # a check of the checks: break the functional simulation
     save_outputs: bool = False
@@ -62,14 +66,27 @@ class Options:
         set_(self, "placer", parse(Placer, self.placer, "placer"))
         set_(self, "mode", parse(Mode, self.mode, "mode"))
         set_(self, "execution", parse(Execution, self.execution, "execution"))
-        if self.batch is None and self.mode is Mode.INFER:
+        if self.batch is None and self.mode in (Mode.INFER, Mode.GENERATE):
             set_(self, "batch", 1)
         if self.batch is not None and self.batch < 1:
             raise WseccError(f"batch must be at least 1, got {self.batch}")
         if self.systems < 1:
             raise WseccError(f"systems must be at least 1, got {self.systems}")
-        if self.mode is Mode.INFER and (self.systems != 1 or self.execution is not Execution.AUTO):
+        if self.mode is not Mode.TRAIN and (
+            self.systems != 1 or self.execution is not Execution.AUTO
+        ):
             raise WseccError("--execution and --systems are train-mode options (--mode train)")
+        if self.mode is not Mode.GENERATE and (self.prompt is not None or self.new_tokens != DEFAULT_NEW_TOKENS):
+            raise WseccError("--prompt and --new-tokens are generate-mode options (--mode generate)")
+        if self.prompt is not None and self.prompt < 1:
+            raise WseccError(f"prompt must be at least 1 token, got {self.prompt}")
+        if self.new_tokens < 1:
+            raise WseccError(f"new tokens must be at least 1, got {self.new_tokens}")
+        if self.prompt is not None and self.seq is not None and self.prompt >= self.seq:
+            raise WseccError(
+                f"the prompt ({self.prompt} tokens) must be shorter than the context "
+                f"({self.seq}): raise --context or lower --prompt"
+            )
         set_(self, "weights", parse(Weights, self.weights, "weights"))
         if self.weights is Weights.INPUTS and (
             self.validate or self.inject_fault or self.check_each_pass or self.inputs

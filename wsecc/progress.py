@@ -81,6 +81,8 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
                 )
             )
             rows.append(("step", _seconds(perf["latency_s"])))
+        elif perf["model"] == "generate":
+            rows[-1:] = _generation_rows(perf)
         else:
             rows.append(("latency", _seconds(perf["latency_s"])))
         rows.append(("utilization", f"{100 * perf['utilization']:.1f}% of peak"))
@@ -109,6 +111,32 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
             ("numerics", report.get("numerics_skipped", "not validated (--validate to run it)"))
         )
     return rows
+
+
+def _generation_rows(perf: dict[str, Any]) -> list[tuple[str, str]]:
+    """Generate mode's rows (`wsecc.generate`): prefill, decode, the token's latency by phase and
+    per layer, the decode bound, the K/V cache."""
+    d, b = perf["decode"], perf["batch"]
+    phases = d["phases_s"]
+    total = sum(phases.values()) or 1.0
+    layers = [row for row in d["layers"] if row["layer"][:1] == "L" and row["layer"][1:].isdigit()]
+    per_layer = (
+        f"; {_seconds(sum(r['latency_s'] for r in layers) / len(layers))} per layer x {len(layers)}"
+        if layers
+        else ""
+    )
+    return [
+        ("mode", f"generate: prompt {perf['prompt']:,}, context {perf['context']:,}, batch {b}"),
+        ("first token", f"{_seconds(perf['ttft_s'])} (prefill bound {perf['prefill']['bound']}, "
+         f"{perf['prefill']['bound_kind']})"),
+        ("decode", f"{d['tokens_per_s_per_sequence']:,.0f} tokens/s per sequence, "
+         f"{d['tokens_per_s']:,.0f} tokens/s at batch {b}"),
+        ("token latency", f"{_seconds(d['latency_s'])}{per_layer}: "
+         + ", ".join(f"{p} {100 * s / total:.0f}%" for p, s in phases.items() if s)),
+        ("decode bound", f"{d['bound']}: {d['bound_words']}"),
+        ("K/V cache", f"{perf['kv_cache_bytes'] / 2**20:,.1f} MiB, max {perf['kv_bytes_per_pe_max']:,} "
+         f"B/PE; largest context that fits {perf['max_context']:,}"),
+    ]  # fmt: skip
 
 
 class StageDisplay:

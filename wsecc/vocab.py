@@ -31,10 +31,12 @@ class SimLevel(enum.StrEnum):
 
 class Mode(enum.StrEnum):
     """infer: forward passes, layer-pipelined; train: a training step (forward, backward, AdamW
-    update), `wsecc.train`."""
+    update), `wsecc.train`; generate: token generation, a prompt's prefill then one token per
+    decode step with the K/V cache resident beside its attention kernels, `wsecc.generate`."""
 
     INFER = "infer"
     TRAIN = "train"
+    GENERATE = "generate"
 
 
 class Execution(enum.StrEnum):

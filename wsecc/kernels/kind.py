@@ -20,6 +20,10 @@ Every fact about a kind lives in its `KindDef`, written once in `wsecc.kernels.k
     lowers, lower which fused ops become this kind, and their params (`wsecc.passes.lower`)
     grad          its gradient rule for training (`GradRule`): the backward pass's work and the
                   activations its forward keeps for it (`wsecc.train`); None: not trainable
+    tokens        the param that counts a sample's tokens ("" when none): generation re-costs a
+                  kernel at the prompt's length (prefill) this way (`with_tokens`)
+    decode        its decode-step model (`wsecc.kernels.decode`): one token per sequence on the
+                  same mapping, in cycles by phase; None: it cannot run in generate mode
     simulate      the functional simulator's tiled implementation (`wsecc.sim.functional`), a
                   dotted "module:function" resolved when a program is built, so importing a kind
                   never imports the simulator
@@ -39,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from wsecc.ir.core import Node, Op
     from wsecc.kernels.costs import CostFn, FrontierFn, ShapesFn
+    from wsecc.kernels.decode import DecodeFn
     from wsecc.kernels.ir import KernelKind
 
 Params = Mapping[str, Any]  # values are Scalars, checked per kind by the verifier
@@ -120,6 +125,8 @@ class KindDef:
     lowers: frozenset[Op] = frozenset()
     lower: LoweringFn | None = None
     grad: GradRule | None = None
+    tokens: str = ""
+    decode: DecodeFn | None = None
     simulate: str = ""  # "module:function" of its functional builder; "" = not simulated
 
     def __post_init__(self) -> None:
@@ -130,6 +137,10 @@ class KindDef:
             from wsecc.kernels.costs import split_shapes
 
             object.__setattr__(self, "shapes", split_shapes(rows, cols))
+
+    def with_tokens(self, p: Params, tokens: int) -> Params:
+        """`p` at `tokens` tokens per sample (its `tokens` param; unchanged without one)."""
+        return {**p, self.tokens: tokens} if self.tokens else p
 
     def builder(self) -> Callable[..., Any] | None:
         """The functional simulator's builder for this kind, imported on first use."""

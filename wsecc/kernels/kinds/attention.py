@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from wsecc.ir.core import Node, Op
 from wsecc.kernels.costs import CostContext, KernelCost, breakpoints, cdiv
+from wsecc.kernels.decode import DecodeCost, chain, multicast
 from wsecc.kernels.ir import KernelKind
 from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule, KindDef, Params
 
@@ -52,11 +53,13 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     cdiv(sq (sh + 1), 2) of its pairs (= sq sh / 2 + sq / 2). A causal decoder needs one K/V set
     (a sample's keys are all used before the next sample's arrive, token order); a bidirectional
     encoder double-buffers it (kv_sets = 2) to load sample n+1 while sample n's queries run.
+    In generation the region keeps the K/V cache of every sequence in flight,
+    Bs = cache_sequences of them (1 outside generate mode), up to S positions each.
     Rotary (rot = rd > 0): each PE rotates its resident keys once per sample, keeping the cos and
     sin rows of those keys' positions; a query chunk's cos and sin rows travel down the column
     with it, and the column's first row rotates the queries (ROTARY_OPS per element).
 
-        kv      = kv_sets kw sh (2 d sb + mask sb)         keys, values, additive mask
+        kv      = Bs kv_sets kw sh (2 d sb + mask sb)      keys, values, additive mask
         weights = rot 2 sh rd sb                           cos and sin rows of its keys
         buffers = 2 c hw d sb                              double-buffered query chunk
                 + rot 2 c 2 rd sb                          the chunk's cos and sin rows
@@ -86,7 +89,7 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
         h,
         w,
         weights=rot * 2 * sh * rd * sb,
-        kv=kv_sets * kw * sh * (2 * d * sb + mask * sb),
+        kv=p["cache_sequences"] * kv_sets * kw * sh * (2 * d * sb + mask * sb),
         buffers=2 * c * hw * d * sb
         + rot * 4 * c * rd * sb
         + c * sh * ab
@@ -102,6 +105,45 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
         ),
         in_bytes=S * (H + 2 * Hk) * d * sb + mask * S * sb,
         out_bytes=S * H * d * sb,
+    )
+
+
+def attention_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCost:
+    """One decode step of `attention_cost`'s mapping with the cache full: B new queries (one per
+    sequence) against the S cached positions of their sequence.
+
+    Each query (rotated by the column's first row) and its head's share of the region go down
+    the column; the new key and value are appended on row (position mod h), entering on the W
+    edge; each PE scores the query against its sh = cdiv(S, h) cached keys of each of its hw
+    heads and keeps a partial, merged down the column and normalised at the bottom, on the S
+    edge (`wsecc.kernels.decode`):
+
+        pairs     = B hw sh
+        cache     = cdiv(4 d pairs, f) + cdiv((SCORE_OPS + mask) pairs, v)
+                  + rot cdiv(ROTARY_OPS rd B (hw + kw), v)      rotate the query and new key
+        reduction = chain(h, B hw (d + 2) ab) + cdiv(B hw (2 (d + 2) + d), v)   merge, normalise
+        broadcast = max(multicast(h, B hw (d + rot 2 rd) sb),   query down the column
+                        multicast(w, 2 B Hk d sb))              new K/V along its row
+    The busiest PE reads its cached keys and values: bytes_read = B kw sh 2 d sb."""
+    S, H, d = p["seq"], p["heads"], p["head_dim"]
+    Hk, rd = p["kv_heads"], p["rotary_dim"]
+    mask, rot = int(p["padding_mask"]), int(rd > 0)
+    sb, ab = ctx.sb, ctx.ab
+    hw = cdiv(H, w)
+    kw = max(1, cdiv(hw, H // Hk))
+    sh = cdiv(S, h)
+    pairs = B * hw * sh
+    return DecodeCost(
+        cache=cdiv(4 * d * pairs, ctx.f)
+        + cdiv((SCORE_OPS + mask) * pairs, ctx.v)
+        + rot * cdiv(ROTARY_OPS * rd * B * (hw + kw), ctx.v),
+        reduction=chain(ctx, h, B * hw * (d + 2) * ab) + cdiv(B * hw * (2 * (d + 2) + d), ctx.v),
+        broadcast=max(
+            multicast(ctx, h, B * hw * (d + rot * 2 * rd) * sb),
+            multicast(ctx, w, 2 * B * Hk * d * sb),
+        ),
+        bytes_read=B * kw * sh * 2 * d * sb,
+        flops=B * H * S * (4 * d + SCORE_OPS + mask),
     )
 
 
@@ -155,6 +197,7 @@ ATTENTION = KindDef(
         "rotary_dim": "int0",
         "causal": "bool",
         "padding_mask": "bool",
+        "cache_sequences": "int+",
     },
     flops=_flops,
     weight_elems=lambda p: 0,
@@ -166,8 +209,9 @@ ATTENTION = KindDef(
     tile_split=("seq", None),
     cyclic_rows=True,
     check=_check,
-    # kernels made before grouped K/V heads and rotary embeddings: one K/V head per head
-    defaults=lambda p: {"kv_heads": p.get("heads", 1), "rotary_dim": 0},
+    # kernels made before grouped K/V heads and rotary embeddings: one K/V head per head;
+    # outside generate mode one sequence's K/V is resident
+    defaults=lambda p: {"kv_heads": p.get("heads", 1), "rotary_dim": 0, "cache_sequences": 1},
     lowers=frozenset({Op.ATTENTION}),
     lower=_lower,
     grad=GradRule(
@@ -176,5 +220,7 @@ ATTENTION = KindDef(
         saved_elems=lambda p: p["seq"]
         * (p["heads"] * (2 * p["head_dim"] + 1) + 2 * p["kv_heads"] * p["head_dim"]),
     ),
+    tokens="seq",
+    decode=attention_decode,
     simulate="wsecc.sim.functional:_attention",
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from wsecc.ir.core import Node, Op
 from wsecc.kernels.costs import INDEX_BYTES, CostContext, KernelCost, cdiv
+from wsecc.kernels.decode import DecodeCost, multicast
 from wsecc.kernels.ir import KernelKind
 from wsecc.kernels.kind import GradRule, KindDef, Params
 from wsecc.kernels.kinds.common import rows_per_sample
@@ -39,6 +40,24 @@ def embedding_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     )
 
 
+def embedding_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCost:
+    """One decode step of `embedding_cost`'s mapping: B tokens' ids multicast along the W edge's
+    row and down every column, the owning rows' slices summed down the column to the S edge
+    (`wsecc.kernels.decode`):
+
+        compute   = cdiv(B n_tables dw, v)
+        broadcast = multicast(w, B n_tables INDEX_BYTES) + multicast(h, B n_tables INDEX_BYTES)
+                  + multicast(h, B dw sb)"""
+    n, dw = p["n_tables"], cdiv(p["dim"], w)
+    ids = B * n * INDEX_BYTES
+    return DecodeCost(
+        compute=cdiv(B * n * dw, ctx.v),
+        broadcast=multicast(ctx, w, ids) + multicast(ctx, h, ids) + multicast(ctx, h, B * dw * ctx.sb),
+        bytes_read=n * dw * ctx.sb,
+        flops=B * p["dim"] * (n - 1),
+    )
+
+
 def _lower(n: Node, b: int) -> dict[str, object]:
     tables = n.inputs[1::2]
     out = n.output
@@ -61,6 +80,8 @@ EMBEDDING = KindDef(
     tile_split=("vocab", "dim"),  # table rows over rows, features over columns
     lowers=frozenset({Op.EMBEDDING}),
     lower=_lower,
+    tokens="rows",
+    decode=embedding_decode,
     simulate="wsecc.sim.functional:_embedding",
     # dTable[ids] += dY: one add per gathered element of each table; the ids are kept
     grad=GradRule(

@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from wsecc.ir.core import Node, Op
 from wsecc.kernels.costs import CostContext, KernelCost, cdiv
+from wsecc.kernels.decode import DecodeCost, chain, matvec, multicast
 from wsecc.kernels.ir import KernelKind
 from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule, KindDef, Params, one_of
 from wsecc.kernels.kinds.common import rows_per_sample
@@ -96,6 +97,40 @@ def matmul_cost(
     )
 
 
+def matmul_decode(
+    B: int,
+    K: int,
+    N: int,
+    h: int,
+    w: int,
+    ctx: CostContext,
+    *,
+    epilogue: int = 0,
+    gated: bool = False,
+) -> DecodeCost:
+    """One decode step of `matmul_cost`'s mapping: B tokens (one per sequence) times W[K, N].
+
+    x[B, K_i] is multicast east along row i; each PE multiplies it by its tile (every weight
+    read once, and used once per token: a matrix-vector product); the column's partials are
+    reduced down its h rows (reduce-scatter: every segment's chain passes all h rows) and each
+    row's finished outputs go down the column to the S edge (`wsecc.kernels.decode`):
+
+        compute   = matvec(B kh nw, kh nw sb) + cdiv(B own' epilogue, v)
+        reduction = chain(h, B nw ab)
+        broadcast = multicast(w, B kh sb) + multicast(h, B own' sb)
+    with own' = cdiv(own, pair) finished outputs per PE (a gated pair gives one)."""
+    sb, ab, pair = ctx.sb, ctx.ab, 1 + int(gated)
+    kh, nw = cdiv(K, h), pair * cdiv(N, w)
+    out = cdiv(cdiv(nw, h), pair)
+    return DecodeCost(
+        compute=matvec(ctx, B * kh * nw, kh * nw * sb) + cdiv(B * out * epilogue, ctx.v),
+        reduction=chain(ctx, h, B * nw * ab),
+        broadcast=multicast(ctx, w, B * kh * sb) + multicast(ctx, h, B * out * sb),
+        bytes_read=kh * nw * sb,
+        flops=2 * B * K * N * pair + B * N * epilogue,
+    )
+
+
 # --- linear: y[M,N] = act(x[M,K] W[K,N] + b) + residual ------------------------------------------
 
 
@@ -118,6 +153,12 @@ def linear_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
         act_ops=ACTIVATIONS[p["activation"]],
         residual=p["residual"],
     )
+
+
+def linear_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCost:
+    """`matmul_decode` with the linear's epilogue (bias, activation, residual add)."""
+    epilogue = int(p["has_bias"]) + ACTIVATIONS[p["activation"]] + int(p["residual"])
+    return matmul_decode(B, p["K"], p["N"], h, w, ctx, epilogue=epilogue)
 
 
 def _matmul_params(n: Node, b: int) -> dict[str, object]:
@@ -173,6 +214,8 @@ LINEAR = KindDef(
     lowers=frozenset({Op.LINEAR}),
     lower=_lower_linear,
     grad=LINEAR_GRAD,
+    tokens="tokens",
+    decode=linear_decode,
     simulate="wsecc.sim.functional:_linear",
 )
 
@@ -223,6 +266,10 @@ GATED_LINEAR = KindDef(
     tile_split=("K", "N"),  # W_gate[K_i, N_j] and W_up[K_i, N_j] on PE (i, j)
     lowers=frozenset({Op.GATED_LINEAR}),
     lower=_matmul_params,
+    tokens="tokens",
+    decode=lambda p, h, w, ctx, B: matmul_decode(
+        B, p["K"], p["N"], h, w, ctx, epilogue=GATE_OPS + 2 * int(p["has_bias"]), gated=True
+    ),
     # X for dW, and both pre-activations for the gate's derivative
     grad=GradRule(
         flops=_gated_linear_grad_flops,
@@ -277,5 +324,7 @@ LM_HEAD = KindDef(
     lowers=frozenset({Op.LM_HEAD}),
     lower=_lower_lm_head,
     grad=GradRule(flops=_lm_head_grad_flops, saved_elems=lambda p: p["rows"] * p["K"]),
+    tokens="rows",
+    decode=lambda p, h, w, ctx, B: matmul_decode(B, p["K"], p["vocab"], h, w, ctx),
     simulate="wsecc.sim.functional:_linear",
 )

@@ -9,6 +9,7 @@ from types import MappingProxyType
 
 from wsecc.ir.core import Node, Op
 from wsecc.kernels.costs import CostContext, KernelCost, breakpoints, cdiv
+from wsecc.kernels.decode import DecodeCost, chain, multicast
 from wsecc.kernels.ir import KernelKind
 from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule, KindDef, Params, one_of
 from wsecc.kernels.kinds.common import rows_per_sample
@@ -97,6 +98,39 @@ def _rowwise(
     )
 
 
+def _rowwise_decode(
+    B: int,
+    dim: int,
+    h: int,
+    w: int,
+    ctx: CostContext,
+    *,
+    ops: int,
+    weight_vectors: int = 0,
+    inputs: int = 1,
+    outputs: int = 1,
+    stats: int = 0,
+) -> DecodeCost:
+    """One decode step of `_rowwise`'s mapping: B rows (one token per sequence) dealt over the
+    region rows, mr = cdiv(B, h) per PE. A row enters on the N edge and goes down its column to
+    its region row, and its result down to the S edge; the statistics are reduced along the
+    region row and the result multicast back (an all-reduce) (`wsecc.kernels.decode`):
+
+        compute   = cdiv(mr dw ops, v)
+        reduction = [stats > 0] (chain(w, mr stats ab) + multicast(w, mr stats ab))
+        broadcast = multicast(h, B dw sb inputs) + multicast(h, B dw sb outputs)"""
+    sb, ab = ctx.sb, ctx.ab
+    dw, mr = cdiv(dim, w), cdiv(B, h)
+    stat_bytes = mr * stats * ab
+    return DecodeCost(
+        compute=cdiv(mr * dw * ops, ctx.v),
+        reduction=chain(ctx, w, stat_bytes) + multicast(ctx, w, stat_bytes) if stats else 0,
+        broadcast=multicast(ctx, h, B * dw * sb * inputs) + multicast(ctx, h, B * dw * sb * outputs),
+        bytes_read=weight_vectors * dw * sb,
+        flops=B * dim * ops,
+    )
+
+
 def rowwise_shapes(p: Params, hmax: int, wmax: int) -> tuple[list[int], list[int]]:
     """Rows: breakpoints of the rows (whole chunks per region row); columns: of the features."""
     return breakpoints(p["rows"], hmax), breakpoints(p["dim"], wmax)
@@ -139,6 +173,22 @@ class _Norm:
             stats=self.stats,
         )
 
+    def decode(self, p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCost:
+        """`_rowwise_decode` with the arguments `cost` gives `_rowwise`."""
+        res = int(p["has_residual"])
+        return _rowwise_decode(
+            B,
+            p["dim"],
+            h,
+            w,
+            ctx,
+            ops=self.ops + res,
+            weight_vectors=self.weight_vectors,
+            inputs=1 + res,
+            outputs=1 + res,
+            stats=self.stats,
+        )
+
     def kind(self, kind: KernelKind, op: Op, simulate: str) -> KindDef:
         return KindDef(
             kind=kind,
@@ -153,6 +203,8 @@ class _Norm:
             chunks_over_rows=True,
             lowers=frozenset({op}),
             lower=_lower_norm,
+            tokens="rows",
+            decode=self.decode,
             simulate=simulate,
             grad=GradRule(
                 flops=lambda p: p["rows"] * p["dim"] * self.grad_ops,
@@ -210,6 +262,8 @@ SOFTMAX = KindDef(
     shapes=rowwise_shapes,
     tile_split=_ROWWISE_SPLIT,
     chunks_over_rows=True,
+    tokens="rows",
+    decode=lambda p, h, w, ctx, B: _rowwise_decode(B, p["dim"], h, w, ctx, ops=SOFTMAX_OPS, stats=2),
     simulate="wsecc.sim.functional:_softmax",
     grad=GradRule(
         flops=lambda p: p["rows"] * p["dim"] * SOFTMAX_GRAD_OPS,
@@ -275,6 +329,10 @@ ELEMENTWISE = KindDef(
         }
     ),
     lower=_lower_elementwise,
+    tokens="rows",
+    decode=lambda p, h, w, ctx, B: _rowwise_decode(
+        B, p["dim"], h, w, ctx, ops=ELEMENTWISE_OPS[p["op"]], inputs=p["inputs"]
+    ),
     simulate="wsecc.sim.functional:_reference",
     # the derivative costs what the op did, once per input; the inputs are kept for it
     grad=GradRule(
