@@ -611,8 +611,10 @@ class Compilation:
             "samples_per_s": g.batch / (g.ttft_s + new * g.decode_latency_s),
             "tokens_per_s": g.tokens_per_s,
             "latency_s": g.decode_latency_s,
-            "utilization": min(1.0, flops / g.decode_latency_s / self.target.peak_flops_per_s(
-                self.options.precision)),
+            "utilization": min(
+                1.0,
+                flops / g.decode_latency_s / self.target.peak_flops_per_s(self.options.precision),
+            ),
             "bottleneck": g.decode_bound,
             "bottleneck_kind": "decode",
             "on_wafer_bottleneck": g.slowest_kernel,

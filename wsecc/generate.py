@@ -314,8 +314,11 @@ class GenerationResult:
                 "bound_words": PHASE_WORDS[self.decode_bound],
                 "phases_s": {p: c / hz for p, c in self.phases().items()},
                 "layers": [
-                    {"layer": name, "latency_s": sum(row.values()) / hz,
-                     "phases_s": {p: c / hz for p, c in row.items()}}
+                    {
+                        "layer": name,
+                        "latency_s": sum(row.values()) / hz,
+                        "phases_s": {p: c / hz for p, c in row.items()},
+                    }
                     for name, row in self.layers()
                 ],  # fmt: skip
                 "stages": [s.to_json() for s in self.stages],
@@ -364,13 +367,21 @@ def plan_generation(program: Program, prompt: int) -> GenerationResult:
             d: DecodeCost = k.spec.decode(k.params, ks.h, ks.w, ctx, batch)
             stages.append(
                 StageDecode(
-                    s.name, KERNEL, _layer_of(s.name),
-                    {c: getattr(d, c) for c in COMPONENTS}, False, k.kind.value,
-                    d.flops, d.bytes_read, ks.h * ks.w,
+                    s.name,
+                    KERNEL,
+                    _layer_of(s.name),
+                    {c: getattr(d, c) for c in COMPONENTS},
+                    False,
+                    k.kind.value,
+                    d.flops,
+                    d.bytes_read,
+                    ks.h * ks.w,
                 )  # fmt: skip
             )
         elif s.kind == FLOW:
-            cycles = s.latency_cycles + cdiv(per_token, max(1, s.lanes) * target.link_bytes_per_cycle)
+            cycles = s.latency_cycles + cdiv(
+                per_token, max(1, s.lanes) * target.link_bytes_per_cycle
+            )
             dst = s.name.split("->", 1)[1]
             stages.append(StageDecode(s.name, FLOW, _layer_of(dst), {"flows": cycles}, False))
         else:

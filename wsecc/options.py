@@ -50,7 +50,9 @@ class Options:
     execution: Execution = Execution.AUTO  # train mode: pipelined, weight-streaming or auto
     systems: int = 1  # train mode: data parallel over this many systems
     prompt: int | None = None  # generate mode: prompt tokens (None: min(128, context / 2))
-    new_tokens: int = DEFAULT_NEW_TOKENS  # generate mode: tokens --validate generates after the prompt
+    new_tokens: int = (
+        DEFAULT_NEW_TOKENS  # generate mode: tokens --validate generates after the prompt
+    )
     inputs: str | None = None  # an .npz of model inputs for the numerics
     inject_fault: str | None = None  # a check of the checks: break the functional simulation
     save_outputs: bool = False
@@ -76,8 +78,12 @@ class Options:
             self.systems != 1 or self.execution is not Execution.AUTO
         ):
             raise WseccError("--execution and --systems are train-mode options (--mode train)")
-        if self.mode is not Mode.GENERATE and (self.prompt is not None or self.new_tokens != DEFAULT_NEW_TOKENS):
-            raise WseccError("--prompt and --new-tokens are generate-mode options (--mode generate)")
+        if self.mode is not Mode.GENERATE and (
+            self.prompt is not None or self.new_tokens != DEFAULT_NEW_TOKENS
+        ):
+            raise WseccError(
+                "--prompt and --new-tokens are generate-mode options (--mode generate)"
+            )
         if self.prompt is not None and self.prompt < 1:
             raise WseccError(f"prompt must be at least 1 token, got {self.prompt}")
         if self.new_tokens < 1:

@@ -52,7 +52,9 @@ def embedding_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> Dec
     ids = B * n * INDEX_BYTES
     return DecodeCost(
         compute=cdiv(B * n * dw, ctx.v),
-        broadcast=multicast(ctx, w, ids) + multicast(ctx, h, ids) + multicast(ctx, h, B * dw * ctx.sb),
+        broadcast=multicast(ctx, w, ids)
+        + multicast(ctx, h, ids)
+        + multicast(ctx, h, B * dw * ctx.sb),
         bytes_read=n * dw * ctx.sb,
         flops=B * p["dim"] * (n - 1),
     )

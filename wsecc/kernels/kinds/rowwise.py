@@ -125,7 +125,8 @@ def _rowwise_decode(
     return DecodeCost(
         compute=cdiv(mr * dw * ops, ctx.v),
         reduction=chain(ctx, w, stat_bytes) + multicast(ctx, w, stat_bytes) if stats else 0,
-        broadcast=multicast(ctx, h, B * dw * sb * inputs) + multicast(ctx, h, B * dw * sb * outputs),
+        broadcast=multicast(ctx, h, B * dw * sb * inputs)
+        + multicast(ctx, h, B * dw * sb * outputs),
         bytes_read=weight_vectors * dw * sb,
         flops=B * dim * ops,
     )
@@ -263,7 +264,9 @@ SOFTMAX = KindDef(
     tile_split=_ROWWISE_SPLIT,
     chunks_over_rows=True,
     tokens="rows",
-    decode=lambda p, h, w, ctx, B: _rowwise_decode(B, p["dim"], h, w, ctx, ops=SOFTMAX_OPS, stats=2),
+    decode=lambda p, h, w, ctx, B: _rowwise_decode(
+        B, p["dim"], h, w, ctx, ops=SOFTMAX_OPS, stats=2
+    ),
     simulate="wsecc.sim.functional:_softmax",
     grad=GradRule(
         flops=lambda p: p["rows"] * p["dim"] * SOFTMAX_GRAD_OPS,
