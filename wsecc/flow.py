@@ -115,7 +115,7 @@ def lower_and_size(
     if sequences is not None:
         from wsecc.generate import generation_kernels
 
-        kg = generation_kernels(kg, sequences)
+        kg = generation_kernels(kg, sequences, target, precision)
     return kg, size_regions(kg, target, precision, fill=FILL_STEPS[0], chunk_tokens=chunk_tokens)
 
 

@@ -52,6 +52,7 @@ from wsecc.kernels.costs import CostContext, cdiv, cost_at
 from wsecc.kernels.decode import COMPONENTS, DecodeCost, sram_read_bytes_per_cycle
 from wsecc.kernels.ir import precision as number_format
 from wsecc.program import Program
+from wsecc.targets import Target
 from wsecc.sim.perf import FLOW, HOST, KERNEL, build_pipeline, simulate_l0
 
 DECODE_PHASES = (*COMPONENTS, "flows", "host")
@@ -79,10 +80,13 @@ def default_prompt(context: int) -> int:
     return max(1, min(128, context // 2))
 
 
-def generation_kernels(kg: KernelGraph, sequences: int) -> KernelGraph:
+def generation_kernels(
+    kg: KernelGraph, sequences: int, target: Target, precision: str
+) -> KernelGraph:
     """`kg` with every attention keeping the K/V cache of `sequences` sequences
-    (`cache_sequences`), after checking it can generate: a causal decoder whose every kernel has
-    a decode model. Raises WseccError naming what is not."""
+    (`cache_sequences`), after checking it can generate on `target`: a causal decoder whose
+    every kernel has a decode model, whose weights fit the wafer's data SRAM (generation keeps
+    them all resident). Raises WseccError naming what does not."""
     attention = [k for k in kg.kernels if k.kind is KernelKind.ATTENTION]
     if not attention:
         raise WseccError(
@@ -98,6 +102,16 @@ def generation_kernels(kg: KernelGraph, sequences: int) -> KernelGraph:
         raise WseccError(
             f"{k.describe()} has no decode model ({len(missing)} such kernels): generate mode "
             "needs every op fused into a known kind (wsecc compile --explain says why not)"
+        )
+    weights = sum(k.weight_bytes(precision) for k in kg.kernels)
+    wafer = target.usable_pes * target.sram_budget_bytes
+    if weights > wafer:
+        raise WseccError(
+            f"{kg.name}: the weights are {weights / 1e9:,.1f} GB in {precision}, "
+            f"{weights / wafer:.1f} x the data SRAM of one {target.name} "
+            f"({wafer / 1e9:,.1f} GB after the per-PE reserve): generation keeps every weight "
+            f"resident, so it needs at least {math.ceil(weights / wafer)} wafers; splitting a "
+            "model over several wafers is not modelled"
         )
     kernels = tuple(
         replace(k, params={**k.params, "cache_sequences": sequences})

@@ -352,9 +352,11 @@ _REMEDIES: Mapping[str, str] = MappingProxyType(
 )
 
 
-def _help(component: str, ctx: CostContext) -> str:
+def _help(component: str, ctx: CostContext, kernel: Kernel | None = None) -> str:
     wider = ["fp16 or mixed storage (half of fp32)"] if ctx.precision == "fp32" else []
     remedy = _REMEDIES[component]
+    if component == "kv" and kernel is not None and kernel.params.get("cache_sequences", 1) > 1:
+        remedy = "a shorter --context or fewer sequences (--batch): the K/V cache grows with both"
     if component == "weights" and ctx.train is not None:  # already training, pipelined
         remedy = "weight streaming keeps weights and optimizer state off the wafer (--execution weight-streaming)"
     return ", ".join([remedy, *wider, "a bigger target"])
@@ -389,7 +391,7 @@ def _sram_error(
         parts.append(
             f"kernel {k.name!r} ({k.kind.value}{more}) needs {c.sram.total:,} B/PE at best "
             f"({c.h}x{c.w}: "
-            f"{breakdown}); would help: {_help(dominant, ctx)}"
+            f"{breakdown}); would help: {_help(dominant, ctx, k)}"
         )
     rest = len(groups) - 3
     tail = f"; and {rest} more distinct kernels" if rest > 0 else ""

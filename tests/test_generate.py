@@ -1,0 +1,209 @@
+"""Generate mode (`wsecc.generate`): prefill and decode figures of a placed decoder, the K/V cache
+in SRAM, and the decode-step models of the kinds (`wsecc.kernels.decode`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import wsecc
+from wsecc.errors import WseccError
+from wsecc.generate import DECODE_PHASES, at_tokens, kv_cache_bytes, max_context
+from wsecc.kernels import Kernel, KernelKind
+from wsecc.kernels.costs import CostContext, cdiv, cost_at
+from wsecc.kernels.decode import chain, multicast, relay
+from wsecc.kernels.kinds.matmul import linear_decode
+from wsecc.targets import load_target
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+LLAMA = SAMPLES / "llama_legacy_op17.onnx"
+GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
+
+
+def _generate(path: Path = LLAMA, **kw: object) -> wsecc.Compilation:
+    opts = {"mode": "generate", "seq": 64, "prompt": 16, "placer": "greedy", "validate": False}
+    return wsecc.compile(path, **(opts | kw))
+
+
+@pytest.fixture(scope="module")
+def llama() -> wsecc.Compilation:
+    return _generate()
+
+
+def test_decode_step_is_the_longest_path_and_the_rates_follow(llama: wsecc.Compilation) -> None:
+    g = llama.generation
+    assert g is not None
+    critical = [s for s in g.stages if s.critical]
+    # the path runs from host-in to host-out through every layer's attention
+    assert critical[0].name == "host-in" and critical[-1].name == "host-out"
+    assert {s.name for s in critical if s.kernel_kind == "attention"} == {
+        k.name for k in llama.kernel_graph.kernels if k.kind is KernelKind.ATTENTION
+    }
+    assert g.decode_cycles == sum(s.total for s in critical)
+    # no stage off the path finishes later than the path does
+    assert all(s.total <= g.decode_cycles for s in g.stages)
+    assert g.tokens_per_s_per_sequence == pytest.approx(g.clock_hz / g.decode_cycles)
+    assert g.tokens_per_s == pytest.approx(g.batch * g.tokens_per_s_per_sequence)
+    assert sum(g.phases().values()) == g.decode_cycles
+    assert sum(sum(row.values()) for _, row in g.layers()) == g.decode_cycles
+    assert set(g.phases()) == set(DECODE_PHASES)
+    assert g.ttft_s > 0 and g.prompt == 16 and g.context == 64
+
+
+def test_report_is_schema_valid_and_says_what_the_summary_says(
+    llama: wsecc.Compilation,
+) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((Path(wsecc.__file__).parent / "report.schema.json").read_text())
+    rep = llama.report()
+    jsonschema.validate(rep, schema)
+    perf = rep["performance"]
+    assert rep["mode"] == "generate" and perf["model"] == "generate"
+    assert perf["tokens_per_s"] == pytest.approx(perf["decode"]["tokens_per_s"])
+    assert perf["latency_s"] == pytest.approx(perf["decode"]["latency_s"])
+    assert perf["bottleneck"] == perf["decode"]["bound"]
+    from wsecc.progress import summary_rows
+
+    rows = dict(summary_rows(rep))
+    assert "time to first token" not in rows  # the row is "first token"
+    assert rows["decode"].startswith(f"{perf['decode']['tokens_per_s_per_sequence']:,.0f}")
+    assert "largest context that fits" in rows["K/V cache"]
+
+
+def test_kv_cache_bytes_by_hand_and_per_sequence(llama: wsecc.Compilation) -> None:
+    """Two layers, 2 K/V heads of 16 dims (the sample's config: samples/make_samples.py), 64
+    positions, mixed precision (2 bytes): K and V, and the padding mask's element per position,
+    2 layers x 64 x (2 x 2 x 16 + 1) x 2 B per sequence."""
+    att = [k for k in llama.kernel_graph.kernels if k.kind is KernelKind.ATTENTION]
+    p = att[0].params
+    assert (len(att), p["kv_heads"], p["head_dim"], p["seq"], p["padding_mask"]) == (
+        2, 2, 16, 64, True,
+    )  # fmt: skip
+    assert llama.generation.kv_cache_bytes == kv_cache_bytes(llama.kernel_graph, "mixed")
+    assert llama.generation.kv_cache_bytes == 2 * 64 * (2 * 2 * 16 + 1) * 2
+    two = _generate(batch=2)
+    assert two.generation.kv_cache_bytes == 2 * llama.generation.kv_cache_bytes
+    assert all(k.params["cache_sequences"] == 2 for k in two.kernel_graph.kernels if k.kind is KernelKind.ATTENTION)
+    # the cache is in the SRAM map: the attention regions' kv bytes double at the same shape
+    kv1 = {k.name: k.sram.kv for k in llama.sizing.kernels if k.sram.kv}
+    kv2 = {k.name: k.sram.kv for k in two.sizing.kernels if k.sram.kv}
+    assert set(kv1) == set(kv2) == {k.name for k in att}
+    assert two.generation.tokens_per_s > two.generation.tokens_per_s_per_sequence
+
+
+def test_the_largest_context_fits_and_one_more_does_not(llama: wsecc.Compilation) -> None:
+    program = llama.program
+    best = max_context(program)
+    assert llama.generation.max_context == best > 64
+    ctx = CostContext(program.target, program.precision, program.chunk_tokens)
+    budget = program.target.sram.bytes_per_pe
+
+    def worst(seq: int) -> int:
+        out = 0
+        for k in program.kg.kernels:
+            if k.kind is KernelKind.ATTENTION:
+                r = program.placement.rects[k.name]
+                at = Kernel(k.name, k.kind, {**k.params, "seq": seq})
+                out = max(out, cost_at(at, r.h, r.w, ctx).sram.total)
+        return out
+
+    assert worst(best) <= budget < worst(best + 1)
+
+
+def test_prefill_recosts_every_kernel_at_the_prompts_tokens(llama: wsecc.Compilation) -> None:
+    kg = at_tokens(llama.kernel_graph, 16)
+    assert kg.tokens_per_sample == 16
+    for k, k16 in zip(llama.kernel_graph.kernels, kg.kernels, strict=True):
+        assert k16.params[k.spec.tokens] == 16
+    for f, f16 in zip(llama.kernel_graph.flows, kg.flows, strict=True):
+        assert f16.elems_per_sample * 64 == f.elems_per_sample * 16
+
+
+def test_linear_decode_by_hand() -> None:
+    """K 64 x N 32 on 4 x 2 PEs of wse2 in mixed precision: kh 16, nw 16, own 4 outputs per PE;
+    f = 4 flops/cycle (2 FMAs), v = 1, L = 4 B/cycle, relay = 2 ramp (2) + hop (1) = 5."""
+    t = load_target("wse2")
+    ctx = CostContext(t, "mixed")
+    assert relay(ctx) == 5
+    p = {"tokens": 8, "K": 64, "N": 32, "has_bias": True, "activation": "", "residual": False}
+    d = linear_decode(p, 4, 2, ctx, 1)
+    weights = 16 * 16 * 2  # bytes of the PE's tile, read once
+    assert d.compute == max(cdiv(2 * 16 * 16, 4), cdiv(weights, 2 * 64 // 8)) + 4 * 1  # + bias
+    assert d.reduction == 3 * 5 + cdiv(16 * 4, 4) == chain(ctx, 4, 16 * 4)
+    assert d.broadcast == (1 + cdiv(16 * 2, 4)) + (3 + cdiv(4 * 2, 4)) == multicast(
+        ctx, 2, 16 * 2
+    ) + multicast(ctx, 4, 4 * 2)
+    assert d.bytes_read == weights
+    assert d.latency == d.compute + d.reduction + d.broadcast
+    # two sequences: twice the multiply-adds, the weights still read once
+    d2 = linear_decode(p, 4, 2, ctx, 2)
+    assert d2.compute > d.compute and d2.bytes_read == d.bytes_read
+
+
+def test_a_taller_region_trades_multiply_adds_for_reduction_hops() -> None:
+    ctx = CostContext(load_target("wse3"), "mixed")
+    p = {"tokens": 1, "K": 4096, "N": 4096, "has_bias": False, "activation": "", "residual": False}
+    small, tall = linear_decode(p, 32, 64, ctx, 1), linear_decode(p, 256, 64, ctx, 1)
+    assert tall.compute < small.compute and tall.reduction > small.reduction
+    assert tall.bound == "reduction"
+
+
+def test_generate_mode_refuses_what_it_cannot_generate(tmp_path: Path) -> None:
+    with pytest.raises(WseccError, match="causal decoder.*--mode infer"):
+        _generate(SAMPLES / "bert_legacy_op17.onnx")
+    with pytest.raises(WseccError, match="generate-mode options"):
+        wsecc.compile(GPT2, seq=32, prompt=8, placer="greedy", validate=False)
+    with pytest.raises(WseccError, match="shorter than the context"):
+        _generate(seq=32, prompt=32)
+
+
+def test_cli_generate_summary_and_a_cache_that_does_not_fit(tmp_path: Path) -> None:
+    out = tmp_path / "gen"
+    run = subprocess.run(
+        [sys.executable, "-m", "wsecc.cli", "compile", str(LLAMA), "--mode", "generate",
+         "--context", "64", "--prompt", "16", "--placer", "greedy", "--no-validate", "-o", str(out)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    for label in ("first token", "decode", "token latency", "decode bound", "K/V cache"):
+        assert f"\n  {label} " in run.stdout
+    assert json.loads((out / "report.json").read_text())["mode"] == "generate"
+    # a batch whose caches cannot fit the wafer: one line, exit 2, no folder
+    big = tmp_path / "big"
+    run = subprocess.run(
+        [sys.executable, "-m", "wsecc.cli", "compile", str(GPT2), "--mode", "generate",
+         "--context", "64", "--batch", "5000", "--placer", "greedy", "--no-validate",
+         "-o", str(big)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 2
+    error = run.stderr.strip().splitlines()[-1]  # after the stages' progress lines
+    assert error.startswith("wsecc: error:") and "--context or fewer sequences (--batch)" in error
+    assert not big.exists()
+    run = subprocess.run(
+        [sys.executable, "-m", "wsecc.cli", "compile", str(LLAMA), "--context", "64", "--seq", "32",
+         "--mode", "generate"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 2 and "disagree" in run.stderr
+
+
+def test_weights_that_do_not_fit_one_wafer_name_the_wafers_needed(
+    llama: wsecc.Compilation,
+) -> None:
+    """Generation keeps every weight resident: the sample's 125,760 mixed-precision parameters
+    (251,520 B) on a 2 x 2 program rectangle of 40 KiB of data SRAM each need 2 wafers."""
+    import dataclasses
+
+    from wsecc.generate import generation_kernels
+
+    t = load_target("wse2")
+    tiny = dataclasses.replace(
+        t, fabric=dataclasses.replace(t.fabric, program_width=2, program_height=2)
+    )
+    with pytest.raises(WseccError, match=r"at least 2 wafers; splitting a model"):
+        generation_kernels(llama.kernel_graph, 1, tiny, "mixed")
