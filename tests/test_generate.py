@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from wsecc.targets import load_target
 
 import wsecc
 from wsecc.errors import WseccError
@@ -17,7 +18,6 @@ from wsecc.kernels import Kernel, KernelKind
 from wsecc.kernels.costs import CostContext, cdiv, cost_at
 from wsecc.kernels.decode import chain, multicast, relay
 from wsecc.kernels.kinds.matmul import linear_decode
-from wsecc.targets import load_target
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 LLAMA = SAMPLES / "llama_legacy_op17.onnx"

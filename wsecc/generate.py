@@ -52,8 +52,8 @@ from wsecc.kernels.costs import CostContext, cdiv, cost_at
 from wsecc.kernels.decode import COMPONENTS, DecodeCost, sram_read_bytes_per_cycle
 from wsecc.kernels.ir import precision as number_format
 from wsecc.program import Program
-from wsecc.targets import Target
 from wsecc.sim.perf import FLOW, HOST, KERNEL, build_pipeline, simulate_l0
+from wsecc.targets import Target
 
 DECODE_PHASES = (*COMPONENTS, "flows", "host")
 """The phases a decode step's latency is split into: the kernels' (`wsecc.kernels.decode`),
