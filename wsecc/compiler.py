@@ -339,6 +339,7 @@ class Compilation:
                 kg, sizing, self.target, o.precision, placer=o.placer,
                 time_budget_s=o.time_budget_s, seed=o.seed, deterministic=o.deterministic,
                 pins=o.pins, say=lambda s: self.progress("place", s), train=train,
+                decode_batch=o.batch if o.mode == "generate" else None,
             )  # fmt: skip
         self.problem, self.program = placed.problem, placed.program
         self.sizing = placed.program.sizing

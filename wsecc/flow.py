@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wsecc.ir.core import Graph
-from wsecc.kernels import DEFAULT_CHUNK_TOKENS, KernelGraph, Sizing, size_regions, sizing_at
+from wsecc.kernels import (
+    DEFAULT_CHUNK_TOKENS,
+    KernelGraph,
+    Sizing,
+    size_for_decode,
+    size_regions,
+    sizing_at,
+)
 from wsecc.options import Options
 from wsecc.passes import DEFAULT_PIPELINE, LOWERING
 from wsecc.place.api import place
@@ -110,23 +117,62 @@ def lower_and_size(
     sequences: int | None = None,
 ) -> tuple[KernelGraph, Sizing]:
     """Lower and size at the first fill; with `sequences` (generate mode), every attention
-    keeps the K/V cache of that many sequences (`wsecc.generate.generation_kernels`)."""
+    keeps the K/V cache of that many sequences (`wsecc.generate.generation_kernels`) and the
+    regions are sized for the decode step's latency (`size_for_decode`)."""
     kg = lower(fused)
     if sequences is not None:
         from wsecc.generate import generation_kernels
 
         kg = generation_kernels(kg, sequences, target, precision)
-    return kg, size_regions(kg, target, precision, fill=FILL_STEPS[0], chunk_tokens=chunk_tokens)
+    return kg, size_at_fill(
+        kg, target, precision, FILL_STEPS[0], chunk_tokens, decode_batch=sequences
+    )
 
 
-def lane_bytes_per_sample(sizing: Sizing, target: Target) -> float:
-    """What one lane carries in one stage time: stage cycles per sample x link bytes per cycle.
+def size_at_fill(
+    kg: KernelGraph,
+    target: Target,
+    precision: str,
+    fill: float,
+    chunk_tokens: int,
+    *,
+    train: TrainCosts | None = None,
+    decode_batch: int | None = None,
+) -> Sizing:
+    """Sizing at `fill` as the mode wants it: for throughput (`size_regions`, with what
+    pipelined training adds under `train`), or for the decode step of `decode_batch` sequences
+    (`size_for_decode`)."""
+    if decode_batch is not None:
+        return size_for_decode(
+            kg, target, precision, batch=decode_batch, fill=fill, chunk_tokens=chunk_tokens
+        )
+    return size_regions(kg, target, precision, fill=fill, chunk_tokens=chunk_tokens, train=train)
 
-    A flow gets ceil(bytes per sample / this) lanes (as many as its facing edges allow), so it
-    moves a sample's data within the stage time and the fabric does not become the bottleneck
-    the sizing balanced against.
-    """
-    return sizing.stage_cycles * target.link_bytes_per_cycle
+
+DECODE_LANE_CYCLES = 64
+"""Generate mode: the cycles a flow's share of one decode step (a token of every sequence) may
+take on its lanes. A step's kernels take hundreds to thousands of cycles (`wsecc.kernels.decode`)
+and the hops between regions tens to hundreds; 64 keeps the transfer below both without asking
+for more lanes than facing edges have. A compiler choice, not a hardware fact."""
+
+
+def lane_bytes_per_sample(
+    sizing: Sizing, target: Target, kg: KernelGraph | None = None, decode_batch: int | None = None
+) -> float:
+    """What one lane carries per sample: a stage time's worth, stage cycles per sample x link
+    bytes per cycle, so a flow moves a sample's data within the stage time and the fabric does
+    not become the bottleneck the sizing balanced against. In generate mode (`decode_batch`
+    sequences, `kg` bound at the context) at most what makes one decode step's bytes (1 / tokens
+    per sample of a sample's, times the batch) take DECODE_LANE_CYCLES: decode is a latency.
+
+    A flow gets ceil(bytes per sample / this) lanes (as many as its facing edges allow)."""
+    per_stage = sizing.stage_cycles * target.link_bytes_per_cycle
+    if decode_batch is None or kg is None:
+        return per_stage
+    per_step = (
+        DECODE_LANE_CYCLES * target.link_bytes_per_cycle * kg.tokens_per_sample / decode_batch
+    )
+    return min(per_stage, per_step)
 
 
 LANE_CAPS = (16, 4, 1)
@@ -141,7 +187,7 @@ every flow: 16 lanes become 12, 9, 6, 4."""
 def _route_widest(
     problem: PlacementProblem,
     placement: Placement,
-    sizing: Sizing,
+    bytes_per_lane: float,
     target: Target,
     say: Callable[[str], None],
 ) -> tuple[RoutingProblem, Routing]:
@@ -156,7 +202,7 @@ def _route_widest(
             placement,
             colors_total=target.colors.total,
             colors_reserved=target.colors.reserved,
-            bytes_per_lane=lane_bytes_per_sample(sizing, target),
+            bytes_per_lane=bytes_per_lane,
             max_lanes=cap,
         )
 
@@ -207,11 +253,14 @@ def place_and_route(
     pins: str | None = None,
     say: Callable[[str], None] = lambda s: None,
     train: TrainCosts | None = None,
+    decode_batch: int | None = None,
 ) -> Placed:
     """Place (re-sizing at lower fill while the regions do not pack), route, validate.
 
     `time_budget_s` bounds the placement attempts together (re-sizings included), not routing.
-    With `train`, every (re-)sizing costs the kernels as pipelined training does.
+    With `train`, every (re-)sizing costs the kernels as pipelined training does; with
+    `decode_batch` (generate mode), flows get the lanes a decode step wants
+    (`lane_bytes_per_sample`).
 
     Guarantees: the placement and routing pass the solver-free validators. Raises
     PlacementError / RoutingError (one line) when no legal result exists.
@@ -219,9 +268,10 @@ def place_and_route(
     deadline = time.perf_counter() + time_budget_s
     for i, fill in enumerate(FILL_STEPS):
         if i:
-            sizing = size_regions(
-                kg, target, precision, fill=fill, chunk_tokens=sizing.chunk_tokens, train=train
-            )
+            sizing = size_at_fill(
+                kg, target, precision, fill, sizing.chunk_tokens, train=train,
+                decode_batch=decode_batch,
+            )  # fmt: skip
             say(f"size       re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
         problem = placement_problem(kg, sizing, target, precision)
         if pins:
@@ -244,7 +294,8 @@ def place_and_route(
     # what the placement achieves: each kernel costed at its placed shape (one of its menu's)
     shapes = {name: (r.h, r.w) for name, r in placement.rects.items()}
     sizing = sizing_at(sizing, kg, target, precision, shapes, train=train)
-    rp, routing = _route_widest(problem, placement, sizing, target, say)
+    lane_bytes = lane_bytes_per_sample(sizing, target, kg, decode_batch)
+    rp, routing = _route_widest(problem, placement, lane_bytes, target, say)
     # A result that fails the validators is a bug in wsecc, not in the user's input.
     bad = validate_placement(problem, placement) + validate_routing(rp, placement, routing)
     if bad:

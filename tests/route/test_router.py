@@ -231,10 +231,9 @@ def test_a_failed_routing_narrows_only_the_flows_at_its_witness(monkeypatch):
         return "routed"
 
     monkeypatch.setattr(flow, "route", fake_route)
-    monkeypatch.setattr(flow, "lane_bytes_per_sample", lambda sizing, target: 1.0)
     said: list[str] = []
     rp, routing = flow._route_widest(
-        place_problem, placement, None, load_target("wse2"), said.append
+        place_problem, placement, 1.0, load_target("wse2"), said.append
     )
     assert routing == "routed" and len(tried) == 2
     assert [f.lanes for f in tried[0].flows] == [4, 4, 6]  # B's west edge: 4 PEs each

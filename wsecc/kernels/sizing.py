@@ -107,7 +107,7 @@ class KernelSizing:
 class Sizing:
     """Region shapes for every kernel of a graph on a target, and what they achieve."""
 
-    strategy: str  # "balanced" (size_regions) or "work-proportional"
+    strategy: str  # "balanced" (size_regions), "decode" (size_for_decode) or "work-proportional"
     graph: str
     target: str
     precision: str
@@ -518,6 +518,66 @@ def size_regions(
     T = least_true(lambda t: area_at(t) <= budget, 0, slowest)
     choice = [(k, m, m.within(T) or m.smallest) for k, m in menus]
     return _sizing("balanced", kg, ctx, fill, choice, alt_tolerance, max_alternatives)
+
+
+DECODE_SEARCH_STEPS = 60
+"""Bisection steps on the area price of `size_for_decode` (a factor 2^-60 of its range)."""
+
+
+def size_for_decode(
+    kg: KernelGraph,
+    target: Target,
+    precision: str,
+    *,
+    batch: int,
+    fill: float = DEFAULT_FILL,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    max_aspect: float = DEFAULT_MAX_ASPECT,
+    alt_tolerance: float = DEFAULT_ALT_TOLERANCE,
+    max_alternatives: int = DEFAULT_MAX_ALTERNATIVES,
+) -> Sizing:
+    """Generate mode: region shapes minimising the decode step's latency, the sum of the
+    kernels' step latencies (`KindDef.decode`, `batch` sequences), under the same SRAM and area
+    constraints as `size_regions`.
+
+    A Lagrangian relaxation of the area budget: at a price p per PE, each kernel independently
+    takes the shape of its menu minimising latency + p x area; the least p whose choices fit
+    fill x usable PEs is found by bisection. Every kernel is on a decoder's step path, so the
+    sum is the path's kernel time (flows and host I/O are not shaped here). Raises SizingError
+    as `size_regions` does, or when a kind has no decode model."""
+    ctx, menus, budget = _prepare(kg, target, precision, fill, chunk_tokens, max_aspect)
+    fronts: dict[int, list[tuple[int, int, KernelCost]]] = {}  # menu -> (area, latency, cost)
+    for k, m in menus:
+        if id(m) in fronts:
+            continue
+        decode = k.spec.decode
+        if decode is None:
+            raise SizingError(f"{k.describe()} has no decode model: it cannot generate")
+        front: list[tuple[int, int, KernelCost]] = []
+        for c in sorted(m.shapes_within(None), key=lambda c: c.area):
+            lat = decode(k.params, c.h, c.w, ctx, batch).latency
+            if not front or lat < front[-1][1]:  # larger and faster only
+                front.append((c.area, lat, c))
+        fronts[id(m)] = front
+
+    def pick(price: float) -> list[KernelCost]:
+        best = {key: min(f, key=lambda e: e[1] + price * e[0])[2] for key, f in fronts.items()}
+        return [best[id(m)] for _, m in menus]
+
+    def area(price: float) -> int:
+        return sum(c.area for c in pick(price))
+
+    lo, hi = 0.0, 1.0
+    while area(hi) > budget:
+        hi *= 4
+    if area(lo) > budget:
+        for _ in range(DECODE_SEARCH_STEPS):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if area(mid) <= budget else (mid, hi)
+    else:
+        hi = lo
+    choice = [(k, m, c) for (k, m), c in zip(menus, pick(hi), strict=True)]
+    return _sizing("decode", kg, ctx, fill, choice, alt_tolerance, max_alternatives)
 
 
 def sizing_at(

@@ -100,15 +100,18 @@ def unpack_array(d: Mapping[str, Any]) -> np.ndarray:
 # --- heat maps -----------------------------------------------------------------------------
 
 
-def sram_map(sizing: Sizing, placement: Placement, target: Target) -> np.ndarray:
+def sram_map(
+    sizing: Sizing, placement: Placement, target: Target, part: str = "total"
+) -> np.ndarray:
     """H x W bytes per PE: each placed kernel's region filled with its fullest PE's SRAM
-    (sizing reports the fullest PE only), 0 where no kernel is placed."""
+    (sizing reports the fullest PE only), 0 where no kernel is placed; `part` "kv" (or
+    "weights", "buffers") maps that share of it alone."""
     fab = target.fabric
     out = np.zeros((fab.program_height, fab.program_width), dtype=np.uint32)
     sized = {k.name: k for k in sizing.kernels}
     for name, r in placement.rects.items():
         if name in sized:
-            out[r.y : r.y + r.h, r.x : r.x + r.w] = sized[name].sram.total
+            out[r.y : r.y + r.h, r.x : r.x + r.w] = getattr(sized[name].sram, part)
     return out
 
 

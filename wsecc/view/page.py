@@ -84,6 +84,7 @@ BODY = """
     <label><input type="checkbox" id="layer-flows" checked> flows</label>
     <label title="outline the kernel or flow that limits the throughput on the wafer"><input type="checkbox" id="layer-limit" checked> limit</label>
     <label><input type="checkbox" id="layer-sram" data-heat="sram"> SRAM per PE</label>
+    <label title="bytes of resident keys and values per PE: in generate mode the K/V cache of every sequence in flight"><input type="checkbox" id="layer-kv" data-heat="kv"> K/V cache per PE</label>
     <label><input type="checkbox" id="layer-colors" data-heat="colors"> colors per router</label>
     <label><input type="checkbox" id="layer-links" data-heat="links"> link load</label>
   </span>
@@ -141,9 +142,9 @@ async function unpack(p) {
   return new T(buf, 0, buf.byteLength / T.BYTES_PER_ELEMENT);
 }
 const L = D.lanes, NL = L.count;
-const [laneStart, lanePts, laneFlow, laneIndex, laneColor, sramVals, colorVals, linkPlanes] =
-  await Promise.all([L.start, L.pts, L.flow, L.index, L.color, D.heat.sram.data, D.heat.colors.data,
-                     D.heat.links.data].map(unpack));
+const [laneStart, lanePts, laneFlow, laneIndex, laneColor, sramVals, kvVals, colorVals, linkPlanes] =
+  await Promise.all([L.start, L.pts, L.flow, L.index, L.color, D.heat.sram.data, D.heat.kv.data,
+                     D.heat.colors.data, D.heat.links.data].map(unpack));
 
 // ---------------------------------------------------------------- indexes
 const owner = new Int32Array(W * H).fill(-1);   // kernel index per PE
@@ -266,6 +267,7 @@ const LUT_LOW = 48;
 function heatIndex(v, top) { return LUT_LOW + Math.round((255 - LUT_LOW) * Math.min(1, v / top)); }
 const HEAT = {
   sram: { spec: D.heat.sram, vals: sramVals },
+  kv: { spec: D.heat.kv, vals: kvVals },
   colors: { spec: D.heat.colors, vals: colorVals },
   links: { spec: D.heat.links, vals: linkMax },
 };
@@ -293,7 +295,7 @@ ctx.font = LABEL_FONT;
 const labelWidth = K.map(k => ctx.measureText(k.name).width);
 
 function activeHeat() {
-  for (const n of ["sram", "colors", "links"]) if (layers[n]) return n;
+  for (const n of ["sram", "kv", "colors", "links"]) if (layers[n]) return n;
   return null;
 }
 function resize() {

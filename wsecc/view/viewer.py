@@ -41,8 +41,8 @@ def render_viewer(
 
     Self-contained: CSS, JavaScript and data are inline, nothing is fetched (a modern browser
     opens it from file://). It draws the program rectangle with every placed kernel's region
-    colored by kind, the routed lanes, and heat maps of SRAM per PE, colors per router and
-    link load; hover shows a kernel's details, wheel zooms, drag pans, and a search box finds
+    colored by kind, the routed lanes, and heat maps of SRAM per PE, K/V cache per PE, colors
+    per router and link load; hover shows a kernel's details, wheel zooms, drag pans, and a search box finds
     a kernel by name or ONNX node.
 
     kernel_info: extra per-kernel details by kernel name, shown on hover and overriding the
@@ -69,6 +69,7 @@ def render_viewer(
             f"sram_per_pe has shape {np.shape(sram_per_pe)}, expected (H, W) = ({H}, {W})"
         )
     sram = np.clip(np.rint(np.asarray(sram_per_pe, dtype=np.float64)), 0, 2**32 - 1)
+    kv = sram_map(sizing, placement, target, "kv")
     loads = routing.link_loads() if link_util is None else link_util
     links = link_load_planes(loads, W, H)
     colors = router_colors_map(routing, W, H)
@@ -95,6 +96,12 @@ def render_viewer(
                 "unit": "B",
                 "scale_max": target.sram.bytes_per_pe,
                 "data": pack_array(sram.astype(np.uint32)),
+            },
+            "kv": {
+                "label": "K/V cache per PE",
+                "unit": "B",
+                "scale_max": max(1, int(kv.max()) if kv.size else 1),
+                "data": pack_array(kv),
             },
             "colors": {
                 "label": "colors per router",
