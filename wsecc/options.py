@@ -19,6 +19,10 @@ FAULTS = ("drop_partial", "misplace_tile")
 """Faults `inject_fault` can put into the functional simulation (`wsecc.sim.functional`):
 drop_partial loses PE (0, 0)'s partial sum in the first linear kernel; misplace_tile swaps two
 of its PEs' weight tiles."""
+GENERATE_FAULTS = (*FAULTS, "rotary_position")
+"""Faults for generation's numerics (`wsecc.sim.generate`): the functional simulation's, and
+rotary_position, which rotates every decode step's new keys with the position before their own
+(t - 1 for token t), a broken rotary rule that prefill cannot show."""
 TRAIN_FAULTS = ("layernorm_gamma",)
 """Faults for train mode's gradient check (`wsecc.ir.grad`): layernorm_gamma breaks the gradient
 rule of LayerNorm's scale."""
