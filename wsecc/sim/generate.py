@@ -255,7 +255,8 @@ def _plan(
     program: FunctionalProgram,
 ) -> _Windowed:
     n = step.node
-    where = f"node {n.name!r} ({n.op.name}{f', {kind.value} kernel' if kind else ''})"
+    what = f"{n.op.name}, {kind.value} kernel" if kind else n.op.name
+    where = f"node {n.name or n.outputs[0].name!r} ({what})"
 
     def layout(v: Value, what: str) -> Layout:
         lay = Layout.of(v.type.shape, B, C)
