@@ -74,6 +74,10 @@ Values between kernels are float32 arrays holding storage-precision values, so t
 hold throughout. Faults for tests (`fault=`): "drop_partial" drops PE (0, 0)'s partial sums in the
 first linear kernel; "misplace_tile" swaps the weight tiles of PE (0, 0) and PE (0, 1) (or (1, 0)
 in a one-column region) in the first linear kernel.
+
+Generation (`wsecc.sim.generate`) runs the same program one window of tokens at a time: every
+kernel's run takes any number of token rows (its output shape follows its inputs'), and the
+attention kernel's run (`AttentionRun`) comes in the pieces a K/V cache reuses.
 """
 
 from __future__ import annotations
