@@ -212,7 +212,7 @@ def compile_windowed(
             steps.append(_Windowed(step, How.STATIC, kind))
             continue
         dynamic.update(n.outputs)
-        steps.append(_plan(step, kind, dynamic, B, C, program))
+        steps.append(_plan(step, kind, dynamic, B, C))
     if fault == ROTARY_FAULT and not any(
         isinstance(w.step.run, AttentionRun) and w.step.run.cos is not None for w in steps
     ):
@@ -252,7 +252,6 @@ def _plan(
     dynamic: set[Value],
     B: int,
     C: int,
-    program: FunctionalProgram,
 ) -> _Windowed:
     n = step.node
     what = f"{n.op.name}, {kind.value} kernel" if kind else n.op.name
@@ -271,7 +270,7 @@ def _plan(
     outs = tuple(layout(v, "output") for v in n.outputs)
     if kind is None:  # a view: run on the full buffers, if it keeps each token's row
         lays = tuple(layout(v, "input") for v in token_ins)
-        _check_view(step, dynamic, lays + outs, B, C, where)
+        _check_view(step, dynamic, lays + outs, C, where)
         return _Windowed(step, How.VIEW, None)
     if kind is KernelKind.ATTENTION:
         return _plan_attention(step, dynamic, B, C, where)
@@ -296,7 +295,7 @@ def _plan(
         slices.append(sliced)
     w = _Windowed(step, How.ROWS, kind, tuple(layouts), tuple(slices))
     if kind in _CHECKED:
-        _check_rows(w, program, B, C, where)
+        _check_rows(w, B, C, where)
     return w
 
 
@@ -312,7 +311,8 @@ def _plan_attention(step: _Step, dynamic: set[Value], B: int, C: int, where: str
     layouts: list[Layout | None] = []
     for i, v in enumerate(step.node.inputs[:3]):
         lay = Layout.of(v.type.shape, B, C)
-        if v not in dynamic or lay is None or len(v.type.shape) != (2 if lay.flat else 3):
+        rows = [(B * C,), (B, C)][0 if lay is not None and lay.flat else 1]
+        if v not in dynamic or lay is None or v.type.shape[:-1] != rows:  # one row per token
             raise SimulationError(
                 f"cannot window {where}: its {'qkv'[i]} source {v.name!r} {v.type.shape} is not "
                 f"token rows [{B}, {C}, features] or [{B * C}, features]"
@@ -341,7 +341,7 @@ def _probe_inputs(
 
 
 def _check_view(
-    step: _Step, dynamic: set[Value], lays: tuple[Layout, ...], B: int, C: int, where: str
+    step: _Step, dynamic: set[Value], lays: tuple[Layout, ...], C: int, where: str
 ) -> None:
     """Raise unless output row j (j = C // 2) of the view depends only on its inputs' row j:
     on random inputs, replacing every other row of the token-wise inputs keeps it."""
@@ -365,7 +365,7 @@ def _check_view(
             )
 
 
-def _check_rows(w: _Windowed, program: FunctionalProgram, B: int, C: int, where: str) -> None:
+def _check_rows(w: _Windowed, B: int, C: int, where: str) -> None:
     """Raise unless the kernel run on the window [j, j + 1) (j = C // 2) gives row j of its run
     on the whole context, on random inputs."""
     n, j = w.step.node, C // 2
