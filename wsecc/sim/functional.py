@@ -638,8 +638,8 @@ class FunctionalProgram:
     precision: str
     steps: tuple[_Step, ...]
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The graph's outputs by name for `inputs` (by graph input name)."""
+    def stored_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict[Value, np.ndarray]:
+        """`inputs` (by graph input name) checked against the graph's and rounded to storage."""
         ar = Arithmetic.of(self.precision)
         env: dict[Value, np.ndarray] = {}
         for v in self.graph.inputs:
@@ -651,6 +651,11 @@ class FunctionalProgram:
                     f"input {v.name!r} has shape {arr.shape}, the program wants {v.type.shape}"
                 )
             env[v] = _stored(arr.astype(v.type.dtype.numpy, copy=False), ar)
+        return env
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph's outputs by name for `inputs` (by graph input name)."""
+        env = self.stored_inputs(inputs)
         with _one_blas_thread():
             for step in self.steps:
                 args = [env[a] if isinstance(a, Value) else a for a in step.args]

@@ -62,12 +62,10 @@ from wsecc.numerics import TOLERANCE, OutputError, compare, make_inputs, vocab_s
 from wsecc.options import FAULTS, GENERATE_FAULTS
 from wsecc.passes.lower import kernel_names
 from wsecc.sim.functional import (
-    Arithmetic,
     AttentionRun,
     FunctionalProgram,
     _one_blas_thread,
     _Step,
-    _stored,
     compile_functional,
 )
 
@@ -421,17 +419,8 @@ class Session:
     def __init__(self, wp: WindowedProgram, inputs: Mapping[str, np.ndarray]) -> None:
         self.program = wp
         self.length = 0  # rows [0, length) of every token-wise buffer are computed
-        ar = Arithmetic.of(wp.program.precision)
-        self.env: dict[Value, np.ndarray] = {}
-        for v in wp.program.graph.inputs:
-            if v.name not in inputs:
-                raise SimulationError(f"missing input {v.name!r}")
-            arr = np.asarray(inputs[v.name])
-            if arr.shape != v.type.shape:
-                raise SimulationError(
-                    f"input {v.name!r} has shape {arr.shape}, the program wants {v.type.shape}"
-                )
-            self.env[v] = np.array(_stored(arr.astype(v.type.dtype.numpy, copy=False), ar))
+        # copies: the windows write the token ids into their buffer
+        self.env = {v: np.array(x) for v, x in wp.program.stored_inputs(inputs).items()}
         self.caches: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def set_rows(self, name: str, rows: np.ndarray) -> None:
