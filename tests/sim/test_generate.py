@@ -112,8 +112,7 @@ def test_prefill_then_decode_equals_one_window_and_the_whole_program(sample, pre
     ids, logits = generate(wp, _prompt(), N)
     seq = np.concatenate([_prompt(), ids[:, :-1]], axis=1)  # every token the steps fed
     session = wp.session(generation_inputs(fused))
-    session.set_rows("input_ids", seq)
-    one = session.run(seq.shape[1])["logits"][:, P - 1 :]
+    one = session.step(seq)["logits"][:, P - 1 :]
     np.testing.assert_allclose(one, logits, rtol=1e-6, atol=1e-6)
     feeds = generation_inputs(fused)
     feeds["input_ids"][:, : seq.shape[1]] = seq
@@ -127,13 +126,11 @@ def test_windows_of_any_size_continue_the_cache():
     wp = compile_windowed(fused, kg, sizing, "fp32")
     seq = np.random.default_rng(2).integers(0, 200, (B, C)).astype(np.int64)
     whole = wp.session(generation_inputs(fused))
-    whole.set_rows("input_ids", seq)
-    want = whole.run(C)["logits"]
+    want = whole.step(seq)["logits"]
     parts = wp.session(generation_inputs(fused))
     got = []
     for a, b in [(0, 3), (3, 4), (4, 8), (8, 10)]:
-        parts.set_rows("input_ids", seq[:, a:b])
-        got.append(parts.run(b)["logits"])
+        got.append(parts.step(seq[:, a:b])["logits"])
     np.testing.assert_allclose(np.concatenate(got, axis=1), want, rtol=1e-6, atol=1e-6)
 
 
@@ -181,16 +178,16 @@ def test_a_window_past_the_context_fails():
         generate(wp, np.zeros((B, 7), np.int64), 5)
     generate(wp, np.zeros((B, 7), np.int64), 4)  # 7 + 4 - 1 = 10 positions: fits
     session = wp.session(generation_inputs(fused))
-    session.set_rows("input_ids", np.zeros((B, 8), np.int64))
-    session.run(8)
+    session.step(np.zeros((B, 8), np.int64))
     with pytest.raises(
         SimulationError,
         match=r"^window \[8, 11\) is outside the context: the program is bound at seq 10, "
         r"8 tokens computed so far$",
     ):
-        session.run(11)
-    with pytest.raises(SimulationError, match=r"^window \[8, 11\) is outside the context"):
-        session.set_rows("input_ids", np.zeros((B, 3), np.int64))
+        session.step(np.zeros((B, 3), np.int64))
+    assert session.step(np.zeros((B, 2), np.int64))["logits"].shape == (B, 2, 1000)
+    with pytest.raises(SimulationError, match=r"^window \[10, 11\) is outside the context"):
+        session.step(np.zeros((B, 1), np.int64))
 
 
 def test_an_encoder_cannot_be_windowed():
@@ -239,10 +236,8 @@ def test_a_view_that_keeps_tokens_windows():
     wp = compile_windowed(*program, "fp32")
     ids = np.array([[1, 2, 3, 4], [5, 6, 7, 0]])
     session = wp.session(generation_inputs(program[0]))
-    session.set_rows("input_ids", ids[:, :2])
-    first = session.run(2)["logits"]
-    session.set_rows("input_ids", ids[:, 2:])
-    rest = session.run(4)["logits"]
+    first = session.step(ids[:, :2])["logits"]
+    rest = session.step(ids[:, 2:])["logits"]
     whole = wp.program.run({"input_ids": ids})["logits"]
     np.testing.assert_array_equal(np.concatenate([first, rest], axis=1), whole)
 

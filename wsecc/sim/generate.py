@@ -30,10 +30,16 @@ token a step, [t, t + 1)):
                 data, nothing is computed); each view with a token-wise input is checked once to
                 be token-preserving: on random inputs, changing every other row of its inputs
                 leaves row C/2 of its output as it was.
-    static      a node no graph input reaches runs once, on the first window.
+    static      a node the token ids do not reach (only constants, masks and position ids,
+                which are full-size inputs fixed for the whole generation) runs once, on the
+                first window.
 
 The masked keys of the whole-context run add exact zeros to its softmax sums, so a window's rows
-equal the whole run's rows up to the summation of one PE's products inside BLAS.
+equal the whole run's rows up to the order BLAS sums one PE's products in (on the samples they
+are bit-identical, in every precision: tests/sim/test_generate.py).
+
+`simulate_generation` runs greedy generation on a `Session`; `generation_verdict` compares its
+ids and logits with a reference's, step by step (`GenerationResult`).
 
 What cannot be windowed fails with a SimulationError naming the node: a non-causal attention
 (an encoder), a kernel or view whose output has no token axis while an input has one (a pooler,
@@ -414,7 +420,7 @@ def _window_args(w: _Windowed, args: Sequence[Any], a: int, b: int) -> list[Any]
 
 class Session:
     """One generation on a `WindowedProgram`: the persistent buffers and each attention's K/V
-    cache. `run(b)` computes the window [length, b) and returns its rows of the outputs."""
+    cache. Each `step` runs the next window of tokens."""
 
     def __init__(self, wp: WindowedProgram, inputs: Mapping[str, np.ndarray]) -> None:
         self.program = wp
@@ -423,16 +429,18 @@ class Session:
         self.env = {v: np.array(x) for v, x in wp.program.stored_inputs(inputs).items()}
         self.caches: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
-    def set_rows(self, name: str, rows: np.ndarray) -> None:
-        """Input `name`'s token rows [length, length + n) = rows [B, n] (the tokens to run)."""
-        v = next((v for v in self.program.program.graph.inputs if v.name == name), None)
-        if v is None:
-            raise SimulationError(f"no input {name!r}")
-        lay = Layout.of(v.type.shape, self.program.batch, self.program.context)
-        assert lay is not None
-        a = self.length
-        self._check_window(a, a + rows.shape[1])
-        lay.put(self.env[v], np.asarray(rows, v.type.dtype.numpy), a, a + rows.shape[1])
+    def step(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
+        """Run the window of `tokens` [B, n]: they become the token ids of positions
+        [length, length + n); returns the graph's outputs' rows of the window by name."""
+        tokens = np.asarray(tokens)
+        wp, a = self.program, self.length
+        if tokens.ndim != 2 or tokens.shape[0] != wp.batch:
+            raise SimulationError(f"tokens are {tokens.shape}, a window wants [{wp.batch}, n]")
+        self._check_window(a, a + tokens.shape[1])
+        ids = _ids_input(wp.program.graph)
+        lay = Layout(wp.batch, wp.context, flat=False)
+        lay.put(self.env[ids], tokens.astype(ids.type.dtype.numpy), a, a + tokens.shape[1])
+        return self._run(a + tokens.shape[1])
 
     def _check_window(self, a: int, b: int) -> None:
         C = self.program.context
@@ -442,11 +450,9 @@ class Session:
                 f"{a} tokens computed so far"
             )
 
-    def run(self, b: int) -> dict[str, np.ndarray]:
+    def _run(self, b: int) -> dict[str, np.ndarray]:
         """Compute the window [length, b); the graph's outputs' rows [length, b) by name."""
-        a = self.length
-        self._check_window(a, b)
-        env = self.env
+        a, env = self.length, self.env
         with _one_blas_thread():
             for i, w in enumerate(self.program.steps):
                 if w.how is How.STATIC and a > 0:
@@ -584,14 +590,13 @@ def generate(
             f"{steps} steps after a prompt of {P} need a context of {P + steps - 1}; "
             f"the program is bound at seq {C}"
         )
-    ids_name, logits_name = _ids_input(g).name, logits_output(g).name
+    out = logits_output(g)
     session = wp.session(generation_inputs(g, extra_inputs))
     generated = np.zeros((B, steps), np.int64)
-    logits = np.zeros((B, steps, logits_output(g).type.shape[-1]), np.float32)
+    logits = np.zeros((B, steps, out.type.shape[-1]), np.float32)
     tokens = prompt
     for i in range(steps):
-        session.set_rows(ids_name, tokens)
-        rows = session.run(session.length + tokens.shape[1])[logits_name]
+        rows = session.step(tokens)[out.name]
         last = rows.reshape(B, tokens.shape[1], -1)[:, -1]
         logits[:, i] = last
         generated[:, i] = np.argmax(last, axis=-1)
