@@ -64,15 +64,22 @@ def _prompt() -> np.ndarray:
     return np.random.default_rng(1).integers(0, 200, (B, P)).astype(np.int64)
 
 
+def _padded_mask() -> np.ndarray:
+    """Key 1 of the second sequence masked (a pad inside its prompt)."""
+    mask = np.ones((B, C), np.int64)
+    mask[1, 1] = 0
+    return mask
+
+
 @cache
-def _reference(sample: str) -> tuple[np.ndarray, np.ndarray]:
+def _reference(sample: str, padded: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """onnxruntime's greedy generation, recomputing the whole sequence with the no-past file
     (its sequence dim is dynamic) at every step: ids [B, N], logits [B, N, vocab]."""
     seq, logits = _prompt(), []
+    mask = _padded_mask() if padded else np.ones((B, C), np.int64)
     for _ in range(N):
-        out = ort_run(
-            SAMPLES / f"{sample}.onnx", {"input_ids": seq, "attention_mask": np.ones_like(seq)}
-        )
+        feeds = {"input_ids": seq, "attention_mask": mask[:, : seq.shape[1]]}
+        out = ort_run(SAMPLES / f"{sample}.onnx", feeds)
         last = out["logits"][:, -1]
         logits.append(last)
         seq = np.concatenate([seq, last.argmax(axis=-1)[:, None]], axis=1)
@@ -97,6 +104,27 @@ def test_generation_matches_onnxruntime_recomputing_the_sequence(sample, precisi
         assert all(e.max_rel_err <= 1e-5 for e in result.steps)
     else:
         assert len(result.steps) >= 1 and result.min_pcc >= 0.999
+
+
+def test_generation_in_fp16_matches_onnxruntime():
+    ids, logits = simulate_generation(*_program("llama_dynamo"), "fp16", _prompt(), N)
+    result = generation_verdict(ids, logits, *_reference("llama_dynamo"), "fp16")
+    assert result.passed and result.ids_equal, result.summary()
+
+
+@pytest.mark.parametrize("sample", ["gpt2_dynamo", "llama_dynamo"])
+def test_a_padded_mask_is_read_for_the_cached_keys(sample):
+    """extra_inputs' attention mask (key 1 of the second sequence masked) decides which cached
+    keys each window's queries see, as in onnxruntime; the first sequence is untouched."""
+    mask = _padded_mask()
+    ids, logits = simulate_generation(
+        *_program(sample), "fp32", _prompt(), N, extra_inputs={"attention_mask": mask}
+    )
+    result = generation_verdict(ids, logits, *_reference(sample, padded=True), "fp32")
+    assert result.passed and result.ids_equal, result.summary()
+    plain = simulate_generation(*_program(sample), "fp32", _prompt(), N)[1]
+    np.testing.assert_array_equal(logits[0], plain[0])
+    assert np.abs(logits[1] - plain[1]).max() > 0.1
 
 
 # --- the cache ----------------------------------------------------------------------------------
