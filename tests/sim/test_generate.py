@@ -175,8 +175,30 @@ def test_rotary_position_fault_fails_the_verdict(sample):
     np.testing.assert_array_equal(broken[1][:, 0], clean[1][:, 0])
     result = generation_verdict(*broken, ref_ids, ref_logits, "fp32", fault="rotary_position")
     assert not result.passed, result.summary()
-    assert result.summary().startswith("FAIL: generation fp32, 6 tokens, ")
+    assert result.summary().startswith("FAIL: generation fp32 FAIL, 6 tokens, ")
     assert result.summary().endswith("; fault rotary_position injected")
+
+
+@pytest.mark.parametrize("sample", ROTARY)
+def test_in_mixed_the_structure_check_catches_the_rotary_fault(sample):
+    """Mixed precision's PCC lets the broken rotary rule through (0.99998); the same program's
+    fp32 generation, judged as fp32, does not."""
+    ref = _reference(sample)
+    program = _program(sample)
+
+    def verdict(fault):
+        mixed = simulate_generation(*program, "mixed", _prompt(), N, fault=fault)
+        exact = simulate_generation(*program, "fp32", _prompt(), N, fault=fault)
+        return generation_verdict(*mixed, *ref, "mixed", exact=exact, fault=fault)
+
+    clean, broken = verdict(None), verdict("rotary_position")
+    assert clean.passed and clean.structure is not None and clean.structure.passed
+    assert broken.precision_passed and not broken.structure.passed and not broken.passed
+    assert broken.summary().startswith("FAIL: generation mixed PASS, 6 tokens, ids identical")
+    assert "; structure fp32 FAIL, 6 tokens, ids identical (worst step" in broken.summary()
+    j = broken.to_json()
+    assert j["passed"] is False and j["precision_passed"] is True
+    assert j["structure"]["precision"] == "fp32" and j["structure"]["passed"] is False
 
 
 def test_rotary_position_fault_needs_a_rotary_attention():
@@ -330,7 +352,9 @@ def test_verdict_compares_up_to_the_first_diverging_step():
     assert [e.name for e in r.steps] == ["logits[0]", "logits[1]", "logits[2]"]
     assert r.steps[0].max_abs_err == 0.0 and r.steps[2].max_abs_err > 0
     assert r.passed  # mixed: PCC >= 0.999 at every compared step
-    assert r.summary().startswith("PASS: generation mixed, 4 tokens, ids diverge at step 2 of 4 ")
+    assert r.summary().startswith(
+        "PASS: generation mixed PASS, 4 tokens, ids diverge at step 2 of 4 "
+    )
     j = r.to_json()
     assert j["ids_equal"] is False and j["diverged_at_step"] == 2 and len(j["steps"]) == 3
     assert not generation_verdict(ids, sim, ref_ids, ref, "fp32").passed  # fp32: ids must match
@@ -348,7 +372,7 @@ def test_verdict_rules_by_precision():
     assert not generation_verdict(other, noisy, ids, ref, "mixed").passed
     r = generation_verdict(ids, ref, ids, ref, "mixed")
     assert r.summary() == (
-        "PASS: generation mixed, 4 tokens, ids identical (worst step 0: max rel err 0.00e+00, "
+        "PASS: generation mixed PASS, 4 tokens, ids identical (worst step 0: max rel err 0.00e+00, "
         "PCC 1.000000; min PCC 1.000000) vs onnxruntime greedy generation"
     )
     assert isinstance(r, GenerationResult) and all(isinstance(e, OutputError) for e in r.steps)
