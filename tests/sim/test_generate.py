@@ -203,6 +203,8 @@ def test_in_mixed_the_structure_check_catches_the_rotary_fault(sample):
 
 def test_rotary_position_fault_needs_a_rotary_attention():
     assert "rotary_position" in GENERATE_FAULTS
+    with pytest.raises(SimulationError, match=r"^unknown fault 'nope' \(expected one of "):
+        compile_windowed(*_program("gpt2_dynamo"), "fp32", fault="nope")
     with pytest.raises(SimulationError, match=r"^fault 'rotary_position' needs a rotary attention"):
         compile_windowed(*_program("gpt2_dynamo"), "fp32", fault="rotary_position")
 

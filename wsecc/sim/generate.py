@@ -130,13 +130,15 @@ def _token_axis(shape: Sequence[int], frame: Sequence[int], C: int) -> int | Non
 
 
 class How(Enum):
+    """How a step of the program runs in a window (the module docstring's table)."""
+
     ROWS = "rows"  # a token-wise kernel on the window's rows
-    ATTENTION = "attention"  # scored against its cache
+    ATTENTION = "attention"  # its window's queries against its cache
     VIEW = "view"  # on the full buffers
-    STATIC = "static"  # once: no graph input reaches it
+    STATIC = "static"  # once: the token ids do not reach it
 
 
-Frame = Callable[[Node], "tuple[int, ...] | None"]
+Frame = Callable[[Node], tuple[int, ...]]
 
 _FRAMES: Mapping[KernelKind, Frame | None] = {
     KernelKind.LINEAR: None,
@@ -149,8 +151,8 @@ _FRAMES: Mapping[KernelKind, Frame | None] = {
     KernelKind.ELEMENTWISE: lambda n: n.outputs[0].type.shape,
     KernelKind.GENERIC: lambda n: n.outputs[0].type.shape,
 }
-"""How each kind runs on a window of rows: a token-wise input is gathered; a constant operand is
-sliced along the axis that broadcasting aligns with the token axis of the kind's frame (its
+"""How each kind runs on a window of rows: a token-wise input is gathered; a constant operand (or
+one computed from the fixed inputs only) is sliced along the axis that broadcasting aligns with the token axis of the kind's frame (its
 ids' shape for embedding, its output's for elementwise and generic), or, for a kind with no
 frame (None: its other inputs are weights and parameters), passed whole. Attention has its
 cache instead; a kind missing here cannot be windowed."""
