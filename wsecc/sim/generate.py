@@ -177,6 +177,7 @@ class WindowedProgram:
     C and batch B and each step's windowing."""
 
     program: FunctionalProgram
+    ids: Value  # the token ids input [B, C]
     batch: int
     context: int
     steps: tuple[_Windowed, ...]
@@ -223,7 +224,7 @@ def compile_windowed(
         isinstance(w.step.run, AttentionRun) and w.step.run.cos is not None for w in steps
     ):
         raise SimulationError(f"fault {fault!r} needs a rotary attention; {fused.name!r} has none")
-    return WindowedProgram(program, B, C, tuple(steps), fault)
+    return WindowedProgram(program, _ids_input(fused), B, C, tuple(steps), fault)
 
 
 def _batch_and_context(g: Graph) -> tuple[int, int]:
@@ -439,8 +440,7 @@ class Session:
         if tokens.ndim != 2 or tokens.shape[0] != wp.batch:
             raise SimulationError(f"tokens are {tokens.shape}, a window wants [{wp.batch}, n]")
         self._check_window(a, a + tokens.shape[1])
-        ids = _ids_input(wp.program.graph)
-        lay = Layout(wp.batch, wp.context, flat=False)
+        lay, ids = Layout(wp.batch, wp.context, flat=False), wp.ids
         lay.put(self.env[ids], tokens.astype(ids.type.dtype.numpy), a, a + tokens.shape[1])
         return self._run(a + tokens.shape[1])
 
@@ -490,7 +490,7 @@ class Session:
                 rows = rows.reshape(lay.window_shape(v.type.shape, b - a))
             except ValueError as e:
                 raise SimulationError(
-                    f"node {node.name!r} gave {rows.shape} for the window [{a}, {b}) of "
+                    f"node {node.name or v.name!r} gave {rows.shape} for the window [{a}, {b}) of "
                     f"{v.name!r} {v.type.shape}: it does not keep its token rows"
                 ) from e
             lay.put(self.env[v], rows, a, b)
