@@ -10,17 +10,19 @@ rotary_position fault fails the verdict; what cannot be windowed fails with one 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 
 import numpy as np
 import pytest
+from wsecc.passes.lower import lower_to_kernels
 from wsecc.targets import load_target
 
 from wsecc.compiler import Compilation
 from wsecc.errors import SimulationError
 from wsecc.flow import lower_and_size
 from wsecc.ir.printer import parse_graph
-from wsecc.kernels import KernelKind
+from wsecc.kernels import Kernel, KernelKind, size_regions
 from wsecc.kernels.kinds import KINDS
 from wsecc.numerics import OutputError, ort_run
 from wsecc.options import GENERATE_FAULTS, Options
@@ -326,6 +328,40 @@ def test_a_view_without_token_rows_fails():
         r"\(rows \[batch, 4\] or \[8\]\), so it mixes tokens$",
     ):
         compile_windowed(*program, "fp32")
+
+
+def test_elementwise_generic_and_softmax_kernels_window():
+    """A per-position scale (a constant [1, C, 1]: sliced to the window), erf (a generic
+    kernel) and a softmax kernel over the features, run in windows of 2, 1 and 1 tokens, give
+    the whole-context program's rows; without slicing the constant they would not."""
+    rng = np.random.default_rng(0)
+    g = parse_graph(
+        _MIXING.format(
+            table=rng.standard_normal((8, 4)).round(3).tolist(),
+            w=rng.standard_normal((4, 8)).round(3).tolist(),
+            middle="%p = const f32[1,4,1] [[[0.5], [1.5], [-2.0], [3.0]]]\n"
+            "  %s: f32[2,4,4] = mul(%x, %p)\n"
+            "  %e: f32[2,4,4] = erf(%s)\n"
+            "  %y: f32[2,4,4] = softmax(%e) {'axis': -1}",
+        )
+    )
+    kg = lower_to_kernels(g)  # lowering makes the softmax generic: give it its own kind
+    kernels = [
+        Kernel(k.name, KernelKind.SOFTMAX, {"rows": 4, "dim": 4})
+        if k.params.get("op") == "softmax"
+        else k
+        for k in kg.kernels
+    ]
+    kg = replace(kg, kernels=tuple(kernels))
+    sizing = size_regions(kg, load_target("wse2"), "fp32")
+    kinds = {k.kind for k in kg.kernels}
+    assert {KernelKind.ELEMENTWISE, KernelKind.GENERIC, KernelKind.SOFTMAX} <= kinds
+    wp = compile_windowed(g, kg, sizing, "fp32")
+    ids = np.array([[1, 2, 3, 4], [5, 6, 7, 0]])
+    session = wp.session(generation_inputs(g))
+    got = [session.step(ids[:, a:b])["logits"] for a, b in [(0, 2), (2, 3), (3, 4)]]
+    whole = wp.program.run({"input_ids": ids})["logits"]
+    np.testing.assert_allclose(np.concatenate(got, axis=1), whole, rtol=1e-6, atol=1e-7)
 
 
 def test_every_simulated_kind_has_a_windowing_rule():
