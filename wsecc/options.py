@@ -21,6 +21,10 @@ drop_partial loses PE (0, 0)'s partial sum in the first linear kernel; misplace_
 of its PEs' weight tiles."""
 DEFAULT_NEW_TOKENS = 16
 """Tokens generate mode's `--validate` generates after the prompt (issue 17: "default 16")."""
+GENERATE_FAULTS = (*FAULTS, "rotary_position")
+"""Faults for generation's numerics (`wsecc.sim.generate`): the functional simulation's, and
+rotary_position, which rotates every decode step's new keys with the position before their own
+(t - 1 for token t), a broken rotary rule that prefill cannot show."""
 TRAIN_FAULTS = ("layernorm_gamma",)
 """Faults for train mode's gradient check (`wsecc.ir.grad`): layernorm_gamma breaks the gradient
 rule of LayerNorm's scale."""
@@ -103,7 +107,7 @@ class Options:
             )
         if self.placer is Placer.MANUAL and not self.pins:
             raise WseccError("placer 'manual' needs pins (--pins FILE)")
-        faults = TRAIN_FAULTS if self.mode is Mode.TRAIN else FAULTS
+        faults = {Mode.TRAIN: TRAIN_FAULTS, Mode.GENERATE: GENERATE_FAULTS}.get(self.mode, FAULTS)
         if self.inject_fault is not None and self.inject_fault not in faults:
             raise WseccError(
                 f"unknown fault {self.inject_fault!r} in {self.mode} mode: choose one of "

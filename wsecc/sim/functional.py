@@ -74,6 +74,10 @@ Values between kernels are float32 arrays holding storage-precision values, so t
 hold throughout. Faults for tests (`fault=`): "drop_partial" drops PE (0, 0)'s partial sums in the
 first linear kernel; "misplace_tile" swaps the weight tiles of PE (0, 0) and PE (0, 1) (or (1, 0)
 in a one-column region) in the first linear kernel.
+
+Generation (`wsecc.sim.generate`) runs the same program one window of tokens at a time: every
+kernel's run takes any number of token rows (its output shape follows its inputs'), and the
+attention kernel's run (`AttentionRun`) comes in the pieces a K/V cache reuses.
 """
 
 from __future__ import annotations
@@ -370,12 +374,12 @@ def _linear(b: _Build) -> Run:
     act = b.node.attr("activation", "none")
     if act not in ACTIVATIONS:
         raise b.fail(f"unknown activation {act!r}")
-    ar, shape = b.ar, b.node.output.type.shape
+    ar, N = b.ar, W.shape[1]
 
-    def run(args: Arrays) -> list[np.ndarray]:
+    def run(args: Arrays) -> list[np.ndarray]:  # any rows: a window of tokens too
         x = args[0].reshape(-1, args[0].shape[-1])
         bias = args[2] if has_bias else None
-        return [_tiled_linear(x, tiles, ar, bias, act).reshape(shape)]
+        return [_tiled_linear(x, tiles, ar, bias, act).reshape(*args[0].shape[:-1], N)]
 
     return run
 
@@ -393,9 +397,10 @@ def _gated_linear(b: _Build) -> Run:
     x = b.node.inputs[0].type
     tiles = _MatmulTiles.of(W, h, w, x.size // x.shape[-1], b.fault)
     has_bias = len(b.node.inputs) == 5
-    ar, shape = b.ar, b.node.output.type.shape
+    ar = b.ar
 
     def run(args: Arrays) -> list[np.ndarray]:
+        shape = (*args[0].shape[:-1], N)
         x = args[0].reshape(-1, args[0].shape[-1])
         bias = None
         if has_bias:
@@ -416,41 +421,74 @@ def _attention(b: _Build) -> Run:
     the heads split over the threads)."""
     b.expect(Op.ATTENTION)
     a: dict[str, Any] = b.node.attr_dict
-    H, dh, rows, ar = a["num_heads"], a["head_dim"], b.region.h, b.ar
     fill = np.float32(a["fill"])
-    if ar.half_accum and np.isfinite(fill):
+    if b.ar.half_accum and np.isfinite(fill):
         fill = np.maximum(fill, np.float32(np.finfo(np.float16).min))
-
-    Hk = a.get("kv_heads", H)
-    rotary = a.get("rotary", "none")
     n_in = len(b.node.inputs)
-    cos, sin = (b.resident(n_in - 2), b.resident(n_in - 1)) if rotary != "none" else (None, None)
+    rotary = a.get("rotary", "none") != "none"
+    cos, sin = (b.resident(n_in - 2), b.resident(n_in - 1)) if rotary else (None, None)
+    return AttentionRun(a, b.region.h, b.ar, fill, cos, sin)
 
-    def rotated(x: np.ndarray) -> np.ndarray:
-        if cos is None or sin is None:
-            return x
-        return ar.store(ar.acc(rope(x, cos, sin, rotary, a["rotary_dim"])))
 
-    def run(args: Arrays) -> list[np.ndarray]:
-        q = rotated(split_heads(args[0], a["q_offset"], H, dh))  # [B, H, Sq, d]
-        k = rotated(split_heads(args[1], a["k_offset"], Hk, dh))
-        v = split_heads(args[2], a["v_offset"], Hk, dh)
-        if Hk != H:  # each K/V head serves H / Hk query heads: held once per column, read by each
-            k, v = np.repeat(k, H // Hk, axis=1), np.repeat(v, H // Hk, axis=1)
-        k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
+@dataclass(frozen=True)
+class AttentionRun:
+    """An attention kernel's run, in pieces a K/V cache can reuse (`wsecc.sim.generate`):
+    `heads` splits q, k, v into heads and rotates q and k with the cos/sin rows of their
+    positions, `attend` scores queries against keys in the fabric's order. Called with the
+    node's inputs, it runs the whole sequence (positions 0 .. S - 1)."""
+
+    attrs: dict[str, Any]
+    rows: int  # the region's rows: key j on row j mod rows
+    ar: Arithmetic
+    fill: np.float32
+    cos: np.ndarray | None  # [S, rotary dims] resident tables, None without rotary
+    sin: np.ndarray | None
+
+    def __call__(self, args: Arrays) -> list[np.ndarray]:
+        q, k, v = self.heads(args, np.arange(args[0].shape[1]), np.arange(args[1].shape[1]))
         B, _, Sq, _ = q.shape
+        mask = attention_mask_operand(args, self.attrs)
+        keep = attention_keep(self.attrs, B, Sq, k.shape[2], mask)
+        return [self.attend(q, k, v, keep)]
+
+    def heads(
+        self, args: Arrays, q_pos: np.ndarray, k_pos: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """q [B, H, Sq, d] and k, v [B, Hk, Sk, d] (K/V heads not yet repeated) from the
+        inputs' q, k, v sources [B, S, features], q and k rotated with the rows q_pos and k_pos
+        of the cos/sin tables, in float32, rounded to storage."""
+        a = self.attrs
+        H, Hk, dh = a["num_heads"], a.get("kv_heads", a["num_heads"]), a["head_dim"]
+        q = self.rotated(split_heads(args[0], a["q_offset"], H, dh), q_pos)
+        k = self.rotated(split_heads(args[1], a["k_offset"], Hk, dh), k_pos)
+        return q, k, split_heads(args[2], a["v_offset"], Hk, dh)
+
+    def rotated(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """x [B, h, S, d] rotated with the cos/sin rows of `positions` (x itself without rotary)."""
+        if self.cos is None or self.sin is None:
+            return x
+        cos, sin = self.cos[..., positions, :], self.sin[..., positions, :]
+        ar = self.ar
+        return ar.store(ar.acc(rope(x, cos, sin, self.attrs["rotary"], self.attrs["rotary_dim"])))
+
+    def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        """out [B, Sq, H d] for q [B, H, Sq, d] against k, v [B, Hk, Sk, d] where keep
+        [B, 1, Sq, Sk] is true."""
+        a, ar = self.attrs, self.ar
+        H = q.shape[1]
+        if k.shape[1] != H:  # each K/V head serves H / Hk query heads: held once per column
+            k, v = np.repeat(k, H // k.shape[1], axis=1), np.repeat(v, H // k.shape[1], axis=1)
+        k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
+        B, _, Sq, dh = q.shape
         Sk = k.shape[2]
-        keep = attention_keep(a, B, Sq, Sk, attention_mask_operand(args, a))
         qs = np.ascontiguousarray(ar.store(q * np.float32(a["scale"])))
         out = np.empty((B, Sq, H, dh), np.float32)
         heads = functools.partial(
-            attention_heads, qs, k, v, np.ascontiguousarray(keep[:, 0]), fill, rows,
+            attention_heads, qs, k, v, np.ascontiguousarray(keep[:, 0]), self.fill, self.rows,
             ar.half_accum, ar.store is round_to_f16, bool(a.get("nan_to_zero")), out,
         )  # fmt: skip
         _on_threads(heads, B * H, work=B * H * Sq * Sk * dh)
-        return [out.reshape(B, Sq, H * dh)]
-
-    return run
+        return out.reshape(B, Sq, H * dh)
 
 
 def _rmsnorm(b: _Build) -> Run:
@@ -532,9 +570,10 @@ def _embedding(b: _Build) -> Run:
     padded = np.zeros((h * vh, dim), np.float32)
     padded[:vocab] = stacked
     resident = padded.reshape(h, vh, dim)  # row r holds table rows r vh .. (r + 1) vh - 1
-    ar, shape = b.ar, b.node.output.type.shape
+    ar = b.ar
 
     def run(args: Arrays) -> list[np.ndarray]:
+        shape = (*np.broadcast_shapes(*(ids.shape for ids in args[0::2])), dim)
         out = None
         for ids, n, start in zip(args[0::2], sizes, starts, strict=True):
             if ids.size and (ids.min() < -n or ids.max() >= n):
@@ -599,8 +638,8 @@ class FunctionalProgram:
     precision: str
     steps: tuple[_Step, ...]
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The graph's outputs by name for `inputs` (by graph input name)."""
+    def stored_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict[Value, np.ndarray]:
+        """`inputs` (by graph input name) checked against the graph's and rounded to storage."""
         ar = Arithmetic.of(self.precision)
         env: dict[Value, np.ndarray] = {}
         for v in self.graph.inputs:
@@ -612,6 +651,11 @@ class FunctionalProgram:
                     f"input {v.name!r} has shape {arr.shape}, the program wants {v.type.shape}"
                 )
             env[v] = _stored(arr.astype(v.type.dtype.numpy, copy=False), ar)
+        return env
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph's outputs by name for `inputs` (by graph input name)."""
+        env = self.stored_inputs(inputs)
         with _one_blas_thread():
             for step in self.steps:
                 args = [env[a] if isinstance(a, Value) else a for a in step.args]
