@@ -377,7 +377,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(json.dumps(c.report(), indent=1))
     else:
         display.summary(c)
-    failed = [n for n in (c.numerics, c.gradients) if n is not None and not n.passed]
+    checks = (c.numerics, c.gradients, c.generation_check)
+    failed = [n for n in checks if n is not None and not n.passed]
     return 1 if failed else 0
 
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from wsecc.frontend.onnx import ModelInfo
-    from wsecc.generate import GenerationResult
+    from wsecc.generate import GenerationPerf
     from wsecc.gradcheck import GradCheck
     from wsecc.ir.core import Graph
     from wsecc.kernels import KernelGraph, Sizing
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from wsecc.route.problem import Routing
     from wsecc.sim.events import EventResult
     from wsecc.sim.functional import NumericsResult
+    from wsecc.sim.generate import GenerationResult
     from wsecc.sim.perf import PerfResult
     from wsecc.sim.sram import SramMap
     from wsecc.targets import Target
@@ -111,7 +112,9 @@ class Compilation:
     numerics: NumericsResult | None = None  # None when not validated
     training: TrainResult | None = None  # train mode: the step's cost (`wsecc.train`)
     gradients: GradCheck | None = None  # train mode, validated: gradients against onnxruntime
-    generation: GenerationResult | None = None  # generate mode: prefill and decode figures
+    generation: GenerationPerf | None = None  # generate mode: prefill and decode figures
+    generation_check: GenerationResult | None = None  # generate mode, validated: vs onnxruntime
+    generated: dict[str, np.ndarray] | None = None  # prompt_ids, generated_ids, logits
     saved_report: dict[str, Any] | None = None  # when reloaded from an output folder
     sim_inputs: dict[str, np.ndarray] | None = None
     sim_outputs: dict[str, np.ndarray] | None = None
@@ -511,6 +514,51 @@ class Compilation:
         self.progress("numerics", self.numerics.summary())
         return self
 
+    def validate_generation(self) -> Compilation:
+        """Generate mode: greedy generation of `options.new_tokens` tokens after a prompt of
+        random ids (seeded), through the tiled functional simulator on the K/V cache it keeps
+        (`wsecc.sim.generate`), against onnxruntime running the same file step by step
+        (`wsecc.numerics.ort_generate`): ids and every step's logits; in mixed or fp16 also the
+        same program's fp32 generation, the structure check."""
+        import numpy as np
+
+        from wsecc.numerics import ort_generate, vocab_sizes
+        from wsecc.sim.generate import generation_verdict, ids_input, simulate_generation
+
+        o = self.options
+        self._ensure_fused()
+        self._check_numerics_fit()
+        fused, kg = self._need(self.fused, "fuse"), self._need(self.kernel_graph, "lower")
+        P, N, C = self.prompt, o.new_tokens, kg.tokens_per_sample
+        if P + N - 1 > C:
+            raise WseccError(
+                f"--validate generates {N} tokens after a {P}-token prompt: that needs a context "
+                f"of {P + N - 1}, the graph is bound at {C}; raise --context or lower --prompt "
+                "or --new-tokens"
+            )
+        ids = ids_input(fused)
+        vocab = vocab_sizes(fused)[ids.name]
+        rng = np.random.default_rng(o.seed)
+        prompt_ids = rng.integers(0, vocab, size=(ids.type.shape[0], P), dtype=np.int64)
+        with self._stage("numerics"):
+            program = (fused, kg, self.sizing)
+            info = self.import_info
+            ref = ort_generate(
+                self.model_path, prompt_ids, N, info.generation if info is not None else None
+            )
+            sim = simulate_generation(*program, o.precision, prompt_ids, N, fault=o.inject_fault)
+            exact = (  # the structure check: the same tiled program in fp32
+                None
+                if o.precision == "fp32"
+                else simulate_generation(*program, "fp32", prompt_ids, N, fault=o.inject_fault)
+            )
+            self.generation_check = generation_verdict(
+                *sim, *ref, o.precision, exact=exact, fault=o.inject_fault
+            )
+        self.generated = {"prompt_ids": prompt_ids, "generated_ids": sim[0], "logits": sim[1]}
+        self.progress("numerics", self.generation_check.summary())
+        return self
+
     def report_performance(self) -> dict[str, Any]:
         """The report's `performance` object (L1's figures when L1 ran, L0's otherwise)."""
         l0 = self.perf
@@ -704,6 +752,8 @@ class Compilation:
             rep["numerics"] = self.numerics.to_json() if self.numerics is not None else None
         if self.generation is not None:
             rep["performance"] = self.report_generation()
+            check = self.generation_check
+            rep["numerics"] = check.to_json() if check is not None else None
         if self.training is not None:
             rep["performance"] = self.report_training()
             rep["numerics"] = self.gradients.to_json() if self.gradients is not None else None
@@ -753,7 +803,7 @@ class Compilation:
         old = Path(out_dir)
         if keep and old.is_dir():
             files |= {p.name: p.read_bytes() for p in old.iterdir() if p.is_file()}
-            for stale in ("trace.json", "inputs.npz", "outputs.npz"):
+            for stale in ("trace.json", "inputs.npz", "outputs.npz", "generated.npz"):
                 files.pop(stale, None)
         files["report.json"] = json.dumps(self.report(), indent=1) + "\n"
         if self.fused is not None:
@@ -774,6 +824,8 @@ class Compilation:
             files["trace.json"] = json.dumps(
                 {"traceEvents": list(self.events.trace), "displayTimeUnit": "ns"}
             )
+        if self.options.save_outputs and self.generated is not None:
+            files["generated.npz"] = _npz(self.generated)
         if self.options.save_outputs and self.sim_outputs is not None:
             files["inputs.npz"] = _npz(self.sim_inputs)
             files["outputs.npz"] = _npz(self.sim_outputs)

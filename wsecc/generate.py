@@ -1,7 +1,7 @@
 """Token generation on the wafer: a prompt's prefill, then one token per decode step.
 
     compiled program (graph bound at the context C, attention regions holding the K/V cache of
-    B sequences) ─plan_generation─▶ GenerationResult
+    B sequences) ─plan_generation─▶ GenerationPerf
 
 One placement serves both phases: every kernel keeps its region, its weights resident; each
 attention's region also keeps the K/V cache of the B sequences in flight, up to C positions each
@@ -42,7 +42,6 @@ multiply-add per token, at the FMAC rate or the SRAM read rate: `matvec`).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -54,6 +53,7 @@ from wsecc.kernels.ir import precision as number_format
 from wsecc.program import Program
 from wsecc.sim.perf import FLOW, HOST, KERNEL, build_pipeline, simulate_l0
 from wsecc.targets import Target
+from wsecc.train import streamed_units
 
 DECODE_PHASES = (*COMPONENTS, "flows", "host")
 """The phases a decode step's latency is split into: the kernels' (`wsecc.kernels.decode`),
@@ -72,7 +72,6 @@ PHASE_WORDS = {
 MAX_CONTEXT_SEARCH = 1 << 24
 """The largest context `max_context` tries (16M positions)."""
 
-_LAYER = re.compile(r"^L(\d+)\.")
 
 
 def default_prompt(context: int) -> int:
@@ -197,7 +196,7 @@ class StageDecode:
 
     name: str
     kind: str  # KERNEL, FLOW or HOST
-    layer: str  # "L3", or the kernel's own name outside the layers (embedding, head), "host"
+    layer: str  # "L3" (found by structure: `wsecc.train.streamed_units`), "input", "output", "host"
     cycles: dict[str, int]  # phase -> cycles
     critical: bool
     kernel_kind: str = ""  # kernels: their kind
@@ -218,7 +217,7 @@ class StageDecode:
 
 
 @dataclass(frozen=True)
-class GenerationResult:
+class GenerationPerf:
     """Prefill and decode figures of a generation program (module doc)."""
 
     prompt: int
@@ -344,12 +343,7 @@ class GenerationResult:
         }
 
 
-def _layer_of(name: str) -> str:
-    m = _LAYER.match(name)
-    return f"L{m.group(1)}" if m else name
-
-
-def plan_generation(program: Program, prompt: int) -> GenerationResult:
+def plan_generation(program: Program, prompt: int) -> GenerationPerf:
     """Prefill of a `prompt`-token prompt and the decode step of `program`, a generation
     program (`generation_kernels`: its attention kernels keep `cache_sequences` sequences, its
     graph is bound at the context). See the module doc."""
@@ -372,6 +366,7 @@ def plan_generation(program: Program, prompt: int) -> GenerationResult:
     ctx = CostContext(target, precision, program.chunk_tokens)
     io_per_cycle = target.io.offwafer_bytes_per_s / target.clock.hz
     kernel_stage = {ks.name: ks for ks in pipe.kernels}
+    layer_of = {k.name: unit for unit, ks in streamed_units(kg) for k in ks}
     stages: list[StageDecode] = []
     for s in pipe.stages:
         per_token = math.ceil(batch * s.bytes_per_sample / context)
@@ -383,7 +378,7 @@ def plan_generation(program: Program, prompt: int) -> GenerationResult:
                 StageDecode(
                     s.name,
                     KERNEL,
-                    _layer_of(s.name),
+                    layer_of[s.name],
                     {c: getattr(d, c) for c in COMPONENTS},
                     False,
                     k.kind.value,
@@ -397,7 +392,7 @@ def plan_generation(program: Program, prompt: int) -> GenerationResult:
                 per_token, max(1, s.lanes) * target.link_bytes_per_cycle
             )
             dst = s.name.split("->", 1)[1]
-            stages.append(StageDecode(s.name, FLOW, _layer_of(dst), {"flows": cycles}, False))
+            stages.append(StageDecode(s.name, FLOW, layer_of[dst], {"flows": cycles}, False))
         else:
             assert s.kind == HOST
             cycles = math.ceil(per_token / io_per_cycle) if s.bytes_per_sample else 0
@@ -419,7 +414,7 @@ def plan_generation(program: Program, prompt: int) -> GenerationResult:
         j = came_from[j]
     stages = [replace(st, critical=i in on_path) for i, st in enumerate(stages)]
     kv = [ks.sram.kv for ks in program.sizing.kernels]
-    return GenerationResult(
+    return GenerationPerf(
         prompt=prompt,
         context=context,
         batch=batch,
@@ -440,7 +435,7 @@ def plan_generation(program: Program, prompt: int) -> GenerationResult:
 
 __all__ = [
     "DECODE_PHASES",
-    "GenerationResult",
+    "GenerationPerf",
     "at_tokens",
     "default_prompt",
     "generation_kernels",

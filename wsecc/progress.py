@@ -108,6 +108,8 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
                 + (f"; untraced {', '.join(n['untraced'])}" if n["untraced"] else ""),
             )
         )
+    elif n and "ids_equal" in n:  # generate mode: greedy generation against onnxruntime
+        rows.append(("numerics", n["summary"]))
     elif n:
         rows.append(("numerics", verdict_line(n)))
     elif "numerics" in report:

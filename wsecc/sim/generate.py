@@ -210,7 +210,7 @@ def compile_windowed(
     names = kernel_names(fused)
     # what the token ids reach changes from window to window; the other inputs (masks, position
     # ids) are full-size arrays fixed for the whole generation
-    dynamic: set[Value] = {_ids_input(fused)}
+    dynamic: set[Value] = {ids_input(fused)}
     steps = []
     for step in program.steps:
         n = step.node
@@ -224,19 +224,19 @@ def compile_windowed(
         isinstance(w.step.run, AttentionRun) and w.step.run.cos is not None for w in steps
     ):
         raise SimulationError(f"fault {fault!r} needs a rotary attention; {fused.name!r} has none")
-    return WindowedProgram(program, _ids_input(fused), B, C, tuple(steps), fault)
+    return WindowedProgram(program, ids_input(fused), B, C, tuple(steps), fault)
 
 
 def _batch_and_context(g: Graph) -> tuple[int, int]:
     """B and C from the token ids input [B, C]."""
-    ids = _ids_input(g)
+    ids = ids_input(g)
     if ids.type.rank != 2:
         raise SimulationError(f"token ids {ids.name!r} are {ids.type.shape}, expected [batch, seq]")
     B, C = ids.type.shape
     return B, C
 
 
-def _ids_input(g: Graph) -> Value:
+def ids_input(g: Graph) -> Value:
     """The graph input of token ids: an integer input that indexes a vocabulary table and is not
     a token type, segment or position (`wsecc.numerics.vocab_sizes`)."""
     found = [
@@ -527,7 +527,7 @@ class Session:
 
 def logits_output(g: Graph) -> Value:
     """The graph's output that holds the logits: float, its last dim the vocabulary."""
-    vocab = vocab_sizes(g)[_ids_input(g).name]
+    vocab = vocab_sizes(g)[ids_input(g).name]
     found = [v for v in g.outputs if v.type.dtype.is_float and v.type.shape[-1:] == (vocab,)]
     if len(found) != 1:
         raise SimulationError(
@@ -544,7 +544,7 @@ def generation_inputs(
     windows run), masks all ones, position ids 0 .. C - 1 (`wsecc.numerics.make_inputs`, not
     padded), then `extra_inputs` by name."""
     feeds = make_inputs(g, padded=False)
-    ids = _ids_input(g)
+    ids = ids_input(g)
     feeds[ids.name] = np.zeros(ids.type.shape, ids.type.dtype.numpy)
     for name, x in (extra_inputs or {}).items():
         if name not in feeds:
@@ -668,6 +668,7 @@ class GenerationResult:
             "precision_passed": self.precision_passed,
             "structure": self.structure.to_json() if self.structure else None,
             "fault": self.fault,
+            "summary": self.summary(),
         }
 
     def summary(self) -> str:
