@@ -172,6 +172,7 @@ def test_cli_generate_summary_and_a_cache_that_does_not_fit(tmp_path: Path) -> N
     for label in ("first token", "decode", "token latency", "decode bound", "K/V cache"):
         assert f"\n  {label} " in run.stdout
     assert json.loads((out / "report.json").read_text())["mode"] == "generate"
+    assert (out / "decode_roofline.png").read_bytes()[:4] == b"\x89PNG"
     # a batch whose caches cannot fit the wafer: one line, exit 2, no folder
     big = tmp_path / "big"
     run = subprocess.run(

@@ -820,6 +820,8 @@ class Compilation:
         if self.perf is not None:
             files["sram.png"] = self._png(_sram_png)
             files["roofline.png"] = self._png(_roofline_png)
+        if self.generation is not None:
+            files["decode_roofline.png"] = self._png(_decode_roofline_png)
         if self.events is not None:
             files["trace.json"] = json.dumps(
                 {"traceEvents": list(self.events.trace), "displayTimeUnit": "ns"}
@@ -871,6 +873,18 @@ def _sram_png(c: Compilation, path: Path) -> None:
     from wsecc.view.png import write_sram_png
 
     write_sram_png(path, c.sram)
+
+
+def _decode_roofline_png(c: Compilation, path: Path) -> None:
+    from wsecc.view.png import write_decode_roofline_png
+
+    g = c._need(c.generation, "generate")
+    write_decode_roofline_png(
+        path,
+        g.roofline(),
+        f"{c.title}: decode {g.tokens_per_s_per_sequence:,.0f} tokens/s per sequence, "
+        f"bound {g.decode_bound}",
+    )
 
 
 def _roofline_png(c: Compilation, path: Path) -> None:

@@ -73,7 +73,6 @@ MAX_CONTEXT_SEARCH = 1 << 24
 """The largest context `max_context` tries (16M positions)."""
 
 
-
 def default_prompt(context: int) -> int:
     """The prompt length when none is given: 128 tokens, at most half the context."""
     return max(1, min(128, context // 2))
@@ -283,9 +282,10 @@ class GenerationPerf:
         """The decode roofline, per PE: each kernel's work per step over the SRAM bytes its
         busiest PE reads (intensity, flops per byte) against the flop/s per PE it achieves in
         its step time; the roofs are the FMAC rate and the SRAM read ports. A matrix-vector
-        product sits at 2 / sb flops per byte, far left of the ridge: it is read-bound by
-        nature, and what keeps it below even that roof is the reduction and multicast latency
-        that pads its step."""
+        product sits at 2 / sb flops per byte, right of the ridge on WSE-2/3 (the read ports
+        feed the FMACs faster than they consume): its step is bound by the multiply-adds that
+        read each weight once, and what keeps it below that roof is the reduction and
+        multicast latency that pads its step."""
         hz = self.clock_hz
         points = []
         for s in self.stages:

@@ -6,6 +6,7 @@ map of a simulation (`write_roofline_png`, `write_sram_png`), and an ISPD 2020 s
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -190,6 +191,54 @@ def write_roofline_png(path: str | os.PathLike[str], perf: PerfResult, target: T
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+
+
+DECODE_COLORS = {
+    "compute": "tab:blue",
+    "cache": "tab:green",
+    "reduction": "tab:orange",
+    "broadcast": "tab:purple",
+}
+"""Decode phases (`wsecc.kernels.decode.COMPONENTS`) as the decode roofline colors them."""
+
+
+def write_decode_roofline_png(
+    path: str | os.PathLike[str], roofline: Mapping[str, Any], title: str
+) -> None:
+    """Generate mode's decode roofline (`wsecc.generate.GenerationPerf.roofline`): each kernel's
+    flops per SRAM byte its busiest PE reads in a step against the flop/s per PE its step
+    reaches, under the FMAC roof and the SRAM read ports' slope; colored by the phase that
+    takes most of its step; the five slowest labelled."""
+    points = [p for p in roofline["points"] if p["intensity"] > 0 and p["flops_per_pe_s"] > 0]
+    peak, read = roofline["flops_per_pe_s"], roofline["sram_read_bytes_per_pe_s"]
+    x = np.array([p["intensity"] for p in points])
+    y = np.array([p["flops_per_pe_s"] for p in points])
+    ridge = peak / read
+    xs = np.geomspace(min(x.min(initial=1.0), ridge) / 4, max(x.max(initial=1.0), ridge) * 4, 200)
+    fig, ax = _figure((8, 5.5))
+    ax.loglog(
+        xs,
+        np.minimum(peak, read * xs),
+        "k-",
+        lw=2,
+        label=f"FMAC {peak / 1e9:.1f} GFLOP/s, SRAM reads {read / 1e9:.1f} GB/s per PE",
+    )
+    for phase, color in DECODE_COLORS.items():
+        sel = [i for i, p in enumerate(points) if p["bound"] == phase]
+        if sel:
+            ax.scatter(x[sel], y[sel], s=18, c=color, label=f"{phase}-bound", zorder=3)
+    for p in sorted(points, key=lambda p: p["flops_per_pe_s"])[:5]:
+        ax.annotate(
+            p["name"], (p["intensity"], p["flops_per_pe_s"]), fontsize=7, xytext=(4, 4),
+            textcoords="offset points",
+        )  # fmt: skip
+    ax.set_xlabel("decode intensity (flop per SRAM byte read)")
+    ax.set_ylabel("flop/s per PE over its decode step")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=_DPI)
 
