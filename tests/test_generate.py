@@ -3,6 +3,7 @@ in SRAM, and the decode-step models of the kinds (`wsecc.kernels.decode`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -87,7 +88,11 @@ def test_kv_cache_bytes_by_hand_and_per_sequence(llama: wsecc.Compilation) -> No
     assert llama.generation.kv_cache_bytes == 2 * 64 * (2 * 2 * 16 + 1) * 2
     two = _generate(batch=2)
     assert two.generation.kv_cache_bytes == 2 * llama.generation.kv_cache_bytes
-    assert all(k.params["cache_sequences"] == 2 for k in two.kernel_graph.kernels if k.kind is KernelKind.ATTENTION)
+    assert all(
+        k.params["cache_sequences"] == 2
+        for k in two.kernel_graph.kernels
+        if k.kind is KernelKind.ATTENTION
+    )
     # the cache is in the SRAM map: the attention regions' kv bytes double at the same shape
     kv1 = {k.name: k.sram.kv for k in llama.sizing.kernels if k.sram.kv}
     kv2 = {k.name: k.sram.kv for k in two.sizing.kernels if k.sram.kv}
@@ -134,9 +139,11 @@ def test_linear_decode_by_hand() -> None:
     weights = 16 * 16 * 2  # bytes of the PE's tile, read once
     assert d.compute == max(cdiv(2 * 16 * 16, 4), cdiv(weights, 2 * 64 // 8)) + 4 * 1  # + bias
     assert d.reduction == 3 * 5 + cdiv(16 * 4, 4) == chain(ctx, 4, 16 * 4)
-    assert d.broadcast == (1 + cdiv(16 * 2, 4)) + (3 + cdiv(4 * 2, 4)) == multicast(
-        ctx, 2, 16 * 2
-    ) + multicast(ctx, 4, 4 * 2)
+    assert (
+        d.broadcast
+        == (1 + cdiv(16 * 2, 4)) + (3 + cdiv(4 * 2, 4))
+        == multicast(ctx, 2, 16 * 2) + multicast(ctx, 4, 4 * 2)
+    )
     assert d.bytes_read == weights
     assert d.latency == d.compute + d.reduction + d.broadcast
     # two sequences: twice the multiply-adds, the weights still read once
@@ -183,7 +190,7 @@ def test_cli_generate_summary_and_a_cache_that_does_not_fit(tmp_path: Path) -> N
     )  # fmt: skip
     assert run.returncode == 2
     error = run.stderr.strip().splitlines()[-1]  # after the stages' progress lines
-    assert error.startswith("wsecc: error:") and "--context or fewer sequences (--batch)" in error
+    assert error.startswith("wsecc: error:") and "at batch 5000; lower --batch" in error
     assert not big.exists()
     run = subprocess.run(
         [sys.executable, "-m", "wsecc.cli", "compile", str(LLAMA), "--context", "64", "--seq", "32",
@@ -193,13 +200,41 @@ def test_cli_generate_summary_and_a_cache_that_does_not_fit(tmp_path: Path) -> N
     assert run.returncode == 2 and "disagree" in run.stderr
 
 
+def test_a_cache_too_long_for_any_region_names_the_largest_context(
+    llama: wsecc.Compilation,
+) -> None:
+    """One sequence of 2^22 positions: cdiv(S, h) keys per PE, h at most the program's 994 rows
+    of wse2, is far beyond a PE's SRAM; the error names the largest context that fits (and it
+    does fit)."""
+    import re
+
+    from wsecc.generate import generation_kernels
+    from wsecc.kernels import fits_a_region
+
+    t = load_target("wse2")
+    long = dataclasses.replace(
+        llama.kernel_graph,
+        kernels=tuple(
+            Kernel(k.name, k.kind, {**k.params, "seq": 1 << 22}, k.provenance)
+            if k.kind is KernelKind.ATTENTION
+            else k
+            for k in llama.kernel_graph.kernels
+        ),
+    )
+    with pytest.raises(WseccError, match="largest context that fits at batch 1 is") as e:
+        generation_kernels(long, 1, t, "mixed")
+    largest = int(re.search(r"is ([\d,]+):", str(e.value)).group(1).replace(",", ""))
+    att = next(k for k in long.kernels if k.kind is KernelKind.ATTENTION)
+    at = {**att.params, "cache_sequences": 1}
+    assert fits_a_region(Kernel("a", att.kind, {**at, "seq": largest}), t, "mixed")
+    assert not fits_a_region(Kernel("a", att.kind, {**at, "seq": largest + 1}), t, "mixed")
+
+
 def test_weights_that_do_not_fit_one_wafer_name_the_wafers_needed(
     llama: wsecc.Compilation,
 ) -> None:
     """Generation keeps every weight resident: the sample's 125,760 mixed-precision parameters
     (251,520 B) on a 2 x 2 program rectangle of 40 KiB of data SRAM each need 2 wafers."""
-    import dataclasses
-
     from wsecc.generate import generation_kernels
 
     t = load_target("wse2")

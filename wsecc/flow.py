@@ -123,7 +123,7 @@ def lower_and_size(
     if sequences is not None:
         from wsecc.generate import generation_kernels
 
-        kg = generation_kernels(kg, sequences, target, precision)
+        kg = generation_kernels(kg, sequences, target, precision, chunk_tokens)
     return kg, size_at_fill(
         kg, target, precision, FILL_STEPS[0], chunk_tokens, decode_batch=sequences
     )

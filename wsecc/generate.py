@@ -46,7 +46,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from wsecc.errors import WseccError
-from wsecc.kernels import Kernel, KernelGraph, KernelKind, sizing_at
+from wsecc.kernels import (
+    DEFAULT_CHUNK_TOKENS,
+    Kernel,
+    KernelGraph,
+    KernelKind,
+    fits_a_region,
+    sizing_at,
+)
 from wsecc.kernels.costs import CostContext, cdiv, cost_at
 from wsecc.kernels.decode import COMPONENTS, DecodeCost, sram_read_bytes_per_cycle
 from wsecc.kernels.ir import precision as number_format
@@ -79,12 +86,17 @@ def default_prompt(context: int) -> int:
 
 
 def generation_kernels(
-    kg: KernelGraph, sequences: int, target: Target, precision: str
+    kg: KernelGraph,
+    sequences: int,
+    target: Target,
+    precision: str,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
 ) -> KernelGraph:
     """`kg` with every attention keeping the K/V cache of `sequences` sequences
     (`cache_sequences`), after checking it can generate on `target`: a causal decoder whose
     every kernel has a decode model, whose weights fit the wafer's data SRAM (generation keeps
-    them all resident). Raises WseccError naming what does not."""
+    them all resident), and whose attention caches fit some region (else the error names the
+    largest context that would). Raises WseccError naming what does not."""
     attention = [k for k in kg.kernels if k.kind is KernelKind.ATTENTION]
     if not attention:
         raise WseccError(
@@ -117,6 +129,32 @@ def generation_kernels(
         else k
         for k in kg.kernels
     )
+    distinct = {
+        tuple(sorted(k.params.items())): k for k in kernels if k.kind is KernelKind.ATTENTION
+    }
+    for k in distinct.values():
+        context = k.params["seq"]
+
+        def fits(seq: int, k: Kernel = k) -> bool:
+            at = Kernel(k.name, k.kind, {**k.params, "seq": seq})
+            return fits_a_region(at, target, precision, chunk_tokens=chunk_tokens)
+
+        if fits(context):
+            continue
+        what = f"{k.describe()}: the K/V cache of {sequences} sequence(s) x {context} positions"
+        if not fits(1):
+            raise WseccError(
+                f"{what} fits no region of {target.name}: not even one position per sequence "
+                f"does at batch {sequences}; lower --batch"
+            )
+        lo, hi = 1, context  # fits(lo), not fits(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        raise WseccError(
+            f"{what} fits no region of {target.name}; the largest context that fits at batch "
+            f"{sequences} is {lo:,}: lower --context or --batch"
+        )
     return replace(kg, kernels=kernels)
 
 

@@ -483,6 +483,19 @@ def fit_bounds(
     )
 
 
+def fits_a_region(
+    kernel: Kernel,
+    target: Target,
+    precision: str,
+    *,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    max_aspect: float = DEFAULT_MAX_ASPECT,
+) -> bool:
+    """Whether some shape of `kernel`'s menu fits a PE's SRAM on `target` (what sizing needs of
+    every kernel before it looks at the area)."""
+    return _menu_of(kernel, CostContext(target, precision, chunk_tokens), max_aspect)[1] is not None
+
+
 def size_regions(
     kg: KernelGraph,
     target: Target,
