@@ -21,7 +21,7 @@ from wsecc import profiling
 from wsecc.compiler import VALIDATE_AUTO_MAX_PARAMS
 from wsecc.errors import WseccError, one_line
 from wsecc.frontend.bind import DEFAULT_SEQ
-from wsecc.options import FAULTS, TRAIN_FAULTS, choices
+from wsecc.options import GENERATE_FAULTS, TRAIN_FAULTS, choices
 from wsecc.options import default as option_default
 from wsecc.version import __version__
 
@@ -564,12 +564,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--inject-fault",
-        choices=FAULTS + TRAIN_FAULTS,
+        choices=GENERATE_FAULTS + TRAIN_FAULTS,
         default=None,
         help="a check of the checks: break the functional simulation on purpose (drop_partial: "
         "lose one PE's partial sum; misplace_tile: swap two PEs' weight tiles, both in the first "
-        "linear kernel; in train mode layernorm_gamma breaks LayerNorm's scale gradient rule); "
-        "the numerics verdict must then FAIL",
+        "linear kernel; in train mode layernorm_gamma breaks LayerNorm's scale gradient rule; "
+        "in generate mode rotary_position rotates each decode step's new keys with the position "
+        "before their own); the numerics verdict must then FAIL",
     )
     c.add_argument(
         "--save-outputs",
