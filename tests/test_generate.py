@@ -243,3 +243,40 @@ def test_weights_that_do_not_fit_one_wafer_name_the_wafers_needed(
     )
     with pytest.raises(WseccError, match=r"at least 2 wafers; splitting a model"):
         generation_kernels(llama.kernel_graph, 1, tiny, "mixed")
+
+
+LLAMA_PAST = SAMPLES / "llama_optimum_past.onnx"  # optimum's decoder with past (GQA, rotary)
+
+
+def test_validate_generates_as_onnxruntime_and_a_broken_rotary_rule_fails(
+    tmp_path: Path,
+) -> None:
+    """`--validate` on a with-past export: the simulator's greedy generation (prefill, then
+    decode on its K/V cache) equals onnxruntime's step by step; generated.npz holds the prompt,
+    the ids and the logits; the rotary_position fault makes the verdict fail (exit 1)."""
+    out = tmp_path / "gen"
+    base = [sys.executable, "-m", "wsecc.cli", "compile", str(LLAMA_PAST), "--mode", "generate",
+            "--context", "32", "--prompt", "8", "--new-tokens", "8", "--placer", "greedy"]  # fmt: skip
+    run = subprocess.run([*base, "--validate", "--save-outputs", "-o", str(out)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    rep = json.loads((out / "report.json").read_text())
+    n = rep["numerics"]
+    assert n["passed"] and n["ids_equal"] and n["generated"] == 8 and n["structure"]["passed"]
+    assert "PASS: generation mixed PASS, 8 tokens, ids identical" in run.stdout
+    import numpy as np
+
+    saved = np.load(out / "generated.npz")
+    vocab = saved["logits"].shape[-1]
+    assert saved["prompt_ids"].shape == (1, 8) and saved["generated_ids"].shape == (1, 8)
+    assert saved["logits"].shape == (1, 8, vocab)
+    assert (saved["logits"].argmax(-1) == saved["generated_ids"]).all()
+    run = subprocess.run([*base, "--inject-fault", "rotary_position", "-o", str(tmp_path / "f")],
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    assert "FAIL: generation" in run.stdout and "fault rotary_position injected" in run.stdout
+
+
+def test_validate_needs_a_context_for_the_new_tokens() -> None:
+    with pytest.raises(WseccError, match="needs a context of 39, the graph is bound at 32"):
+        _generate(LLAMA_PAST, seq=32, prompt=8, new_tokens=32, validate=True)

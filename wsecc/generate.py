@@ -54,7 +54,7 @@ from wsecc.kernels import (
     fits_a_region,
     sizing_at,
 )
-from wsecc.kernels.costs import CostContext, cdiv, cost_at
+from wsecc.kernels.costs import CostContext, cdiv, cost_at, least_true
 from wsecc.kernels.decode import COMPONENTS, DecodeCost, sram_read_bytes_per_cycle
 from wsecc.kernels.ir import precision as number_format
 from wsecc.program import Program
@@ -147,13 +147,10 @@ def generation_kernels(
                 f"{what} fits no region of {target.name}: not even one position per sequence "
                 f"does at batch {sequences}; lower --batch"
             )
-        lo, hi = 1, context  # fits(lo), not fits(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        largest = least_true(lambda seq: not fits(seq), 1, context) - 1
         raise WseccError(
             f"{what} fits no region of {target.name}; the largest context that fits at batch "
-            f"{sequences} is {lo:,}: lower --context or --batch"
+            f"{sequences} is {largest:,}: lower --context or --batch"
         )
     return replace(kg, kernels=kernels)
 
@@ -216,13 +213,8 @@ def max_context(program: Program) -> int:
 
         if not fits(1):
             return 0
-        lo, hi = 1, best
-        if fits(hi):
-            continue
-        while hi - lo > 1:  # fits(lo), not fits(hi)
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        best = lo
+        if not fits(best):
+            best = least_true(lambda seq: not fits(seq), 1, best) - 1
     return best
 
 
