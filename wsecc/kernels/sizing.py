@@ -321,7 +321,9 @@ def _signature(kernel: Kernel) -> tuple[Any, ...]:
 _Choice = list[tuple[Kernel, Menu]]
 
 
-def _menus(kg: KernelGraph, ctx: CostContext, max_aspect: float) -> _Choice:
+def _menus(
+    kg: KernelGraph, ctx: CostContext, max_aspect: float, generate: bool = False
+) -> _Choice:
     """Every kernel with its menu; kernels of equal kind and params share one evaluation.
     Raises SizingError naming the kernels no shape of which fits a PE."""
     memo: dict[tuple[Any, ...], tuple[list[KernelCost], Menu | None]] = {}
@@ -337,7 +339,7 @@ def _menus(kg: KernelGraph, ctx: CostContext, max_aspect: float) -> _Choice:
         else:
             menus.append((k, menu))
     if failing:
-        raise _sram_error(kg, ctx, failing)
+        raise _sram_error(kg, ctx, failing, generate)
     return menus
 
 
@@ -352,9 +354,16 @@ _REMEDIES: Mapping[str, str] = MappingProxyType(
 )
 
 
-def _help(component: str, ctx: CostContext, kernel: Kernel | None = None) -> str:
+def _help(
+    component: str, ctx: CostContext, kernel: Kernel | None = None, generate: bool = False
+) -> str:
     wider = ["fp16 or mixed storage (half of fp32)"] if ctx.precision == "fp32" else []
     remedy = _REMEDIES[component]
+    if component == "weights" and generate:  # generation keeps every weight resident
+        remedy = (
+            "a smaller --chunk-tokens (the prefill's buffers sit beside the weights); splitting "
+            "a model over several wafers is not modelled"
+        )
     if component == "kv" and kernel is not None and kernel.params.get("cache_sequences", 1) > 1:
         remedy = "a shorter --context or fewer sequences (--batch): the K/V cache grows with both"
     if component == "weights" and ctx.train is not None:  # already training, pipelined
@@ -363,7 +372,10 @@ def _help(component: str, ctx: CostContext, kernel: Kernel | None = None) -> str
 
 
 def _sram_error(
-    kg: KernelGraph, ctx: CostContext, failing: Sequence[tuple[Kernel, list[KernelCost]]]
+    kg: KernelGraph,
+    ctx: CostContext,
+    failing: Sequence[tuple[Kernel, list[KernelCost]]],
+    generate: bool = False,
 ) -> SizingError:
     """No shape of these kernels fits a PE: name each distinct one with its best shape's need."""
     groups: dict[tuple[Any, ...], list[Kernel]] = {}
@@ -391,7 +403,7 @@ def _sram_error(
         parts.append(
             f"kernel {k.name!r} ({k.kind.value}{more}) needs {c.sram.total:,} B/PE at best "
             f"({c.h}x{c.w}: "
-            f"{breakdown}); would help: {_help(dominant, ctx, k)}"
+            f"{breakdown}); would help: {_help(dominant, ctx, k, generate)}"
         )
     rest = len(groups) - 3
     tail = f"; and {rest} more distinct kernels" if rest > 0 else ""
@@ -402,7 +414,12 @@ def _sram_error(
 
 
 def _area_error(
-    kg: KernelGraph, ctx: CostContext, menus: _Choice, budget: int, fill: float
+    kg: KernelGraph,
+    ctx: CostContext,
+    menus: _Choice,
+    budget: int,
+    fill: float,
+    generate: bool = False,
 ) -> SizingError:
     by_size = sorted(menus, key=lambda km: -km[1].smallest.area)
     need = sum(m.smallest.area for _, m in menus)
@@ -414,7 +431,7 @@ def _area_error(
         f"{need:,} PEs at their smallest fitting shapes but fill {fill} x "
         f"{ctx.target.usable_pes:,} usable PEs = {budget:,} (largest: {largest}); weights alone "
         f"are {weights:,} B = {per_pe:,} B/PE vs {ctx.target.sram_budget_bytes:,} B/PE of data "
-        f"SRAM; would help: {_help('weights', ctx)}"
+        f"SRAM; would help: {_help('weights', ctx, generate=generate)}"
     )
 
 
@@ -429,16 +446,17 @@ def _prepare(
     chunk_tokens: int,
     max_aspect: float,
     train: TrainCosts | None = None,
+    generate: bool = False,
 ) -> tuple[CostContext, _Choice, int]:
     kg.verify()
     check_precision(precision)
     if not 0 < fill <= 1:
         raise ValueError(f"fill must be in (0, 1], got {fill}")
     ctx = CostContext(target, precision, chunk_tokens, train)
-    menus = _menus(kg, ctx, max_aspect)
+    menus = _menus(kg, ctx, max_aspect, generate)
     budget = math.floor(fill * target.usable_pes)
     if sum(m.smallest.area for _, m in menus) > budget:
-        raise _area_error(kg, ctx, menus, budget, fill)
+        raise _area_error(kg, ctx, menus, budget, fill, generate)
     return ctx, menus, budget
 
 
@@ -558,7 +576,9 @@ def size_for_decode(
     fill x usable PEs is found by bisection. Every kernel is on a decoder's step path, so the
     sum is the path's kernel time (flows and host I/O are not shaped here). Raises SizingError
     as `size_regions` does, or when a kind has no decode model."""
-    ctx, menus, budget = _prepare(kg, target, precision, fill, chunk_tokens, max_aspect)
+    ctx, menus, budget = _prepare(
+        kg, target, precision, fill, chunk_tokens, max_aspect, generate=True
+    )
     fronts: dict[int, list[tuple[int, int, KernelCost]]] = {}  # menu -> (area, latency, cost)
     for k, m in menus:
         if id(m) in fronts:
