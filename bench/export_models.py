@@ -132,6 +132,9 @@ WEIGHTLESS: dict[str, recipe.Family] = {
     # changes the tables' values, not the graph's shape or cost).
     "llama-3.1-8b": _llama(4096, 32, 32, 8, 14336, 128256),
     "llama-3.1-70b": _llama(8192, 80, 64, 8, 28672, 128256),
+    # One Llama 3.1 8B layer with a 256-token vocabulary, so the layer has the wafer to itself:
+    # WaferLLM's decode setting (one layer on a P x P region, its per-layer time x 32).
+    "llama-3.1-8b-layer": _llama(4096, 1, 32, 8, 14336, 256),
     # Zhang et al. Table II, MSL 128 (the position table is the checkpoints' 512).
     "bert-base": _bert(768, 12, 12),
     "bert-large": _bert(1024, 24, 16),
