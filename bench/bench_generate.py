@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import argparse
 import platform
-from collections import Counter
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
