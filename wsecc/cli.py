@@ -507,7 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=option_default("new_tokens"),
         metavar="N",
         help="generate mode: tokens --validate generates greedily after the prompt and checks "
-        f"against onnxruntime step by step (default {option_default('new_tokens')})",
+        f"against onnxruntime step by step (default {option_default('new_tokens')}; when "
+        "validation runs by default, as many as the context leaves room for)",
     )
     c.add_argument(
         "--execution",

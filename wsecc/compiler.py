@@ -530,6 +530,8 @@ class Compilation:
         self._check_numerics_fit()
         fused, kg = self._need(self.fused, "fuse"), self._need(self.kernel_graph, "lower")
         P, N, C = self.prompt, o.new_tokens, kg.tokens_per_sample
+        if P + N - 1 > C and o.validate is None:  # auto: as many as the context has room for
+            N = C - P + 1
         if P + N - 1 > C:
             raise WseccError(
                 f"--validate generates {N} tokens after a {P}-token prompt: that needs a context "
