@@ -130,3 +130,17 @@ def test_star_value_is_at_most_the_best_star_placement(v_shapes, nbrs):
     problem = PlacementProblem(6, 6, kernels, flows)
     star = star_value(v_shapes, [Neighbour(w, tuple(s)) for w, s in nbrs])
     assert star <= brute_force_optimum(problem) + 1e-9
+
+
+def test_placers_report_the_best_bound_and_its_kind():
+    from wsecc.place.cpsat import place_cpsat
+    from wsecc.place.greedy import place_greedy
+    from wsecc.place.synthetic import chain_problem
+
+    problem = chain_problem(8, width=60, height=60, seed=1)
+    own = lower_bound(problem)
+    greedy = place_greedy(problem)
+    assert (greedy.bound, greedy.bound_kind) == (own.value, own.kind)
+    cpsat = place_cpsat(problem, time_budget_s=1.0, deterministic=True)
+    assert cpsat.bound_kind in {"separation", "star", "cpsat", "optimal"}
+    assert own.value <= cpsat.bound <= cpsat.objective
