@@ -44,6 +44,7 @@ flows, so star ≥ separation whatever the split. The fabric's edges are ignored
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -149,11 +150,15 @@ def _two_sides(costs: list[float], k: int) -> list[float]:
 
 def star_value(v_shapes: Sequence[Shape], nbrs: Sequence[Neighbour]) -> float:
     """Lower bound on Σ_u β_u d(v, u) over placements of v and its neighbours (module doc)."""
-    heavy = sorted(nbrs, key=lambda n: -n.weight)[:STAR_MAX]
-    rest = sum(
-        n.weight * min_separation(v_shapes, n.shapes)
-        for n in sorted(nbrs, key=lambda n: -n.weight)[STAR_MAX:]
-    )
+    return _star_value(tuple(v_shapes), tuple(sorted(nbrs, key=lambda n: (-n.weight, n.shapes))))
+
+
+@functools.lru_cache(maxsize=4096)  # a transformer's layers repeat the same stars
+def _star_value(v_shapes: tuple[Shape, ...], nbrs: tuple[Neighbour, ...]) -> float:
+    if len(nbrs) == 1:  # one neighbour touching v at its centre: the separation is exact
+        return nbrs[0].weight * min_separation(v_shapes, nbrs[0].shapes)
+    heavy = list(nbrs[:STAR_MAX])  # nbrs come heaviest first
+    rest = sum(n.weight * min_separation(v_shapes, n.shapes) for n in nbrs[STAR_MAX:])
     k, full = len(heavy), (1 << len(heavy)) - 1
     best = math.inf
     for wv, hv in v_shapes:
