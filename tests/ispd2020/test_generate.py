@@ -32,3 +32,11 @@ def test_a_generated_chain_solves_legal_at_or_above_its_bound() -> None:
     result = solve(graph, SolveOptions(time_budget_s=2.0, deterministic=True))
     assert score_solution(graph, result.solution).legal
     assert result.score.delta_t >= result.lower_bound
+
+
+def test_pair_bound_sees_two_kernels_that_each_want_half_the_fabric() -> None:
+    # two 3x3 convs of 1024 channels: by area they fit at a Δt where no two shapes tile 633x633
+    graph = parse_kgraph(render(GENERATED["G9"]))
+    result = solve(graph, SolveOptions(time_budget_s=2.0, deterministic=True))
+    assert result.bound_kind == "pairs"
+    assert result.area_bound < result.lower_bound <= result.score.delta_t

@@ -6,7 +6,8 @@ measure our area bound against our placement. Three families, like the public on
 - `resnet_blocks`: a ResNet at block level (cblock opening each stage, dblocks after it), as A/B;
 - `resnet_convs`: the same ResNet at conv level (1x1, 3x3, 1x1 and the projection shortcut), as
   C/D;
-- `conv_chain`: a chain of random convs (R·S ∈ {1, 9}, strides 1 or 2, channels 64…1024).
+- `conv_chain`: a chain of random convs (R·S ∈ {1, 9}, strides 1 or 2, channels 64…1024);
+  `conv_list`: a chain of given convs (VGG-16's, or two big ones that each want half the fabric).
 
 Each takes the fabric size and memlimit, so a graph can be made tight (a small fabric) or roomy.
 `render` writes the text; `wsecc.ispd2020.kgraph.parse_kgraph` reads it back.
@@ -176,6 +177,32 @@ def conv_chain(
     return GenGraph(test, width, height, memlimit, tuple(nodes), tuple(edges))
 
 
+def conv_list(
+    convs: list[tuple[int, int, int, int, int]],
+    *,
+    width: int = 633,
+    height: int = 633,
+    memlimit: int = 24576,
+    test: str = "gen-conv-list",
+) -> GenGraph:
+    """A chain of the given convs, each (H = W, R = S, C, K, stride)."""
+    hw, _, c, _, _ = convs[0]
+    nodes = [GenNode("input", dims=(hw, hw, c))] + [_conv(*spec) for spec in convs]
+    edges = [(i, i + 1, (spec[0], spec[0], spec[2])) for i, spec in enumerate(convs)]
+    last = convs[-1]
+    nodes.append(GenNode("output", dims=(last[0] // last[4], last[0] // last[4], last[3])))
+    edges.append((len(convs), len(convs) + 1, nodes[-1].dims))
+    return GenGraph(test, width, height, memlimit, tuple(nodes), tuple(edges))
+
+
+VGG16 = [
+    (224, 3, 3, 64, 1), (224, 3, 64, 64, 1), (112, 3, 64, 128, 1), (112, 3, 128, 128, 1),
+    (56, 3, 128, 256, 1), (56, 3, 256, 256, 1), (56, 3, 256, 256, 1), (28, 3, 256, 512, 1),
+    (28, 3, 512, 512, 1), (28, 3, 512, 512, 1), (14, 3, 512, 512, 1), (14, 3, 512, 512, 1),
+    (14, 3, 512, 512, 1),
+]  # fmt: skip
+"""VGG-16's convolutions (pooling folded into the next conv's input size)."""
+
 GENERATED: dict[str, GenGraph] = {
     "G1": resnet_blocks((3, 4, 6, 3), test="gen-resnet50-blocks"),
     "G2": resnet_blocks((3, 4, 23, 3), test="gen-resnet101-blocks"),
@@ -183,5 +210,8 @@ GENERATED: dict[str, GenGraph] = {
     "G4": conv_chain(12, seed=1, test="gen-conv-chain-12"),
     "G5": resnet_blocks((3, 4, 6, 3), width=400, height=400, test="gen-resnet50-blocks-400"),
     "G6": conv_chain(6, seed=2, size=28, width=300, height=300, test="gen-conv-chain-6-300"),
+    "G7": conv_list(VGG16, test="gen-vgg16-convs"),
+    "G8": resnet_blocks((3, 4, 6, 3), width=316, height=1266, test="gen-resnet50-blocks-316x1266"),
+    "G9": conv_list([(14, 3, 1024, 1024, 1)] * 2, test="gen-two-big-convs"),
 }
 """The generated benchmarks of bench/bench_ispd2020.py (`--generated`)."""
