@@ -8,7 +8,7 @@ Each (model, target) compiles in a fresh process (`wsecc.compile`, CP-SAT placem
 `--budget` seconds, L1 simulation, numerics off: these models are far past the size the
 functional simulation runs in seconds), so its peak RSS is its own. One markdown row per run:
 compile seconds per stage, peak memory, kernels, PEs used, SRAM max per PE, colors max vs
-budget, CP-SAT gap and improvement over the greedy placement of the same regions, throughput,
+budget, CP-SAT gap (and the bound it is measured to) and improvement over the greedy placement of the same regions, throughput,
 latency, utilization, the bottleneck, and L1's throughput against L0's.
 """
 
