@@ -100,6 +100,8 @@ def separation_bound(problem: PlacementProblem) -> float:
 
 @dataclass(frozen=True)
 class Neighbour:
+    """A neighbour in a star: the bytes attributed to its flow with the hub, its shapes."""
+
     weight: float
     shapes: tuple[Shape, ...]
 
