@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -144,3 +145,10 @@ def test_placers_report_the_best_bound_and_its_kind():
     cpsat = place_cpsat(problem, time_budget_s=1.0, deterministic=True)
     assert cpsat.bound_kind in {"separation", "star", "cpsat", "optimal"}
     assert own.value <= cpsat.bound <= cpsat.objective
+
+
+@pytest.mark.slow
+@settings(max_examples=600, deadline=None)
+@given(small_problems())
+def test_every_bound_is_at_most_the_brute_force_optimum_many_cases(problem: PlacementProblem):
+    test_every_bound_is_at_most_the_brute_force_optimum.hypothesis.inner_test(problem)
