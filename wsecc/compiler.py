@@ -349,8 +349,8 @@ class Compilation:
         p, r = placed.program.placement, placed.program.routing
         self.progress(
             "place",
-            f"{o.placer}: weighted wirelength {p.objective:.4g} B·PE, bound {p.bound:.4g}, "
-            f"gap {100 * p.gap:.1f}%, {p.status} ({p.seconds:.1f} s)",
+            f"{o.placer}: weighted wirelength {p.objective:.4g} B·PE, bound {p.bound:.4g} "
+            f"({p.bound_kind}), gap {100 * p.gap:.1f}%, {p.status} ({p.seconds:.1f} s)",
         )
         self.progress(
             "route",
@@ -730,7 +730,7 @@ class Compilation:
             p, r = self.placement, self.routing
             rep["placement"] = {
                 "placer": self.options.placer, "objective": p.objective, "bound": p.bound,
-                "gap": p.gap, "status": p.status, "seconds": p.seconds,
+                "bound_kind": p.bound_kind, "gap": p.gap, "status": p.status, "seconds": p.seconds,
             }  # fmt: skip
             rep["routing"] = {
                 "flows": len(self.problem.flows), "lanes": len(r.lanes),

@@ -59,7 +59,9 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(
             (
                 "placement",
-                f"{p['placer']}: wirelength {p['objective']:.4g} B·PE, gap {100 * p['gap']:.1f}% ({p['status']})",
+                f"{p['placer']}: wirelength {p['objective']:.4g} B·PE, gap {100 * p['gap']:.1f}%"
+                f"{' to the ' + p['bound_kind'] + ' bound' if p.get('bound_kind') else ''}"
+                f" ({p['status']})",
             )
         )
     perf = report.get("performance")

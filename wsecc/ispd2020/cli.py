@@ -80,7 +80,7 @@ def main_ispd2020(argv: list[str] | None = None) -> int:
     print(f"  score     {s.score:g}   (= {graph.wdeltat:g}·Δt + {graph.wlength:g}·WL)")
     if graph.wadapter:
         print(f"  warning   wadapter={graph.wadapter:g} but ADAPT is not modelled (counted as 0)")
-    print(f"  Δt bound  {result.lower_bound}   (area; gap {100 * result.gap:.2f}%)")
+    print(f"  Δt bound  {result.lower_bound}   ({result.bound_kind}; gap {100 * result.gap:.2f}%)")
     print(f"  time      {result.seconds:.1f} s (budget {args.time_budget:g} s)")
     print(f"  solution  {out}")
     for path, label, write in (

@@ -8,6 +8,13 @@ kgraph header's width, height and memlimit; its 16-bit words are the fp16 storag
 - The area lower bound on Δt is `size_regions` at fill 1 with no aspect preference: the least
   stage time at which every kernel's smallest shape fits W·H together — the search that balances
   a transformer's pipeline. No legal solution has a smaller Δt.
+- The pair bound tightens it: two rectangles inside W×H that do not overlap are side by side
+  (w₁ + w₂ ≤ W, both h ≤ H) or one above the other (h₁ + h₂ ≤ H, both w ≤ W), so at a feasible
+  Δt every two kernels have frontier shapes (R0 or R90) that fit so. Feasibility is monotone in
+  Δt (a slower Δt only adds shapes), so the least Δt at which every pair fits is a lower bound.
+  It matters when a few kernels each want about half the fabric (two 3x3 convs of 1024
+  channels: the area bound 28224, the pair bound 30240, which packs). Both bounds search the
+  same frontier (exact when memory does not bind, see `wsecc.kernels.conv.frontier`).
 - `Sizer.frontier` is the same frontier with the execution parameters the floorplan and the
   solution need, memoised per (convs, Δt) for one solve (C has 100 kernels of 24 kinds).
 """
@@ -18,10 +25,13 @@ import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
+import numpy as np
+
 from wsecc.ispd2020.kgraph import KGraph
 from wsecc.ispd2020.perf import KernelSpec
 from wsecc.kernels import CostContext, KernelGraph, SizingError, precision, size_regions
 from wsecc.kernels.conv import ConvShape, frontier
+from wsecc.kernels.costs import least_true
 from wsecc.kernels.kinds.contest import conv_memlimit
 from wsecc.targets import Target, load_target
 
@@ -68,6 +78,35 @@ class Sizer:
         if key not in self._cache:
             self._cache[key] = frontier(spec.convs, spec.H, spec.W, dt, self.memlimit, self.fabric)
         return self._cache[key]
+
+    def pairs_fit(self, specs: tuple[KernelSpec, ...], dt: int, largest: int = 40) -> bool:
+        """Every two of the `largest` kernels (by least area at dt) fit the fabric together at
+        dt, side by side or one above the other (module doc); False if one has no shape."""
+        W, H = self.fabric
+        shapes = []
+        for spec in specs:
+            front = self.frontier(spec, dt)
+            if not front:
+                return False
+            both = [(s.width, s.height) for s in front] + [(s.height, s.width) for s in front]
+            shapes.append(np.array(sorted(set(both)), dtype=np.int64))
+        shapes.sort(key=lambda a: -int((a[:, 0] * a[:, 1]).min()))
+        shapes = shapes[:largest]
+        for i, a in enumerate(shapes):
+            for b in shapes[i + 1 :]:
+                wa, ha = a[:, None, 0], a[:, None, 1]
+                wb, hb = b[None, :, 0], b[None, :, 1]
+                beside = (wa + wb <= W) & (np.maximum(ha, hb) <= H)
+                above = (ha + hb <= H) & (np.maximum(wa, wb) <= W)
+                if not (beside | above).any():
+                    return False
+        return True
+
+    def pair_lower_bound(self, specs: tuple[KernelSpec, ...], lower: int, upper: int) -> int:
+        """Least Δt in [lower, upper] at which `pairs_fit` (upper: a Δt known to pack)."""
+        if self.pairs_fit(specs, lower):
+            return lower
+        return least_true(lambda dt: self.pairs_fit(specs, dt), lower, upper)
 
     def area_lower_bound(self) -> int:
         """Least Δt at which Σ_kernels min area ≤ W·H (`size_regions` at fill 1)."""

@@ -56,11 +56,13 @@ class SolveOptions:
 class SolveResult:
     solution: Solution
     score: Score
-    lower_bound: int  # Δt_LB (area)
+    lower_bound: int  # Δt_LB: the larger of the area and the pair bound
     packable_dt: int  # Δt_pack
     floorplan_score: float  # best score before refinement
     seconds: float
     log: tuple[str, ...]
+    area_bound: int = 0  # Δt_LB from area alone (≤ lower_bound)
+    bound_kind: str = "area"  # "area" or "pairs": which bound lower_bound is
 
     @property
     def gap(self) -> float:
@@ -256,10 +258,13 @@ def solve(graph: KGraph, opts: SolveOptions | None = None) -> SolveResult:
 
     inst = Instance.of(graph)
     sizer = inst.sizer()
-    lower = sizer.area_lower_bound()
-    note(f"area lower bound Δt ≥ {lower}")
-    dt_pack = least_packable_dt(inst, sizer, lower)
+    area = sizer.area_lower_bound()
+    note(f"area lower bound Δt ≥ {area}")
+    dt_pack = least_packable_dt(inst, sizer, area)
     note(f"least Δt the column floorplan packs: {dt_pack}")
+    lower = sizer.pair_lower_bound(inst.specs, area, dt_pack)
+    if lower > area:
+        note(f"pair lower bound Δt ≥ {lower}")
     scan_s = opts.scan_share * opts.time_budget_s
     if opts.deterministic:
         runs = max(8, int(scan_s / opts.deterministic_dp_seconds))
@@ -308,4 +313,6 @@ def solve(graph: KGraph, opts: SolveOptions | None = None) -> SolveResult:
         floorplan_score=cands[0].score,
         seconds=time.perf_counter() - t0,
         log=tuple(log),
+        area_bound=area,
+        bound_kind="pairs" if lower > area else "area",
     )

@@ -14,9 +14,10 @@ Model (coordinates in PEs, centres doubled so they stay integral):
     minimise Σ_pairs q_ij (dx_ij + dy_ij),  q_ij = ⌊bytes_ij / unit⌋
 
 Reported objective is always the exact `weighted_wirelength` recomputed from the rectangles.
-Reported bound = max(pairwise lower bound, CP-SAT's proven bound on the full model × unit / 2);
-the latter is valid because q_ij · unit ≤ bytes_ij, and is only available when the full model
-ran (N ≤ `CpSatOptions.full_model_max_kernels`).
+Reported bound = max(`wsecc.place.bounds.lower_bound` — separation or star —, CP-SAT's proven
+bound on the full model × unit / 2), and `bound_kind` says which; CP-SAT's is valid because
+q_ij · unit ≤ bytes_ij, and is only available when the full model ran
+(N ≤ `CpSatOptions.full_model_max_kernels`).
 
 Time budget: greedy, then each sub-solve gets min(its share, remaining − margin) and the clock
 is checked between LNS windows; the full model (the only solve whose presolve can overrun its
@@ -41,13 +42,13 @@ from functools import reduce
 import numpy as np
 from ortools.sat.python import cp_model
 
+from wsecc.place.bounds import lower_bound
 from wsecc.place.greedy import flow_order, greedy_rects
 from wsecc.place.problem import (
     Placement,
     PlacementProblem,
     Rect,
     kernel_shapes,
-    pairwise_lower_bound,
     validate_placement,
     weighted_wirelength,
 )
@@ -366,7 +367,8 @@ def place_cpsat(
     else:
         _, rects = greedy_rects(problem)
     wl = weighted_wirelength(problem, rects)
-    bound = pairwise_lower_bound(problem)
+    own = lower_bound(problem)
+    bound, bound_kind = own.value, own.kind
     fabric = Rect(0, 0, problem.width, problem.height)
 
     proven = False
@@ -375,7 +377,8 @@ def place_cpsat(
         solved = _solve(data, rects, list(data.order), fabric, budget.full_model())
         rects, wl, _ = _accept(problem, rects, wl, solved)
         if solved.rects is not None:
-            bound = max(bound, solved.bound * data.unit / 2)
+            if solved.bound * data.unit / 2 > bound:
+                bound, bound_kind = solved.bound * data.unit / 2, "cpsat"
             proven = solved.status == "OPTIMAL" and data.exact
 
     rng = random.Random(seed)
@@ -400,4 +403,5 @@ def place_cpsat(
         status=f"{status} ({windows} windows, {improved} improved)",
         seconds=time.perf_counter() - budget.t0,
         seed=seed,
+        bound_kind="optimal" if proven else bound_kind,
     )

@@ -24,13 +24,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from wsecc.place.bounds import lower_bound
 from wsecc.place.problem import (
     Placement,
     PlacementError,
     PlacementProblem,
     Rect,
     kernel_shapes,
-    pairwise_lower_bound,
     validate_problem,
     weighted_wirelength,
 )
@@ -266,18 +266,20 @@ def greedy_rects(problem: PlacementProblem) -> tuple[str, dict[str, Rect]]:
 
 
 def place_greedy(problem: PlacementProblem, *, seed: int = 0) -> Placement:
-    """Best greedy variant as a Placement; bound = the pairwise lower bound.
+    """Best greedy variant as a Placement; bound = `wsecc.place.bounds.lower_bound`.
 
     `seed` is recorded only: the greedy placer is deterministic.
     """
     t0 = time.perf_counter()
     variant, rects = greedy_rects(problem)
+    bound = lower_bound(problem)
     return Placement.of(
         problem,
         rects,
         placer="greedy",
-        bound=pairwise_lower_bound(problem),
+        bound=bound.value,
         status=f"heuristic:{variant}",
         seconds=time.perf_counter() - t0,
         seed=seed,
+        bound_kind=bound.kind,
     )

@@ -173,7 +173,9 @@ class Placement:
     """A rectangle per kernel, with the placer's quality certificate.
 
     `objective` is always `weighted_wirelength(problem, rects)` (build with `Placement.of`);
-    `bound` is a proven lower bound on the optimum, `gap` = (objective − bound) / objective.
+    `bound` is a proven lower bound on the optimum, `gap` = (objective − bound) / objective,
+    `bound_kind` which bound that is: "cpsat" (the solver's own), "separation" or "star"
+    (`wsecc.place.bounds`), "optimal" (the solver proved the objective optimal), "" if unknown.
     The shape a kernel took is implied by its rectangle's (w, h).
     """
 
@@ -185,6 +187,7 @@ class Placement:
     status: str
     seconds: float
     seed: int
+    bound_kind: str = ""
 
     @staticmethod
     def of(
@@ -196,6 +199,7 @@ class Placement:
         status: str,
         seconds: float,
         seed: int,
+        bound_kind: str = "",
     ) -> Placement:
         """Build a Placement whose objective and gap are recomputed from `rects`."""
         objective = weighted_wirelength(problem, rects)
@@ -208,6 +212,7 @@ class Placement:
             status=status,
             seconds=seconds,
             seed=seed,
+            bound_kind=bound_kind,
         )
 
     def to_json(self, include_timing: bool = True) -> dict[str, Any]:
@@ -216,6 +221,7 @@ class Placement:
             "placer": self.placer,
             "objective": self.objective,
             "bound": self.bound,
+            "bound_kind": self.bound_kind,
             "gap": self.gap,
             "status": self.status,
             "seed": self.seed,
@@ -235,6 +241,7 @@ class Placement:
             status=d["status"],
             seconds=float(d.get("seconds", 0.0)),
             seed=int(d["seed"]),
+            bound_kind=d.get("bound_kind", ""),
         )
 
     def dumps(self, include_timing: bool = True) -> str:
