@@ -187,7 +187,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    print(f"{args.model}: {sum(info.raw_ops.values())} ONNX nodes, bindings {info.describe_bindings()}")
+    print(
+        f"{args.model}: {sum(info.raw_ops.values())} ONNX nodes, bindings {info.describe_bindings()}"
+    )
     print(f"params {out['params']:,}   FLOPs/sample {out['flops_per_sample']:,}")
     print("ops (raw):   " + ", ".join(f"{k} {v}" for k, v in info.raw_ops.items()))
     print("ops (fused): " + ", ".join(f"{k} {v}" for k, v in fused.op_histogram().items()))
@@ -213,7 +215,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Does it load, bind, convert and fit? Every problem in one error; seconds, no placement."""
     from wsecc.frontend.onnx import (
-        check_past_inputs,
         default_seq,
         load_model,
         resolve_bindings,
@@ -225,7 +226,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     target = load_target(args.target)
     model = load_model(args.model)
-    check_past_inputs(model)
     try:
         seq = args.seq or default_seq(model)[0]
         resolve_bindings(model, args.batch or 1, seq, _parse_dims(args.dim))
@@ -707,7 +707,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         signal.signal(signal.SIGINT, previous)
-
 
 
 if __name__ == "__main__":
