@@ -512,7 +512,9 @@ GENERATION_FAMILIES: dict[str, Family] = {
 # file stem -> (family, what optimum exports): "past" its text-generation-with-past model.onnx,
 # "no-past" its text-generation model.onnx (the same weights: generation must agree; written to
 # tests/data/generation/, as they are the generation tests' references, not samples), "merged"
-# optimum 1.x's decoder_model_merged.onnx (`export_optimum`).
+# optimum 1.x's decoder_model_merged.onnx (`export_optimum`); "dynamo-past" torch.onnx's dynamo
+# export of the model called with a DynamicCache (`export_dynamo_with_cache`: no position_ids
+# input, the mask's key length a dim of its own).
 GENERATION_SAMPLES = {
     "gpt2_optimum_past": ("gpt2", "past"),
     "gpt2_optimum": ("gpt2", "no-past"),
@@ -521,6 +523,8 @@ GENERATION_SAMPLES = {
     "llama_optimum_past": ("llama", "past"),
     "llama_optimum": ("llama", "no-past"),
     "llama_optimum_merged": ("llama", "merged"),
+    "gpt2_dynamo_past": ("gpt2", "dynamo-past"),
+    "llama_dynamo_past": ("llama", "dynamo-past"),
 }
 
 
@@ -566,6 +570,62 @@ def export_optimum(family: Family, what: str, path: Path, seed: int = SEED) -> N
         )
 
 
+class _WithCache(torch.nn.Module):
+    """A causal LM called with its past key/values as flat tensors (layer by layer, key then
+    value) in a DynamicCache; returns the logits and the grown cache, flat the same way."""
+
+    def __init__(self, model: torch.nn.Module, layers: int):
+        super().__init__()
+        self.model, self.layers = model, layers
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *past: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        cache = transformers.DynamicCache()
+        for i in range(self.layers):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache)
+        grown = out.past_key_values
+        flat = [
+            t for i in range(self.layers) for t in (grown.layers[i].keys, grown.layers[i].values)
+        ]
+        return (out.logits, *flat)
+
+
+def export_dynamo_with_cache(family: Family, path: Path, seed: int = SEED) -> None:
+    """torch.onnx's dynamo export of the perturbed model of `family` called with a cache: inputs
+    input_ids [batch, sequence], attention_mask [batch, total] and per layer
+    past_key_values.i.key/value [batch, kv_heads, past_sequence, head_dim]; outputs logits and
+    present.i.key/value."""
+    model = build_model(family.model_class, family.config_class, family.config, seed)
+    cfg = model.config
+    layers, heads = cfg.num_hidden_layers, cfg.num_attention_heads
+    kv_heads, head_dim = getattr(cfg, "num_key_value_heads", heads), cfg.hidden_size // heads
+    generator = torch.Generator().manual_seed(seed + 2)
+    ids = torch.randint(3, family.vocab_size, (2, 3), generator=generator)
+    past = [torch.randn(2, kv_heads, 5, head_dim, generator=generator) for _ in range(2 * layers)]
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    total, past_sequence = torch.export.Dim("total"), torch.export.Dim("past_sequence")
+    kv = [f"{i}.{t}" for i in range(layers) for t in ("key", "value")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            _WithCache(model, layers),
+            (ids, torch.ones(2, 8, dtype=torch.int64), *past),
+            dynamo=True,
+            input_names=["input_ids", "attention_mask"] + [f"past_key_values.{n}" for n in kv],
+            output_names=["logits"] + [f"present.{n}" for n in kv],
+            dynamic_shapes=(
+                {0: batch, 1: sequence},
+                {0: batch, 1: total},
+                tuple({0: batch, 2: past_sequence} for _ in past),
+            ),
+        )
+    for node in program.model.graph.all_nodes():
+        node.metadata_props.pop("pkg.torch.onnx.stack_trace", None)
+    program.save(path)
+
+
 def main_generation(out_dir: Path = SAMPLES_DIR, only: tuple[str, ...] = ()) -> None:
     """The generation samples (GENERATION_SAMPLES): `python samples/make_samples.py generation`."""
     import optimum.version
@@ -576,7 +636,10 @@ def main_generation(out_dir: Path = SAMPLES_DIR, only: tuple[str, ...] = ()) -> 
             continue
         folder = GENERATION_TWINS_DIR if what == "no-past" and out_dir == SAMPLES_DIR else out_dir
         path = folder / f"{stem}.onnx"
-        export_optimum(GENERATION_FAMILIES[family_name], what, path)
+        if what == "dynamo-past":
+            export_dynamo_with_cache(GENERATION_FAMILIES[family_name], path)
+        else:
+            export_optimum(GENERATION_FAMILIES[family_name], what, path)
         onnx.checker.check_model(str(path), full_check=True)
         size = path.stat().st_size
         if size > SAMPLE_MAX_BYTES:

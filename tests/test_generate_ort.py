@@ -21,6 +21,8 @@ PAIRS = [  # (with past, the same model without)
     ("opt_optimum_past.onnx", "opt_optimum.onnx"),
     ("llama_optimum_past.onnx", "llama_optimum.onnx"),
     ("llama_optimum_merged.onnx", "llama_optimum.onnx"),
+    ("gpt2_dynamo_past.onnx", "gpt2_optimum.onnx"),
+    ("llama_dynamo_past.onnx", "llama_optimum.onnx"),
 ]
 
 

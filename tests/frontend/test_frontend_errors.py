@@ -217,23 +217,32 @@ def test_negative_dim(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "name",
+    "name,reason",
     [
-        "gpt2_past.onnx",
-        "gpt2_megatron.onnx",
-        "gpt2_megatron_opt_skiplayernorm.onnx",
-        "gpt2_attention_opt_skiplayernorm.onnx",
+        # onnxruntime's test generator appended Constant nodes redefining 48 values
+        ("gpt2_past.onnx", "value '284' is defined twice"),
+        ("gpt2_megatron_opt_skiplayernorm.onnx", "a 4-D mask_index is not supported"),
+        ("gpt2_attention_opt_skiplayernorm.onnx", "mean/inv-std outputs are not supported"),
     ],
 )
-def test_past_inputs_are_refused(capsys, name):
+def test_past_inputs_bind_and_what_is_left_is_one_line(capsys, name, reason):
+    """Past key/values no longer refuse a graph (tests/frontend/test_generation.py): these old
+    corpus graphs with past each fail for a reason of their own, in one line."""
     from conftest import corpus_file
 
     p = corpus_file(name)
-    assert_one_line_error(
-        *run_cli(capsys, "compile", str(p), "-o", "/nonexistent/x"),
-        "past key/value inputs",
-        "export without use_cache",
-    )
+    code, err = run_cli(capsys, "check", str(p), "--seq", "16")
+    assert_one_line_error(code, err, reason)
+    assert "past key/value" not in err
+
+
+def test_the_megatron_graph_with_past_passes_check(capsys):
+    """It loads, binds (past 0, positions arange), converts and fits; its attention does not
+    fuse (tests/frontend/test_generation.py says why)."""
+    from conftest import corpus_file
+
+    code, err = run_cli(capsys, "check", str(corpus_file("gpt2_megatron.onnx")), "--seq", "16")
+    assert code == 0, err
 
 
 def test_common_dim_names_bind():

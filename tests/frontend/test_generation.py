@@ -23,13 +23,15 @@ from wsecc.pm import PassManager
 
 TWINS = Path(__file__).resolve().parents[1] / "data" / "generation"
 # with-past sample -> an export of the same model without past: optimum's for GPT-2 and OPT;
-# for Llama the torch.onnx sample of the same config (optimum's Llama without past takes
+# for Llama the torch.onnx samples of the same config (optimum's Llama without past takes
 # position_ids as data, so its rotary tables do not fold: tests/test_generate_ort.py runs it)
 PAST_SAMPLES = {
     "gpt2_optimum_past.onnx": TWINS / "gpt2_optimum.onnx",
     "opt_optimum_past.onnx": TWINS / "opt_optimum.onnx",
     "llama_optimum_past.onnx": SAMPLES / "llama_legacy_op17.onnx",
     "llama_optimum_merged.onnx": SAMPLES / "llama_legacy_op17.onnx",
+    "gpt2_dynamo_past.onnx": TWINS / "gpt2_optimum.onnx",
+    "llama_dynamo_past.onnx": SAMPLES / "llama_dynamo.onnx",
 }
 
 
@@ -210,3 +212,11 @@ def test_a_scatter_over_part_of_the_tensor_stays():
     part = np.array([[0, 1]])  # writes row (0, 1) only
     folded, _ = fold(_scatter_model(part))
     assert "ScatterND" in [n.op_type for n in folded.graph.node]
+
+
+def test_a_dynamo_export_with_a_cache_binds_its_mask_length_as_the_context():
+    """torch.onnx's dynamo export names the mask's key length `total` (no position_ids input)."""
+    _, info = import_model(SAMPLES / "gpt2_dynamo_past.onnx", batch=1, seq=16)
+    assert info.generation is not None and info.generation.position_ids is None
+    assert info.bindings["total"] == 16 and info.bindings["past_sequence"] == 0
+    assert info.sources["total"] == "past + sequence"
