@@ -220,3 +220,11 @@ def test_a_dynamo_export_with_a_cache_binds_its_mask_length_as_the_context():
     assert info.generation is not None and info.generation.position_ids is None
     assert info.bindings["total"] == 16 and info.bindings["past_sequence"] == 0
     assert info.sources["total"] == "past + sequence"
+
+
+def test_the_default_sequence_reads_positions_as_bound():
+    """OPT's table has 130 rows read at position + 2: with position_ids bound to arange, the
+    default sequence is 128, not the 130 that ids of ones would suggest."""
+    _, info = import_model(SAMPLES / "opt_optimum_past.onnx", batch=1)
+    assert info.bindings["sequence_length"] == 128
+    assert info.sources["sequence_length"] == "position table"

@@ -280,7 +280,8 @@ def position_table_rows(
 def _largest_position(model: onnx.ModelProto, indices: str, seq: int) -> int | None:
     """The largest index the position lookup reads for one sample of `seq` tokens, all of
     them attended: the subgraph computing `indices` run by onnx's reference evaluator on
-    ones (a mask of ones; token ids of 1). None when it cannot be run."""
+    ones (a mask of ones; token ids of 1) and position ids 0..seq-1 (what a generation
+    graph's are bound to). None when it cannot be run."""
     from onnx.reference import ReferenceEvaluator
 
     try:
@@ -311,6 +312,8 @@ def _largest_position(model: onnx.ModelProto, indices: str, seq: int) -> int | N
             shape = (1, seq)[:rank] + (1,) * max(0, rank - 2)
             dtype = onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
             feeds[i.name] = np.ones(shape, dtype)
+            if "position" in i.name.lower() and rank:  # position ids: 0..seq-1, as bound
+                feeds[i.name] = np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape)
         (out,) = ReferenceEvaluator(sub).run(None, feeds)
         return int(np.max(out))
     except Exception:  # an exotic subgraph: fall back to the table's rows
