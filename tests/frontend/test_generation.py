@@ -228,3 +228,16 @@ def test_the_default_sequence_reads_positions_as_bound():
     _, info = import_model(SAMPLES / "opt_optimum_past.onnx", batch=1)
     assert info.bindings["sequence_length"] == 128
     assert info.sources["sequence_length"] == "position table"
+
+
+def test_an_expression_dim_given_another_value_is_refused():
+    model = _decoder(["past", "past"], mask_dim="past + seq")
+    with pytest.raises(FrontendError, match="disagrees with the dims it names"):
+        resolve_bindings(model, 2, 5, {"past + seq": 7})
+
+
+def test_an_unnamed_past_length_is_one_error():
+    model = _decoder(["past", "past"])
+    model.graph.input[2].type.tensor_type.shape.dim[2].Clear()  # neither a value nor a name
+    with pytest.raises(FrontendError, match="'past_key_values.0.key' has an unnamed past length"):
+        generation_io(model)

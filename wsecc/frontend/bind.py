@@ -87,20 +87,27 @@ def resolve_bindings(
         key = name.lower()
         if name == past:
             bound[name] = 0
+        elif _EXPRESSION.search(name):
+            expressions[name] = places
         elif name in dims:
             bound[name] = dims[name]
         elif batch is not None and key in BATCH_NAMES:
             bound[name] = batch
         elif seq is not None and key in SEQ_NAMES:
             bound[name] = seq
-        elif _EXPRESSION.search(name):
-            expressions[name] = places
         elif name == context and seq is not None:
             bound[name] = seq
         else:
             unbound.append(f"{name} (at {', '.join(places)})")
     for name, places in expressions.items():
         value = _evaluate_dim(name, bound)
+        if value is not None and name in dims and dims[name] != value:
+            raise FrontendError(
+                f"--dim {name!r}={dims[name]} disagrees with the dims it names ({value}); "
+                "drop it: a dim named by an expression of others is bound to its value"
+            )
+        if value is None and name in dims:
+            value = dims[name]
         if value is None:
             unbound.append(f"{name} (at {', '.join(places)})")
         else:

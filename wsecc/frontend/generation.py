@@ -160,8 +160,14 @@ def _one_past_dim(past_dims: Mapping[str, int | str]) -> str:
             "graph with an empty past (length 0, a fresh prompt); export it with a dynamic past "
             "length"
         )
+    unnamed = [n for n, d in past_dims.items() if d == "?"]
+    if unnamed:
+        raise FrontendError(
+            f"past input {unnamed[0]!r} has an unnamed past length: wsecc binds a named "
+            "past-length dim to 0; name it (the past inputs share one name)"
+        )
     names = sorted({str(d) for d in past_dims.values()})
-    if len(names) > 1 or names[0] == "?":
+    if len(names) > 1:
         where = ", ".join(f"{n} has {d!r}" for n, d in past_dims.items())
         raise FrontendError(
             f"past inputs disagree on the past length ({where}): every past key/value must "
