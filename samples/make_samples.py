@@ -514,7 +514,7 @@ GENERATION_FAMILIES: dict[str, Family] = {
 # tests/data/generation/, as they are the generation tests' references, not samples), "merged"
 # optimum 1.x's decoder_model_merged.onnx (`export_optimum`); "dynamo-past" torch.onnx's dynamo
 # export of the model called with a DynamicCache (`export_dynamo_with_cache`: no position_ids
-# input, the mask's key length a dim of its own).
+# input, the mask's key length a dim of its own), "dynamo-past-nomask" the same without a mask.
 GENERATION_SAMPLES = {
     "gpt2_optimum_past": ("gpt2", "past"),
     "gpt2_optimum": ("gpt2", "no-past"),
@@ -525,6 +525,7 @@ GENERATION_SAMPLES = {
     "llama_optimum_merged": ("llama", "merged"),
     "gpt2_dynamo_past": ("gpt2", "dynamo-past"),
     "llama_dynamo_past": ("llama", "dynamo-past"),
+    "llama_dynamo_past_nomask": ("llama", "dynamo-past-nomask"),
 }
 
 
@@ -572,19 +573,19 @@ def export_optimum(family: Family, what: str, path: Path, seed: int = SEED) -> N
 
 class _WithCache(torch.nn.Module):
     """A causal LM called with its past key/values as flat tensors (layer by layer, key then
-    value) in a DynamicCache; returns the logits and the grown cache, flat the same way."""
+    value) in a DynamicCache, after the input ids and, with `mask`, the attention mask; returns
+    the logits and the grown cache, flat the same way."""
 
-    def __init__(self, model: torch.nn.Module, layers: int):
+    def __init__(self, model: torch.nn.Module, layers: int, mask: bool):
         super().__init__()
-        self.model, self.layers = model, layers
+        self.model, self.layers, self.mask = model, layers, mask
 
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *past: torch.Tensor
-    ) -> tuple[torch.Tensor, ...]:
+    def forward(self, input_ids: torch.Tensor, *rest: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        mask, past = (rest[0], rest[1:]) if self.mask else (None, rest)
         cache = transformers.DynamicCache()
         for i in range(self.layers):
             cache.update(past[2 * i], past[2 * i + 1], i)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache)
+        out = self.model(input_ids=input_ids, attention_mask=mask, past_key_values=cache)
         grown = out.past_key_values
         flat = [
             t for i in range(self.layers) for t in (grown.layers[i].keys, grown.layers[i].values)
@@ -592,9 +593,9 @@ class _WithCache(torch.nn.Module):
         return (out.logits, *flat)
 
 
-def export_dynamo_with_cache(family: Family, path: Path, seed: int = SEED) -> None:
+def export_dynamo_with_cache(family: Family, path: Path, mask: bool, seed: int = SEED) -> None:
     """torch.onnx's dynamo export of the perturbed model of `family` called with a cache: inputs
-    input_ids [batch, sequence], attention_mask [batch, total] and per layer
+    input_ids [batch, sequence], with `mask` attention_mask [batch, total], and per layer
     past_key_values.i.key/value [batch, kv_heads, past_sequence, head_dim]; outputs logits and
     present.i.key/value."""
     model = build_model(family.model_class, family.config_class, family.config, seed)
@@ -607,18 +608,22 @@ def export_dynamo_with_cache(family: Family, path: Path, seed: int = SEED) -> No
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
     total, past_sequence = torch.export.Dim("total"), torch.export.Dim("past_sequence")
     kv = [f"{i}.{t}" for i in range(layers) for t in ("key", "value")]
+    masks = (torch.ones(2, 8, dtype=torch.int64),) if mask else ()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
-            _WithCache(model, layers),
-            (ids, torch.ones(2, 8, dtype=torch.int64), *past),
+            _WithCache(model, layers, mask),
+            (ids, *masks, *past),
             dynamo=True,
-            input_names=["input_ids", "attention_mask"] + [f"past_key_values.{n}" for n in kv],
+            input_names=["input_ids", *(["attention_mask"] if mask else [])]
+            + [f"past_key_values.{n}" for n in kv],
             output_names=["logits"] + [f"present.{n}" for n in kv],
             dynamic_shapes=(
                 {0: batch, 1: sequence},
-                {0: batch, 1: total},
-                tuple({0: batch, 2: past_sequence} for _ in past),
+                (
+                    *([{0: batch, 1: total}] if mask else []),
+                    *({0: batch, 2: past_sequence} for _ in past),
+                ),
             ),
         )
     for node in program.model.graph.all_nodes():
@@ -636,8 +641,9 @@ def main_generation(out_dir: Path = SAMPLES_DIR, only: tuple[str, ...] = ()) -> 
             continue
         folder = GENERATION_TWINS_DIR if what == "no-past" and out_dir == SAMPLES_DIR else out_dir
         path = folder / f"{stem}.onnx"
-        if what == "dynamo-past":
-            export_dynamo_with_cache(GENERATION_FAMILIES[family_name], path)
+        if what.startswith("dynamo-past"):
+            mask = what == "dynamo-past"
+            export_dynamo_with_cache(GENERATION_FAMILIES[family_name], path, mask)
         else:
             export_optimum(GENERATION_FAMILIES[family_name], what, path)
         onnx.checker.check_model(str(path), full_check=True)

@@ -23,6 +23,7 @@ PAIRS = [  # (with past, the same model without)
     ("llama_optimum_merged.onnx", "llama_optimum.onnx"),
     ("gpt2_dynamo_past.onnx", "gpt2_optimum.onnx"),
     ("llama_dynamo_past.onnx", "llama_optimum.onnx"),
+    ("llama_dynamo_past_nomask.onnx", "llama_optimum.onnx"),
 ]
 
 

@@ -32,6 +32,7 @@ PAST_SAMPLES = {
     "llama_optimum_merged.onnx": SAMPLES / "llama_legacy_op17.onnx",
     "gpt2_dynamo_past.onnx": TWINS / "gpt2_optimum.onnx",
     "llama_dynamo_past.onnx": SAMPLES / "llama_dynamo.onnx",
+    "llama_dynamo_past_nomask.onnx": SAMPLES / "llama_dynamo.onnx",
 }
 
 
