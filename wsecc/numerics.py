@@ -12,13 +12,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from wsecc.errors import WseccError
-from wsecc.frontend.generation import STACKED, GenerationIO
 from wsecc.ir.core import DType, Graph, Op, Value
+
+if TYPE_CHECKING:  # the frontend imports onnx: numerics imports it only when it runs a file
+    from wsecc.frontend.generation import GenerationIO
 
 # Tolerances per precision (what `wsecc.sim.functional` emulates for each: its module doc). Where
 # each bound comes from, as measured by the functional simulator against onnxruntime (the six
@@ -222,7 +224,12 @@ def _presents(gen: GenerationIO, outputs: list[str]) -> set[str]:
 
 def _batch_and_seq(gen: GenerationIO, feeds: Mapping[str, np.ndarray]) -> tuple[int, int]:
     """Batch and sequence of a run: the input ids' shape, else the first fed tensor's."""
-    first = feeds[gen.input_ids] if gen.input_ids in feeds else next(iter(feeds.values()))
+    first = feeds.get(gen.input_ids or "", next(iter(feeds.values()), None))
+    if first is None or first.ndim < 2:
+        raise WseccError(
+            "a generation graph's reference run needs its input ids [batch, sequence] to size "
+            "the empty past and the positions"
+        )
     return int(first.shape[0]), int(first.shape[1])
 
 
@@ -238,11 +245,9 @@ def _prompt_feeds(
     types = {i.name: _ORT_TYPES.get(i.type, np.float32) for i in session.get_inputs()}
     out: dict[str, np.ndarray] = {}
     for layer in gen.layers:
-        shape = (batch, layer.heads, 0, layer.head_dim)
-        if gen.layout == STACKED:
-            shape = (2, *shape)
         for name in layer.past:
-            out[name] = past[name] if past is not None else np.zeros(shape, types[name])
+            empty = np.zeros(gen.past_shape(layer, batch), types[name])
+            out[name] = past[name] if past is not None else empty
     if gen.position_ids is not None:
         dtype = types[gen.position_ids]
         out[gen.position_ids] = np.ascontiguousarray(

@@ -75,6 +75,11 @@ class GenerationIO:
     def present_outputs(self) -> tuple[str, ...]:
         return tuple(name for layer in self.layers for name in layer.present)
 
+    def past_shape(self, layer: CacheLayer, batch: int, length: int = 0) -> tuple[int, ...]:
+        """The shape of `layer`'s past inputs for `batch` sequences of `length` past tokens."""
+        shape = (batch, layer.heads, length, layer.head_dim)
+        return (2, *shape) if self.layout == STACKED else shape
+
     def describe(self) -> str:
         """'past_sequence_length=0 (empty past), position_ids=arange(16) per row, ...'."""
         return ", ".join(f"{k}={v}" for k, v in self.bound.items())
