@@ -283,3 +283,31 @@ def test_external_weights_are_mapped_not_copied_and_equal_inline(tmp_path):
 
     assert any(file_backed(v) for v in b.values())
     assert not any(file_backed(v) for v in a.values())
+
+
+def test_past_inputs_that_disagree_on_the_past_length_are_one_line(tmp_path, capsys):
+    """Layer 0's past length is `past`, layer 1's `past_len`: no one length to bind to 0."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, "seq", 4])
+    pasts = [
+        helper.make_tensor_value_info(
+            f"past_key_values.{i}.{kv}", TensorProto.FLOAT, ["batch", 2, d, 4]
+        )
+        for i, d in enumerate(["past", "past_len"])
+        for kv in ("key", "value")
+    ]
+    nodes = [
+        helper.make_node(
+            "Concat", [p.name, "x"], [p.name.replace("past_key_values", "present")], axis=2
+        )
+        for p in pasts
+    ]
+    outs = [helper.make_tensor_value_info(n.output[0], TensorProto.FLOAT, None) for n in nodes]
+    graph = helper.make_graph(nodes, "decoder", [x, *pasts], outs)
+    path = tmp_path / "decoder.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    assert_one_line_error(
+        *run_cli(capsys, "compile", str(path), "--seq", "4", "-o", str(tmp_path / "out")),
+        "past inputs disagree on the past length",
+        "past_key_values.1.key has 'past_len'",
+    )
+    assert not (tmp_path / "out").exists()
