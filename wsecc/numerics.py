@@ -437,7 +437,10 @@ class OrtWithWeights:
         import onnxruntime as ort
         from onnx import numpy_helper
 
+        from wsecc.frontend.generation import generation_io
+
         model = onnx.load(str(path), load_external_data=False)
+        self._generation = generation_io(model)  # a with-past file runs as ort_run runs it
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
             raise WseccError(
                 f"{Path(path).name}: the gradient check needs weights stored in the file "
@@ -475,6 +478,9 @@ class OrtWithWeights:
             for i in self._session.get_inputs()
         }
         self.output_names = [o.name for o in self._session.get_outputs()]
+        if self._generation is not None:
+            presents = _presents(self._generation, self.output_names)
+            self.output_names = [n for n in self.output_names if n not in presents]
 
     def run(
         self, feeds: Mapping[str, np.ndarray], weights: Mapping[str, np.ndarray] | None = None
@@ -485,6 +491,10 @@ class OrtWithWeights:
             if k in self._inputs
         }
         args.update(weights or {})
+        if self._generation is not None:
+            batch, seq = _batch_and_seq(self._generation, feeds)
+            bound = _prompt_feeds(self._session, self._generation, batch, np.arange(seq), None)
+            args = {**{k: v for k, v in bound.items() if k in self._inputs}, **args}
         outs = self._session.run(self.output_names, args)
         return dict(zip(self.output_names, outs, strict=True))
 
