@@ -104,3 +104,16 @@ def test_a_no_past_file_with_a_fixed_sequence_is_one_error(tmp_path):
 def test_a_4d_mask_is_one_error():
     with pytest.raises(WseccError, match="feeds a \\[batch, keys\\] attention mask"):
         ort_generate(ORT_CORPUS / "gpt2_megatron.onnx", prompt(1, vocab=10), 2)
+
+
+def test_a_file_that_takes_one_token_per_run_gets_the_prompt_token_by_token():
+    """onnxruntime's gpt2_past.onnx: input_ids [batch, 1], a stacked past [2, B, H, P, d], its
+    output the hidden state (read as the logits: 4 wide). Generating after the prompt and one
+    more token continues exactly where generating after the prompt left off."""
+    path = ORT_CORPUS / "gpt2_past.onnx"
+    p = np.array([[1, 2, 3], [3, 2, 1]])
+    ids, logits = ort_generate(path, p, 3)
+    assert ids.shape == (2, 3) and logits.shape == (2, 3, 4)
+    more_ids, more_logits = ort_generate(path, np.concatenate([p, ids[:, :1]], 1), 2)
+    np.testing.assert_array_equal(more_ids, ids[:, 1:])
+    np.testing.assert_allclose(more_logits, logits[:, 1:], rtol=1e-5, atol=1e-6)
