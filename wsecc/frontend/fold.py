@@ -128,20 +128,20 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _should_fold(node: Any) -> bool | None:
-    """Fold a ConstantOfShape of a constant shape that makes shape data (at most
-    _WEIGHT_ELEMS elements); leave every other node to onnxscript's rules (None).
+    """Fold a ConstantOfShape of a constant shape of at most _FOLD_INPUT_ELEMS elements; leave
+    every other node to onnxscript's rules (None).
 
     onnxscript keeps ConstantOfShape unfolded by default (a file stays small); wsecc needs its
-    values where shapes are computed from one: the Expand shapes `Where(Equal(shape,
-    -1 * ConstantOfShape(...)), ...)` that decide whether a with-past Llama export's rotary
-    positions and an OPT export's causal mask fold. Larger ones (a mask's [B, 1, S, S] filler)
-    stay as they were."""
+    values: the Expand shapes `Where(Equal(shape, -1 * ConstantOfShape(...)), ...)` that decide
+    whether a with-past Llama export's rotary positions fold, and OPT's causal mask,
+    `Trilu(ConstantOfShape([S, S], min))`. Past _FOLD_INPUT_ELEMS (OPT beyond 1,024 tokens) the
+    Trilu stays and is named as unsupported."""
     if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx"):
         return None
     shape = node.inputs[0].const_value if node.inputs and node.inputs[0] is not None else None
     if shape is None:
         return None
-    return int(np.prod(shape.numpy(), dtype=np.int64)) <= _WEIGHT_ELEMS or None
+    return int(np.prod(shape.numpy(), dtype=np.int64)) <= _FOLD_INPUT_ELEMS or None
 
 
 def _scatter_over_everything(node: Any) -> list[int] | None:
