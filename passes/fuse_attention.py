@@ -180,7 +180,9 @@ def _rope_region(view: GraphView, add: Node) -> _Rope | None:
     return None
 
 
-def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float, _Rope | None]:
+def _layout_source(
+    view: GraphView, v: Value
+) -> tuple[Value, list[Node], float, _Rope | None]:
     """Walk back through layout ops, scalar scales and at most one rotary region to the value
     they rearrange. The chain excludes the rotary region's nodes (`_Rope`)."""
     chain: list[Node] = []

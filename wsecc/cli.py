@@ -187,9 +187,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    print(
-        f"{args.model}: {sum(info.raw_ops.values())} ONNX nodes, bindings {info.describe_bindings()}"
-    )
+    print(f"{args.model}: {sum(info.raw_ops.values())} ONNX nodes, bindings {info.describe_bindings()}")
     print(f"params {out['params']:,}   FLOPs/sample {out['flops_per_sample']:,}")
     print("ops (raw):   " + ", ".join(f"{k} {v}" for k, v in info.raw_ops.items()))
     print("ops (fused): " + ", ".join(f"{k} {v}" for k, v in fused.op_histogram().items()))
@@ -707,6 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         signal.signal(signal.SIGINT, previous)
+
 
 
 if __name__ == "__main__":

@@ -98,11 +98,7 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
                 f"{'PASS' if n['passed'] else 'FAIL'} ({n['precision']}, loss {n['loss_kind']}): "
                 f"{sum(r['passed'] for r in n['rows'])}/{len(n['rows'])} tensors vs onnxruntime "
                 "finite differences"
-                + (
-                    f", worst {worst['name']}: max rel err {worst['max_rel_err']:.2e}"
-                    if worst
-                    else ""
-                )
+                + (f", worst {worst['name']}: max rel err {worst['max_rel_err']:.2e}" if worst else "")
                 + (f"; untraced {', '.join(n['untraced'])}" if n["untraced"] else ""),
             )
         )
@@ -169,6 +165,7 @@ class StageDisplay:
             print(title, file=out)
             for k, v in rows:
                 print(f"  {k:<14} {v}", file=out)
+
 
 
 class SweepDisplay:

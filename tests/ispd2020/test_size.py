@@ -70,6 +70,7 @@ def test_frontier_against_brute_force(spec: KernelSpec, dt: int, memlimit: int) 
         assert bool(front) == bool(pareto)
 
 
+
 TWO_CONVS = """(*
 width=30
 height=30

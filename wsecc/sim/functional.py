@@ -803,9 +803,7 @@ def verdict(
         sim: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], p: str
     ) -> tuple[OutputError, ...]:
         return tuple(
-            compare(name, sim[name], r, p)
-            if name in sim
-            else OutputError(name, inf, inf, 0.0, False)
+            compare(name, sim[name], r, p) if name in sim else OutputError(name, inf, inf, 0.0, False)
             for name, r in ref.items()
         )
 

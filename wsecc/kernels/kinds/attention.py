@@ -173,9 +173,8 @@ ATTENTION = KindDef(
     grad=GradRule(
         flops=_grad_flops,
         # Q, O and one log-sum-exp per query and head; K and V per K/V head
-        saved_elems=lambda p: (
-            p["seq"] * (p["heads"] * (2 * p["head_dim"] + 1) + 2 * p["kv_heads"] * p["head_dim"])
-        ),
+        saved_elems=lambda p: p["seq"]
+        * (p["heads"] * (2 * p["head_dim"] + 1) + 2 * p["kv_heads"] * p["head_dim"]),
     ),
     simulate="wsecc.sim.functional:_attention",
 )
