@@ -628,6 +628,9 @@ def export_dynamo_with_cache(family: Family, path: Path, mask: bool, seed: int =
         )
     for node in program.model.graph.all_nodes():
         node.metadata_props.pop("pkg.torch.onnx.stack_trace", None)
+        for key, value in list(node.metadata_props.items()):
+            if " at 0x" in value:  # a Python object's repr: its address differs run to run
+                node.metadata_props.pop(key)
     program.save(path)
 
 
