@@ -200,6 +200,7 @@ ROTARY_FAMILIES: dict[str, Family] = {
 SAMPLES = {"gpt2": "gpt2lm", "bert": "bertseq", "llama": "llama", "gptj": "gptj"}
 SAMPLE_EXPORTERS = {"llama": ("legacy17", "dynamo"), "gptj": ("legacy17", "dynamo")}
 SAMPLE_MAX_BYTES = 2 * 1024 * 1024
+GENERATION_TWINS_DIR = SAMPLES_DIR.parent / "tests" / "data" / "generation"
 
 
 class _NamedOutputs(torch.nn.Module):
@@ -490,6 +491,173 @@ def op_counts(path: Path) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+# Generation exports (issue 17): decoders with past key/values as optimum writes them. A vocabulary
+# of 256 keeps each file near half a megabyte; `use_cache=True` is what generation runs with.
+GENERATION_FAMILIES: dict[str, Family] = {
+    "gpt2": Family(
+        "GPT2LMHeadModel", "GPT2Config", dict(_GPT2_TINY, vocab_size=256, use_cache=True),
+        _IDS_MASK, _LM,
+    ),
+    "opt": Family(
+        "OPTForCausalLM", "OPTConfig",
+        dict(FAMILIES["opt"].config, vocab_size=256, use_cache=True, pad_token_id=1,
+             bos_token_id=2, eos_token_id=2),
+        _IDS_MASK, _LM,
+    ),
+    "llama": Family(
+        "LlamaForCausalLM", "LlamaConfig", dict(ROTARY_FAMILIES["llama"].config, use_cache=True),
+        _IDS_MASK, _LM,
+    ),
+}  # fmt: skip
+# file stem -> (family, what optimum exports): "past" its text-generation-with-past model.onnx,
+# "no-past" its text-generation model.onnx (the same weights: generation must agree; written to
+# tests/data/generation/, as they are the generation tests' references, not samples), "merged"
+# optimum 1.x's decoder_model_merged.onnx (`export_optimum`); "dynamo-past" torch.onnx's dynamo
+# export of the model called with a DynamicCache (`export_dynamo_with_cache`: no position_ids
+# input, the mask's key length a dim of its own), "dynamo-past-nomask" the same without a mask.
+GENERATION_SAMPLES = {
+    "gpt2_optimum_past": ("gpt2", "past"),
+    "gpt2_optimum": ("gpt2", "no-past"),
+    "opt_optimum_past": ("opt", "past"),
+    "opt_optimum": ("opt", "no-past"),
+    "llama_optimum_past": ("llama", "past"),
+    "llama_optimum": ("llama", "no-past"),
+    "llama_optimum_merged": ("llama", "merged"),
+    "gpt2_dynamo_past": ("gpt2", "dynamo-past"),
+    "llama_dynamo_past": ("llama", "dynamo-past"),
+    "llama_dynamo_past_nomask": ("llama", "dynamo-past-nomask"),
+}
+
+
+def export_optimum(family: Family, what: str, path: Path, seed: int = SEED) -> None:
+    """Export the perturbed model of `family` with optimum (`main_export`, which validates the
+    file against torch) to `path`: `what` is "past", "no-past" or "merged" (GENERATION_SAMPLES).
+
+    optimum exports from a model folder: the model is saved to a scratch folder first (a
+    config and weights, no tokenizer; nothing is downloaded)."""
+    import huggingface_hub.constants
+    from optimum.exporters.onnx import main_export
+    from optimum.exporters.tasks import TasksManager
+
+    huggingface_hub.constants.HF_HUB_OFFLINE = True  # nothing is downloaded (no tokenizer)
+
+    model = build_model(family.model_class, family.config_class, family.config, seed)
+    task = "text-generation" if what == "no-past" else "text-generation-with-past"
+    with tempfile.TemporaryDirectory() as scratch:
+        folder, out = Path(scratch) / "model", Path(scratch) / "onnx"
+        model.save_pretrained(folder)
+
+        def export(to: Path, **extra: object) -> Path:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # tracer and deprecation warnings, as export_onnx
+                main_export(str(folder), output=to, task=task, library_name="transformers", **extra)
+            return to / "model.onnx"
+
+        if what != "merged":
+            shutil.move(export(out), path)
+            return
+        # optimum 1.x's decoder_model_merged.onnx: the decoder without past inputs (but with
+        # present outputs) and the decoder with past, merged by optimum's own merge_decoders
+        from optimum.onnx import merge_decoders
+
+        make = TasksManager.get_exporter_config_constructor(
+            "onnx", model, task="text-generation", library_name="transformers"
+        )
+        first = make(model.config, task="text-generation", use_past=True, use_past_in_inputs=False)
+        merge_decoders(
+            decoder=export(Path(scratch) / "first", custom_onnx_configs={"model": first}),
+            decoder_with_past=export(out),
+            save_path=path,
+        )
+
+
+class _WithCache(torch.nn.Module):
+    """A causal LM called with its past key/values as flat tensors (layer by layer, key then
+    value) in a DynamicCache, after the input ids and, with `mask`, the attention mask; returns
+    the logits and the grown cache, flat the same way."""
+
+    def __init__(self, model: torch.nn.Module, layers: int, mask: bool):
+        super().__init__()
+        self.model, self.layers, self.mask = model, layers, mask
+
+    def forward(self, input_ids: torch.Tensor, *rest: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        mask, past = (rest[0], rest[1:]) if self.mask else (None, rest)
+        cache = transformers.DynamicCache()
+        for i in range(self.layers):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.model(input_ids=input_ids, attention_mask=mask, past_key_values=cache)
+        grown = out.past_key_values
+        flat = [
+            t for i in range(self.layers) for t in (grown.layers[i].keys, grown.layers[i].values)
+        ]
+        return (out.logits, *flat)
+
+
+def export_dynamo_with_cache(family: Family, path: Path, mask: bool, seed: int = SEED) -> None:
+    """torch.onnx's dynamo export of the perturbed model of `family` called with a cache: inputs
+    input_ids [batch, sequence], with `mask` attention_mask [batch, total], and per layer
+    past_key_values.i.key/value [batch, kv_heads, past_sequence, head_dim]; outputs logits and
+    present.i.key/value."""
+    model = build_model(family.model_class, family.config_class, family.config, seed)
+    cfg = model.config
+    layers, heads = cfg.num_hidden_layers, cfg.num_attention_heads
+    kv_heads, head_dim = getattr(cfg, "num_key_value_heads", heads), cfg.hidden_size // heads
+    generator = torch.Generator().manual_seed(seed + 2)
+    ids = torch.randint(3, family.vocab_size, (2, 3), generator=generator)
+    past = [torch.randn(2, kv_heads, 5, head_dim, generator=generator) for _ in range(2 * layers)]
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    total, past_sequence = torch.export.Dim("total"), torch.export.Dim("past_sequence")
+    kv = [f"{i}.{t}" for i in range(layers) for t in ("key", "value")]
+    masks = (torch.ones(2, 8, dtype=torch.int64),) if mask else ()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            _WithCache(model, layers, mask),
+            (ids, *masks, *past),
+            dynamo=True,
+            input_names=["input_ids", *(["attention_mask"] if mask else [])]
+            + [f"past_key_values.{n}" for n in kv],
+            output_names=["logits"] + [f"present.{n}" for n in kv],
+            dynamic_shapes=(
+                {0: batch, 1: sequence},
+                (
+                    *([{0: batch, 1: total}] if mask else []),
+                    *({0: batch, 2: past_sequence} for _ in past),
+                ),
+            ),
+        )
+    for node in program.model.graph.all_nodes():
+        node.metadata_props.pop("pkg.torch.onnx.stack_trace", None)
+        for key, value in list(node.metadata_props.items()):
+            if " at 0x" in value:  # a Python object's repr: its address differs run to run
+                node.metadata_props.pop(key)
+    program.save(path)
+
+
+def main_generation(out_dir: Path = SAMPLES_DIR, only: tuple[str, ...] = ()) -> None:
+    """The generation samples (GENERATION_SAMPLES): `python samples/make_samples.py generation`."""
+    import optimum.version
+
+    print(f"optimum {optimum.version.__version__}, transformers {transformers.__version__}")
+    for stem, (family_name, what) in GENERATION_SAMPLES.items():
+        if only and stem not in only:
+            continue
+        folder = GENERATION_TWINS_DIR if what == "no-past" and out_dir == SAMPLES_DIR else out_dir
+        path = folder / f"{stem}.onnx"
+        if what.startswith("dynamo-past"):
+            mask = what == "dynamo-past"
+            export_dynamo_with_cache(GENERATION_FAMILIES[family_name], path, mask)
+        else:
+            export_optimum(GENERATION_FAMILIES[family_name], what, path)
+        onnx.checker.check_model(str(path), full_check=True)
+        size = path.stat().st_size
+        if size > SAMPLE_MAX_BYTES:
+            raise AssertionError(f"{path.name} is over 2 MB ({size} bytes)")
+        counts = op_counts(path)
+        print(f"{path.name}: {sum(counts.values())} nodes, {size} bytes")
+        print(f"    ops: {counts}")
+
+
 def main(out_dir: Path = SAMPLES_DIR, only: tuple[str, ...] = ()) -> None:
     versions = (torch.__version__, transformers.__version__, onnx.__version__)
     print("torch {}, transformers {}, onnx {}".format(*versions))
@@ -523,5 +691,8 @@ def main(out_dir: Path = SAMPLES_DIR, only: tuple[str, ...] = ()) -> None:
 
 
 if __name__ == "__main__":
-    # optional: an output folder, then the stems to make (default all)
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else SAMPLES_DIR, tuple(sys.argv[2:]))
+    # optional: "generation" (the optimum exports), an output folder, then the stems to make
+    args = sys.argv[1:]
+    make = main_generation if args[:1] == ["generation"] else main
+    args = args[1:] if make is main_generation else args
+    make(Path(args[0]) if args else SAMPLES_DIR, tuple(args[1:]))

@@ -45,3 +45,31 @@ def test_numerics_too_large_to_hold_are_refused_in_one_line_or_skipped(
     c = wsecc.compile(gpt2, seq=32, placer="greedy")
     assert c.numerics is None and c.perf is not None
     assert c.report()["numerics_skipped"].startswith("skipped: onnxruntime would hold")
+
+
+TWINS = Path(__file__).resolve().parent / "data" / "generation"
+
+
+@pytest.mark.parametrize(
+    "past,twin",
+    [
+        ("gpt2_optimum_past.onnx", "gpt2_optimum.onnx"),
+        ("llama_optimum_merged.onnx", "llama_optimum.onnx"),
+        ("llama_dynamo_past.onnx", "llama_optimum.onnx"),
+    ],
+)
+def test_ort_run_runs_a_generation_graph_as_a_fresh_prompt(
+    samples_dir: Path, past: str, twin: str
+) -> None:
+    """The past empty, positions arange, use_cache_branch False, the presents left out: the
+    outputs of the same model exported without past, on the same (right-padded) inputs."""
+    ids = np.random.default_rng(0).integers(3, 256, (2, 6))
+    mask = np.ones((2, 6), np.int64)
+    mask[1, -2:] = 0
+    out = ort_run(samples_dir / past, {"input_ids": ids, "attention_mask": mask})
+    assert list(out) == ["logits"]
+    positions = np.broadcast_to(np.arange(6), (2, 6))
+    ref = ort_run(
+        TWINS / twin, {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+    )
+    np.testing.assert_allclose(out["logits"], ref["logits"], rtol=1e-5, atol=1e-5)

@@ -112,3 +112,21 @@ def test_sigint_midway_leaves_no_output_folder(tmp_path):
     assert proc.wait(timeout=60) in (130, -signal.SIGINT)
     assert rest.strip().splitlines()[-1] == "wsecc: interrupted"
     assert list(tmp_path.iterdir()) == []  # no folder, no temporary sibling
+
+
+def test_a_generation_report_says_what_was_bound(tmp_path):
+    out = tmp_path / "o"
+    model = SAMPLES / "llama_optimum_merged.onnx"
+    argv = ["compile", str(model), "--seq", "16", "--placer", "greedy", "--no-validate"]
+    assert main([*argv, "--sim", "l0", "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    jsonschema.validate(report, SCHEMA)
+    assert report["bindings"]["past_sequence_length"] == 0
+    gen = report["generation"]
+    assert gen["bound"] == {
+        "past_sequence_length": "0 (empty past)",
+        "position_ids": "arange(16) per row",
+        "use_cache_branch": "False",
+    }
+    assert gen["use_cache_branch"] == "use_cache_branch" and gen["layout"] == "[B, H, P, d]"
+    assert [(layer["heads"], layer["head_dim"]) for layer in gen["layers"]] == [(2, 16)] * 2

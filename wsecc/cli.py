@@ -215,7 +215,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Does it load, bind, convert and fit? Every problem in one error; seconds, no placement."""
     from wsecc.frontend.onnx import (
-        check_past_inputs,
         default_seq,
         load_model,
         resolve_bindings,
@@ -227,7 +226,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     target = load_target(args.target)
     model = load_model(args.model)
-    check_past_inputs(model)
     try:
         seq = args.seq or default_seq(model)[0]
         resolve_bindings(model, args.batch or 1, seq, _parse_dims(args.dim))

@@ -715,8 +715,12 @@ class Compilation:
         if self.import_info is not None:
             rep["bindings"] = dict(self.import_info.bindings)
             rep["passes"] = [{"name": r.name, "seconds": r.seconds} for r in self.pass_records]
+            if self.import_info.generation is not None:
+                rep["generation"] = dataclasses.asdict(self.import_info.generation)
         else:
             rep["bindings"], rep["passes"] = saved.get("bindings", {}), saved.get("passes", [])
+            if "generation" in saved:
+                rep["generation"] = saved["generation"]
         if self.fused is not None:
             rep["ops_after"] = self.fused.op_histogram()
             rep["fused"] = fused_ops(self.fused)

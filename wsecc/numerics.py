@@ -12,12 +12,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from wsecc.errors import WseccError
 from wsecc.ir.core import DType, Graph, Op, Value
+
+if TYPE_CHECKING:  # the frontend imports onnx: numerics imports it only when it runs a file
+    from wsecc.frontend.generation import GenerationIO
 
 # Tolerances per precision (what `wsecc.sim.functional` emulates for each: its module doc). Where
 # each bound comes from, as measured by the functional simulator against onnxruntime (the six
@@ -138,28 +141,250 @@ def make_inputs(graph: Graph, *, seed: int = 0, padded: bool = True) -> dict[str
 def ort_run(path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run the ORIGINAL file in onnxruntime (graph optimizations off) — the reference.
 
+    A generation graph (past key/value inputs: `wsecc.frontend.generation`) runs as the frontend
+    bound it: its past empty (length 0), `position_ids` arange(sequence) in every row and
+    `use_cache_branch` False, unless `feeds` gives them; its `present*` outputs are left out, so
+    the outputs are those the wsecc Graph keeps.
+
     Raises WseccError (one line) when onnxruntime cannot load or run it: the file may be one
     wsecc compiles but onnxruntime does not support, so there is no reference to check against.
     """
+    session = _session(path)
+    gen = file_generation(path)
+    names = [o.name for o in session.get_outputs()]
+    wanted = {i.name for i in session.get_inputs()}
+    args = {k: v for k, v in feeds.items() if k in wanted}
+    if gen is not None:
+        batch, seq = _batch_and_seq(gen, feeds)
+        bound = _prompt_feeds(session, gen, batch, np.arange(seq), past=None)
+        args = {**{k: v for k, v in bound.items() if k in wanted}, **args}
+        names = [n for n in names if n not in _presents(gen, names)]
+    return dict(zip(names, _run(session, path, names, args), strict=True))
+
+
+def _session(path: str | os.PathLike[str]) -> Any:
+    """An onnxruntime session on the file (graph optimizations off, one thread: runs repeat bit
+    for bit), or WseccError naming why onnxruntime cannot load it."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
     try:
-        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        names = [o.name for o in sess.get_outputs()]
-        wanted = {i.name for i in sess.get_inputs()}
-        outs = sess.run(names, {k: v for k, v in feeds.items() if k in wanted})
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     except MemoryError:
         raise
     except Exception as e:  # onnxruntime's own error types (Fail, InvalidGraph, ...)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise _ort_error(path, e) from e
+
+
+def _run(
+    session: Any, path: str | os.PathLike[str], names: list[str], args: Mapping[str, np.ndarray]
+) -> list[np.ndarray]:
+    try:
+        return list(session.run(names, dict(args)))
+    except MemoryError:
+        raise
+    except Exception as e:  # onnxruntime's own error types
+        raise _ort_error(path, e) from e
+
+
+def _ort_error(path: str | os.PathLike[str], e: Exception) -> WseccError:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return WseccError(
+        f"onnxruntime cannot run {Path(path).name} for the numerics reference ({first}); "
+        "compile with --no-validate to skip the check"
+    )
+
+
+def file_generation(path: str | os.PathLike[str]) -> GenerationIO | None:
+    """The generation interface of the ONNX file at `path` (its graph read without external
+    data), or None when it has no past key/value inputs."""
+    import onnx
+
+    from wsecc.frontend.generation import generation_io
+
+    return generation_io(onnx.load(str(path), load_external_data=False))
+
+
+_ORT_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(bool)": np.bool_,
+}
+
+
+def _presents(gen: GenerationIO, outputs: list[str]) -> set[str]:
+    """The outputs that return the cache (the layers' present names, else every `present*`)."""
+    return set(gen.present_outputs) or {o for o in outputs if "present" in o.lower()}
+
+
+def _batch_and_seq(gen: GenerationIO, feeds: Mapping[str, np.ndarray]) -> tuple[int, int]:
+    """Batch and sequence of a run: the input ids' shape, else the first fed tensor's."""
+    first = feeds.get(gen.input_ids or "", next(iter(feeds.values()), None))
+    if first is None or first.ndim < 2:
         raise WseccError(
-            f"onnxruntime cannot run {Path(path).name} for the numerics reference ({first}); "
-            "compile with --no-validate to skip the check"
-        ) from e
-    return dict(zip(names, outs, strict=True))
+            "a generation graph's reference run needs its input ids [batch, sequence] to size "
+            "the empty past and the positions"
+        )
+    return int(first.shape[0]), int(first.shape[1])
+
+
+def _prompt_feeds(
+    session: Any,
+    gen: GenerationIO,
+    batch: int,
+    positions: np.ndarray,
+    past: Mapping[str, np.ndarray] | None,
+) -> dict[str, np.ndarray]:
+    """The generation inputs of one run over tokens at `positions`: the past (empty when
+    None), position ids, use_cache_branch (True once there is a past)."""
+    types = {i.name: _ORT_TYPES.get(i.type, np.float32) for i in session.get_inputs()}
+    out: dict[str, np.ndarray] = {}
+    for layer in gen.layers:
+        for name in layer.past:
+            empty = np.zeros(gen.past_shape(layer, batch), types[name])
+            out[name] = past[name] if past is not None else empty
+    if gen.position_ids is not None:
+        dtype = types[gen.position_ids]
+        out[gen.position_ids] = np.ascontiguousarray(
+            np.broadcast_to(positions.astype(dtype), (batch, len(positions)))
+        )
+    if gen.use_cache_branch is not None:
+        out[gen.use_cache_branch] = np.array([past is not None])
+    return out
+
+
+def ort_generate(
+    model_path: str | os.PathLike[str],
+    prompt_ids: np.ndarray,
+    steps: int,
+    generation: GenerationIO | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy (argmax) generation of `steps` tokens after `prompt_ids` [B, P] with onnxruntime
+    running the file at `model_path` step by step. Returns (generated_ids [B, steps] int64,
+    logits [B, steps, vocab] float32): `logits[:, i]` are the logits `generated_ids[:, i]` is
+    the argmax of, the first from the prompt's last position.
+
+    `generation` is the file's GenerationIO (`ModelInfo.generation`); None reads it from the
+    file. With one, the prompt runs first with an empty past (use_cache_branch False), then one
+    token per step with the `present*` outputs fed back as the past (use_cache_branch True),
+    the attention mask ones over past + new tokens, position_ids the positions; a file whose
+    ids take one token per run gets the prompt one token at a time. Without one (a no-past
+    file) every step recomputes the whole sequence, which needs a dynamic sequence dim.
+    Raises WseccError (one line) on a file it cannot drive this way."""
+    prompt = np.asarray(prompt_ids, np.int64)
+    if prompt.ndim != 2 or prompt.shape[1] < 1 or steps < 1:
+        raise WseccError(
+            f"ort_generate needs prompt ids [batch, length >= 1] and steps >= 1, got shape "
+            f"{prompt.shape} and {steps} steps"
+        )
+    session = _session(model_path)
+    gen = generation if generation is not None else file_generation(model_path)
+    inputs = {i.name: i for i in session.get_inputs()}
+    ids, mask, positions = _generation_inputs(model_path, inputs, gen)
+    logits_name = _logits_output(model_path, session, gen)
+    types = {k: _ORT_TYPES.get(i.type, np.int64) for k, i in inputs.items()}
+    batch = prompt.shape[0]
+
+    def run(
+        tokens: np.ndarray, start: int, past: Mapping[str, np.ndarray] | None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """One run over `tokens` at positions start.. with `past`; (last logits, outputs)."""
+        args = {ids: tokens.astype(types[ids])}
+        pos = np.arange(start, start + tokens.shape[1])
+        if mask is not None:
+            args[mask] = np.ones((batch, start + tokens.shape[1]), types[mask])
+        if gen is not None:
+            args.update(_prompt_feeds(session, gen, batch, pos, past))
+        elif positions is not None:
+            args[positions] = np.broadcast_to(pos, tokens.shape).astype(types[positions])
+        names = [o.name for o in session.get_outputs()]
+        out = dict(zip(names, _run(session, model_path, names, args), strict=True))
+        return out[logits_name][:, -1].astype(np.float32), out
+
+    generated = np.zeros((batch, steps), np.int64)
+    logits: list[np.ndarray] = []
+    if gen is None:
+        seq = prompt
+        for i in range(steps):
+            last, _ = run(seq, 0, None)
+            generated[:, i] = np.argmax(last, axis=-1)
+            logits.append(last)
+            seq = np.concatenate([seq, generated[:, i : i + 1]], axis=1)
+        return generated, np.stack(logits, axis=1)
+    one_at_a_time = inputs[ids].shape[1] == 1
+    chunks = (
+        [(prompt[:, k : k + 1], k) for k in range(prompt.shape[1])]
+        if one_at_a_time
+        else [(prompt, 0)]
+    )
+    past: dict[str, np.ndarray] | None = None
+    for i in range(steps):
+        if i > 0:
+            chunks = [(generated[:, i - 1 : i], prompt.shape[1] + i - 1)]
+        for tokens, start in chunks:
+            last, out = run(tokens, start, past)
+            past = {
+                p: out[q]
+                for layer in gen.layers
+                for p, q in zip(layer.past, layer.present, strict=True)
+            }
+        generated[:, i] = np.argmax(last, axis=-1)
+        logits.append(last)
+    return generated, np.stack(logits, axis=1)
+
+
+def _generation_inputs(
+    path: str | os.PathLike[str], inputs: Mapping[str, Any], gen: GenerationIO | None
+) -> tuple[str, str | None, str | None]:
+    """(input ids, attention mask or None, position ids or None): the inputs ort_generate
+    feeds; a WseccError for a file with other inputs, a mask that is not [batch, keys], or ids
+    whose sequence dim is fixed (without a past, other than one token with one)."""
+    name = Path(path).name
+    taken = set(gen.past_inputs) | {gen.use_cache_branch} if gen is not None else set()
+    rest = [k for k in inputs if k not in taken]
+    mask = next((k for k in rest if "mask" in k.lower()), None)
+    positions = next((k for k in rest if "position" in k.lower()), None)
+    ids = [k for k in rest if k not in (mask, positions)]
+    if len(ids) != 1 or inputs[ids[0]].type not in ("tensor(int64)", "tensor(int32)"):
+        raise WseccError(
+            f"{name}: greedy generation feeds token ids, an attention mask and position ids; "
+            f"this file's inputs are {', '.join(rest)}"
+        )
+    if mask is not None and len(inputs[mask].shape) != 2:
+        raise WseccError(
+            f"{name}: greedy generation feeds a [batch, keys] attention mask; this file's "
+            f"{mask!r} is {len(inputs[mask].shape)}-D"
+        )
+    seq = inputs[ids[0]].shape[1] if len(inputs[ids[0]].shape) == 2 else None
+    if isinstance(seq, int) and (gen is None or seq != 1):
+        how = "recomputes the whole sequence each step" if gen is None else "feeds the prompt"
+        raise WseccError(
+            f"{name}: its input {ids[0]!r} has a fixed sequence length of {seq}; greedy "
+            f"generation {how} and needs a dynamic sequence dim: export it with one"
+        )
+    return ids[0], mask, positions
+
+
+def _logits_output(path: str | os.PathLike[str], session: Any, gen: GenerationIO | None) -> str:
+    """The output generation reads: `logits`, else the one rank-3 output that is not a
+    present."""
+    outputs = [o for o in session.get_outputs()]
+    names = [o.name for o in outputs]
+    presents = _presents(gen, names) if gen is not None else set()
+    if "logits" in names:
+        return "logits"
+    candidates = [o.name for o in outputs if o.name not in presents and len(o.shape) == 3]
+    if len(candidates) != 1:
+        raise WseccError(
+            f"{Path(path).name}: greedy generation reads logits [batch, sequence, vocab]; "
+            f"this file's outputs are {', '.join(names)}"
+        )
+    return candidates[0]
 
 
 def _sinusoid_frequencies(graph: Any) -> frozenset[str]:
@@ -212,7 +437,10 @@ class OrtWithWeights:
         import onnxruntime as ort
         from onnx import numpy_helper
 
+        from wsecc.frontend.generation import generation_io
+
         model = onnx.load(str(path), load_external_data=False)
+        self._generation = generation_io(model)  # a with-past file runs as ort_run runs it
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
             raise WseccError(
                 f"{Path(path).name}: the gradient check needs weights stored in the file "
@@ -250,6 +478,9 @@ class OrtWithWeights:
             for i in self._session.get_inputs()
         }
         self.output_names = [o.name for o in self._session.get_outputs()]
+        if self._generation is not None:
+            presents = _presents(self._generation, self.output_names)
+            self.output_names = [n for n in self.output_names if n not in presents]
 
     def run(
         self, feeds: Mapping[str, np.ndarray], weights: Mapping[str, np.ndarray] | None = None
@@ -260,6 +491,10 @@ class OrtWithWeights:
             if k in self._inputs
         }
         args.update(weights or {})
+        if self._generation is not None:
+            batch, seq = _batch_and_seq(self._generation, feeds)
+            bound = _prompt_feeds(self._session, self._generation, batch, np.arange(seq), None)
+            args = {**{k: v for k, v in bound.items() if k in self._inputs}, **args}
         outs = self._session.run(self.output_names, args)
         return dict(zip(self.output_names, outs, strict=True))
 

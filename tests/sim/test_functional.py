@@ -84,7 +84,8 @@ def check(path: str, precision: str, fp32_tolerance: float = 1e-5) -> None:
 def test_samples_match_onnxruntime(name, precision):
     check(str(SAMPLES / name), precision)
     fused, feeds = fused_model(str(SAMPLES / name))
-    assert feeds["attention_mask"][-1, -1] == 0  # the last row is padded
+    if "nomask" not in name:  # a generation export called without a mask has none
+        assert feeds["attention_mask"][-1, -1] == 0  # the last row is padded
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

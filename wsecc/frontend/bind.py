@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import ast
 import math
+import re
 from collections.abc import Collection, Iterator, Mapping
 
 import numpy as np
@@ -12,6 +14,7 @@ from onnx import TensorProto
 
 from wsecc.errors import FrontendError
 from wsecc.frontend.common import DTYPES, MAX_TENSOR_BYTES
+from wsecc.frontend.generation import GenerationIO, generation_io
 
 BATCH_NAMES = frozenset({"batch", "batch_size", "batchsize", "bs", "n", "b", "batch_dim"})
 SEQ_NAMES = frozenset(
@@ -56,50 +59,133 @@ def symbolic_dims(model: onnx.ModelProto) -> dict[str, list[str]]:
     return out
 
 
-def check_past_inputs(model: onnx.ModelProto) -> None:
-    inits = {i.name for i in model.graph.initializer}
-    past = [
-        i.name
-        for i in model.graph.input
-        if i.name not in inits and ("past" in i.name.lower() or "cache" in i.name.lower())
-    ]
-    if past:
-        raise FrontendError(
-            f"graph has past key/value inputs ({', '.join(past[:4])}{', ...' if len(past) > 4 else ''}): "
-            "decoder-with-past graphs are not supported; export without use_cache (no past inputs)"
-        )
-
-
 def resolve_bindings(
     model: onnx.ModelProto,
     batch: int | None = None,
     seq: int | None = None,
     dims: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
-    """Map every symbolic input dim to a value, or raise one error naming all unbound dims."""
+    """Map every symbolic input dim to a value, or raise one error naming all unbound dims.
+
+    A generation graph's past length is 0 (`wsecc.frontend.generation`); a dim named by an
+    expression of other dims (`past_sequence_length + sequence_length`) is its value; in a
+    generation graph, the attention mask's key length under a name of its own is the whole
+    context, past (0) + sequence."""
     dims = dict(dims or {})
+    gen = generation_io(model)
+    past = gen.past_dim if gen else None
+    if past is not None and dims.get(past, 0) != 0:
+        raise FrontendError(
+            f"--dim {past}={dims[past]}: a generation graph's past length is bound to 0 (it "
+            f"imports as the forward pass over the whole context); drop --dim {past}"
+        )
+    context = _mask_context_dim(model, gen)
     bound: dict[str, int] = {}
     unbound: list[str] = []
+    expressions: dict[str, list[str]] = {}
     for name, places in symbolic_dims(model).items():
         key = name.lower()
-        if name in dims:
+        if name == past:
+            bound[name] = 0
+        elif _EXPRESSION.search(name):
+            expressions[name] = places
+        elif name in dims:
             bound[name] = dims[name]
         elif batch is not None and key in BATCH_NAMES:
             bound[name] = batch
         elif seq is not None and key in SEQ_NAMES:
             bound[name] = seq
+        elif name == context and seq is not None:
+            bound[name] = seq
         else:
             unbound.append(f"{name} (at {', '.join(places)})")
+    for name, places in expressions.items():
+        value = _evaluate_dim(name, bound)
+        if value is not None and name in dims and dims[name] != value:
+            raise FrontendError(
+                f"--dim {name!r}={dims[name]} disagrees with the dims it names ({value}); "
+                "drop it: a dim named by an expression of others is bound to its value"
+            )
+        if value is None and name in dims:
+            value = dims[name]
+        if value is None:
+            unbound.append(f"{name} (at {', '.join(places)})")
+        else:
+            bound[name] = value
     if unbound:
         raise FrontendError(
             "unbound dims: " + "; ".join(unbound) + " — bind each with --dim NAME=VALUE "
             "(--batch N and --seq N bind only the usual batch and sequence names)"
         )
     for name, v in bound.items():
-        if not isinstance(v, int) or v <= 0:
+        if not isinstance(v, int) or v <= 0 and name != past:
             raise FrontendError(f"dim {name} must be bound to a positive integer, got {v!r}")
     _check_input_sizes(model, bound)
     return bound
+
+
+_EXPRESSION = re.compile(r"[-+*/()]")
+
+
+def _evaluate_dim(name: str, bound: Mapping[str, int]) -> int | None:
+    """The value of a dim named by an integer expression of other dims' names
+    ('past_sequence_length + sequence_length'), or None when it is not one or names a dim
+    that is not bound."""
+    try:
+        tree = ast.parse(name.strip(), mode="eval")
+    except SyntaxError:
+        return None
+    ops = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__}
+    ops[ast.FloorDiv] = ops[ast.Div] = int.__floordiv__
+
+    def value(node: ast.expr) -> int | None:
+        if isinstance(node, ast.Name):
+            return bound.get(node.id)
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            a, b = value(node.left), value(node.right)
+            if a is None or b is None or (b == 0 and isinstance(node.op, ast.Div | ast.FloorDiv)):
+                return None
+            return ops[type(node.op)](a, b)
+        return None
+
+    return value(tree.body)
+
+
+def _mask_context_dim(model: onnx.ModelProto, gen: GenerationIO | None) -> str | None:
+    """In a generation graph, the name of the attention mask's last dim (the keys: past +
+    sequence) when it is a plain name; None otherwise."""
+    if gen is None or gen.attention_mask is None:
+        return None
+    mask = next(i for i in model.graph.input if i.name == gen.attention_mask)
+    dims = mask.type.tensor_type.shape.dim
+    if len(dims) != 2 or dims[1].HasField("dim_value") or not dims[1].dim_param:
+        return None
+    return dims[1].dim_param
+
+
+def binding_sources(
+    bindings: Mapping[str, int],
+    dims: Collection[str],
+    seq_source: str,
+    gen: GenerationIO | None,
+) -> dict[str, str]:
+    """Where each bound dim's value came from: --dim, --batch, --seq (or the position table),
+    the empty past, an expression of the others, the whole context (past + sequence)."""
+    out = {}
+    for k in bindings:
+        if gen is not None and k == gen.past_dim:
+            out[k] = "empty past"
+        elif k in dims:
+            out[k] = "--dim"
+        elif k.lower() in SEQ_NAMES:
+            out[k] = seq_source
+        elif k.lower() in BATCH_NAMES:
+            out[k] = "--batch"
+        else:
+            out[k] = "past + sequence" if gen is not None else "expression"
+    return out
 
 
 def _check_input_sizes(model: onnx.ModelProto, bound: Mapping[str, int]) -> None:
@@ -201,7 +287,8 @@ def position_table_rows(
 def _largest_position(model: onnx.ModelProto, indices: str, seq: int) -> int | None:
     """The largest index the position lookup reads for one sample of `seq` tokens, all of
     them attended: the subgraph computing `indices` run by onnx's reference evaluator on
-    ones (a mask of ones; token ids of 1). None when it cannot be run."""
+    ones (a mask of ones; token ids of 1) and position ids 0..seq-1 (what a generation
+    graph's are bound to). None when it cannot be run."""
     from onnx.reference import ReferenceEvaluator
 
     try:
@@ -232,6 +319,8 @@ def _largest_position(model: onnx.ModelProto, indices: str, seq: int) -> int | N
             shape = (1, seq)[:rank] + (1,) * max(0, rank - 2)
             dtype = onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
             feeds[i.name] = np.ones(shape, dtype)
+            if "position" in i.name.lower() and rank:  # position ids: 0..seq-1, as bound
+                feeds[i.name] = np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape)
         (out,) = ReferenceEvaluator(sub).run(None, feeds)
         return int(np.max(out))
     except Exception:  # an exotic subgraph: fall back to the table's rows

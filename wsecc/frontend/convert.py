@@ -790,12 +790,16 @@ def _embed_layer_norm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> li
 
 @_conv("Attention", domain="com.microsoft")
 def _ms_attention(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
-    if len(n.input) > 4 and n.input[4]:
+    # A past input is what the frontend bound a generation graph's cache to: empty (its
+    # present, the past grown by this step's keys, is then an output nobody reads)
+    if len(n.input) > 4 and n.input[4] and c.get(n.input[4]).type.size != 0:
         raise FrontendError(
-            f"Attention {n.name!r} has a past input: decoder-with-past graphs are not supported"
+            f"Attention {n.name!r} has a past input that is not empty: wsecc binds a "
+            "generation graph's past to length 0 (a past input must be a graph input)"
         )
+    read = {x for m in c.model.graph.node for x in m.input} | {o.name for o in c.model.graph.output}
     if any(len(n.input) > i and n.input[i] for i in (5, 6, 7)) or (
-        len(n.output) > 1 and n.output[1]
+        len(n.output) > 1 and n.output[1] in read
     ):
         raise FrontendError(
             f"Attention {n.name!r}: attention_bias/past/present operands are not supported"

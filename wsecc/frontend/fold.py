@@ -7,8 +7,11 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
+import numpy as np
 import onnx
+import onnx_ir.passes as ir_passes_base
 from onnx import TensorProto, helper
 
 from wsecc.errors import FrontendError
@@ -106,8 +109,9 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
                     shape_inference=True,
                     input_size_limit=_FOLD_INPUT_ELEMS,
                     output_size_limit=1 << 20,
-                    should_fold=lambda node: None,
+                    should_fold=_should_fold,
                 ),
+                _ScatterOverEverything(),
                 common.RemoveUnusedNodesPass(),
             ],
             steps=3,
@@ -121,6 +125,74 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
         common.NameFixPass(),
     )(m)
     return ir.serde.serialize_model(m)
+
+
+def _should_fold(node: Any) -> bool | None:
+    """Fold a ConstantOfShape of a constant shape of at most _FOLD_INPUT_ELEMS elements; leave
+    every other node to onnxscript's rules (None).
+
+    onnxscript keeps ConstantOfShape unfolded by default (a file stays small); wsecc needs its
+    values: the Expand shapes `Where(Equal(shape, -1 * ConstantOfShape(...)), ...)` that decide
+    whether a with-past Llama export's rotary positions fold, and OPT's causal mask,
+    `Trilu(ConstantOfShape([S, S], min))`. Past _FOLD_INPUT_ELEMS (OPT beyond 1,024 tokens) the
+    Trilu stays and is named as unsupported."""
+    if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx"):
+        return None
+    shape = node.inputs[0].const_value if node.inputs and node.inputs[0] is not None else None
+    if shape is None:
+        return None
+    return int(np.prod(shape.numpy(), dtype=np.int64)) <= _FOLD_INPUT_ELEMS or None
+
+
+def _scatter_over_everything(node: Any) -> list[int] | None:
+    """The output shape of a ScatterND (no reduction) whose constant indices write every element
+    of its data once, in row-major order, so that its output is its updates reshaped; else None.
+
+    Such a scatter is how a sliced assignment over the whole tensor exports (OPT's
+    `mask[..., :key_length] = mask[..., :key_length].masked_fill(...)`): with the sequence bound
+    and an empty past, the slice is everything."""
+    if node.op_type != "ScatterND" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 3:
+        return None
+    data, indices = node.inputs[0], node.inputs[1]
+    if node.attributes.get_string("reduction", "none") != "none" or indices is None:
+        return None
+    if indices.const_value is None or data is None or data.shape is None:
+        return None
+    if not data.shape.is_static():
+        return None
+    shape = [int(d) for d in data.shape.numpy()]
+    idx = indices.const_value.numpy()
+    k = idx.shape[-1] if idx.ndim else 0
+    if not 1 <= k <= len(shape):
+        return None
+    lead = shape[:k]
+    flat = idx.reshape(-1, k).astype(np.int64)
+    if flat.shape[0] != int(np.prod(lead)) or np.any(flat < 0) or np.any(flat >= lead):
+        return None
+    starts = np.ravel_multi_index(tuple(flat.T), lead)
+    return shape if np.array_equal(starts, np.arange(flat.shape[0])) else None
+
+
+class _ScatterOverEverything(ir_passes_base.InPlacePass):
+    """ScatterND(data, indices, updates) -> Reshape(updates, shape(data)) where the constant
+    indices write every element once, in order (`_scatter_over_everything`)."""
+
+    def call(self, model: Any) -> Any:
+        import onnx_ir as ir
+
+        modified = False
+        for node in list(model.graph):
+            shape = _scatter_over_everything(node)
+            if shape is None:
+                continue
+            const = ir.node("Constant", [], {"value": ir.tensor(np.array(shape, np.int64))})
+            reshape = ir.node("Reshape", [node.inputs[2], const.outputs[0]])
+            reshape.outputs[0].name = node.outputs[0].name
+            ir.convenience.replace_nodes_and_values(
+                model.graph, node, [node], [const, reshape], node.outputs, reshape.outputs
+            )
+            modified = True
+        return ir_passes_base.PassResult(model, modified)
 
 
 def _elems(t: TensorProto) -> int:

@@ -23,9 +23,9 @@ import onnx
 from onnx import TensorProto, helper
 
 from wsecc.errors import FrontendError
-from wsecc.frontend.bind import check_past_inputs
 from wsecc.frontend.common import DTYPES, MAX_MODEL_BYTES, MAX_TENSOR_BYTES, VALIDATED_MARK
 from wsecc.frontend.convert import CONVERTERS, op_key
+from wsecc.frontend.generation import generation_io
 
 
 def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
@@ -105,7 +105,7 @@ def _check_model(model: onnx.ModelProto, where: str) -> None:
             "are not supported; store it as a dense initializer"
         )
     _check_inputs(g, where)
-    check_past_inputs(model)  # refused anyway, and the reason to give first (old ones break SSA)
+    generation_io(model)  # past inputs wsecc cannot bind: the reason to give first
     _check_definitions(g, where)
     _check_acyclic(g, where)
     _check_schemas(model, where)

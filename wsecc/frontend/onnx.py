@@ -4,6 +4,8 @@ load_model(path)            hardened read (`load.py`): external data confined to
                             model's folder, the file checked before anything reads it
 resolve_bindings, bind_dims every symbolic input dim bound to an int, or one error naming
                             all (`bind.py`)
+generation_io,              a decoder with past key/values: its cache interface, bound as a
+bind_generation             fresh prompt with an empty past (`generation.py`)
 fold(model)                 constants and shape subgraphs folded by onnxscript's optimizer;
                             the weights are taken out of `model` and returned beside it
                             (`fold.py`)
@@ -27,7 +29,7 @@ from wsecc.frontend.bind import (
     DEFAULT_SEQ,
     SEQ_NAMES,
     bind_dims,
-    check_past_inputs,
+    binding_sources,
     default_seq,
     resolve_bindings,
     symbolic_dims,
@@ -35,6 +37,7 @@ from wsecc.frontend.bind import (
 from wsecc.frontend.common import DTYPES
 from wsecc.frontend.convert import raw_op_histogram, to_graph, unsupported_ops
 from wsecc.frontend.fold import fold
+from wsecc.frontend.generation import CacheLayer, GenerationIO, bind_generation, generation_io
 from wsecc.frontend.load import dtype_name, load_model
 from wsecc.frontend.weights import check_weights, placeholders, weight_inputs
 from wsecc.ir.core import Graph
@@ -44,11 +47,14 @@ __all__ = [
     "BATCH_NAMES",
     "DEFAULT_SEQ",
     "SEQ_NAMES",
+    "CacheLayer",
+    "GenerationIO",
     "ModelInfo",
     "bind_dims",
-    "check_past_inputs",
+    "bind_generation",
     "default_seq",
     "fold",
+    "generation_io",
     "import_model",
     "load_model",
     "resolve_bindings",
@@ -70,13 +76,20 @@ class ModelInfo:
     raw_ops: dict[str, int] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # dim name -> where its value came from
     weight_inputs: int = 0  # graph inputs taken as weights without data (--weights inputs)
+    generation: GenerationIO | None = None  # a decoder with past key/values, as it was bound
 
     def describe_bindings(self) -> str:
-        """'batch=1 (--batch), sequence=64 (position table)': each value and its source."""
-        return ", ".join(
+        """'batch=1 (--batch), sequence=64 (position table)': each value and its source; for a
+        generation graph also the inputs bound as a fresh prompt ('position_ids=arange(64) per
+        row')."""
+        parts = [
             f"{k}={v} ({self.sources[k]})" if k in self.sources else f"{k}={v}"
             for k, v in self.bindings.items()
-        )
+        ]
+        if self.generation is not None:
+            bound = self.generation.bound.items()
+            parts += [f"{k}={v}" for k, v in bound if k not in self.bindings]
+        return ", ".join(parts)
 
 
 def import_model(
@@ -98,7 +111,7 @@ def import_model(
     weight, so nothing ever reads or allocates them. Without it, a file whose weights are such
     inputs fails in one line that names the flag (`check_weights`)."""
     model = load_model(path)
-    check_past_inputs(model)
+    gen = generation_io(model)
     found = weight_inputs(model)
     as_inputs = parse(Weights, weights, "weights") is Weights.INPUTS
     check_weights(model, found, as_inputs, Path(path).name)
@@ -110,21 +123,23 @@ def import_model(
         seq, seq_source = default_seq(model, names)
     dims = dict(dims or {})
     bindings = resolve_bindings(model, batch, seq, dims)
-    sources = {
-        k: "--dim" if k in dims else seq_source if k.lower() in SEQ_NAMES else "--batch"
-        for k in bindings
-    }
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    raw_ops = raw_op_histogram(model)
+    bind_dims(model, bindings)
+    if gen is not None:
+        gen = bind_generation(model, gen)
     info = ModelInfo(
         path=str(path),
-        opset=next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0),
+        opset=opset,
         producer=f"{model.producer_name} {model.producer_version}".strip(),
         bindings=bindings,
-        raw_ops=raw_op_histogram(model),
-        sources=sources,
+        raw_ops=raw_ops,
+        sources=binding_sources(bindings, dims, seq_source, gen),
         weight_inputs=len(found),
+        generation=gen,
     )
     declared = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
-    folded, stored = fold(bind_dims(model, bindings))
+    folded, stored = fold(model)
     del model
     graph = to_graph(folded, stored, placeholders(found))
     for v in graph.outputs:  # folding re-infers output types: compare with what the file said
