@@ -108,6 +108,18 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _replicas(text: str) -> int | None:
+    """`--replicas`: a positive integer, or auto (None)."""
+    if text == "auto":
+        return None
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer or auto, got {text!r}"
+        ) from None
+
+
 def _parse_dims(items: Sequence[str]) -> dict[str, int]:
     dims = {}
     for it in items:
@@ -343,7 +355,8 @@ def _options(args: argparse.Namespace) -> Any:
 
     return Options(
         target=args.target, batch=args.batch, seq=args.seq, dims=_parse_dims(args.dim),
-        mode=args.mode, execution=args.execution, systems=args.systems, weights=args.weights,
+        mode=args.mode, execution=args.execution, systems=args.systems, replicas=args.replicas,
+        weights=args.weights,
         precision=args.precision, chunk_tokens=args.chunk_tokens, placer=args.placer,
         time_budget_s=args.time_budget, seed=args.seed, deterministic=args.deterministic,
         pins=args.pins, check_each_pass=args.check_each_pass, explain=args.explain,
@@ -490,6 +503,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=option_default("systems"),
         metavar="N",
         help="train mode: data parallel over N systems (default 1)",
+    )
+    c.add_argument(
+        "--replicas",
+        type=_replicas,
+        default="auto",
+        metavar="N|auto",
+        help="infer mode: N data-parallel copies of the pipeline on the wafer, sharing the host "
+        "I/O; auto: as many as raise the throughput and fit (the report says what stops them). "
+        "Train mode keeps one program (its data parallelism is --systems) (default auto)",
     )
     c.add_argument(
         "--placer",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -34,6 +35,7 @@ from wsecc.errors import WseccError
 from wsecc.frontend.common import MAX_TENSOR_BYTES
 from wsecc.limits import Limits
 from wsecc.options import Options
+from wsecc.replicas import host_samples_per_s
 from wsecc.targets import target_source
 from wsecc.version import __version__
 
@@ -333,6 +335,7 @@ class Compilation:
                 kg, sizing, self.target, o.precision, placer=o.placer,
                 time_budget_s=o.time_budget_s, seed=o.seed, deterministic=o.deterministic,
                 pins=o.pins, say=lambda s: self.progress("place", s), train=train,
+                replicas=o.replicas,
             )  # fmt: skip
         self.problem, self.program = placed.problem, placed.program
         self.sizing = placed.program.sizing
@@ -473,16 +476,23 @@ class Compilation:
         self.progress("numerics", self.numerics.summary())
         return self
 
+    @property
+    def copies(self) -> int:
+        """Copies of the program on the wafer (`wsecc.replicas`); 1 before placement."""
+        return self.program.replicas.k if self.program is not None else 1
+
     def report_performance(self) -> dict[str, Any]:
-        """The report's `performance` object (L1's figures when L1 ran, L0's otherwise)."""
-        l0 = self.perf
+        """The report's `performance` object (L1's figures when L1 ran, L0's otherwise): the
+        throughput and utilization of every copy together; latency, the bottleneck and the
+        on-wafer figures are one copy's."""
+        l0, k = self.perf, self.copies
         rep: dict[str, Any] = {
             "model": "l0",
-            "samples_per_s": l0.samples_per_s,
-            "tokens_per_s": l0.tokens_per_s,
+            "samples_per_s": k * l0.samples_per_s,
+            "tokens_per_s": k * l0.tokens_per_s,
             "latency_s": l0.latency_s,
             "batch_latency_s": l0.batch_latency_s,
-            "utilization": l0.utilization,
+            "utilization": k * l0.utilization,
             "utilization_of_pes_used": l0.utilization_used,
             "bottleneck": l0.bottleneck,
             "bottleneck_kind": l0.bottleneck_kind,
@@ -496,12 +506,12 @@ class Compilation:
             scale = ev.samples_per_s / l0.samples_per_s if l0.samples_per_s else 0.0
             rep |= {
                 "model": "l1",
-                "samples_per_s": ev.samples_per_s,
-                "tokens_per_s": ev.tokens_per_s,
+                "samples_per_s": k * ev.samples_per_s,
+                "tokens_per_s": k * ev.tokens_per_s,
                 "latency_s": ev.latency_s,
                 "mean_latency_s": ev.mean_latency_s,
-                "utilization": min(1.0, l0.utilization * scale),
-                "l0": {"samples_per_s": l0.samples_per_s, "latency_s": l0.latency_s},
+                "utilization": min(1.0, k * l0.utilization * scale),
+                "l0": {"samples_per_s": k * l0.samples_per_s, "latency_s": l0.latency_s},
                 "l1_vs_l0": {
                     "throughput_rel_diff": ev.throughput_rel_diff,
                     "latency_rel_diff": ev.latency_rel_diff,
@@ -516,14 +526,32 @@ class Compilation:
             }
         return rep
 
+    def report_replicas(self) -> dict[str, Any]:
+        """The report's `replicas` object: how many copies, why no more (`wsecc.replicas`),
+        their tiles, and (once simulated) a copy's throughput, the total and the host I/O
+        bound the copies share."""
+        program = self._need(self.program, "place_and_route")
+        reps = program.replicas
+        rep = reps.to_json()
+        if self.perf is not None and self.training is None:
+            total = self.report_performance()["samples_per_s"]
+            host = max((f.bytes_per_sample for f in self.perf.flows if f.kind == "host"), default=0)
+            bound = host_samples_per_s(host, self.target.io.offwafer_bytes_per_s)
+            rep |= {
+                "per_copy_samples_per_s": total / reps.k,
+                "samples_per_s": total,
+                "host_io_samples_per_s": None if math.isinf(bound) else bound,
+            }
+        return rep
+
     def report_sizing(self) -> dict[str, Any]:
-        """The report's `sizing` object."""
+        """The report's `sizing` object: the PEs of every copy, the rest one copy's."""
         s = self._need(self.sizing, "lower_and_size")
         return {
             "bottleneck": s.bottleneck,
             "balance": s.balance,
-            "pes_used": s.pes_used,
-            "fabric_fraction": s.fabric_fraction,
+            "pes_used": self.copies * s.pes_used,
+            "fabric_fraction": self.copies * s.fabric_fraction,
             "max_sram_bytes_per_pe": s.max_sram_per_pe,
             "samples_per_s": s.samples_per_s,
             "tokens_per_s": s.tokens_per_s,
@@ -623,6 +651,7 @@ class Compilation:
                 "color_lower_bound": r.color_lower_bound, "link_load_max": r.link_load_max,
                 "total_length": r.total_length,
             }  # fmt: skip
+            rep["replicas"] = self.report_replicas()
         if self.perf is not None:
             rep["routing"]["link_util_max"] = self._link_util_max()
             sm = self.sram

@@ -28,6 +28,25 @@ from wsecc.place.manual import load_pins, with_pins
 from wsecc.place.problem import Placement, PlacementError, PlacementProblem, validate_placement
 from wsecc.pm import NumericsCheck, PassContext, PassManager, PassRecord
 from wsecc.program import Program
+from wsecc.replicas import (
+    COLORS,
+    FABRIC_AREA,
+    FILLS_WAFER,
+    LINKS,
+    REQUESTED,
+    TRAIN_MODE,
+    Replicas,
+    choose,
+    copies_for_host,
+    copy_area,
+    grid_origins,
+    host_samples_per_s,
+    tile_grids,
+    whole_placement,
+    whole_problem,
+    whole_routing,
+    within,
+)
 from wsecc.route.problem import (
     Routing,
     RoutingError,
@@ -179,7 +198,7 @@ def _route_widest(
 
 @dataclass(frozen=True)
 class Placed:
-    problem: PlacementProblem
+    problem: PlacementProblem  # one copy's (on its tile when replicated)
     program: Program  # its sizing: the one that packed, costed at the placed shapes
 
 
@@ -196,40 +215,72 @@ def place_and_route(
     pins: str | None = None,
     say: Callable[[str], None] = lambda s: None,
     train: TrainCosts | None = None,
+    replicas: int | None = 1,
 ) -> Placed:
     """Place (re-sizing at lower fill while the regions do not pack), route, validate.
 
-    `time_budget_s` bounds the placement attempts together (re-sizings included), not routing.
-    With `train`, every (re-)sizing costs the kernels as pipelined training does.
+    `replicas`: the copies wanted (`wsecc.replicas`), None for as many as raise the throughput
+    and fit; one copy on a tile of the fabric is placed and routed, the others are it
+    translated. With `train` (training costs every (re-)sizing as pipelined training does)
+    there is one copy. `time_budget_s` bounds the placement attempts together (re-sizings and
+    tiles included), not routing.
 
-    Guarantees: the placement and routing pass the solver-free validators. Raises
-    PlacementError / RoutingError (one line) when no legal result exists.
+    Guarantees: the placement and routing of every copy, on the whole fabric, pass the
+    solver-free validators. Raises PlacementError / RoutingError (one line) when no legal
+    result exists.
     """
     deadline = time.perf_counter() + time_budget_s
+
+    def place_in(problem: PlacementProblem) -> Placement:
+        # one budget for all attempts (deterministic mode: a work quota, the same each time)
+        left = time_budget_s if deterministic else max(0.5, deadline - time.perf_counter())
+        return place(
+            problem, placer=placer, time_budget_s=left, seed=seed, deterministic=deterministic
+        )
+
+    blocked = TRAIN_MODE if train is not None else REQUESTED
+    if train is None and replicas != 1:
+        tiled = _place_copies(kg, sizing, target, precision, replicas, pins, place_in, say)
+        if isinstance(tiled, Placed):
+            return tiled
+        blocked = tiled
     for i, fill in enumerate(FILL_STEPS):
         if i:
             sizing = size_regions(
                 kg, target, precision, fill=fill, chunk_tokens=sizing.chunk_tokens, train=train
             )
             say(f"size       re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
-        problem = placement_problem(kg, sizing, target, precision)
-        if pins:
-            problem = with_pins(problem, load_pins(pins))
+        problem = _problem(kg, sizing, target, precision, pins)
         try:
-            # one budget for all attempts (deterministic mode: a work quota, the same each time)
-            left = time_budget_s if deterministic else max(0.5, deadline - time.perf_counter())
-            placement = place(
-                problem,
-                placer=placer,
-                time_budget_s=left,
-                seed=seed,
-                deterministic=deterministic,
-            )
+            placement = place_in(problem)
             break
         except PlacementError as e:
             if i == len(FILL_STEPS) - 1:
                 raise
             say(f"place      regions at {100 * fill:.0f}% fill do not pack: {str(e)[:100]}...")
+    _, program = _route_placed(kg, sizing, target, precision, problem, placement, say, train)
+    return Placed(problem, replace(program, replicas=Replicas(1, blocked)))
+
+
+def _problem(
+    kg: KernelGraph, sizing: Sizing, target: Target, precision: str, pins: str | None
+) -> PlacementProblem:
+    problem = placement_problem(kg, sizing, target, precision)
+    return with_pins(problem, load_pins(pins)) if pins else problem
+
+
+def _route_placed(
+    kg: KernelGraph,
+    sizing: Sizing,
+    target: Target,
+    precision: str,
+    problem: PlacementProblem,
+    placement: Placement,
+    say: Callable[[str], None],
+    train: TrainCosts | None = None,
+) -> tuple[RoutingProblem, Program]:
+    """Cost the kernels at their placed shapes, route, validate: the program of one copy and
+    the routing problem it was routed as."""
     # what the placement achieves: each kernel costed at its placed shape (one of its menu's)
     shapes = {name: (r.h, r.w) for name, r in placement.rects.items()}
     sizing = sizing_at(sizing, kg, target, precision, shapes, train=train)
@@ -238,7 +289,125 @@ def place_and_route(
     bad = validate_placement(problem, placement) + validate_routing(rp, placement, routing)
     if bad:
         raise RuntimeError(f"placement/routing failed validation: {bad[0]}")
-    return Placed(problem, Program(kg, sizing, placement, routing, target))
+    return rp, Program(kg, sizing, placement, routing, target)
+
+
+TILE_ROUTING_ATTEMPTS = 3
+"""Tiles tried after the copy packed in one but did not route there (each routing attempt
+narrows lanes several times, `_route_widest`): then fewer, larger tiles are not tried."""
+
+
+def _place_copies(
+    kg: KernelGraph,
+    sizing: Sizing,
+    target: Target,
+    precision: str,
+    requested: int | None,
+    pins: str | None,
+    place_in: Callable[[PlacementProblem], Placement],
+    say: Callable[[str], None],
+) -> Placed | str:
+    """Copies on a grid of tiles (`wsecc.replicas`), or the resource that stops a second copy
+    (one of `wsecc.replicas.REASONS`) when none fits.
+
+    The copy is placed and routed on a tile of the grid with the most tiles where it packs
+    (a placer fails fast where its greedy start does not pack) and routes; its throughput there
+    gives k (`wsecc.replicas.choose`); every copy is checked on the whole fabric.
+    """
+    whole = _problem(kg, sizing, target, precision, pins)
+    most = whole.area // copy_area(whole)
+    if requested is not None:
+        most = min(most, requested)
+    if most < 2:
+        return FILLS_WAFER
+    fit = _first_grid(tile_grids(whole, most), place_in, whole, kg, sizing, target, precision, say)
+    if isinstance(fit, str):
+        return fit
+    k, reason = choose(fit.tiles, _copies_for_host(fit.program), requested, fit.blocked)
+    reps = Replicas(k, reason, fit.tile, grid_origins(fit.tile, fit.grid[0], k))
+    _validate_copies(fit.problem, fit.rp, fit.program, reps)
+    say(
+        f"replicas   {k} copies on {fit.grid[0]}x{fit.grid[1]} tiles of {fit.tile[0]}x"
+        f"{fit.tile[1]} PEs (stopped by {reason})"
+    )
+    return Placed(fit.problem, replace(fit.program, replicas=reps))
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """A copy placed and routed on one tile of a (columns, rows) grid."""
+
+    grid: tuple[int, int]
+    problem: PlacementProblem  # on the tile
+    rp: RoutingProblem
+    program: Program
+    blocked: str  # what stopped the grids with more tiles tried before it
+
+    @property
+    def tiles(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def tile(self) -> tuple[int, int]:
+        return (self.problem.width, self.problem.height)
+
+
+def _first_grid(
+    grids: list[tuple[int, int]],
+    place_in: Callable[[PlacementProblem], Placement],
+    whole: PlacementProblem,
+    kg: KernelGraph,
+    sizing: Sizing,
+    target: Target,
+    precision: str,
+    say: Callable[[str], None],
+) -> _Fit | str:
+    """The first of `grids` on whose tile the copy packs and routes, or what stopped them all:
+    FABRIC_AREA when it packed nowhere, COLORS or LINKS when it packed but did not route (after
+    `TILE_ROUTING_ATTEMPTS` such tiles, larger ones are not tried)."""
+    blocked, routing_failures = FABRIC_AREA, 0
+    for columns, rows in grids:
+        problem = within(whole, (whole.width // columns, whole.height // rows))
+        try:
+            placement = place_in(problem)
+        except PlacementError:
+            continue  # does not pack in this tile: try larger ones
+        try:
+            rp, program = _route_placed(kg, sizing, target, precision, problem, placement, say)
+        except RoutingError as e:
+            blocked = COLORS if "colors" in str(e) else LINKS
+            say(f"replicas   tiles of {problem.width}x{problem.height} do not route ({blocked})")
+            routing_failures += 1
+            if routing_failures == TILE_ROUTING_ATTEMPTS:
+                break
+            continue
+        return _Fit((columns, rows), problem, rp, program, blocked)
+    return blocked
+
+
+def _copies_for_host(program: Program) -> int:
+    """k_host of one copy (`wsecc.replicas.copies_for_host`): its on-wafer throughput against
+    the host I/O bound, from L0 with the whole host I/O."""
+    from wsecc.sim.perf import simulate_l0
+
+    alone = simulate_l0(program)
+    host_bytes = max((f.bytes_per_sample for f in alone.flows if f.kind == "host"), default=0)
+    host = host_samples_per_s(host_bytes, program.target.io.offwafer_bytes_per_s)
+    return copies_for_host(alone.wafer_samples_per_s, host)
+
+
+def _validate_copies(
+    problem: PlacementProblem, rp: RoutingProblem, program: Program, reps: Replicas
+) -> None:
+    """Every copy on the whole fabric through the validators: no two rectangles overlap, every
+    lane stays on the fabric, within the color budget at every router and a link's capacity."""
+    W, H = program.target.fabric.program_width, program.target.fabric.program_height
+    wp = whole_problem(problem, reps, W, H)
+    placement = whole_placement(wp, program.placement, reps)
+    whole_rp, routing = whole_routing(rp, program.routing, reps, W, H)
+    bad = validate_placement(wp, placement) + validate_routing(whole_rp, placement, routing)
+    if bad:
+        raise RuntimeError(f"replicated placement/routing failed validation: {bad[0]}")
 
 
 def simulate(program: Program, options: Options) -> tuple[SramMap, PerfResult, EventResult | None]:
