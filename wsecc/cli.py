@@ -344,7 +344,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     if args.png:
         write_placement_png(
             folder / "placement.png", v.program.kg, v.program.placement, v.program.target,
-            v.title, limits=v.limits, routing=v.program.routing,
+            v.title, limits=v.limits, routing=v.program.routing, replicas=v.program.replicas,
         )  # fmt: skip
     print(out.resolve().as_uri())
     return 0

@@ -826,8 +826,9 @@ def _placement_png(c: Compilation, path: Path) -> None:
     from wsecc.view import write_placement_png
 
     write_placement_png(
-        path, c.kernel_graph, c.placement, c.target, c.title, limits=c.limits(), routing=c.routing
-    )
+        path, c.kernel_graph, c.placement, c.target, c.title, limits=c.limits(), routing=c.routing,
+        replicas=c.program.replicas,
+    )  # fmt: skip
 
 
 class _Timer:
