@@ -535,8 +535,7 @@ class Compilation:
         rep = reps.to_json()
         if self.perf is not None and self.training is None:
             total = self.report_performance()["samples_per_s"]
-            host = max((f.bytes_per_sample for f in self.perf.flows if f.kind == "host"), default=0)
-            bound = host_samples_per_s(host, self.target.io.offwafer_bytes_per_s)
+            bound = host_samples_per_s(self.perf, self.target.io.offwafer_bytes_per_s)
             rep |= {
                 "per_copy_samples_per_s": total / reps.k,
                 "samples_per_s": total,

@@ -391,8 +391,7 @@ def _copies_for_host(program: Program) -> int:
     from wsecc.sim.perf import simulate_l0
 
     alone = simulate_l0(program)
-    host_bytes = max((f.bytes_per_sample for f in alone.flows if f.kind == "host"), default=0)
-    host = host_samples_per_s(host_bytes, program.target.io.offwafer_bytes_per_s)
+    host = host_samples_per_s(alone, program.target.io.offwafer_bytes_per_s)
     return copies_for_host(alone.wafer_samples_per_s, host)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wsecc.place.problem import (
     PlaceFlow,
@@ -34,6 +34,9 @@ from wsecc.place.problem import (
     kernel_shapes,
 )
 from wsecc.route.problem import RoutedLane, RouteFlow, Routing, RoutingProblem
+
+if TYPE_CHECKING:
+    from wsecc.sim.perf import PerfResult
 
 FABRIC_AREA = "fabric area"  # no grid with more tiles packs the copy
 HOST_IO = "host I/O"  # one more copy would not raise the total: the copies fill the host I/O
@@ -112,11 +115,12 @@ def copy_area(problem: PlacementProblem) -> int:
     return sum(min(w * h for w, h in kernel_shapes(problem, k.name)) for k in problem.kernels)
 
 
-def host_samples_per_s(bytes_per_sample: float, io_bytes_per_s: float) -> float:
-    """The host I/O bound H of all copies together: samples/s when the busier direction's
-    `bytes_per_sample` fill the off-wafer channels (`io_bytes_per_s` each way, as
-    `wsecc.sim.perf` models them); infinite without host bytes."""
-    return io_bytes_per_s / bytes_per_sample if bytes_per_sample > 0 else math.inf
+def host_samples_per_s(perf: PerfResult, io_bytes_per_s: float) -> float:
+    """The host I/O bound H of all copies together: samples/s when the busier direction's bytes
+    per sample (L0's host-in and host-out stages) fill the off-wafer channels
+    (`io_bytes_per_s` each way, as `wsecc.sim.perf` models them); infinite without host bytes."""
+    host = max((f.bytes_per_sample for f in perf.flows if f.kind == "host"), default=0)
+    return io_bytes_per_s / host if host > 0 else math.inf
 
 
 def within(problem: PlacementProblem, tile: Point) -> PlacementProblem:
