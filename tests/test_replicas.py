@@ -236,3 +236,10 @@ def test_overlapping_copies_fail_the_validators():
     bad = Replicas(2, REQUESTED, tile, ((0, 0), (5, 0)))  # the second copy's tile overlaps
     wp = whole_problem(one, bad, p.width, p.height)
     assert any("overlap" in v for v in validate_placement(wp, whole_placement(wp, placement, bad)))
+
+
+def test_train_mode_keeps_one_program():
+    c = wsecc.compile(GPT2, seq=16, mode="train", validate=False, placer="greedy")
+    reps = c.report()["replicas"]
+    assert (reps["k"], reps["reason"], reps["tile"]) == (1, "train mode", None)
+    assert c.report()["sizing"]["pes_used"] == c.sizing.pes_used

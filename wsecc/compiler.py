@@ -35,7 +35,7 @@ from wsecc.errors import WseccError
 from wsecc.frontend.common import MAX_TENSOR_BYTES
 from wsecc.limits import Limits
 from wsecc.options import Options
-from wsecc.replicas import host_samples_per_s
+from wsecc.replicas import TRAIN_MODE, Replicas, host_samples_per_s
 from wsecc.targets import target_source
 from wsecc.version import __version__
 
@@ -327,17 +327,20 @@ class Compilation:
         o = self.options
         kg = self._need(self.kernel_graph, "lower_and_size")
         sizing = self._need(self.sizing, "lower_and_size")
-        train = None
+        train, replicas = None, o.replicas
         if self.training is not None:  # the training layout: its program, or one streamed unit
             kg, sizing, train = self.training.layout, self.training.sizing, self.training.costs
+            replicas = 1  # training's data parallelism is over systems (`wsecc.train`)
         with self._stage("place"):
             placed = place_and_route(
                 kg, sizing, self.target, o.precision, placer=o.placer,
                 time_budget_s=o.time_budget_s, seed=o.seed, deterministic=o.deterministic,
                 pins=o.pins, say=lambda s: self.progress("place", s), train=train,
-                replicas=o.replicas,
+                replicas=replicas,
             )  # fmt: skip
         self.problem, self.program = placed.problem, placed.program
+        if self.training is not None:
+            self.program = dataclasses.replace(self.program, replicas=Replicas(1, TRAIN_MODE))
         self.sizing = placed.program.sizing
         p, r = placed.program.placement, placed.program.routing
         self.progress(

@@ -34,7 +34,6 @@ from wsecc.replicas import (
     FILLS_WAFER,
     LINKS,
     REQUESTED,
-    TRAIN_MODE,
     Replicas,
     choose,
     copies_for_host,
@@ -221,9 +220,9 @@ def place_and_route(
 
     `replicas`: the copies wanted (`wsecc.replicas`), None for as many as raise the throughput
     and fit; one copy on a tile of the fabric is placed and routed, the others are it
-    translated. With `train` (training costs every (re-)sizing as pipelined training does)
-    there is one copy. `time_budget_s` bounds the placement attempts together (re-sizings and
-    tiles included), not routing.
+    translated. With `train`, every (re-)sizing costs the kernels as pipelined training does.
+    `time_budget_s` bounds the placement attempts together (re-sizings and tiles included),
+    not routing.
 
     Guarantees: the placement and routing of every copy, on the whole fabric, pass the
     solver-free validators. Raises PlacementError / RoutingError (one line) when no legal
@@ -238,8 +237,8 @@ def place_and_route(
             problem, placer=placer, time_budget_s=left, seed=seed, deterministic=deterministic
         )
 
-    blocked = TRAIN_MODE if train is not None else REQUESTED
-    if train is None and replicas != 1:
+    blocked = REQUESTED
+    if replicas != 1:
         tiled = _place_copies(kg, sizing, target, precision, replicas, pins, place_in, say)
         if isinstance(tiled, Placed):
             return tiled

@@ -151,7 +151,7 @@ def _value(key: str, value: Any, where: str, base: Path) -> Any:
     if key in ("batch", "seq", "chunk-tokens", "systems") and value <= 0:
         raise SpecError(f"{where}: {key} = {value} must be positive")
     if key == "replicas" and (value != "auto" if isinstance(value, str) else value <= 0):
-        raise SpecError(f"{where}: replicas = {value!r} is not a positive integer or \"auto\"")
+        raise SpecError(f'{where}: replicas = {value!r} is not a positive integer or "auto"')
     if key in _PATH_KEYS or (key == "target" and value.endswith(".toml")):
         path = (base / value).resolve()
         if not path.is_file():
