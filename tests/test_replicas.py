@@ -206,15 +206,16 @@ def _problem(width: int = 100, height: int = 60) -> PlacementProblem:
     return PlacementProblem(width, height, kernels, (PlaceFlow("a", "b", 64.0, "a->b"),))
 
 
-def test_tile_grids_hold_the_copy_most_tiles_first():
+def test_tile_grids_hold_the_copies_in_the_largest_tiles():
     p = _problem()
-    grids = tile_grids(p, most=p.area // copy_area(p))
-    assert grids, "a 100x60 fabric holds more than one 400-PE copy"
-    counts = [c * r for c, r in grids]
-    assert counts == sorted(counts, reverse=True) and min(counts) >= 2
-    for cols, rows in grids:
-        w, h = p.width // cols, p.height // rows
-        assert w * h >= copy_area(p) and w >= 20 and h >= 10
+    for copies in (2, 3, 6, 12):
+        grids = tile_grids(p, copies)
+        assert grids, f"a 100x60 fabric has room for {copies} 400-PE copies"
+        for cols, rows in grids:
+            w, h = p.width // cols, p.height // rows
+            assert cols * rows >= copies > cols * (rows - 1)  # the fewest rows
+            assert w * h >= copy_area(p) and w >= 20 and h >= 10
+    assert tile_grids(p, 40) == []  # 40 tiles of 150 PEs cannot hold 400-PE copies
 
 
 def test_overlapping_copies_fail_the_validators():

@@ -292,8 +292,8 @@ def _route_placed(
 
 
 TILE_ROUTING_ATTEMPTS = 3
-"""Tiles tried after the copy packed in one but did not route there (each routing attempt
-narrows lanes several times, `_route_widest`): then fewer, larger tiles are not tried."""
+"""Grids tried in turn while the copy packs on their tile but does not route there (each routing
+attempt narrows lanes several times, `_route_widest`); then no copies."""
 
 
 def _place_copies(
@@ -309,79 +309,74 @@ def _place_copies(
     """Copies on a grid of tiles (`wsecc.replicas`), or the resource that stops a second copy
     (one of `wsecc.replicas.REASONS`) when none fits.
 
-    The copy is placed and routed on a tile of the grid with the most tiles where it packs
-    (a placer fails fast where its greedy start does not pack) and routes; its throughput there
-    gives k (`wsecc.replicas.choose`); every copy is checked on the whole fabric.
+    The grid with the most tiles where greedy packs the copy (`_most_tiles`); the copy placed
+    there with the chosen placer (it starts from greedy's packing) and routed; its throughput
+    gives k (`wsecc.replicas.choose`); every copy is checked on the whole fabric. When the copy
+    does not route on a tile, grids with fewer, larger tiles are tried (at most
+    `TILE_ROUTING_ATTEMPTS` times).
     """
     whole = _problem(kg, sizing, target, precision, pins)
     most = whole.area // copy_area(whole)
     if requested is not None:
         most = min(most, requested)
-    if most < 2:
-        return FILLS_WAFER
-    fit = _first_grid(tile_grids(whole, most), place_in, whole, kg, sizing, target, precision, say)
-    if isinstance(fit, str):
-        return fit
-    k, reason = choose(fit.tiles, _copies_for_host(fit.program), requested, fit.blocked)
-    reps = Replicas(k, reason, fit.tile, grid_origins(fit.tile, fit.grid[0], k))
-    _validate_copies(fit.problem, fit.rp, fit.program, reps)
-    say(
-        f"replicas   {k} copies on {fit.grid[0]}x{fit.grid[1]} tiles of {fit.tile[0]}x"
-        f"{fit.tile[1]} PEs (stopped by {reason})"
-    )
-    return Placed(fit.problem, replace(fit.program, replicas=reps))
-
-
-@dataclass(frozen=True)
-class _Fit:
-    """A copy placed and routed on one tile of a (columns, rows) grid."""
-
-    grid: tuple[int, int]
-    problem: PlacementProblem  # on the tile
-    rp: RoutingProblem
-    program: Program
-    blocked: str  # what stopped the grids with more tiles tried before it
-
-    @property
-    def tiles(self) -> int:
-        return self.grid[0] * self.grid[1]
-
-    @property
-    def tile(self) -> tuple[int, int]:
-        return (self.problem.width, self.problem.height)
-
-
-def _first_grid(
-    grids: list[tuple[int, int]],
-    place_in: Callable[[PlacementProblem], Placement],
-    whole: PlacementProblem,
-    kg: KernelGraph,
-    sizing: Sizing,
-    target: Target,
-    precision: str,
-    say: Callable[[str], None],
-) -> _Fit | str:
-    """The first of `grids` on whose tile the copy packs and routes, or what stopped them all:
-    FABRIC_AREA when it packed nowhere, COLORS or LINKS when it packed but did not route (after
-    `TILE_ROUTING_ATTEMPTS` such tiles, larger ones are not tried)."""
-    blocked, routing_failures = FABRIC_AREA, 0
-    for columns, rows in grids:
-        problem = within(whole, (whole.width // columns, whole.height // rows))
+    blocked = FABRIC_AREA if most >= 2 else FILLS_WAFER
+    for _ in range(TILE_ROUTING_ATTEMPTS):
+        grid = _most_tiles(whole, most)
+        if grid is None:
+            return blocked
+        columns, rows = grid
+        tile = (whole.width // columns, whole.height // rows)
+        problem = within(whole, tile)
         try:
             placement = place_in(problem)
-        except PlacementError:
-            continue  # does not pack in this tile: try larger ones
-        try:
             rp, program = _route_placed(kg, sizing, target, precision, problem, placement, say)
+        except PlacementError:
+            most = columns * rows - 1  # the placer did not pack what greedy packed
+            continue
         except RoutingError as e:
             blocked = COLORS if "colors" in str(e) else LINKS
-            say(f"replicas   tiles of {problem.width}x{problem.height} do not route ({blocked})")
-            routing_failures += 1
-            if routing_failures == TILE_ROUTING_ATTEMPTS:
-                break
+            say(f"replicas   tiles of {tile[0]}x{tile[1]} do not route ({blocked}): larger tiles")
+            most = columns * rows - 1
             continue
-        return _Fit((columns, rows), problem, rp, program, blocked)
+        k, reason = choose(columns * rows, _copies_for_host(program), requested, blocked)
+        reps = Replicas(k, reason, tile, grid_origins(tile, columns, k))
+        _validate_copies(problem, rp, program, reps)
+        say(
+            f"replicas   {k} copies on {columns}x{rows} tiles of {tile[0]}x{tile[1]} PEs "
+            f"(stopped by {reason})"
+        )
+        return Placed(problem, replace(program, replicas=reps))
     return blocked
+
+
+GRID_SHAPES = 4
+"""Grids tried per tile count when searching for the most tiles that pack (`_most_tiles`): the
+squarest tiles first."""
+
+
+def _most_tiles(whole: PlacementProblem, most: int) -> tuple[int, int] | None:
+    """(columns, rows) of the grid with the most tiles, at most `most` and at least 2, on whose
+    tile the greedy placer packs the copy (or None): a binary search over the tile count n,
+    n feasible when one of the `GRID_SHAPES` squarest grids holding n copies packs. Greedy
+    takes milliseconds on a few dozen kernels, so the search takes well under a second."""
+
+    def packs(grid: tuple[int, int]) -> bool:
+        tile = (whole.width // grid[0], whole.height // grid[1])
+        try:
+            place(within(whole, tile), placer="greedy", time_budget_s=1.0)
+        except PlacementError:
+            return False
+        return True
+
+    best, lo, hi = None, 2, most
+    while lo <= hi:
+        n = (lo + hi) // 2
+        grid = next((g for g in tile_grids(whole, n)[:GRID_SHAPES] if packs(g)), None)
+        if grid is None:
+            hi = n - 1
+        else:
+            best, lo = grid, grid[0] * grid[1] + 1
+    return best
 
 
 def _copies_for_host(program: Program) -> int:

@@ -13,10 +13,11 @@ copy gets 1/k of them and
 
 Choosing k (`--replicas auto`): the largest k that still raises the total and fits. Fits: the
 grid with the most tiles in which the placer packs the copy and the router routes it
-(`tile_grids` lists grids, most tiles first). Raises: k copies reach the host bound H at
-k_host = ceil(H / w), w a copy's on-wafer throughput; one more adds nothing. So
-k = min(tiles, k_host, N of `--replicas N`), and `Replicas.reason` names what stopped it
-(`REASONS`). Inference only: training keeps one program (its data parallelism is `--systems`).
+(`tile_grids` lists the grids that hold n copies; `wsecc.flow` searches n). Raises: k copies
+reach the host bound H at k_host = ceil(H / w), w a copy's on-wafer throughput; one more adds
+nothing. So k = min(tiles, k_host), or N of `--replicas N` up to the tiles, and
+`Replicas.reason` names what stopped it (`REASONS`). Inference only: training keeps one program
+(its data parallelism is `--systems`).
 """
 
 from __future__ import annotations
@@ -92,22 +93,20 @@ def grid_origins(tile: Point, columns: int, k: int) -> tuple[Point, ...]:
     return tuple(((c % columns) * w, (c // columns) * h) for c in range(k))
 
 
-def tile_grids(problem: PlacementProblem, most: int) -> list[tuple[int, int]]:
-    """(columns, rows) grids of 2 to `most` tiles on `problem`'s fabric whose tile fits a shape
-    of every kernel and the copy's smallest area: per number of columns, the most rows; most
-    tiles first, then the squarer tile."""
+def tile_grids(problem: PlacementProblem, copies: int) -> list[tuple[int, int]]:
+    """(columns, rows) grids of at least `copies` tiles with the largest tiles: per number of
+    columns the fewest rows, when the tile then fits a shape of the widest and of the tallest
+    kernel and the copy's smallest area; the squarest tile first."""
     widest = max(min(w for w, _ in kernel_shapes(problem, k.name)) for k in problem.kernels)
     tallest = max(min(h for _, h in kernel_shapes(problem, k.name)) for k in problem.kernels)
     area = copy_area(problem)
     W, H = problem.width, problem.height
     grids = []
-    for cols in range(1, min(most, W // widest) + 1):
-        rows = min(most // cols, H // tallest)
-        while rows >= 1 and (W // cols) * (H // rows) < area:
-            rows -= 1
-        if cols * rows >= 2:
+    for cols in range(1, min(copies, W // widest) + 1):
+        rows = -(-copies // cols)
+        if H // rows >= tallest and (W // cols) * (H // rows) >= area:
             grids.append((cols, rows))
-    return sorted(grids, key=lambda g: (-g[0] * g[1], abs(math.log((W / g[0]) / (H / g[1])))))
+    return sorted(grids, key=lambda g: abs(math.log((W / g[0]) / (H / g[1]))))
 
 
 def copy_area(problem: PlacementProblem) -> int:
