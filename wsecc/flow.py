@@ -7,7 +7,9 @@
 
 `place_and_route` owns the one feedback loop of the flow: sizing fills at most FILL_STEPS[0]
 of the fabric, and when the placer cannot pack those regions the kernels are sized again at
-the next, lower fill — so the placer always gets a problem it can legalise.
+the next, lower fill — so the placer always gets a problem it can legalise. It also replicates
+a program that leaves most of the fabric idle (`wsecc.replicas`): one copy placed and routed on
+a tile, k copies on the fabric.
 """
 
 from __future__ import annotations
