@@ -564,7 +564,7 @@ class Compilation:
     def limits(self) -> Limits | None:
         """What limits the throughput, as the summary, the viewer and the PNG state it
         (`wsecc.limits`): the performance simulation's when it ran, else sizing's."""
-        rep: dict[str, Any] = {}
+        rep: dict[str, Any] = {"replicas": {"k": self.copies}}
         if self.sizing is not None:
             rep["sizing"] = self.report_sizing()
         if self.training is not None:
