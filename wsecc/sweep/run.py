@@ -210,6 +210,7 @@ def row_of(p: Point, c: Any) -> dict[str, Any]:
         "on_wafer_samples_per_s": perf.get("on_wafer_samples_per_s"),
         "pes_used": sizing["pes_used"],
         "fabric_fraction": sizing["fabric_fraction"],
+        "copies": report.get("replicas", {}).get("k"),  # data-parallel copies on the wafer
         "sram_max_bytes": report["sram"]["max_bytes"]
         if placed
         else sizing["max_sram_bytes_per_pe"],
