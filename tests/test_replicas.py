@@ -244,3 +244,19 @@ def test_train_mode_keeps_one_program():
     reps = c.report()["replicas"]
     assert (reps["k"], reps["reason"], reps["tile"]) == (1, "train mode", None)
     assert c.report()["sizing"]["pes_used"] == c.sizing.pes_used
+
+
+def test_a_copy_that_does_not_route_on_a_tile_names_colors(monkeypatch):
+    import wsecc.flow as flow
+    from wsecc.route.problem import RoutingError
+
+    real = flow._route_placed
+
+    def short_of_colors(kg, sizing, target, precision, problem, *rest, **kw):
+        if problem.width < target.fabric.program_width or problem.height < 994:  # a tile
+            raise RoutingError("router (1, 1) needs 30 colors, budget 21", ())
+        return real(kg, sizing, target, precision, problem, *rest, **kw)
+
+    monkeypatch.setattr(flow, "_route_placed", short_of_colors)
+    reps = _compile().report()["replicas"]
+    assert (reps["k"], reps["reason"], reps["tile"]) == (1, "colors", None)
