@@ -130,8 +130,10 @@ def within(problem: PlacementProblem, tile: Point) -> PlacementProblem:
 def copies_for_host(on_wafer_samples_per_s: float, host_samples_per_s: float) -> int:
     """k_host = ceil(H / w): the fewest copies whose on-wafer throughput w together reaches the
     host I/O bound H; each copy past it adds nothing. Never less than 1."""
-    if on_wafer_samples_per_s <= 0 or math.isinf(host_samples_per_s):
-        return 1 if on_wafer_samples_per_s <= 0 else 1 << 30
+    if math.isinf(host_samples_per_s):  # no host bytes: the host I/O bounds nothing
+        return 1 << 30
+    if on_wafer_samples_per_s <= 0:
+        return 1
     return max(1, math.ceil(host_samples_per_s / on_wafer_samples_per_s - 1e-9))
 
 
