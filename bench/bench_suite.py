@@ -38,7 +38,7 @@ MODELS = {  # name: sequence length it is compiled at
 }
 COLUMNS = (
     "model | seq | target | compile s (frontend / passes / size / place / simulate) | peak GB | "
-    "kernels | PEs used | SRAM max B/PE | colors max / budget | CP-SAT gap (bound kind) | vs greedy | "
+    "kernels | PEs used | replicas | SRAM max B/PE | colors max / budget | CP-SAT gap (bound kind) | vs greedy | "
     "samples/s | tokens/s | latency ms | utilization | bottleneck | L1 vs L0"
 )
 
@@ -63,6 +63,7 @@ def measure(path: str, seq: int, target: str, budget: float) -> dict:
         "kernels": len(rep["kernels"]),
         "pes_used": rep["sizing"]["pes_used"],
         "fabric": rep["sizing"]["fabric_fraction"],
+        "replicas": f"{rep['replicas']['k']} ({rep['replicas']['reason']})",
         "sram_max": rep["sram"]["max_bytes"],
         "colors": f"{rep['routing']['colors_max']} / {rep['routing']['color_budget']}",
         "gap": rep["placement"]["gap"],
@@ -86,7 +87,8 @@ def row(name: str, seq: int, target: str, r: dict) -> str:
     l1 = "-" if r["l1_vs_l0"] is None else f"{100 * r['l1_vs_l0']:+.1f}%"
     return (
         f"| {name} | {seq} | {target} | {r['wall']:.1f} ({stages}) | {r['peak_gb']:.2f} | "
-        f"{r['kernels']} | {r['pes_used']:,} ({100 * r['fabric']:.0f}%) | {r['sram_max']:,} | "
+        f"{r['kernels']} | {r['pes_used']:,} ({100 * r['fabric']:.0f}%) | {r['replicas']} | "
+        f"{r['sram_max']:,} | "
         f"{r['colors']} | {100 * r['gap']:.1f}% ({r.get('bound_kind') or '?'}) | {100 * r['vs_greedy']:+.1f}% | "
         f"{r['samples_per_s']:,.1f} | {r['tokens_per_s']:,.0f} | {1e3 * r['latency_s']:.3f} | "
         f"{100 * r['utilization']:.1f}% | {r['bottleneck']}; on wafer {r['on_wafer']} | {l1} |"

@@ -40,7 +40,8 @@ def test_compile_writes_report(tmp_path, capsys):
         "layernorm",
         "lm_head",
     }
-    assert report["sizing"]["pes_used"] == sum(k["pes"] for k in report["kernels"])
+    copies = report["replicas"]["k"]  # kernels[] are copy 0's; sizing counts every copy's PEs
+    assert report["sizing"]["pes_used"] == copies * sum(k["pes"] for k in report["kernels"])
     assert report["placement"]["objective"] >= report["placement"]["bound"] > 0
     assert report["routing"]["colors_max"] <= report["routing"]["color_budget"]
     assert all({"x", "y", "w", "h"} <= k["region"].keys() for k in report["kernels"])

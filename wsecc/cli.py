@@ -108,6 +108,18 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _replicas(text: str) -> int | None:
+    """`--replicas`: a positive integer, or auto (None)."""
+    if text == "auto":
+        return None
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer or auto, got {text!r}"
+        ) from None
+
+
 def _parse_dims(items: Sequence[str]) -> dict[str, int]:
     dims = {}
     for it in items:
@@ -332,7 +344,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     if args.png:
         write_placement_png(
             folder / "placement.png", v.program.kg, v.program.placement, v.program.target,
-            v.title, limits=v.limits, routing=v.program.routing,
+            v.title, limits=v.limits, routing=v.program.routing, replicas=v.program.replicas,
         )  # fmt: skip
     print(out.resolve().as_uri())
     return 0
@@ -348,7 +360,8 @@ def _options(args: argparse.Namespace) -> Any:
         target=args.target, batch=args.batch, seq=context or args.seq, dims=_parse_dims(args.dim),
         prompt=getattr(args, "prompt", None),
         new_tokens=getattr(args, "new_tokens", option_default("new_tokens")),
-        mode=args.mode, execution=args.execution, systems=args.systems, weights=args.weights,
+        mode=args.mode, execution=args.execution, systems=args.systems, replicas=args.replicas,
+        weights=args.weights,
         precision=args.precision, chunk_tokens=args.chunk_tokens, placer=args.placer,
         time_budget_s=args.time_budget, seed=args.seed, deterministic=args.deterministic,
         pins=args.pins, check_each_pass=args.check_each_pass, explain=args.explain,
@@ -522,6 +535,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=option_default("systems"),
         metavar="N",
         help="train mode: data parallel over N systems (default 1)",
+    )
+    c.add_argument(
+        "--replicas",
+        type=_replicas,
+        default="auto",
+        metavar="N|auto",
+        help="infer mode: N data-parallel copies of the pipeline on the wafer, sharing the host "
+        "I/O; auto: as many as raise the throughput and fit (the report says what stops them). "
+        "Train mode keeps one program (its data parallelism is --systems) (default auto)",
     )
     c.add_argument(
         "--placer",

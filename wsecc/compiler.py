@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -34,6 +35,7 @@ from wsecc.errors import WseccError
 from wsecc.frontend.common import MAX_TENSOR_BYTES
 from wsecc.limits import Limits
 from wsecc.options import Options
+from wsecc.replicas import GENERATE_MODE, TRAIN_MODE, Replicas, host_samples_per_s
 from wsecc.targets import target_source
 from wsecc.version import __version__
 from wsecc.vocab import SimLevel
@@ -334,17 +336,24 @@ class Compilation:
         o = self.options
         kg = self._need(self.kernel_graph, "lower_and_size")
         sizing = self._need(self.sizing, "lower_and_size")
-        train = None
+        train, replicas = None, o.replicas
         if self.training is not None:  # the training layout: its program, or one streamed unit
             kg, sizing, train = self.training.layout, self.training.sizing, self.training.costs
+            replicas = 1  # training's data parallelism is over systems (`wsecc.train`)
+        generate = o.mode == "generate"
+        if generate:
+            replicas = 1  # the batch's sequences share one placement (`wsecc.generate`)
         with self._stage("place"):
             placed = place_and_route(
                 kg, sizing, self.target, o.precision, placer=o.placer,
                 time_budget_s=o.time_budget_s, seed=o.seed, deterministic=o.deterministic,
                 pins=o.pins, say=lambda s: self.progress("place", s), train=train,
-                decode_batch=o.batch if o.mode == "generate" else None,
+                decode_batch=o.batch if generate else None, replicas=replicas,
             )  # fmt: skip
         self.problem, self.program = placed.problem, placed.program
+        if self.training is not None or generate:
+            why = TRAIN_MODE if self.training is not None else GENERATE_MODE
+            self.program = dataclasses.replace(self.program, replicas=Replicas(1, why))
         self.sizing = placed.program.sizing
         p, r = placed.program.placement, placed.program.routing
         self.progress(
@@ -561,16 +570,23 @@ class Compilation:
         self.progress("numerics", self.generation_check.summary())
         return self
 
+    @property
+    def copies(self) -> int:
+        """Copies of the program on the wafer (`wsecc.replicas`); 1 before placement."""
+        return self.program.replicas.k if self.program is not None else 1
+
     def report_performance(self) -> dict[str, Any]:
-        """The report's `performance` object (L1's figures when L1 ran, L0's otherwise)."""
-        l0 = self.perf
+        """The report's `performance` object (L1's figures when L1 ran, L0's otherwise): the
+        throughput and utilization of every copy together; latency, the bottleneck and the
+        on-wafer figures are one copy's."""
+        l0, k = self.perf, self.copies
         rep: dict[str, Any] = {
             "model": "l0",
-            "samples_per_s": l0.samples_per_s,
-            "tokens_per_s": l0.tokens_per_s,
+            "samples_per_s": k * l0.samples_per_s,
+            "tokens_per_s": k * l0.tokens_per_s,
             "latency_s": l0.latency_s,
             "batch_latency_s": l0.batch_latency_s,
-            "utilization": l0.utilization,
+            "utilization": k * l0.utilization,
             "utilization_of_pes_used": l0.utilization_used,
             "bottleneck": l0.bottleneck,
             "bottleneck_kind": l0.bottleneck_kind,
@@ -584,12 +600,12 @@ class Compilation:
             scale = ev.samples_per_s / l0.samples_per_s if l0.samples_per_s else 0.0
             rep |= {
                 "model": "l1",
-                "samples_per_s": ev.samples_per_s,
-                "tokens_per_s": ev.tokens_per_s,
+                "samples_per_s": k * ev.samples_per_s,
+                "tokens_per_s": k * ev.tokens_per_s,
                 "latency_s": ev.latency_s,
                 "mean_latency_s": ev.mean_latency_s,
-                "utilization": min(1.0, l0.utilization * scale),
-                "l0": {"samples_per_s": l0.samples_per_s, "latency_s": l0.latency_s},
+                "utilization": min(1.0, k * l0.utilization * scale),
+                "l0": {"samples_per_s": k * l0.samples_per_s, "latency_s": l0.latency_s},
                 "l1_vs_l0": {
                     "throughput_rel_diff": ev.throughput_rel_diff,
                     "latency_rel_diff": ev.latency_rel_diff,
@@ -604,14 +620,31 @@ class Compilation:
             }
         return rep
 
+    def report_replicas(self) -> dict[str, Any]:
+        """The report's `replicas` object: how many copies, why no more (`wsecc.replicas`),
+        their tiles, and (once simulated) a copy's throughput, the total and the host I/O
+        bound the copies share."""
+        program = self._need(self.program, "place_and_route")
+        reps = program.replicas
+        rep = reps.to_json()
+        if self.perf is not None and self.training is None:
+            total = self.report_performance()["samples_per_s"]
+            bound = host_samples_per_s(self.perf, self.target.io.offwafer_bytes_per_s)
+            rep |= {
+                "per_copy_samples_per_s": total / reps.k,
+                "samples_per_s": total,
+                "host_io_samples_per_s": None if math.isinf(bound) else bound,
+            }
+        return rep
+
     def report_sizing(self) -> dict[str, Any]:
-        """The report's `sizing` object."""
+        """The report's `sizing` object: the PEs of every copy, the rest one copy's."""
         s = self._need(self.sizing, "lower_and_size")
         return {
             "bottleneck": s.bottleneck,
             "balance": s.balance,
-            "pes_used": s.pes_used,
-            "fabric_fraction": s.fabric_fraction,
+            "pes_used": self.copies * s.pes_used,
+            "fabric_fraction": self.copies * s.fabric_fraction,
             "max_sram_bytes_per_pe": s.max_sram_per_pe,
             "samples_per_s": s.samples_per_s,
             "tokens_per_s": s.tokens_per_s,
@@ -622,7 +655,7 @@ class Compilation:
     def limits(self) -> Limits | None:
         """What limits the throughput, as the summary, the viewer and the PNG state it
         (`wsecc.limits`): the performance simulation's when it ran, else sizing's."""
-        rep: dict[str, Any] = {}
+        rep: dict[str, Any] = {"replicas": {"k": self.copies}}
         if self.sizing is not None:
             rep["sizing"] = self.report_sizing()
         if self.training is not None:
@@ -742,6 +775,7 @@ class Compilation:
                 "color_lower_bound": r.color_lower_bound, "link_load_max": r.link_load_max,
                 "total_length": r.total_length,
             }  # fmt: skip
+            rep["replicas"] = self.report_replicas()
         if self.perf is not None:
             rep["routing"]["link_util_max"] = self._link_util_max()
             sm = self.sram
@@ -936,8 +970,9 @@ def _placement_png(c: Compilation, path: Path) -> None:
     from wsecc.view import write_placement_png
 
     write_placement_png(
-        path, c.kernel_graph, c.placement, c.target, c.title, limits=c.limits(), routing=c.routing
-    )
+        path, c.kernel_graph, c.placement, c.target, c.title, limits=c.limits(), routing=c.routing,
+        replicas=c.program.replicas,
+    )  # fmt: skip
 
 
 class _Timer:

@@ -7,7 +7,9 @@
 
 `place_and_route` owns the one feedback loop of the flow: sizing fills at most FILL_STEPS[0]
 of the fabric, and when the placer cannot pack those regions the kernels are sized again at
-the next, lower fill — so the placer always gets a problem it can legalise.
+the next, lower fill — so the placer always gets a problem it can legalise. It also replicates
+a program that leaves most of the fabric idle (`wsecc.replicas`): one copy placed and routed on
+a tile, k copies on the fabric.
 """
 
 from __future__ import annotations
@@ -35,6 +37,24 @@ from wsecc.place.manual import load_pins, with_pins
 from wsecc.place.problem import Placement, PlacementError, PlacementProblem, validate_placement
 from wsecc.pm import NumericsCheck, PassContext, PassManager, PassRecord
 from wsecc.program import Program
+from wsecc.replicas import (
+    COLORS,
+    FABRIC_AREA,
+    FILLS_WAFER,
+    LINKS,
+    REQUESTED,
+    Replicas,
+    choose,
+    copies_for_host,
+    copy_area,
+    grid_origins,
+    host_samples_per_s,
+    tile_grids,
+    whole_placement,
+    whole_problem,
+    whole_routing,
+    within,
+)
 from wsecc.route.problem import (
     Routing,
     RoutingError,
@@ -236,7 +256,7 @@ def _route_widest(
 
 @dataclass(frozen=True)
 class Placed:
-    problem: PlacementProblem
+    problem: PlacementProblem  # one copy's (on its tile when replicated)
     program: Program  # its sizing: the one that packed, costed at the placed shapes
 
 
@@ -254,18 +274,36 @@ def place_and_route(
     say: Callable[[str], None] = lambda s: None,
     train: TrainCosts | None = None,
     decode_batch: int | None = None,
+    replicas: int | None = 1,
 ) -> Placed:
     """Place (re-sizing at lower fill while the regions do not pack), route, validate.
 
-    `time_budget_s` bounds the placement attempts together (re-sizings included), not routing.
-    With `train`, every (re-)sizing costs the kernels as pipelined training does; with
-    `decode_batch` (generate mode), flows get the lanes a decode step wants
-    (`lane_bytes_per_sample`).
+    `replicas`: the copies wanted (`wsecc.replicas`), None for as many as raise the throughput
+    and fit; one copy on a tile of the fabric is placed and routed, the others are it
+    translated. With `train`, every (re-)sizing costs the kernels as pipelined training does;
+    with `decode_batch` (generate mode), the regions are sized for the decode step and flows
+    get the lanes a decode step wants (`lane_bytes_per_sample`). `time_budget_s` bounds the
+    placement attempts together (re-sizings and tiles included), not routing.
 
-    Guarantees: the placement and routing pass the solver-free validators. Raises
-    PlacementError / RoutingError (one line) when no legal result exists.
+    Guarantees: the placement and routing of every copy, on the whole fabric, pass the
+    solver-free validators. Raises PlacementError / RoutingError (one line) when no legal
+    result exists.
     """
     deadline = time.perf_counter() + time_budget_s
+
+    def place_in(problem: PlacementProblem) -> Placement:
+        # one budget for all attempts (deterministic mode: a work quota, the same each time)
+        left = time_budget_s if deterministic else max(0.5, deadline - time.perf_counter())
+        return place(
+            problem, placer=placer, time_budget_s=left, seed=seed, deterministic=deterministic
+        )
+
+    blocked = REQUESTED
+    if replicas != 1:
+        tiled = _place_copies(kg, sizing, target, precision, replicas, pins, place_in, say)
+        if isinstance(tiled, Placed):
+            return tiled
+        blocked = tiled
     for i, fill in enumerate(FILL_STEPS):
         if i:
             sizing = size_at_fill(
@@ -273,24 +311,41 @@ def place_and_route(
                 decode_batch=decode_batch,
             )  # fmt: skip
             say(f"size       re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
-        problem = placement_problem(kg, sizing, target, precision)
-        if pins:
-            problem = with_pins(problem, load_pins(pins))
+        problem = _problem(kg, sizing, target, precision, pins)
         try:
-            # one budget for all attempts (deterministic mode: a work quota, the same each time)
-            left = time_budget_s if deterministic else max(0.5, deadline - time.perf_counter())
-            placement = place(
-                problem,
-                placer=placer,
-                time_budget_s=left,
-                seed=seed,
-                deterministic=deterministic,
-            )
+            placement = place_in(problem)
             break
         except PlacementError as e:
             if i == len(FILL_STEPS) - 1:
                 raise
             say(f"place      regions at {100 * fill:.0f}% fill do not pack: {str(e)[:100]}...")
+    _, program = _route_placed(
+        kg, sizing, target, precision, problem, placement, say, train, decode_batch
+    )
+    return Placed(problem, replace(program, replicas=Replicas(1, blocked)))
+
+
+def _problem(
+    kg: KernelGraph, sizing: Sizing, target: Target, precision: str, pins: str | None
+) -> PlacementProblem:
+    problem = placement_problem(kg, sizing, target, precision)
+    return with_pins(problem, load_pins(pins)) if pins else problem
+
+
+def _route_placed(
+    kg: KernelGraph,
+    sizing: Sizing,
+    target: Target,
+    precision: str,
+    problem: PlacementProblem,
+    placement: Placement,
+    say: Callable[[str], None],
+    train: TrainCosts | None = None,
+    decode_batch: int | None = None,
+) -> tuple[RoutingProblem, Program]:
+    """Cost the kernels at their placed shapes, route (with the lanes a decode step of
+    `decode_batch` sequences wants, in generate mode), validate: the program of one copy and
+    the routing problem it was routed as."""
     # what the placement achieves: each kernel costed at its placed shape (one of its menu's)
     shapes = {name: (r.h, r.w) for name, r in placement.rects.items()}
     sizing = sizing_at(sizing, kg, target, precision, shapes, train=train)
@@ -300,7 +355,119 @@ def place_and_route(
     bad = validate_placement(problem, placement) + validate_routing(rp, placement, routing)
     if bad:
         raise RuntimeError(f"placement/routing failed validation: {bad[0]}")
-    return Placed(problem, Program(kg, sizing, placement, routing, target))
+    return rp, Program(kg, sizing, placement, routing, target)
+
+
+TILE_ROUTING_ATTEMPTS = 3
+"""Grids tried in turn while the copy packs on their tile but does not route there (each routing
+attempt narrows lanes several times, `_route_widest`); then no copies."""
+
+
+def _place_copies(
+    kg: KernelGraph,
+    sizing: Sizing,
+    target: Target,
+    precision: str,
+    requested: int | None,
+    pins: str | None,
+    place_in: Callable[[PlacementProblem], Placement],
+    say: Callable[[str], None],
+) -> Placed | str:
+    """Copies on a grid of tiles (`wsecc.replicas`), or the resource that stops a second copy
+    (one of `wsecc.replicas.REASONS`) when none fits.
+
+    The grid with the most tiles where greedy packs the copy (`_most_tiles`); the copy placed
+    there with the chosen placer (it starts from greedy's packing) and routed; its throughput
+    gives k (`wsecc.replicas.choose`); every copy is checked on the whole fabric. When the copy
+    does not route on a tile, grids with fewer, larger tiles are tried (at most
+    `TILE_ROUTING_ATTEMPTS` times).
+    """
+    whole = _problem(kg, sizing, target, precision, pins)
+    most = whole.area // copy_area(whole)
+    if requested is not None:
+        most = min(most, requested)
+    blocked = FABRIC_AREA if most >= 2 else FILLS_WAFER
+    for _ in range(TILE_ROUTING_ATTEMPTS):
+        grid = _most_tiles(whole, most)
+        if grid is None:
+            return blocked
+        columns, rows = grid
+        tile = (whole.width // columns, whole.height // rows)
+        problem = within(whole, tile)
+        try:
+            placement = place_in(problem)
+            rp, program = _route_placed(kg, sizing, target, precision, problem, placement, say)
+        except PlacementError:
+            most = columns * rows - 1  # the placer did not pack what greedy packed
+            continue
+        except RoutingError as e:
+            blocked = COLORS if "colors" in str(e) else LINKS
+            say(f"replicas   tiles of {tile[0]}x{tile[1]} do not route ({blocked}): larger tiles")
+            most = columns * rows - 1
+            continue
+        k, reason = choose(columns * rows, _copies_for_host(program), requested, blocked)
+        reps = Replicas(k, reason, tile, grid_origins(tile, columns, k))
+        _validate_copies(problem, rp, program, reps)
+        say(
+            f"replicas   {k} copies on {columns}x{rows} tiles of {tile[0]}x{tile[1]} PEs "
+            f"(stopped by {reason})"
+        )
+        return Placed(problem, replace(program, replicas=reps))
+    return blocked
+
+
+GRID_SHAPES = 4
+"""Grids tried per tile count when searching for the most tiles that pack (`_most_tiles`): the
+squarest tiles first."""
+
+
+def _most_tiles(whole: PlacementProblem, most: int) -> tuple[int, int] | None:
+    """(columns, rows) of the grid with the most tiles, at most `most` and at least 2, on whose
+    tile the greedy placer packs the copy (or None): a binary search over the tile count n,
+    n feasible when one of the `GRID_SHAPES` squarest grids holding n copies packs. Greedy
+    takes milliseconds on a few dozen kernels, so the search takes well under a second."""
+
+    def packs(grid: tuple[int, int]) -> bool:
+        tile = (whole.width // grid[0], whole.height // grid[1])
+        try:
+            place(within(whole, tile), placer="greedy", time_budget_s=1.0)
+        except PlacementError:
+            return False
+        return True
+
+    best, lo, hi = None, 2, most
+    while lo <= hi:
+        n = (lo + hi) // 2
+        grid = next((g for g in tile_grids(whole, n)[:GRID_SHAPES] if packs(g)), None)
+        if grid is None:
+            hi = n - 1
+        else:
+            best, lo = grid, grid[0] * grid[1] + 1
+    return best
+
+
+def _copies_for_host(program: Program) -> int:
+    """k_host of one copy (`wsecc.replicas.copies_for_host`): its on-wafer throughput against
+    the host I/O bound, from L0 with the whole host I/O."""
+    from wsecc.sim.perf import simulate_l0
+
+    alone = simulate_l0(program)
+    host = host_samples_per_s(alone, program.target.io.offwafer_bytes_per_s)
+    return copies_for_host(alone.wafer_samples_per_s, host)
+
+
+def _validate_copies(
+    problem: PlacementProblem, rp: RoutingProblem, program: Program, reps: Replicas
+) -> None:
+    """Every copy on the whole fabric through the validators: no two rectangles overlap, every
+    lane stays on the fabric, within the color budget at every router and a link's capacity."""
+    W, H = program.target.fabric.program_width, program.target.fabric.program_height
+    wp = whole_problem(problem, reps, W, H)
+    placement = whole_placement(wp, program.placement, reps)
+    whole_rp, routing = whole_routing(rp, program.routing, reps, W, H)
+    bad = validate_placement(wp, placement) + validate_routing(whole_rp, placement, routing)
+    if bad:
+        raise RuntimeError(f"replicated placement/routing failed validation: {bad[0]}")
 
 
 def simulate(program: Program, options: Options) -> tuple[SramMap, PerfResult, EventResult | None]:

@@ -47,6 +47,7 @@ class Limits:
     on_wafer: str = ""  # the slowest kernel or flow, host I/O left out; "" when not simulated
     on_wafer_kind: str = ""  # KERNEL or FLOW
     on_wafer_samples_per_s: float | None = None  # what the placed, routed program sustains
+    copies: int = 1  # data-parallel copies (`wsecc.replicas`): the figures above are one copy's
 
     @classmethod
     def from_report(cls, report: Mapping[str, Any]) -> Limits | None:
@@ -66,6 +67,7 @@ class Limits:
                 if on_wafer
                 else "",
                 on_wafer_samples_per_s=perf.get("on_wafer_samples_per_s"),
+                copies=int((report.get("replicas") or {}).get("k", 1)),
             )
         if sizing:
             return cls(str(sizing["bottleneck"]), KERNEL, False, balanced)
@@ -111,7 +113,7 @@ class Limits:
         text += f": {si(achieved, 'samples/s')} achieved (L0)"
         if balanced:
             text += f" of {si(balanced, 'samples/s')} balanced ({achieved / balanced:.1%})"
-        return text
+        return text + (", per copy" if self.copies > 1 else "")
 
     def lines(self) -> list[str]:
         """The statement as short lines: `bottleneck ...`, then `on-wafer limit ...`."""

@@ -57,6 +57,9 @@ class Options:
     new_tokens: int = (
         DEFAULT_NEW_TOKENS  # generate mode: tokens --validate generates after the prompt
     )
+    # infer mode: data-parallel copies on the wafer (`wsecc.replicas`); None or "auto": as many
+    # as raise the throughput and fit
+    replicas: int | None = None
     inputs: str | None = None  # an .npz of model inputs for the numerics
     inject_fault: str | None = None  # a check of the checks: break the functional simulation
     save_outputs: bool = False
@@ -78,6 +81,25 @@ class Options:
             raise WseccError(f"batch must be at least 1, got {self.batch}")
         if self.systems < 1:
             raise WseccError(f"systems must be at least 1, got {self.systems}")
+        if self.replicas == "auto":
+            set_(self, "replicas", None)
+        if self.replicas is not None and (
+            isinstance(self.replicas, bool)
+            or not isinstance(self.replicas, int)
+            or self.replicas < 1
+        ):
+            raise WseccError(
+                f"replicas must be a positive integer or 'auto', got {self.replicas!r}"
+            )
+        if self.mode is Mode.TRAIN and self.replicas not in (None, 1):
+            raise WseccError(
+                "--replicas is an infer-mode option; training is data parallel over --systems"
+            )
+        if self.mode is Mode.GENERATE and self.replicas not in (None, 1):
+            raise WseccError(
+                "--replicas is an infer-mode option; generate mode serves its --batch "
+                "sequences from one placement"
+            )
         if self.mode is not Mode.TRAIN and (
             self.systems != 1 or self.execution is not Execution.AUTO
         ):

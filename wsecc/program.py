@@ -1,6 +1,6 @@
 """`Program`: the compiled program, the record every simulator, the viewer and the report read.
 
-    KernelGraph ─size─▶ Sizing ─place─▶ Placement ─route─▶ Routing   (+ the Target)
+    KernelGraph ─size─▶ Sizing ─place─▶ Placement ─route─▶ Routing   (+ the Target, Replicas)
 
 One frozen record instead of the same five or six arguments to every consumer. Precision and
 chunk size are the sizing's (`program.precision`, `program.chunk_tokens`): a program in another
@@ -9,10 +9,11 @@ precision is another program (`wsecc.kernels.sizing_at` re-costs the placed shap
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from wsecc.kernels import KernelGraph, Sizing
 from wsecc.place.problem import Placement
+from wsecc.replicas import Replicas
 from wsecc.route.problem import Routing
 from wsecc.targets import Target
 
@@ -24,6 +25,9 @@ class Program:
     placement: Placement
     routing: Routing
     target: Target
+    # k copies of it side by side, sharing the host I/O (`wsecc.replicas`); the other fields
+    # are copy 0's
+    replicas: Replicas = field(default_factory=Replicas)
 
     @property
     def precision(self) -> str:
@@ -41,4 +45,4 @@ class Program:
         from wsecc.kernels import sizing_at
 
         sizing = sizing_at(self.sizing, self.kg, self.target, precision)
-        return Program(self.kg, sizing, self.placement, self.routing, self.target)
+        return replace(self, sizing=sizing)

@@ -88,6 +88,9 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         else:
             rows.append(("latency", _seconds(perf["latency_s"])))
         rows.append(("utilization", f"{100 * perf['utilization']:.1f}% of peak"))
+    reps = report.get("replicas")
+    if reps and "per_copy_samples_per_s" in reps:
+        rows.append(("replicas", replicas_text(reps)))
     limits = Limits.from_report(report)
     if limits is not None:
         rows.append(("bottleneck", limits.bottleneck_text()))
@@ -145,6 +148,16 @@ def _generation_rows(perf: dict[str, Any]) -> list[tuple[str, str]]:
         ("K/V cache", f"{perf['kv_cache_bytes'] / 2**20:,.1f} MiB, max {perf['kv_bytes_per_pe_max']:,} "
          f"B/PE; largest context that fits {perf['max_context']:,}"),
     ]  # fmt: skip
+
+
+def replicas_text(reps: dict[str, Any]) -> str:
+    """`12 copies (stopped by host I/O): 73 ksamples/s each, 871 ksamples/s total`."""
+    copies = f"{reps['k']} cop{'y' if reps['k'] == 1 else 'ies'}"
+    why = f" (stopped by {reps['reason']})" if reps["reason"] else ""
+    return (
+        f"{copies}{why}: {si(reps['per_copy_samples_per_s'], 'samples/s')} each, "
+        f"{si(reps['samples_per_s'], 'samples/s')} total"
+    )
 
 
 class StageDisplay:

@@ -91,7 +91,7 @@ def test_a_list_under_a_model_is_its_own_axis(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "body, message",
     [
-        ("[axes]\nreplicas = [2]\n", "unknown option 'replicas'"),
+        ("[axes]\nwafers = [2]\n", "unknown option 'wafers'"),
         ("[axes]\nmode = ['fly']\n", "unknown mode 'fly'"),
         ("[axes]\nbatch = [1, 'two']\n", "batch = 'two' is not an int"),
         ("[axes]\nbatch = [true]\n", "batch = True is not an int"),
@@ -103,6 +103,8 @@ def test_a_list_under_a_model_is_its_own_axis(tmp_path: Path) -> None:
         ("[axes]\nseq = [16]\n[fixed]\nseq = 32\n", "seq is both an axis and fixed"),
         ("[sweep]\nx = 1\n", "unknown section 'sweep'"),
         ("[fixed]\npins = 'nowhere.json'\n", "no such file"),
+        ("[axes]\nreplicas = [0]\n", "replicas = 0 is not a positive integer or \"auto\""),
+        ("[axes]\nreplicas = ['all']\n", "replicas = 'all' is not a positive integer"),
     ],
 )
 def test_a_bad_spec_fails_in_one_line(tmp_path: Path, body: str, message: str) -> None:
@@ -122,9 +124,9 @@ def test_bad_models_fail_in_one_line(tmp_path: Path) -> None:
 
 
 def test_the_cli_refuses_a_bad_spec_with_exit_2_and_writes_nothing(tmp_path, capsys) -> None:
-    spec = write(tmp_path, models(GPT2) + "[axes]\nreplicas = [1, 2]\n")
+    spec = write(tmp_path, models(GPT2) + "[axes]\nwafers = [1, 2]\n")
     out = tmp_path / "out"
     assert main(["sweep", str(spec), "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown option 'replicas'" in err
+    assert err.count("\n") == 1 and "unknown option 'wafers'" in err
     assert not out.exists()

@@ -25,6 +25,8 @@ Host I/O (`host_io=True`). Graph inputs arrive and outputs leave through the off
 target.io.offwafer_bytes_per_s per direction (our assumption: the 12 x 100 GbE links are full
 duplex, so 1.2 Tb/s each way); each port's bytes cross once per sample (fan-out of an input to
 several kernels happens on the wafer and is not routed). Host link latency is not modelled.
+The k copies of a replicated program (`program.replicas`) share the channels: a copy's host I/O
+gets 1/k of them, so every figure here is one copy's (the report's throughput is k times it).
 
 Throughput. The pipeline's period is its slowest stage: stage_cycles = max over all stages;
 samples/s = clock_hz / stage_cycles, tokens/s = samples/s x tokens_per_sample.
@@ -355,7 +357,8 @@ def build_pipeline(program: Program, *, host_io: bool = True) -> Pipeline:
     crossing = _crossing_cycles(placement, lanes, pair_bytes, L)
     kernels = [replace(k, crossing_cycles=crossing.get(k.name, 0)) for k in kernels]
 
-    io_bytes_per_cycle = target.io.offwafer_bytes_per_s / target.clock.hz
+    # the copies of a replicated program split the host channels (`wsecc.replicas`)
+    io_bytes_per_cycle = target.io.offwafer_bytes_per_s / target.clock.hz / program.replicas.k
 
     def host_cycles(total: int) -> int:
         return math.ceil(total / io_bytes_per_cycle) if host_io else 0

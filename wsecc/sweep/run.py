@@ -106,6 +106,7 @@ def _compile(c: Any, cache: Path | None) -> Any:
     from wsecc.kernels import Sizing
     from wsecc.place.problem import Placement, PlacementProblem
     from wsecc.program import Program
+    from wsecc.replicas import Replicas
     from wsecc.route.problem import Routing
     from wsecc.targets import target_source
 
@@ -120,6 +121,7 @@ def _compile(c: Any, cache: Path | None) -> Any:
         "precision": str(o.precision), "chunk_tokens": o.chunk_tokens, "placer": str(o.placer),
         "time_budget_s": o.time_budget_s, "seed": o.seed, "deterministic": o.deterministic,
         "pins": Path(o.pins).read_text() if o.pins else None, "wsecc": __version__,
+        "replicas": o.replicas,
     }  # fmt: skip
 
     def place() -> dict[str, Any]:
@@ -127,6 +129,7 @@ def _compile(c: Any, cache: Path | None) -> Any:
         return {
             "problem": c.problem.to_json(), "sizing": p.sizing.to_json(),
             "placement": p.placement.to_json(), "routing": p.routing.to_json(),
+            "replicas": p.replicas.to_json(),
         }  # fmt: skip
 
     t0 = time.perf_counter()
@@ -135,7 +138,7 @@ def _compile(c: Any, cache: Path | None) -> Any:
     c.problem = PlacementProblem.from_json(placed["problem"])
     c.program = Program(
         kg, Sizing.from_json(placed["sizing"]), Placement.from_json(placed["placement"]),
-        Routing.from_json(placed["routing"]), target,
+        Routing.from_json(placed["routing"]), target, Replicas.from_json(placed["replicas"]),
     )  # fmt: skip
     c.sizing = c.program.sizing
     return c.simulate()
@@ -207,6 +210,7 @@ def row_of(p: Point, c: Any) -> dict[str, Any]:
         "on_wafer_samples_per_s": perf.get("on_wafer_samples_per_s"),
         "pes_used": sizing["pes_used"],
         "fabric_fraction": sizing["fabric_fraction"],
+        "copies": report.get("replicas", {}).get("k"),  # data-parallel copies on the wafer
         "sram_max_bytes": report["sram"]["max_bytes"]
         if placed
         else sizing["max_sram_bytes_per_pe"],

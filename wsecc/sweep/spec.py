@@ -55,6 +55,7 @@ SPEC_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "mode": ("mode", str),
     "execution": ("execution", str),
     "systems": ("systems", int),
+    "replicas": ("replicas", (int, str)),
 }
 """The options a spec may set. tests/sweep checks every key is a long option of `wsecc
 compile`, so the two cannot drift apart."""
@@ -149,6 +150,8 @@ def _value(key: str, value: Any, where: str, base: Path) -> Any:
         return dict(sorted(value.items()))
     if key in ("batch", "seq", "chunk-tokens", "systems") and value <= 0:
         raise SpecError(f"{where}: {key} = {value} must be positive")
+    if key == "replicas" and (value != "auto" if isinstance(value, str) else value <= 0):
+        raise SpecError(f'{where}: replicas = {value!r} is not a positive integer or "auto"')
     if key in _PATH_KEYS or (key == "target" and value.endswith(".toml")):
         path = (base / value).resolve()
         if not path.is_file():

@@ -4,7 +4,8 @@
     v = load_outdir("model.wsecc")
     html = render_viewer(v.program, title=v.title, limits=v.limits)
     write_placement_png("placement.png", v.program.kg, v.program.placement, v.program.target,
-                        v.title, limits=v.limits, routing=v.program.routing)
+                        v.title, limits=v.limits, routing=v.program.routing,
+                        replicas=v.program.replicas)
 
 matplotlib is imported only by `write_placement_png`'s module, on first use.
 """

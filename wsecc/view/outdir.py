@@ -18,6 +18,7 @@ from wsecc.kernels import KernelGraph, Sizing
 from wsecc.limits import Limits
 from wsecc.place.problem import Placement
 from wsecc.program import Program
+from wsecc.replicas import Replicas
 from wsecc.route.problem import Routing
 from wsecc.targets import Target, load_target, parse_target
 
@@ -56,6 +57,7 @@ def load_outdir(path: str | os.PathLike[str]) -> ViewInputs:
             placement=Placement.from_json(docs["placement.json"]),
             routing=Routing.from_json(docs["routing.json"]),
             target=_target(folder, target_name),
+            replicas=Replicas.from_json(report["replicas"]) if "replicas" in report else Replicas(),
         )
         return ViewInputs(
             program, title=f"{model} on {target_name}", limits=Limits.from_report(report)

@@ -443,6 +443,31 @@ function drawLimit() {
   ctx.strokeRect(cx - w / 2, cy - h / 2, w, h);
   ctx.setLineDash([]);
 }
+// copies 1..k-1 of a replicated program (copy 0 is the detailed one): each region outlined in
+// its tile, when that stays cheap; every tile dashed and labelled
+const R = D.replicas, COPY_RECTS_MAX = 20000;
+function drawCopies() {
+  if (!R || R.k < 2) return;
+  const { s, ox, oy } = view, tw = R.tile.w, th = R.tile.h;
+  const onScreen = R.origins.map(([tx, ty], c) => [c, ox + tx * s, oy + ty * s])
+    .filter(([, x, y]) => x < cw && y < ch && x + tw * s > 0 && y + th * s > 0);
+  if (layers.regions && onScreen.length * NK <= COPY_RECTS_MAX) {
+    ctx.beginPath();
+    for (const [c, x0, y0] of onScreen) {
+      if (c === 0) continue;
+      for (const k of K) ctx.rect(x0 + k.x * s, y0 + k.y * s, Math.max(1, k.w * s), Math.max(1, k.h * s));
+    }
+    ctx.fillStyle = "rgba(200,210,220,0.10)"; ctx.fill();
+    ctx.strokeStyle = "rgba(200,210,220,0.55)"; ctx.lineWidth = 1; ctx.stroke();
+  }
+  ctx.setLineDash([6, 4]); ctx.strokeStyle = "#8a949e"; ctx.lineWidth = 1;
+  ctx.font = LABEL_FONT; ctx.textAlign = "left"; ctx.textBaseline = "top"; ctx.fillStyle = "#c8d0da";
+  for (const [c, x0, y0] of onScreen) {
+    ctx.strokeRect(x0 + 0.5, y0 + 0.5, tw * s - 1, th * s - 1);
+    if (tw * s >= 60 && th * s >= 16) ctx.fillText(`copy ${c}`, x0 + 4, y0 + 3);
+  }
+  ctx.setLineDash([]);
+}
 function render() {
   const { s, ox, oy } = view;
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
@@ -473,6 +498,7 @@ function render() {
       }
     }
   }
+  drawCopies();
   if (heat) drawLevels(heatLevels(heat));
   if (layers.regions) {
     ctx.beginPath();
@@ -521,7 +547,8 @@ document.getElementById("stats").textContent =
   `${F.target} ${W}\u00d7${H} PEs \u00b7 ${fmt(S.kernels)} kernels, ${fmt(S.pes_used)} PEs ` +
   `(${(100 * S.pes_used / S.usable_pes).toFixed(1)}%) \u00b7 ${fmt(S.lanes)} lanes, ${fmt(L.segments)} hops \u00b7 ` +
   `colors max ${S.colors_used_max}/${S.color_budget} \u00b7 link load max ${S.link_load_max} \u00b7 ` +
-  (S.gap === null ? S.placer : `${S.placer} gap ${(100 * S.gap).toFixed(1)}%`);
+  (S.gap === null ? S.placer : `${S.placer} gap ${(100 * S.gap).toFixed(1)}%`) +
+  (R && R.k > 1 ? ` \u00b7 ${fmt(R.k)} copies` + (R.reason ? ` (stopped by ${R.reason})` : "") : "");
 document.getElementById("limits").textContent = D.limits ? D.limits.lines.join(" \u00b7 ") : "";
 const names = document.getElementById("kernel-names");
 names.append(...K.map(k => Object.assign(document.createElement("option"), { value: k.name })));
@@ -534,6 +561,8 @@ function updateLegend() {
     html += `<div class="row limit" id="limit-legend" title="zoom to it"><span class="sw" style="border-color:${LIMIT_COLOR}"></span>` +
       `<span>highlighted: ${esc(HL.label)}, ${what}${limitBox ? "" : " \u2014 not on the fabric"}</span></div>`;
   }
+  if (R && R.k > 1)
+    html += `<div style="color:#8a949e">copy 0 in detail; copies 1\u2013${R.k - 1} outlined in their tiles (the same regions and routes, moved)</div>`;
   for (const kind in byKind)
     html += `<div class="row"><span class="sw" style="background:${kindColor[kind]}"></span>${esc(kind)} <span style="color:#8a949e">${byKind[kind].length}</span></div>`;
   if (heat) {

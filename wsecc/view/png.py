@@ -21,7 +21,8 @@ from matplotlib.patches import Patch, Rectangle
 
 from wsecc.kernels import KernelGraph
 from wsecc.limits import KERNEL, Limits
-from wsecc.place.problem import Placement
+from wsecc.place.problem import Placement, Rect
+from wsecc.replicas import Replicas
 from wsecc.route.problem import Routing
 from wsecc.targets import Target
 from wsecc.view.data import LIMIT_COLOR, corners, kind_colors
@@ -45,9 +46,13 @@ def write_placement_png(
     *,
     limits: Limits | None = None,
     routing: Routing | None = None,
+    replicas: Replicas | None = None,
 ) -> None:
     """Write a PNG of the program rectangle with each placed kernel's region filled by kind,
     a legend of kinds, and names on the regions big enough to hold them.
+
+    replicas: the copies of a replicated program (`wsecc.replicas`): copy 0 drawn as above,
+    the others' regions in the same colors, paler, and every tile dashed and labelled.
 
     limits: what limits the throughput (`wsecc.limits`), stated under the title as the
     summary states it; its on-wafer limit is highlighted in LIMIT_COLOR: a kernel's region
@@ -71,6 +76,9 @@ def write_placement_png(
         )
     )
     ax.add_patch(Rectangle((0, 0), W, H, fill=False, edgecolor="black", linewidth=1.2))
+    copies = replicas.k if replicas is not None else 1
+    if replicas is not None and copies > 1:
+        _draw_copies(ax, replicas, placed, colors, W)
     limit = _draw_limit(ax, limits, placement, routing)
     for name, r, _ in placed:
         if r.w >= 0.12 * W and r.h >= 0.02 * H:  # room for a label at this figure size
@@ -80,10 +88,11 @@ def write_placement_png(
     ax.set_aspect("equal")
     ax.set_xlabel("x (PE columns)")
     ax.set_ylabel("y (PE rows)")
-    used = sum(r.area for _, r, _ in placed)
+    used = copies * sum(r.area for _, r, _ in placed)
     ax.set_title(
-        f"{title}\n{target.name} {W}x{H} PEs, {len(placed)} kernels, "
-        f"{used:,} PEs ({used / (W * H):.1%})"
+        f"{title}\n{target.name} {W}x{H} PEs, {len(placed)} kernels"
+        + (f" x {copies} copies (stopped by {replicas.reason})" if replicas and copies > 1 else "")
+        + f", {used:,} PEs ({used / (W * H):.1%})"
         + "".join(f"\n{line}" for line in (limits.lines() if limits else [])),
         fontsize=9,
     )
@@ -104,6 +113,38 @@ def write_placement_png(
         frameon=False,
     )
     fig.savefig(os.fspath(path), format="png")
+
+
+def _draw_copies(
+    ax: Axes,
+    replicas: Replicas,
+    placed: list[tuple[str, Rect, str]],
+    colors: dict[str, str],
+    W: int,
+) -> None:
+    """Copies 1..k-1: copy 0's regions moved to their tiles, paler; every tile dashed, with its
+    copy's number where the tile is wide enough to hold it."""
+    moved = [
+        (Rectangle((r.x + ox, r.y + oy), r.w, r.h), colors[kind])
+        for ox, oy in replicas.origins[1:]
+        for _, r, kind in placed
+    ]
+    ax.add_collection(
+        PatchCollection(
+            [p for p, _ in moved],
+            facecolors=[c for _, c in moved],
+            edgecolors="#202020",
+            linewidths=0.2,
+            alpha=0.45,
+        )
+    )
+    tw, th = replicas.tile or (W, 0)
+    for c, (ox, oy) in enumerate(replicas.origins):
+        ax.add_patch(
+            Rectangle((ox, oy), tw, th, fill=False, edgecolor="#505050", linewidth=0.6, ls="--")
+        )
+        if tw >= 0.08 * W:
+            ax.text(ox + 3, oy + 3, f"copy {c}", ha="left", va="top", fontsize=5, color="#303030")
 
 
 def _draw_limit(

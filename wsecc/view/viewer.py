@@ -42,8 +42,9 @@ def render_viewer(
     Self-contained: CSS, JavaScript and data are inline, nothing is fetched (a modern browser
     opens it from file://). It draws the program rectangle with every placed kernel's region
     colored by kind, the routed lanes, and heat maps of SRAM per PE, K/V cache per PE, colors
-    per router and link load; hover shows a kernel's details, wheel zooms, drag pans, and a search box finds
-    a kernel by name or ONNX node.
+    per router and link load; hover shows a kernel's details, wheel zooms, drag pans, and a
+    search box finds a kernel by name or ONNX node. A replicated program (`program.replicas`)
+    shows copy 0 so, the other copies' regions outlined in their tiles.
 
     kernel_info: extra per-kernel details by kernel name, shown on hover and overriding the
         figures taken from `sizing` (keys such as "bound", "sram_bytes_per_pe",
@@ -76,7 +77,7 @@ def render_viewer(
     kernels = kernel_records(kg, sizing, placement, kernel_info)
     if limits is None and sizing.kernels:
         limits = Limits(sizing.bottleneck, KERNEL, False, sizing.samples_per_s)
-    pes = sum(k["w"] * k["h"] for k in kernels)
+    pes = program.replicas.k * sum(k["w"] * k["h"] for k in kernels)  # every copy's
     data = {
         "fabric": {
             "target": target.name,
@@ -131,6 +132,7 @@ def render_viewer(
             "stage_cycles": sizing.stage_cycles if sizing.kernels else 0,
         },
         "limits": limits_payload(limits, kernels, routing),
+        "replicas": program.replicas.to_json(),
     }
     # JSON inside <script>: escaping "<" keeps "</script>" and "<!--" in names harmless.
     blob = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
