@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from wsecc.ir.core import Graph
 from wsecc.kernels import DEFAULT_CHUNK_TOKENS, KernelGraph, Sizing, size_regions, sizing_at
+from wsecc.lanes import lane_bytes
 from wsecc.options import Options
 from wsecc.passes import DEFAULT_PIPELINE, LOWERING
 from wsecc.place.api import place
@@ -111,11 +112,11 @@ def lower_and_size(
 def lane_bytes_per_sample(sizing: Sizing, target: Target) -> float:
     """What one lane carries in one stage time: stage cycles per sample x link bytes per cycle.
 
-    A flow gets ceil(bytes per sample / this) lanes (as many as its facing edges allow), so it
-    moves a sample's data within the stage time and the fabric does not become the bottleneck
-    the sizing balanced against.
+    A flow gets `wsecc.lanes.lanes_within(bytes per sample, this)` lanes (as many as its facing
+    edges allow), so it moves a sample's data within the stage time and the fabric does not
+    become the bottleneck the sizing balanced against.
     """
-    return sizing.stage_cycles * target.link_bytes_per_cycle
+    return lane_bytes(sizing.stage_cycles, target.link_bytes_per_cycle)
 
 
 LANE_CAPS = (16, 4, 1)

@@ -50,6 +50,7 @@ from wsecc.kernels.costs import (
 )
 from wsecc.kernels.ir import Kernel, KernelGraph
 from wsecc.kernels.kind import KindDef
+from wsecc.lanes import shared_edge_cycles
 from wsecc.targets import Target, check_precision
 
 DEFAULT_FILL = 0.85
@@ -75,6 +76,7 @@ class KernelSizing:
     compute_cycles: int
     link_cycles: int
     alternatives: tuple[tuple[int, int], ...] = ()
+    edge_cycles: int = 0  # its routed flows through its shortest side (`wsecc.lanes`)
 
     @property
     def pes(self) -> int:
@@ -82,7 +84,7 @@ class KernelSizing:
 
     @property
     def cycles_per_sample(self) -> int:
-        return max(self.compute_cycles, self.link_cycles)
+        return max(self.compute_cycles, self.link_cycles, self.edge_cycles)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -100,6 +102,7 @@ class KernelSizing:
             compute_cycles=d["compute_cycles"],
             link_cycles=d["link_cycles"],
             alternatives=tuple((a[0], a[1]) for a in d["alternatives"]),
+            edge_cycles=d.get("edge_cycles", 0),
         )
 
 
@@ -301,17 +304,44 @@ def _menu(costs: Sequence[KernelCost], sram_limit: int, max_aspect: float) -> _M
 
 
 def _menu_of(
-    kernel: Kernel, ctx: CostContext, max_aspect: float
+    kernel: Kernel, ctx: CostContext, max_aspect: float, flows: tuple[int, ...] = ()
 ) -> tuple[list[KernelCost], Menu | None]:
-    """A kernel's menu (None if no shape fits a PE) and the shapes costed to build it."""
+    """A kernel's menu (None if no shape fits a PE) and the shapes costed to build it; each
+    shape charged the cycles its routed `flows` need through its shortest side (`_with_edges`)."""
     model = kernel.spec
     if model.frontier is not None:
         menu = _FrontierMenu(model, kernel, ctx)
         return [], menu if menu.shapes_within(None) else None
     fab = ctx.target.fabric
     rows, cols = model.shapes(kernel.params, fab.program_height, fab.program_width)
-    costs = [cost_at(kernel, h, w, ctx) for h in rows for w in cols]
+    costs = [_with_edges(cost_at(kernel, h, w, ctx), flows, ctx) for h in rows for w in cols]
     return costs, _menu(costs, ctx.target.sram.bytes_per_pe, max_aspect)
+
+
+def routed_flow_bytes(kg: KernelGraph, precision: str) -> dict[str, tuple[int, ...]]:
+    """Kernel -> bytes per sample of each routed flow it sends or receives: the kernel graph's
+    flows between two kernels, merged per pair as the placer and the router take them
+    (`wsecc.place.from_kernels`); flows to or from ports and within a kernel are not routed."""
+    names = {k.name for k in kg.kernels}
+    pairs: dict[tuple[str, str], int] = {}
+    for f in kg.flows:
+        if f.src in names and f.dst in names and f.src != f.dst:
+            pairs[(f.src, f.dst)] = pairs.get((f.src, f.dst), 0) + f.bytes_per_sample(precision)
+    out: dict[str, list[int]] = {n: [] for n in names}
+    for (src, dst), b in pairs.items():
+        out[src].append(b)
+        out[dst].append(b)
+    return {n: tuple(sorted(b, reverse=True)) for n, b in out.items()}
+
+
+def _with_edges(cost: KernelCost, flows: tuple[int, ...], ctx: CostContext) -> KernelCost:
+    """`cost` with the cycles per sample its routed flows need through the region's shortest
+    side, all of them sharing it (`wsecc.lanes.shared_edge_cycles`): the placer decides which
+    side faces which neighbour, and flows in and out may share one, so a shape is charged for
+    the worst case. Training is costed from sizing alone and keeps its own link model."""
+    if not flows or ctx.train is not None:
+        return cost
+    return replace(cost, edge_cycles=shared_edge_cycles(flows, min(cost.h, cost.w), ctx.L))
 
 
 def _signature(kernel: Kernel) -> tuple[Any, ...]:
@@ -322,15 +352,16 @@ _Choice = list[tuple[Kernel, Menu]]
 
 
 def _menus(kg: KernelGraph, ctx: CostContext, max_aspect: float) -> _Choice:
-    """Every kernel with its menu; kernels of equal kind and params share one evaluation.
-    Raises SizingError naming the kernels no shape of which fits a PE."""
+    """Every kernel with its menu; kernels of equal kind, params and routed flows share one
+    evaluation. Raises SizingError naming the kernels no shape of which fits a PE."""
     memo: dict[tuple[Any, ...], tuple[list[KernelCost], Menu | None]] = {}
     menus: _Choice = []
     failing: list[tuple[Kernel, list[KernelCost]]] = []
+    flows = routed_flow_bytes(kg, ctx.precision)
     for k in kg.kernels:
-        key = _signature(k)
+        key = (_signature(k), flows[k.name])
         if key not in memo:
-            memo[key] = _menu_of(k, ctx, max_aspect)
+            memo[key] = _menu_of(k, ctx, max_aspect, flows[k.name])
         costs, menu = memo[key]
         if menu is None:
             failing.append((k, costs))
@@ -535,14 +566,21 @@ def sizing_at(
     ctx = CostContext(target, precision, base.chunk_tokens, train)
     shapes = shapes or {}
     kernels, over = [], []
+    flows = routed_flow_bytes(kg, precision)
     for ks in base.kernels:
         h, w = shapes.get(ks.name, (ks.h, ks.w))
-        c = cost_at(kg.kernel(ks.name), h, w, ctx)
+        k = kg.kernel(ks.name)
+        c = cost_at(k, h, w, ctx)
+        if k.spec.frontier is None:
+            c = _with_edges(c, flows[ks.name], ctx)
         if c.sram.total > target.sram.bytes_per_pe:
             over.append(f"{ks.name!r} {c.sram.total:,} B")
         kernels.append(
-            KernelSizing(ks.name, ks.kind, h, w, c.sram, c.compute_cycles, c.link_cycles)
-        )
+            KernelSizing(
+                ks.name, ks.kind, h, w, c.sram, c.compute_cycles, c.link_cycles,
+                edge_cycles=c.edge_cycles,
+            )
+        )  # fmt: skip
     if over:
         raise SizingError(
             f"in {precision} these regions exceed {target.sram.bytes_per_pe:,} B/PE: "
@@ -629,6 +667,7 @@ def _sizing(
                 compute_cycles=c.compute_cycles,
                 link_cycles=c.link_cycles,
                 alternatives=memo[key],
+                edge_cycles=c.edge_cycles,
             )
         )
     target = ctx.target

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import heapq
 import json
-import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -29,6 +28,7 @@ from itertools import pairwise
 from typing import Any
 
 from wsecc.errors import WseccError
+from wsecc.lanes import lanes_within
 from wsecc.place.problem import PlaceFlow, Placement, PlacementProblem, Rect
 
 Point = tuple[int, int]
@@ -103,7 +103,8 @@ def make_routing_problem(
 ) -> RoutingProblem:
     """Flows of `problem` as lanes on `placement`.
 
-    lanes = clamp(⌈bytes_per_sample / bytes_per_lane⌉, 1, min(max_lanes, edge slots)), where
+    lanes = clamp(lanes_within(bytes_per_sample, bytes_per_lane), 1, min(max_lanes, edge slots))
+    (`wsecc.lanes`: bytes_per_lane is what one lane moves in a stage time), where
     the edge slots are what `lane_endpoints` can give the flow on both facing edges
     (`max_lanes=None`: the edge slots alone). Flows
     from a kernel to itself need no route and are dropped. Budget = colors_total −
@@ -119,7 +120,7 @@ def make_routing_problem(
         name = base if names[base] == 1 else f"{base}#{names[base]}"
         src, dst = placement.rects[f.src], placement.rects[f.dst]
         slots = min(len(s) for s in _slot_sets(src, dst, sides, f.src, f.dst, len(flows)))
-        want = math.ceil(f.bytes_per_sample / bytes_per_lane) if bytes_per_lane > 0 else 1
+        want = lanes_within(f.bytes_per_sample, bytes_per_lane)
         nodes = problem.kernel(f.src).onnx_nodes + problem.kernel(f.dst).onnx_nodes
         flows.append(
             RouteFlow(
