@@ -39,7 +39,8 @@ MODELS = {  # name: sequence length it is compiled at
 COLUMNS = (
     "model | seq | target | compile s (frontend / passes / size / place / simulate) | peak GB | "
     "kernels | PEs used | SRAM max B/PE | colors max / budget | CP-SAT gap | vs greedy | "
-    "samples/s | tokens/s | latency ms | utilization | bottleneck | L1 vs L0"
+    "samples/s | tokens/s | latency ms | utilization | bottleneck | L1 vs L0 | "
+    "balanced samples/s | on wafer samples/s (of balanced) | on-wafer limit"
 )
 
 
@@ -74,6 +75,9 @@ def measure(path: str, seq: int, target: str, budget: float) -> dict:
         "bottleneck": perf["bottleneck"],
         "on_wafer": f"{perf['on_wafer_bottleneck']} ({perf['on_wafer_samples_per_s']:,.0f}/s)",
         "l1_vs_l0": perf.get("l1_vs_l0", {}).get("throughput_rel_diff"),
+        "balanced": rep["sizing"]["samples_per_s"],
+        "on_wafer_samples_per_s": perf["on_wafer_samples_per_s"],
+        "on_wafer_limit": perf["on_wafer_bottleneck"],
     }
 
 
@@ -88,7 +92,9 @@ def row(name: str, seq: int, target: str, r: dict) -> str:
         f"{r['kernels']} | {r['pes_used']:,} ({100 * r['fabric']:.0f}%) | {r['sram_max']:,} | "
         f"{r['colors']} | {100 * r['gap']:.1f}% | {100 * r['vs_greedy']:+.1f}% | "
         f"{r['samples_per_s']:,.1f} | {r['tokens_per_s']:,.0f} | {1e3 * r['latency_s']:.3f} | "
-        f"{100 * r['utilization']:.1f}% | {r['bottleneck']}; on wafer {r['on_wafer']} | {l1} |"
+        f"{100 * r['utilization']:.1f}% | {r['bottleneck']}; on wafer {r['on_wafer']} | {l1} | "
+        f"{r['balanced']:,.0f} | {r['on_wafer_samples_per_s']:,.0f} "
+        f"({r['on_wafer_samples_per_s'] / r['balanced']:.0%}) | {r['on_wafer_limit']} |"
     )
 
 

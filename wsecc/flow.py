@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from wsecc.ir.core import Graph
 from wsecc.kernels import DEFAULT_CHUNK_TOKENS, KernelGraph, Sizing, size_regions, sizing_at
-from wsecc.lanes import lane_bytes
+from wsecc.lanes import lane_bytes, lanes_within
 from wsecc.options import Options
 from wsecc.passes import DEFAULT_PIPELINE, LOWERING
 from wsecc.place.api import place
@@ -33,6 +33,7 @@ from wsecc.route.problem import (
     Routing,
     RoutingError,
     RoutingProblem,
+    crossed_regions,
     make_routing_problem,
     validate_routing,
 )
@@ -153,7 +154,7 @@ def _route_widest(
     rp = problem_at(None)
     for attempt in range(NARROWINGS + 1):
         try:
-            return rp, route(rp, placement)
+            routing = route(rp, placement)
         except RoutingError as e:
             fewer = {
                 f.name: f.lanes * 3 // 4 for f in rp.flows if f.name in e.flows and f.lanes > 1
@@ -165,6 +166,14 @@ def _route_widest(
             )
             narrower = tuple(replace(f, lanes=fewer.get(f.name, f.lanes)) for f in rp.flows)
             rp = replace(rp, flows=narrower)
+            continue
+        wider = _widened(problem, placement, sizing, target, rp, routing)
+        if wider is not None:
+            try:
+                return wider, route(wider, placement)
+            except RoutingError:
+                say("route      wider lanes for the flows crossing regions do not route; kept")
+        return rp, routing
     for cap in LANE_CAPS:
         rp = problem_at(cap)
         try:
@@ -176,6 +185,39 @@ def _route_widest(
                 f"route      at most {cap} lanes per flow do not route ({str(e)[:80]}...); fewer lanes"
             )
     raise AssertionError("unreachable")
+
+
+def _widened(
+    problem: PlacementProblem,
+    placement: Placement,
+    sizing: Sizing,
+    target: Target,
+    rp: RoutingProblem,
+    routing: Routing,
+) -> RoutingProblem | None:
+    """`rp` with more lanes for the flows whose lanes cross other kernels' regions, or None when
+    none needs more. A crossing lane's bytes share the region's links with the kernel's own
+    traffic (L0 adds them to its busiest link), so such a flow gets the lanes at which each
+    carries at most what the busiest of those kernels leaves in the stage time:
+    lanes_within(bytes, lane_bytes(T - its link cycles, L)), as many as its edge slots hold."""
+    T, L = sizing.stage_cycles, target.link_bytes_per_cycle
+    own = {k.name: k.link_cycles for k in sizing.kernels}
+    crossed = crossed_regions(routing, placement)
+    if not crossed:
+        return None
+    slots = make_routing_problem(problem, placement, bytes_per_lane=0.5**30, max_lanes=None)
+    room = {f.name: f.lanes for f in slots.flows}
+    flows, changed = [], False
+    for f in rp.flows:
+        slack = T - max((own.get(k, 0) for k in crossed.get(f.name, ())), default=T)
+        lanes = f.lanes
+        if 0 < slack < T:
+            lanes = max(
+                lanes, min(room[f.name], lanes_within(f.bytes_per_sample, lane_bytes(slack, L)))
+            )
+        changed |= lanes != f.lanes
+        flows.append(replace(f, lanes=lanes))
+    return replace(rp, flows=tuple(flows)) if changed else None
 
 
 @dataclass(frozen=True)

@@ -232,6 +232,7 @@ def test_a_failed_routing_narrows_only_the_flows_at_its_witness(monkeypatch):
 
     monkeypatch.setattr(flow, "route", fake_route)
     monkeypatch.setattr(flow, "lane_bytes_per_sample", lambda sizing, target: 1.0)
+    monkeypatch.setattr(flow, "_widened", lambda *args: None)  # no sizing to widen against
     said: list[str] = []
     rp, routing = flow._route_widest(
         place_problem, placement, None, load_target("wse2"), said.append
