@@ -167,13 +167,7 @@ def _route_widest(
             narrower = tuple(replace(f, lanes=fewer.get(f.name, f.lanes)) for f in rp.flows)
             rp = replace(rp, flows=narrower)
             continue
-        wider = _widened(problem, placement, sizing, target, rp, routing)
-        if wider is not None:
-            try:
-                return wider, route(wider, placement)
-            except RoutingError:
-                say("route      wider lanes for the flows crossing regions do not route; kept")
-        return rp, routing
+        return _widest_crossing(problem, placement, sizing, target, rp, routing, say)
     for cap in LANE_CAPS:
         rp = problem_at(cap)
         try:
@@ -185,6 +179,40 @@ def _route_widest(
                 f"route      at most {cap} lanes per flow do not route ({str(e)[:80]}...); fewer lanes"
             )
     raise AssertionError("unreachable")
+
+
+WIDENINGS = 2
+"""Routing attempts with wider lanes for the flows that cross regions (`_widened`); after a
+failure the flows it failed on step back a quarter of the way to their first lane counts."""
+
+
+def _widest_crossing(
+    problem: PlacementProblem,
+    placement: Placement,
+    sizing: Sizing,
+    target: Target,
+    rp: RoutingProblem,
+    routing: Routing,
+    say: Callable[[str], None],
+) -> tuple[RoutingProblem, Routing]:
+    """The routing of `rp`, or one whose flows crossing other regions have more lanes."""
+    wider = _widened(problem, placement, sizing, target, rp, routing)
+    first = {f.name: f.lanes for f in rp.flows}
+    for _ in range(WIDENINGS):
+        if wider is None:
+            break
+        try:
+            return wider, route(wider, placement)
+        except RoutingError as e:
+            back = tuple(
+                replace(f, lanes=f.lanes - (f.lanes - first[f.name] + 3) // 4)
+                if f.name in e.flows
+                else f
+                for f in wider.flows
+            )
+            wider = replace(wider, flows=back) if back != wider.flows else None
+    say("route      wider lanes for the flows crossing regions do not route; kept the first")
+    return rp, routing
 
 
 def _widened(

@@ -123,6 +123,9 @@ class Sizing:
     flops_per_sample: int
     peak_flops_per_cycle: int  # usable_pes x flops_per_cycle[precision]
     kernels: tuple[KernelSizing, ...]
+    # link cycles per sample each region's edge lanes leave for the region they may cross
+    # (`crossing_headroom`), charged in every kernel's edge_cycles
+    crossing_headroom: int = 0
 
     def kernel(self, name: str) -> KernelSizing:
         for k in self.kernels:
@@ -304,7 +307,11 @@ def _menu(costs: Sequence[KernelCost], sram_limit: int, max_aspect: float) -> _M
 
 
 def _menu_of(
-    kernel: Kernel, ctx: CostContext, max_aspect: float, flows: tuple[int, ...] = ()
+    kernel: Kernel,
+    ctx: CostContext,
+    max_aspect: float,
+    flows: tuple[int, ...] = (),
+    headroom: int = 0,
 ) -> tuple[list[KernelCost], Menu | None]:
     """A kernel's menu (None if no shape fits a PE) and the shapes costed to build it; each
     shape charged the cycles its routed `flows` need through its shortest side (`_with_edges`)."""
@@ -314,7 +321,9 @@ def _menu_of(
         return [], menu if menu.shapes_within(None) else None
     fab = ctx.target.fabric
     rows, cols = model.shapes(kernel.params, fab.program_height, fab.program_width)
-    costs = [_with_edges(cost_at(kernel, h, w, ctx), flows, ctx) for h in rows for w in cols]
+    costs = [
+        _with_edges(cost_at(kernel, h, w, ctx), flows, ctx, headroom) for h in rows for w in cols
+    ]
     return costs, _menu(costs, ctx.target.sram.bytes_per_pe, max_aspect)
 
 
@@ -334,14 +343,28 @@ def routed_flow_bytes(kg: KernelGraph, precision: str) -> dict[str, tuple[int, .
     return {n: tuple(sorted(b, reverse=True)) for n, b in out.items()}
 
 
-def _with_edges(cost: KernelCost, flows: tuple[int, ...], ctx: CostContext) -> KernelCost:
+def _with_edges(
+    cost: KernelCost, flows: tuple[int, ...], ctx: CostContext, headroom: int = 0
+) -> KernelCost:
     """`cost` with the cycles per sample its routed flows need through the region's shortest
     side, all of them sharing it (`wsecc.lanes.shared_edge_cycles`): the placer decides which
     side faces which neighbour, and flows in and out may share one, so a shape is charged for
-    the worst case. Training is costed from sizing alone and keeps its own link model."""
+    the worst case. Plus `headroom`: a lane may cross another kernel's region and then shares a
+    link with that kernel's own traffic (L0 adds the two), so each lane must move its bytes
+    within the stage time less that kernel's link cycles (`crossing_headroom`). Training is
+    costed from sizing alone and keeps its own link model."""
     if not flows or ctx.train is not None:
         return cost
-    return replace(cost, edge_cycles=shared_edge_cycles(flows, min(cost.h, cost.w), ctx.L))
+    lanes = shared_edge_cycles(flows, min(cost.h, cost.w), ctx.L)
+    return replace(cost, edge_cycles=lanes + headroom)
+
+
+def crossing_headroom(kernels: Sequence[KernelCost | KernelSizing]) -> int:
+    """Link cycles per sample of the busiest region a lane may cross: the largest own link time
+    among the kernels whose stage it does not set (link below compute). A region whose link
+    already sets its stage has no room for a crossing lane at any width, so lanes are planned
+    for the busiest region that has room."""
+    return max((k.link_cycles for k in kernels if k.link_cycles < k.compute_cycles), default=0)
 
 
 def _signature(kernel: Kernel) -> tuple[Any, ...]:
@@ -351,7 +374,7 @@ def _signature(kernel: Kernel) -> tuple[Any, ...]:
 _Choice = list[tuple[Kernel, Menu]]
 
 
-def _menus(kg: KernelGraph, ctx: CostContext, max_aspect: float) -> _Choice:
+def _menus(kg: KernelGraph, ctx: CostContext, max_aspect: float, headroom: int = 0) -> _Choice:
     """Every kernel with its menu; kernels of equal kind, params and routed flows share one
     evaluation. Raises SizingError naming the kernels no shape of which fits a PE."""
     memo: dict[tuple[Any, ...], tuple[list[KernelCost], Menu | None]] = {}
@@ -361,7 +384,7 @@ def _menus(kg: KernelGraph, ctx: CostContext, max_aspect: float) -> _Choice:
     for k in kg.kernels:
         key = (_signature(k), flows[k.name])
         if key not in memo:
-            memo[key] = _menu_of(k, ctx, max_aspect, flows[k.name])
+            memo[key] = _menu_of(k, ctx, max_aspect, flows[k.name], headroom)
         costs, menu = memo[key]
         if menu is None:
             failing.append((k, costs))
@@ -532,6 +555,18 @@ def size_regions(
     line) when no assignment exists.
     """
     ctx, menus, budget = _prepare(kg, target, precision, fill, chunk_tokens, max_aspect, train)
+    choice = _balanced(menus, budget)
+    # Lanes crossing a region share its links: size again with every region's edges charged
+    # the busiest crossable region's link time of this first balance (`_with_edges`).
+    headroom = 0 if train is not None else crossing_headroom([c for _, _, c in choice])
+    if headroom:
+        choice = _balanced(_menus(kg, ctx, max_aspect, headroom), budget)
+    sizing = _sizing("balanced", kg, ctx, fill, choice, alt_tolerance, max_alternatives)
+    return replace(sizing, crossing_headroom=headroom)
+
+
+def _balanced(menus: _Choice, budget: int) -> list[tuple[Kernel, Menu, KernelCost]]:
+    """Each kernel's smallest shape within the least stage time T whose areas fit `budget`."""
 
     def area_at(T: int) -> int:
         total = 0
@@ -545,8 +580,7 @@ def size_regions(
     # least T whose areas fit; at the slowest smallest shape every kernel fits its smallest
     slowest = max(m.smallest.cycles_per_sample for _, m in menus)
     T = least_true(lambda t: area_at(t) <= budget, 0, slowest)
-    choice = [(k, m, m.within(T) or m.smallest) for k, m in menus]
-    return _sizing("balanced", kg, ctx, fill, choice, alt_tolerance, max_alternatives)
+    return [(k, m, m.within(T) or m.smallest) for k, m in menus]
 
 
 def sizing_at(
@@ -572,7 +606,7 @@ def sizing_at(
         k = kg.kernel(ks.name)
         c = cost_at(k, h, w, ctx)
         if k.spec.frontier is None:
-            c = _with_edges(c, flows[ks.name], ctx)
+            c = _with_edges(c, flows[ks.name], ctx, base.crossing_headroom)
         if c.sram.total > target.sram.bytes_per_pe:
             over.append(f"{ks.name!r} {c.sram.total:,} B")
         kernels.append(
