@@ -197,6 +197,8 @@ def _widest_crossing(
 ) -> tuple[RoutingProblem, Routing]:
     """The routing of `rp`, or one whose flows crossing other regions have more lanes."""
     wider = _widened(problem, placement, sizing, target, rp, routing)
+    if wider is None:
+        return rp, routing
     first = {f.name: f.lanes for f in rp.flows}
     for _ in range(WIDENINGS):
         if wider is None:
