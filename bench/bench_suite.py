@@ -3,6 +3,8 @@
     python bench/bench_suite.py                       # all models, both targets
     python bench/bench_suite.py --only gpt2-small --targets wse2 --budget 30
     python bench/bench_suite.py --export              # export missing models first (needs torch)
+    python bench/bench_suite.py --models bench/models/weightless   # weightless exports
+                                                      # (export_models.py --weightless)
 
 Each (model, target) compiles in a fresh process (`wsecc.compile`, CP-SAT placement with
 `--budget` seconds, L1 simulation, numerics off: these models are far past the size the
@@ -50,9 +52,11 @@ def measure(path: str, seq: int, target: str, budget: float) -> dict:
     from wsecc.place.api import place
 
     t0 = time.perf_counter()
+    weights = "inputs" if Path(path).parent.name == "weightless" else "constants"
     c = wsecc.compile(
-        path, seq=seq, target=target, placer="cpsat", time_budget_s=budget, validate=False
-    )
+        path, seq=seq, target=target, placer="cpsat", time_budget_s=budget, validate=False,
+        weights=weights,
+    )  # fmt: skip
     wall = time.perf_counter() - t0
     greedy = place(c.problem, placer="greedy", time_budget_s=budget)
     rep = c.report()

@@ -555,49 +555,17 @@ def size_regions(
     line) when no assignment exists.
     """
     ctx, menus, budget = _prepare(kg, target, precision, fill, chunk_tokens, max_aspect, train)
-    choice, headroom = _balanced(menus, budget), 0
-    if train is None:
-        choice, headroom = _with_crossing_headroom(kg, ctx, max_aspect, budget, choice)
+    choice = _balanced(menus, budget)
+    # Lanes crossing a region share its links: size again with every region's edges charged
+    # the busiest crossable region's link time of this first balance (`_with_edges`).
+    headroom = 0 if train is not None else crossing_headroom([c for _, _, c in choice])
+    if headroom:
+        choice = _balanced(_menus(kg, ctx, max_aspect, headroom), budget)
     sizing = _sizing("balanced", kg, ctx, fill, choice, alt_tolerance, max_alternatives)
     return replace(sizing, crossing_headroom=headroom)
 
 
-_Balance = list[tuple[Kernel, Menu, KernelCost]]
-
-
-HEADROOM_ROUNDS = 4
-"""Balances tried while looking for the crossing headroom that a balance leaves (below)."""
-
-
-def _with_crossing_headroom(
-    kg: KernelGraph, ctx: CostContext, max_aspect: float, budget: int, choice: _Balance
-) -> tuple[_Balance, int]:
-    """The balance whose regions' edges leave room for a lane crossing any of them, and the
-    headroom it charged (`_with_edges`). A balance charged headroom h is *consistent* when its
-    own busiest crossable link (`crossing_headroom`) is at most h. Starting from the balance
-    without headroom, each round charges the headroom the previous balance has; charging it
-    favours squarer regions with shorter links, so the next is smaller. It stops at a fixed
-    point or after `HEADROOM_ROUNDS` and returns the consistent balance of least stage time (the
-    last one when none was)."""
-    charged, need = 0, crossing_headroom([c for _, _, c in choice])
-    consistent: list[tuple[int, int, _Balance]] = []  # (stage time, headroom, balance)
-    for round_ in range(HEADROOM_ROUNDS + 1):
-        if need <= charged:
-            consistent.append((max(c.cycles_per_sample for _, _, c in choice), charged, choice))
-            if need == charged:
-                break
-        if round_ == HEADROOM_ROUNDS:
-            break
-        charged = need
-        choice = _balanced(_menus(kg, ctx, max_aspect, charged), budget)
-        need = crossing_headroom([c for _, _, c in choice])
-    if not consistent:
-        return choice, charged
-    _, headroom, best = min(consistent, key=lambda t: (t[0], t[1]))
-    return best, headroom
-
-
-def _balanced(menus: _Choice, budget: int) -> _Balance:
+def _balanced(menus: _Choice, budget: int) -> list[tuple[Kernel, Menu, KernelCost]]:
     """Each kernel's smallest shape within the least stage time T whose areas fit `budget`."""
 
     def area_at(T: int) -> int:
