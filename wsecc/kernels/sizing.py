@@ -306,24 +306,31 @@ def _menu(costs: Sequence[KernelCost], sram_limit: int, max_aspect: float) -> _M
     )
 
 
+_RawCosts = dict[tuple[Any, ...], list[KernelCost]]
+
+
 def _menu_of(
     kernel: Kernel,
     ctx: CostContext,
     max_aspect: float,
     flows: tuple[int, ...] = (),
     headroom: int = 0,
+    raw: _RawCosts | None = None,
 ) -> tuple[list[KernelCost], Menu | None]:
     """A kernel's menu (None if no shape fits a PE) and the shapes costed to build it; each
-    shape charged the cycles its routed `flows` need through its shortest side (`_with_edges`)."""
+    shape charged the cycles its routed `flows` need through its shortest side (`_with_edges`).
+    `raw` keeps the kind's costs per kernel signature for another menu of the same kernels."""
     model = kernel.spec
     if model.frontier is not None:
         menu = _FrontierMenu(model, kernel, ctx)
         return [], menu if menu.shapes_within(None) else None
     fab = ctx.target.fabric
-    rows, cols = model.shapes(kernel.params, fab.program_height, fab.program_width)
-    costs = [
-        _with_edges(cost_at(kernel, h, w, ctx), flows, ctx, headroom) for h in rows for w in cols
-    ]
+    raw = {} if raw is None else raw
+    key = _signature(kernel)
+    if key not in raw:
+        rows, cols = model.shapes(kernel.params, fab.program_height, fab.program_width)
+        raw[key] = [cost_at(kernel, h, w, ctx) for h in rows for w in cols]
+    costs = [_with_edges(c, flows, ctx, headroom) for c in raw[key]]
     return costs, _menu(costs, ctx.target.sram.bytes_per_pe, max_aspect)
 
 
@@ -374,7 +381,13 @@ def _signature(kernel: Kernel) -> tuple[Any, ...]:
 _Choice = list[tuple[Kernel, Menu]]
 
 
-def _menus(kg: KernelGraph, ctx: CostContext, max_aspect: float, headroom: int = 0) -> _Choice:
+def _menus(
+    kg: KernelGraph,
+    ctx: CostContext,
+    max_aspect: float,
+    headroom: int = 0,
+    raw: _RawCosts | None = None,
+) -> _Choice:
     """Every kernel with its menu; kernels of equal kind, params and routed flows share one
     evaluation. Raises SizingError naming the kernels no shape of which fits a PE."""
     memo: dict[tuple[Any, ...], tuple[list[KernelCost], Menu | None]] = {}
@@ -384,7 +397,7 @@ def _menus(kg: KernelGraph, ctx: CostContext, max_aspect: float, headroom: int =
     for k in kg.kernels:
         key = (_signature(k), flows[k.name])
         if key not in memo:
-            memo[key] = _menu_of(k, ctx, max_aspect, flows[k.name], headroom)
+            memo[key] = _menu_of(k, ctx, max_aspect, flows[k.name], headroom, raw)
         costs, menu = memo[key]
         if menu is None:
             failing.append((k, costs))
@@ -481,13 +494,14 @@ def _prepare(
     chunk_tokens: int,
     max_aspect: float,
     train: TrainCosts | None = None,
+    raw: _RawCosts | None = None,
 ) -> tuple[CostContext, _Choice, int]:
     kg.verify()
     check_precision(precision)
     if not 0 < fill <= 1:
         raise ValueError(f"fill must be in (0, 1], got {fill}")
     ctx = CostContext(target, precision, chunk_tokens, train)
-    menus = _menus(kg, ctx, max_aspect)
+    menus = _menus(kg, ctx, max_aspect, raw=raw)
     budget = math.floor(fill * target.usable_pes)
     if sum(m.smallest.area for _, m in menus) > budget:
         raise _area_error(kg, ctx, menus, budget, fill)
@@ -554,13 +568,14 @@ def size_regions(
     within the program rectangle, total area within fill x usable PEs. Raises SizingError (one
     line) when no assignment exists.
     """
-    ctx, menus, budget = _prepare(kg, target, precision, fill, chunk_tokens, max_aspect, train)
+    raw: _RawCosts = {}  # the kinds' costs, shared by both balances
+    ctx, menus, budget = _prepare(kg, target, precision, fill, chunk_tokens, max_aspect, train, raw)
     choice = _balanced(menus, budget)
     # Lanes crossing a region share its links: size again with every region's edges charged
     # the busiest crossable region's link time of this first balance (`_with_edges`).
     headroom = 0 if train is not None else crossing_headroom([c for _, _, c in choice])
     if headroom:
-        choice = _balanced(_menus(kg, ctx, max_aspect, headroom), budget)
+        choice = _balanced(_menus(kg, ctx, max_aspect, headroom, raw), budget)
     sizing = _sizing("balanced", kg, ctx, fill, choice, alt_tolerance, max_alternatives)
     return replace(sizing, crossing_headroom=headroom)
 
