@@ -3,6 +3,8 @@
     python bench/bench_suite.py                       # all models, both targets
     python bench/bench_suite.py --only gpt2-small --targets wse2 --budget 30
     python bench/bench_suite.py --export              # export missing models first (needs torch)
+    python bench/bench_suite.py --models bench/models/weightless   # weightless exports
+                                                      # (export_models.py --weightless)
 
 Each (model, target) compiles in a fresh process (`wsecc.compile`, CP-SAT placement with
 `--budget` seconds, L1 simulation, numerics off: these models are far past the size the
@@ -39,7 +41,8 @@ MODELS = {  # name: sequence length it is compiled at
 COLUMNS = (
     "model | seq | target | compile s (frontend / passes / size / place / simulate) | peak GB | "
     "kernels | PEs used | replicas | SRAM max B/PE | colors max / budget | CP-SAT gap (bound kind) | vs greedy | "
-    "samples/s | tokens/s | latency ms | utilization | bottleneck | L1 vs L0"
+    "samples/s | tokens/s | latency ms | utilization | bottleneck | L1 vs L0 | "
+    "balanced samples/s | on wafer samples/s (of balanced) | on-wafer limit"
 )
 
 
@@ -49,9 +52,11 @@ def measure(path: str, seq: int, target: str, budget: float) -> dict:
     from wsecc.place.api import place
 
     t0 = time.perf_counter()
+    weights = "inputs" if Path(path).parent.name == "weightless" else "constants"
     c = wsecc.compile(
-        path, seq=seq, target=target, placer="cpsat", time_budget_s=budget, validate=False
-    )
+        path, seq=seq, target=target, placer="cpsat", time_budget_s=budget, validate=False,
+        weights=weights,
+    )  # fmt: skip
     wall = time.perf_counter() - t0
     greedy = place(c.problem, placer="greedy", time_budget_s=budget)
     rep = c.report()
@@ -76,6 +81,9 @@ def measure(path: str, seq: int, target: str, budget: float) -> dict:
         "bottleneck": perf["bottleneck"],
         "on_wafer": f"{perf['on_wafer_bottleneck']} ({perf['on_wafer_samples_per_s']:,.0f}/s)",
         "l1_vs_l0": perf.get("l1_vs_l0", {}).get("throughput_rel_diff"),
+        "balanced": rep["sizing"]["samples_per_s"],
+        "on_wafer_samples_per_s": perf["on_wafer_samples_per_s"],
+        "on_wafer_limit": perf["on_wafer_bottleneck"],
     }
 
 
@@ -91,7 +99,9 @@ def row(name: str, seq: int, target: str, r: dict) -> str:
         f"{r['sram_max']:,} | "
         f"{r['colors']} | {100 * r['gap']:.1f}% ({r.get('bound_kind') or '?'}) | {100 * r['vs_greedy']:+.1f}% | "
         f"{r['samples_per_s']:,.1f} | {r['tokens_per_s']:,.0f} | {1e3 * r['latency_s']:.3f} | "
-        f"{100 * r['utilization']:.1f}% | {r['bottleneck']}; on wafer {r['on_wafer']} | {l1} |"
+        f"{100 * r['utilization']:.1f}% | {r['bottleneck']}; on wafer {r['on_wafer']} | {l1} | "
+        f"{r['balanced']:,.0f} | {r['on_wafer_samples_per_s']:,.0f} "
+        f"({r['on_wafer_samples_per_s'] / r['balanced']:.0%}) | {r['on_wafer_limit']} |"
     )
 
 

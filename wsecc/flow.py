@@ -29,6 +29,7 @@ from wsecc.kernels import (
     size_regions,
     sizing_at,
 )
+from wsecc.lanes import lane_bytes, lanes_within
 from wsecc.options import Options
 from wsecc.passes import DEFAULT_PIPELINE, LOWERING
 from wsecc.place.api import place
@@ -59,6 +60,7 @@ from wsecc.route.problem import (
     Routing,
     RoutingError,
     RoutingProblem,
+    crossed_regions,
     make_routing_problem,
     validate_routing,
 )
@@ -180,19 +182,18 @@ def lane_bytes_per_sample(
     sizing: Sizing, target: Target, kg: KernelGraph | None = None, decode_batch: int | None = None
 ) -> float:
     """What one lane carries per sample: a stage time's worth, stage cycles per sample x link
-    bytes per cycle, so a flow moves a sample's data within the stage time and the fabric does
-    not become the bottleneck the sizing balanced against. In generate mode (`decode_batch`
-    sequences, `kg` bound at the context) at most what makes one decode step's bytes (1 / tokens
-    per sample of a sample's, times the batch) take DECODE_LANE_CYCLES: decode is a latency.
+    bytes per cycle (`wsecc.lanes.lane_bytes`). In generate mode (`decode_batch` sequences, `kg`
+    bound at the context) at most what makes one decode step's bytes (a sample's over its
+    tokens, times the batch) take DECODE_LANE_CYCLES: decode is a latency.
 
-    A flow gets ceil(bytes per sample / this) lanes (as many as its facing edges allow)."""
-    per_stage = sizing.stage_cycles * target.link_bytes_per_cycle
+    A flow gets `wsecc.lanes.lanes_within(bytes per sample, this)` lanes (as many as its facing
+    edges allow), so it moves a sample's data within the stage time and the fabric does not
+    become the bottleneck the sizing balanced against."""
+    per_stage = lane_bytes(sizing.stage_cycles, target.link_bytes_per_cycle)
     if decode_batch is None or kg is None:
         return per_stage
-    per_step = (
-        DECODE_LANE_CYCLES * target.link_bytes_per_cycle * kg.tokens_per_sample / decode_batch
-    )
-    return min(per_stage, per_step)
+    per_step = lane_bytes(DECODE_LANE_CYCLES, target.link_bytes_per_cycle)
+    return min(per_stage, per_step * kg.tokens_per_sample / decode_batch)
 
 
 LANE_CAPS = (16, 4, 1)
@@ -207,14 +208,18 @@ every flow: 16 lanes become 12, 9, 6, 4."""
 def _route_widest(
     problem: PlacementProblem,
     placement: Placement,
-    bytes_per_lane: float,
+    sizing: Sizing,
     target: Target,
     say: Callable[[str], None],
+    bytes_per_lane: float | None = None,
 ) -> tuple[RoutingProblem, Routing]:
-    """Route with as many lanes per flow as the bandwidth needs (edge slots permitting). While
-    it does not route, narrow the flows it failed on by a quarter (up to `NARROWINGS` times),
-    then cap every flow (`LANE_CAPS`). Raises the narrowest attempt's
-    RoutingError when even one lane per flow cannot route."""
+    """Route with as many lanes per flow as the bandwidth needs (edge slots permitting), each
+    lane carrying `bytes_per_lane` (default `lane_bytes_per_sample` of `sizing`). While it does
+    not route, narrow the flows it failed on by a quarter (up to `NARROWINGS` times), then cap
+    every flow (`LANE_CAPS`). Raises the narrowest attempt's RoutingError when even one lane
+    per flow cannot route."""
+    if bytes_per_lane is None:
+        bytes_per_lane = lane_bytes_per_sample(sizing, target)
 
     def problem_at(cap: int | None) -> RoutingProblem:
         return make_routing_problem(
@@ -229,7 +234,7 @@ def _route_widest(
     rp = problem_at(None)
     for attempt in range(NARROWINGS + 1):
         try:
-            return rp, route(rp, placement)
+            routing = route(rp, placement)
         except RoutingError as e:
             fewer = {
                 f.name: f.lanes * 3 // 4 for f in rp.flows if f.name in e.flows and f.lanes > 1
@@ -241,6 +246,8 @@ def _route_widest(
             )
             narrower = tuple(replace(f, lanes=fewer.get(f.name, f.lanes)) for f in rp.flows)
             rp = replace(rp, flows=narrower)
+            continue
+        return _widest_crossing(problem, placement, sizing, target, rp, routing, say)
     for cap in LANE_CAPS:
         rp = problem_at(cap)
         try:
@@ -252,6 +259,75 @@ def _route_widest(
                 f"route      at most {cap} lanes per flow do not route ({str(e)[:80]}...); fewer lanes"
             )
     raise AssertionError("unreachable")
+
+
+WIDENINGS = 2
+"""Routing attempts with wider lanes for the flows that cross regions (`_widened`); after a
+failure the flows it failed on step back a quarter of the way to their first lane counts."""
+
+
+def _widest_crossing(
+    problem: PlacementProblem,
+    placement: Placement,
+    sizing: Sizing,
+    target: Target,
+    rp: RoutingProblem,
+    routing: Routing,
+    say: Callable[[str], None],
+) -> tuple[RoutingProblem, Routing]:
+    """The routing of `rp`, or one whose flows crossing other regions have more lanes."""
+    wider = _widened(problem, placement, sizing, target, rp, routing)
+    if wider is None:
+        return rp, routing
+    first = {f.name: f.lanes for f in rp.flows}
+    for _ in range(WIDENINGS):
+        if wider is None:
+            break
+        try:
+            return wider, route(wider, placement)
+        except RoutingError as e:
+            back = tuple(
+                replace(f, lanes=f.lanes - (f.lanes - first[f.name] + 3) // 4)
+                if f.name in e.flows
+                else f
+                for f in wider.flows
+            )
+            wider = replace(wider, flows=back) if back != wider.flows else None
+    say("route      wider lanes for the flows crossing regions do not route; kept the first")
+    return rp, routing
+
+
+def _widened(
+    problem: PlacementProblem,
+    placement: Placement,
+    sizing: Sizing,
+    target: Target,
+    rp: RoutingProblem,
+    routing: Routing,
+) -> RoutingProblem | None:
+    """`rp` with more lanes for the flows whose lanes cross other kernels' regions, or None when
+    none needs more. A crossing lane's bytes share the region's links with the kernel's own
+    traffic (L0 adds them to its busiest link), so such a flow gets the lanes at which each
+    carries at most what the busiest of those kernels leaves in the stage time:
+    lanes_within(bytes, lane_bytes(T - its link cycles, L)), as many as its edge slots hold."""
+    T, L = sizing.stage_cycles, target.link_bytes_per_cycle
+    own = {k.name: k.link_cycles for k in sizing.kernels}
+    crossed = crossed_regions(routing, placement)
+    if not crossed:
+        return None
+    slots = make_routing_problem(problem, placement, bytes_per_lane=0.5**30, max_lanes=None)
+    room = {f.name: f.lanes for f in slots.flows}
+    flows, changed = [], False
+    for f in rp.flows:
+        slack = T - max((own.get(k, 0) for k in crossed.get(f.name, ())), default=T)
+        lanes = f.lanes
+        if 0 < slack < T:
+            lanes = max(
+                lanes, min(room[f.name], lanes_within(f.bytes_per_sample, lane_bytes(slack, L)))
+            )
+        changed |= lanes != f.lanes
+        flows.append(replace(f, lanes=lanes))
+    return replace(rp, flows=tuple(flows)) if changed else None
 
 
 @dataclass(frozen=True)
@@ -349,8 +425,8 @@ def _route_placed(
     # what the placement achieves: each kernel costed at its placed shape (one of its menu's)
     shapes = {name: (r.h, r.w) for name, r in placement.rects.items()}
     sizing = sizing_at(sizing, kg, target, precision, shapes, train=train)
-    lane_bytes = lane_bytes_per_sample(sizing, target, kg, decode_batch)
-    rp, routing = _route_widest(problem, placement, lane_bytes, target, say)
+    per_lane = lane_bytes_per_sample(sizing, target, kg, decode_batch)
+    rp, routing = _route_widest(problem, placement, sizing, target, say, per_lane)
     # A result that fails the validators is a bug in wsecc, not in the user's input.
     bad = validate_placement(problem, placement) + validate_routing(rp, placement, routing)
     if bad:

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from wsecc.place.problem import PlaceFlow, PlaceKernel, Placement, PlacementProblem, Rect
 from wsecc.route.problem import (
+    RoutedLane,
     Routing,
     RoutingProblem,
+    crossed_regions,
     decode_path,
     edge_shares,
     encode_path,
@@ -201,3 +203,22 @@ def test_extra_and_unknown_lanes_are_reported(routed):
     out = validate_routing(problem, PLACEMENT, extra)
     assert f"flow '{lane.flow}' lane 5 is beyond the flow's 2 lanes" in out
     assert "unknown flow 'X->Y' is routed" in out
+
+
+def test_crossed_regions_names_the_regions_a_lane_runs_through():
+    """A lane from A to B straight through M crosses M (two of its steps lie inside it); its own
+    ends and a lane that only touches M's edge from outside do not count."""
+    rects = {"A": Rect(0, 0, 2, 4), "M": Rect(4, 0, 3, 4), "B": Rect(9, 0, 2, 4)}
+    place = PlacementProblem(
+        12,
+        6,
+        tuple(PlaceKernel(n, ((r.w, r.h),)) for n, r in rects.items()),
+        (PlaceFlow("A", "B", 1.0),),
+    )
+    placement = Placement.of(place, rects, placer="t", bound=0, status="", seconds=0, seed=0)
+    through = tuple((x, 1) for x in range(1, 10))  # row 1, across M's columns 4..6
+    around = ((1, 3), (1, 4), *((x, 4) for x in range(2, 10)), (9, 3))  # row 4, below M
+    routing = Routing.of(
+        [RoutedLane("A->B", 0, through, 0), RoutedLane("A->B#2", 0, around, 1)], 21, 1
+    )
+    assert crossed_regions(routing, placement) == {"A->B": {"M"}}

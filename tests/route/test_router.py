@@ -231,9 +231,10 @@ def test_a_failed_routing_narrows_only_the_flows_at_its_witness(monkeypatch):
         return "routed"
 
     monkeypatch.setattr(flow, "route", fake_route)
+    monkeypatch.setattr(flow, "_widened", lambda *args: None)  # no sizing to widen against
     said: list[str] = []
     rp, routing = flow._route_widest(
-        place_problem, placement, 1.0, load_target("wse2"), said.append
+        place_problem, placement, None, load_target("wse2"), said.append, bytes_per_lane=1.0
     )
     assert routing == "routed" and len(tried) == 2
     assert [f.lanes for f in tried[0].flows] == [4, 4, 6]  # B's west edge: 4 PEs each

@@ -124,7 +124,7 @@ def test_compile_and_view_state_the_summarys_bottleneck(compiled_outdir, tmp_pat
         assert lim["on_wafer_samples_per_s"] == perf["on_wafer_samples_per_s"]
         assert lim["lines"] == _summary_lines(report), html_path
         assert "balanced" in lim["lines"][1] and "achieved" in lim["lines"][1]
-        assert report["sizing"]["bottleneck"] not in lim["lines"][0]
+        assert f"{report['sizing']['bottleneck']} (" not in lim["lines"][0]
         hl = lim["highlight"]
         assert (hl["name"], hl["label"]) == (perf["on_wafer_bottleneck"], "on-wafer limit")
         kernels = _page_data(html_path.read_text())["kernels"]

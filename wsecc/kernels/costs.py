@@ -82,6 +82,9 @@ class KernelCost:
     link_cycles: int  # per sample, busiest lane
     in_bytes_per_sample: int
     out_bytes_per_sample: int
+    # per sample, the region's routed flows through its shortest side (`wsecc.lanes`); set by
+    # sizing, which knows the flows, 0 from a kind's cost model
+    edge_cycles: int = 0
 
     @property
     def area(self) -> int:
@@ -89,7 +92,7 @@ class KernelCost:
 
     @property
     def cycles_per_sample(self) -> int:
-        return max(self.compute_cycles, self.link_cycles)
+        return max(self.compute_cycles, self.link_cycles, self.edge_cycles)
 
     @property
     def flow_bytes_per_cycle_needed(self) -> float:

@@ -50,6 +50,7 @@ from wsecc.kernels.costs import (
 )
 from wsecc.kernels.ir import Kernel, KernelGraph
 from wsecc.kernels.kind import KindDef
+from wsecc.lanes import shared_edge_cycles
 from wsecc.targets import Target, check_precision
 
 DEFAULT_FILL = 0.85
@@ -75,6 +76,7 @@ class KernelSizing:
     compute_cycles: int
     link_cycles: int
     alternatives: tuple[tuple[int, int], ...] = ()
+    edge_cycles: int = 0  # its routed flows through its shortest side (`wsecc.lanes`)
 
     @property
     def pes(self) -> int:
@@ -82,7 +84,7 @@ class KernelSizing:
 
     @property
     def cycles_per_sample(self) -> int:
-        return max(self.compute_cycles, self.link_cycles)
+        return max(self.compute_cycles, self.link_cycles, self.edge_cycles)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -100,6 +102,7 @@ class KernelSizing:
             compute_cycles=d["compute_cycles"],
             link_cycles=d["link_cycles"],
             alternatives=tuple((a[0], a[1]) for a in d["alternatives"]),
+            edge_cycles=d.get("edge_cycles", 0),
         )
 
 
@@ -120,6 +123,9 @@ class Sizing:
     flops_per_sample: int
     peak_flops_per_cycle: int  # usable_pes x flops_per_cycle[precision]
     kernels: tuple[KernelSizing, ...]
+    # link cycles per sample each region's edge lanes leave for the region they may cross
+    # (`crossing_headroom`), charged in every kernel's edge_cycles
+    crossing_headroom: int = 0
 
     def kernel(self, name: str) -> KernelSizing:
         for k in self.kernels:
@@ -300,18 +306,72 @@ def _menu(costs: Sequence[KernelCost], sram_limit: int, max_aspect: float) -> _M
     )
 
 
+_RawCosts = dict[tuple[Any, ...], list[KernelCost]]
+
+
 def _menu_of(
-    kernel: Kernel, ctx: CostContext, max_aspect: float
+    kernel: Kernel,
+    ctx: CostContext,
+    max_aspect: float,
+    flows: tuple[int, ...] = (),
+    headroom: int = 0,
+    raw: _RawCosts | None = None,
 ) -> tuple[list[KernelCost], Menu | None]:
-    """A kernel's menu (None if no shape fits a PE) and the shapes costed to build it."""
+    """A kernel's menu (None if no shape fits a PE) and the shapes costed to build it; each
+    shape charged the cycles its routed `flows` need through its shortest side (`_with_edges`).
+    `raw` keeps the kind's costs per kernel signature for another menu of the same kernels."""
     model = kernel.spec
     if model.frontier is not None:
         menu = _FrontierMenu(model, kernel, ctx)
         return [], menu if menu.shapes_within(None) else None
     fab = ctx.target.fabric
-    rows, cols = model.shapes(kernel.params, fab.program_height, fab.program_width)
-    costs = [cost_at(kernel, h, w, ctx) for h in rows for w in cols]
+    raw = {} if raw is None else raw
+    key = _signature(kernel)
+    if key not in raw:
+        rows, cols = model.shapes(kernel.params, fab.program_height, fab.program_width)
+        raw[key] = [cost_at(kernel, h, w, ctx) for h in rows for w in cols]
+    costs = [_with_edges(c, flows, ctx, headroom) for c in raw[key]]
     return costs, _menu(costs, ctx.target.sram.bytes_per_pe, max_aspect)
+
+
+def routed_flow_bytes(kg: KernelGraph, precision: str) -> dict[str, tuple[int, ...]]:
+    """Kernel -> bytes per sample of each routed flow it sends or receives: the kernel graph's
+    flows between two kernels, merged per pair as the placer and the router take them
+    (`wsecc.place.from_kernels`); flows to or from ports and within a kernel are not routed."""
+    names = {k.name for k in kg.kernels}
+    pairs: dict[tuple[str, str], int] = {}
+    for f in kg.flows:
+        if f.src in names and f.dst in names and f.src != f.dst:
+            pairs[(f.src, f.dst)] = pairs.get((f.src, f.dst), 0) + f.bytes_per_sample(precision)
+    out: dict[str, list[int]] = {n: [] for n in names}
+    for (src, dst), b in pairs.items():
+        out[src].append(b)
+        out[dst].append(b)
+    return {n: tuple(sorted(b, reverse=True)) for n, b in out.items()}
+
+
+def _with_edges(
+    cost: KernelCost, flows: tuple[int, ...], ctx: CostContext, headroom: int = 0
+) -> KernelCost:
+    """`cost` with the cycles per sample its routed flows need through the region's shortest
+    side, all of them sharing it (`wsecc.lanes.shared_edge_cycles`): the placer decides which
+    side faces which neighbour, and flows in and out may share one, so a shape is charged for
+    the worst case. Plus `headroom`: a lane may cross another kernel's region and then shares a
+    link with that kernel's own traffic (L0 adds the two), so each lane must move its bytes
+    within the stage time less that kernel's link cycles (`crossing_headroom`). Training is
+    costed from sizing alone and keeps its own link model."""
+    if not flows or ctx.train is not None:
+        return cost
+    lanes = shared_edge_cycles(flows, min(cost.h, cost.w), ctx.L)
+    return replace(cost, edge_cycles=lanes + headroom)
+
+
+def crossing_headroom(kernels: Sequence[KernelCost | KernelSizing]) -> int:
+    """Link cycles per sample of the busiest region a lane may cross: the largest own link time
+    among the kernels whose stage it does not set (link below compute). A region whose link
+    already sets its stage has no room for a crossing lane at any width, so lanes are planned
+    for the busiest region that has room."""
+    return max((k.link_cycles for k in kernels if k.link_cycles < k.compute_cycles), default=0)
 
 
 def _signature(kernel: Kernel) -> tuple[Any, ...]:
@@ -322,17 +382,24 @@ _Choice = list[tuple[Kernel, Menu]]
 
 
 def _menus(
-    kg: KernelGraph, ctx: CostContext, max_aspect: float, generate: bool = False
+    kg: KernelGraph,
+    ctx: CostContext,
+    max_aspect: float,
+    headroom: int = 0,
+    raw: _RawCosts | None = None,
+    generate: bool = False,
 ) -> _Choice:
-    """Every kernel with its menu; kernels of equal kind and params share one evaluation.
-    Raises SizingError naming the kernels no shape of which fits a PE."""
+    """Every kernel with its menu; kernels of equal kind, params and routed flows share one
+    evaluation. Raises SizingError naming the kernels no shape of which fits a PE (its remedies
+    for generate mode's when `generate`)."""
     memo: dict[tuple[Any, ...], tuple[list[KernelCost], Menu | None]] = {}
     menus: _Choice = []
     failing: list[tuple[Kernel, list[KernelCost]]] = []
+    flows = routed_flow_bytes(kg, ctx.precision)
     for k in kg.kernels:
-        key = _signature(k)
+        key = (_signature(k), flows[k.name])
         if key not in memo:
-            memo[key] = _menu_of(k, ctx, max_aspect)
+            memo[key] = _menu_of(k, ctx, max_aspect, flows[k.name], headroom, raw)
         costs, menu = memo[key]
         if menu is None:
             failing.append((k, costs))
@@ -446,6 +513,7 @@ def _prepare(
     chunk_tokens: int,
     max_aspect: float,
     train: TrainCosts | None = None,
+    raw: _RawCosts | None = None,
     generate: bool = False,
 ) -> tuple[CostContext, _Choice, int]:
     kg.verify()
@@ -453,7 +521,7 @@ def _prepare(
     if not 0 < fill <= 1:
         raise ValueError(f"fill must be in (0, 1], got {fill}")
     ctx = CostContext(target, precision, chunk_tokens, train)
-    menus = _menus(kg, ctx, max_aspect, generate)
+    menus = _menus(kg, ctx, max_aspect, raw=raw, generate=generate)
     budget = math.floor(fill * target.usable_pes)
     if sum(m.smallest.area for _, m in menus) > budget:
         raise _area_error(kg, ctx, menus, budget, fill, generate)
@@ -533,7 +601,20 @@ def size_regions(
     within the program rectangle, total area within fill x usable PEs. Raises SizingError (one
     line) when no assignment exists.
     """
-    ctx, menus, budget = _prepare(kg, target, precision, fill, chunk_tokens, max_aspect, train)
+    raw: _RawCosts = {}  # the kinds' costs, shared by both balances
+    ctx, menus, budget = _prepare(kg, target, precision, fill, chunk_tokens, max_aspect, train, raw)
+    choice = _balanced(menus, budget)
+    # Lanes crossing a region share its links: size again with every region's edges charged
+    # the busiest crossable region's link time of this first balance (`_with_edges`).
+    headroom = 0 if train is not None else crossing_headroom([c for _, _, c in choice])
+    if headroom:
+        choice = _balanced(_menus(kg, ctx, max_aspect, headroom, raw), budget)
+    sizing = _sizing("balanced", kg, ctx, fill, choice, alt_tolerance, max_alternatives)
+    return replace(sizing, crossing_headroom=headroom)
+
+
+def _balanced(menus: _Choice, budget: int) -> list[tuple[Kernel, Menu, KernelCost]]:
+    """Each kernel's smallest shape within the least stage time T whose areas fit `budget`."""
 
     def area_at(T: int) -> int:
         total = 0
@@ -547,8 +628,7 @@ def size_regions(
     # least T whose areas fit; at the slowest smallest shape every kernel fits its smallest
     slowest = max(m.smallest.cycles_per_sample for _, m in menus)
     T = least_true(lambda t: area_at(t) <= budget, 0, slowest)
-    choice = [(k, m, m.within(T) or m.smallest) for k, m in menus]
-    return _sizing("balanced", kg, ctx, fill, choice, alt_tolerance, max_alternatives)
+    return [(k, m, m.within(T) or m.smallest) for k, m in menus]
 
 
 DECODE_SEARCH_STEPS = 60
@@ -630,14 +710,21 @@ def sizing_at(
     ctx = CostContext(target, precision, base.chunk_tokens, train)
     shapes = shapes or {}
     kernels, over = [], []
+    flows = routed_flow_bytes(kg, precision)
     for ks in base.kernels:
         h, w = shapes.get(ks.name, (ks.h, ks.w))
-        c = cost_at(kg.kernel(ks.name), h, w, ctx)
+        k = kg.kernel(ks.name)
+        c = cost_at(k, h, w, ctx)
+        if k.spec.frontier is None:
+            c = _with_edges(c, flows[ks.name], ctx, base.crossing_headroom)
         if c.sram.total > target.sram.bytes_per_pe:
             over.append(f"{ks.name!r} {c.sram.total:,} B")
         kernels.append(
-            KernelSizing(ks.name, ks.kind, h, w, c.sram, c.compute_cycles, c.link_cycles)
-        )
+            KernelSizing(
+                ks.name, ks.kind, h, w, c.sram, c.compute_cycles, c.link_cycles,
+                edge_cycles=c.edge_cycles,
+            )
+        )  # fmt: skip
     if over:
         raise SizingError(
             f"in {precision} these regions exceed {target.sram.bytes_per_pe:,} B/PE: "
@@ -724,6 +811,7 @@ def _sizing(
                 compute_cycles=c.compute_cycles,
                 link_cycles=c.link_cycles,
                 alternatives=memo[key],
+                edge_cycles=c.edge_cycles,
             )
         )
     target = ctx.target

@@ -21,14 +21,16 @@ from __future__ import annotations
 import functools
 import heapq
 import json
-import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import Any
 
+import numpy as np
+
 from wsecc.errors import WseccError
+from wsecc.lanes import lanes_within
 from wsecc.place.problem import PlaceFlow, Placement, PlacementProblem, Rect
 
 Point = tuple[int, int]
@@ -103,7 +105,8 @@ def make_routing_problem(
 ) -> RoutingProblem:
     """Flows of `problem` as lanes on `placement`.
 
-    lanes = clamp(⌈bytes_per_sample / bytes_per_lane⌉, 1, min(max_lanes, edge slots)), where
+    lanes = clamp(lanes_within(bytes_per_sample, bytes_per_lane), 1, min(max_lanes, edge slots))
+    (`wsecc.lanes`: bytes_per_lane is what one lane moves in a stage time), where
     the edge slots are what `lane_endpoints` can give the flow on both facing edges
     (`max_lanes=None`: the edge slots alone). Flows
     from a kernel to itself need no route and are dropped. Budget = colors_total −
@@ -119,7 +122,7 @@ def make_routing_problem(
         name = base if names[base] == 1 else f"{base}#{names[base]}"
         src, dst = placement.rects[f.src], placement.rects[f.dst]
         slots = min(len(s) for s in _slot_sets(src, dst, sides, f.src, f.dst, len(flows)))
-        want = math.ceil(f.bytes_per_sample / bytes_per_lane) if bytes_per_lane > 0 else 1
+        want = lanes_within(f.bytes_per_sample, bytes_per_lane)
         nodes = problem.kernel(f.src).onnx_nodes + problem.kernel(f.dst).onnx_nodes
         flows.append(
             RouteFlow(
@@ -419,6 +422,34 @@ def link_loads(lanes: Iterable[RoutedLane]) -> dict[tuple[Point, str], int]:
             if d is not None:
                 loads[(a, d)] += 1
     return dict(loads)
+
+
+def crossed_regions(routing: Routing, placement: Placement) -> dict[str, set[str]]:
+    """Flow -> the kernels whose region one of its lanes crosses: a step between two routers of
+    that region (the links its own traffic uses), its own source and destination left out. L0
+    charges such a lane's bytes to that kernel's busiest link (`wsecc.sim.perf`)."""
+    names = list(placement.rects)
+    if not names or not routing.lanes:
+        return {}
+    width = max(max(r.x + r.w for r in placement.rects.values()), 1)
+    height = max(max(r.y + r.h for r in placement.rects.values()), 1)
+    owner = np.full((height + 1, width + 1), -1, np.int64)  # region index per PE; -1 outside
+    for i, r in enumerate(placement.rects.values()):
+        owner[r.y : r.y + r.h, r.x : r.x + r.w] = i
+    out: dict[str, set[str]] = defaultdict(set)
+    for ln in routing.lanes:
+        p = np.clip(np.asarray(ln.path, np.int64).reshape(-1, 2), 0, [width, height])
+        a, b = owner[p[:-1, 1], p[:-1, 0]], owner[p[1:, 1], p[1:, 0]]
+        ends = [names.index(n) for n in _ends(ln.flow) if n in placement.rects]
+        inside = (a == b) & (a >= 0) & ~np.isin(a, ends)
+        out[ln.flow].update(names[i] for i in np.unique(a[inside]).tolist())
+    return {f: ks for f, ks in out.items() if ks}
+
+
+def _ends(flow: str) -> tuple[str, str]:
+    """(source, destination) kernel of a routed flow named `src->dst` (or `src->dst#n`)."""
+    src, _, dst = flow.partition("->")
+    return src, dst.split("#")[0]
 
 
 # --------------------------------------------------------------------------------- validator

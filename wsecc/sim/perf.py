@@ -17,7 +17,8 @@ memory never binds there; it does on a target with narrow ports).
 
 Flows. A routed flow (the kernel graph's flows between one pair of kernels, as `place` merges
 them) moves bytes_per_sample over its lanes, each one link direction of L = link_bytes_per_cycle:
-    cycles_f = cdiv(bytes_per_sample, lanes x L)
+    cycles_f = edge_cycles(bytes_per_sample, lanes, L) = cdiv(bytes_per_sample, lanes x L)
+(`wsecc.lanes`, the formula sizing charges a region's edges and the router counts lanes by)
 and each chunk reaches the consumer latency_f = hops x hop_latency + 2 x ramp_latency cycles after
 it left (on- and off-ramp; hops = the longest lane's unit steps).
 
@@ -61,6 +62,7 @@ from wsecc.kernels import Kernel, KernelCost, KernelKind, kernel_cost
 from wsecc.kernels.costs import cdiv
 from wsecc.kernels.ir import elem_bytes
 from wsecc.kernels.ir import precision as precision_info
+from wsecc.lanes import edge_cycles
 from wsecc.place.problem import Placement
 from wsecc.program import Program
 from wsecc.targets import Target
@@ -391,7 +393,7 @@ def build_pipeline(program: Program, *, host_io: bool = True) -> Pipeline:
                 Stage(
                     name,
                     FLOW,
-                    cdiv(b, len(paths) * L),
+                    edge_cycles(b, len(paths), L),
                     latency_cycles=hops * target.link.hop_latency_cycles
                     + 2 * target.link.ramp_latency_cycles,
                     bytes_per_sample=b,
