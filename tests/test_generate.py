@@ -180,6 +180,13 @@ def test_cli_generate_summary_and_a_cache_that_does_not_fit(tmp_path: Path) -> N
         assert f"\n  {label} " in run.stdout
     assert json.loads((out / "report.json").read_text())["mode"] == "generate"
     assert (out / "decode_roofline.png").read_bytes()[:4] == b"\x89PNG"
+    # a saved generate compile re-simulates to the same decode figures
+    before = json.loads((out / "report.json").read_text())["performance"]["decode"]
+    run = subprocess.run([sys.executable, "-m", "wsecc.cli", "simulate", str(out), "--no-validate"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    after = json.loads((out / "report.json").read_text())["performance"]["decode"]
+    assert after["latency_s"] == pytest.approx(before["latency_s"])
     # a batch whose caches cannot fit the wafer: one line, exit 2, no folder
     big = tmp_path / "big"
     run = subprocess.run(

@@ -442,7 +442,11 @@ class Compilation:
             return False
         if self._numerics_skipped() is not None:
             return False
-        return self._model(self.fused)["params"] <= VALIDATE_AUTO_MAX_PARAMS
+        if self.fused is None:  # reloaded from a folder: its report counted the parameters
+            params = (self.saved_report or {}).get("model", {}).get("params", 0)
+        else:
+            params = self._model(self.fused)["params"]
+        return params <= VALIDATE_AUTO_MAX_PARAMS
 
     def _too_large(self) -> str | None:
         """ "'NAME', X GiB at this binding (over 16 GiB)" when the largest tensor the unfused

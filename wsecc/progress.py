@@ -89,7 +89,7 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(("latency", _seconds(perf["latency_s"])))
         rows.append(("utilization", f"{100 * perf['utilization']:.1f}% of peak"))
     reps = report.get("replicas")
-    if reps and "per_copy_samples_per_s" in reps:
+    if reps and "per_copy_samples_per_s" in reps and report.get("mode") != "generate":
         rows.append(("replicas", replicas_text(reps)))
     limits = Limits.from_report(report)
     if limits is not None:
