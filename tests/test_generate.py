@@ -287,3 +287,29 @@ def test_validate_generates_as_onnxruntime_and_a_broken_rotary_rule_fails(
 def test_validate_needs_a_context_for_the_new_tokens() -> None:
     with pytest.raises(WseccError, match="needs a context of 39, the graph is bound at 32"):
         _generate(LLAMA_PAST, seq=32, prompt=8, new_tokens=32, validate=True)
+
+
+def test_rmsnorm_and_attention_decode_by_hand() -> None:
+    """wse2 mixed: v = 1, f = 4, L = 4 B/cycle, relay 5, sb 2, ab 4.
+    RMSNorm of 64 features on 1 x 4 PEs: dw 16, 3 ops each; its one statistic reduced along the
+    row and multicast back; the row in and out down a one-row column.
+    Attention over a 64-position cache, 4 heads of 16 dims, 2 K/V heads, on 8 x 4 PEs: one head
+    per column, 8 cached keys per PE: 4 d flops per pair at f, 11 score ops at v; the partials
+    (d + 2 accumulators) chained down 8 rows, merged and normalised (2 (d + 2) + d ops); the
+    query down the column or the new K and V (2 x 2 heads x 16 x 2 B) along the row."""
+    from wsecc.kernels.kinds.attention import attention_decode
+    from wsecc.kernels.kinds.rowwise import RMSNORM
+
+    ctx = CostContext(load_target("wse2"), "mixed")
+    assert RMSNORM.decode is not None
+    n = RMSNORM.decode({"rows": 8, "dim": 64, "has_residual": False}, 1, 4, ctx, 1)
+    assert (n.compute, n.reduction, n.broadcast) == (48, (3 * 5 + 1) + (3 + 1), 8 + 8)
+    p = {"seq": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "rotary_dim": 0,
+         "causal": True, "padding_mask": False, "cache_sequences": 1}  # fmt: skip
+    a = attention_decode(p, 8, 4, ctx, 1)
+    assert a.cache == cdiv(4 * 16 * 8, 4) + 11 * 8
+    assert a.reduction == (7 * 5 + cdiv(18 * 4, 4)) + (2 * 18 + 16)
+    assert a.broadcast == max(7 + cdiv(16 * 2, 4), 3 + cdiv(2 * 2 * 16 * 2, 4))
+    assert a.bytes_read == 8 * 2 * 16 * 2
+    # twice the context, twice the cached keys per PE to score
+    assert attention_decode({**p, "seq": 128}, 8, 4, ctx, 1).cache > 1.9 * a.cache

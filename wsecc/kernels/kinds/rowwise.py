@@ -156,39 +156,26 @@ class _Norm:
     stats: int
     grad_ops: int
 
-    def cost(self, p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
-        """norm(x + r): `_rowwise` with `ops` (+1 for the residual add), the weight vectors
-        resident, `stats` per row; with a residual it reads x and r and writes both norm(x + r)
-        and x + r (the residual stream), so inputs = outputs = 2."""
+    def _shape(self, p: Params) -> dict[str, int]:
+        """norm(x + r): `ops` (+1 for the residual add), the weight vectors resident, `stats`
+        per row; with a residual it reads x and r and writes both norm(x + r) and x + r (the
+        residual stream), so inputs = outputs = 2."""
         res = int(p["has_residual"])
-        return _rowwise(
-            p["rows"],
-            p["dim"],
-            h,
-            w,
-            ctx,
-            ops=self.ops + res,
-            weight_vectors=self.weight_vectors,
-            inputs=1 + res,
-            outputs=1 + res,
-            stats=self.stats,
-        )
+        return {
+            "ops": self.ops + res,
+            "weight_vectors": self.weight_vectors,
+            "inputs": 1 + res,
+            "outputs": 1 + res,
+            "stats": self.stats,
+        }
+
+    def cost(self, p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
+        """`_rowwise` with the norm's `_shape`."""
+        return _rowwise(p["rows"], p["dim"], h, w, ctx, **self._shape(p))
 
     def decode(self, p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCost:
-        """`_rowwise_decode` with the arguments `cost` gives `_rowwise`."""
-        res = int(p["has_residual"])
-        return _rowwise_decode(
-            B,
-            p["dim"],
-            h,
-            w,
-            ctx,
-            ops=self.ops + res,
-            weight_vectors=self.weight_vectors,
-            inputs=1 + res,
-            outputs=1 + res,
-            stats=self.stats,
-        )
+        """`_rowwise_decode` with the norm's `_shape`."""
+        return _rowwise_decode(B, p["dim"], h, w, ctx, **self._shape(p))
 
     def kind(self, kind: KernelKind, op: Op, simulate: str) -> KindDef:
         return KindDef(
