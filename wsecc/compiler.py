@@ -531,8 +531,10 @@ class Compilation:
         """Generate mode: greedy generation of `options.new_tokens` tokens after a prompt of
         random ids (seeded), through the tiled functional simulator on the K/V cache it keeps
         (`wsecc.sim.generate`), against onnxruntime running the same file step by step
-        (`wsecc.numerics.ort_generate`): ids and every step's logits; in mixed or fp16 also the
-        same program's fp32 generation, the structure check."""
+        (`wsecc.numerics.ort_generate`): ids and every step's logits, the simulation fed
+        onnxruntime's ids (teacher forcing) so that every step is compared; in mixed or fp16
+        also the same program's fp32 generation, the structure check. `generated` keeps the
+        simulator's own greedy generation."""
         import numpy as np
 
         from wsecc.numerics import ort_generate, vocab_sizes
@@ -561,15 +563,22 @@ class Compilation:
             ref = ort_generate(
                 self.model_path, prompt_ids, N, info.generation if info is not None else None
             )
-            sim = simulate_generation(*program, o.precision, prompt_ids, N, fault=o.inject_fault)
+            # fed onnxruntime's ids, so every step's logits are comparable even where the two
+            # would choose differently (teacher forcing); the free run only when they do
+            forced = {"fault": o.inject_fault, "forced": ref[0]}
+            sim = simulate_generation(*program, o.precision, prompt_ids, N, **forced)
             exact = (  # the structure check: the same tiled program in fp32
                 None
                 if o.precision == "fp32"
-                else simulate_generation(*program, "fp32", prompt_ids, N, fault=o.inject_fault)
+                else simulate_generation(*program, "fp32", prompt_ids, N, **forced)
             )
             self.generation_check = generation_verdict(
-                *sim, *ref, o.precision, exact=exact, fault=o.inject_fault
+                *sim, *ref, o.precision, exact=exact, fault=o.inject_fault, forced=True
             )
+            if not self.generation_check.ids_equal:
+                sim = simulate_generation(
+                    *program, o.precision, prompt_ids, N, fault=o.inject_fault
+                )
         self.generated = {"prompt_ids": prompt_ids, "generated_ids": sim[0], "logits": sim[1]}
         self.progress("numerics", self.generation_check.summary())
         return self

@@ -416,3 +416,25 @@ def test_verdict_rules_by_precision():
     assert isinstance(r, GenerationResult) and all(isinstance(e, OutputError) for e in r.steps)
     with pytest.raises(SimulationError, match=r"^generation shapes differ"):
         generation_verdict(ids[:, :2], ref, ids, ref, "mixed")
+
+
+def test_teacher_forcing_feeds_the_given_ids_and_the_verdict_compares_every_step():
+    """Fed its own greedy ids, the program generates what it generates free; fed other ids,
+    the first step (from the prompt alone) is the same and the later ones follow the given
+    prefix. A forced verdict compares every step, past the first that diverges."""
+    program = _program("llama_dynamo")
+    free = simulate_generation(*program, "fp32", _prompt(), N)
+    again = simulate_generation(*program, "fp32", _prompt(), N, forced=free[0])
+    assert (again[0] == free[0]).all() and np.array_equal(again[1], free[1])
+    other = (free[0] + 1) % 200
+    led = simulate_generation(*program, "fp32", _prompt(), N, forced=other)
+    assert np.array_equal(led[1][:, 0], free[1][:, 0])
+    assert not np.allclose(led[1][:, 1:], free[1][:, 1:])
+    with pytest.raises(SimulationError, match="forced ids are"):
+        simulate_generation(*program, "fp32", _prompt(), N, forced=other[:, :2])
+    ref = _logits(0)
+    ids = ref.argmax(axis=-1)
+    ids[1, 1] = (ids[1, 1] + 1) % 16
+    r = generation_verdict(ids, ref, ref.argmax(axis=-1), ref, "mixed", forced=True)
+    assert r.diverged == 1 and len(r.steps) == 4 and r.forced
+    assert r.to_json()["forced"] and "(fed its ids)" in r.summary()

@@ -563,14 +563,18 @@ def simulate_generation(
     *,
     extra_inputs: Mapping[str, np.ndarray] | None = None,
     fault: str | None = None,
+    forced: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Greedy generation of `steps` tokens after `prompt_ids` [B, P]: prefill (the window
     [0, P)), then one decode window per token. Returns generated_ids [B, steps] int64 and
     logits [B, steps, vocab] float32, logits[:, i] those whose argmax is generated_ids[:, i]
-    (the first from the prompt's last position). The windows must fit the context the graph is
-    bound at: P + steps - 1 <= C (the last token is never fed back)."""
+    (the first from the prompt's last position). With `forced` ids [B, steps] (teacher
+    forcing), each decode window is fed forced[:, i] instead of the program's own choice, so
+    every step's logits follow the forced prefix (a reference's generation) and stay comparable
+    with its logits after the two choose differently. The windows must fit the context the
+    graph is bound at: P + steps - 1 <= C (the last token is never fed back)."""
     wp = compile_windowed(fused, kg, sizing, precision, fault=fault)
-    return generate(wp, prompt_ids, steps, extra_inputs=extra_inputs)
+    return generate(wp, prompt_ids, steps, extra_inputs=extra_inputs, forced=forced)
 
 
 def generate(
@@ -579,6 +583,7 @@ def generate(
     steps: int,
     *,
     extra_inputs: Mapping[str, np.ndarray] | None = None,
+    forced: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """`simulate_generation` on a compiled windowed program (compile once, generate many)."""
     g = wp.program.graph
@@ -592,6 +597,8 @@ def generate(
             f"{steps} steps after a prompt of {P} need a context of {P + steps - 1}; "
             f"the program is bound at seq {C}"
         )
+    if forced is not None and np.shape(forced) != (B, steps):
+        raise SimulationError(f"forced ids are {np.shape(forced)}, the generation is {(B, steps)}")
     out = logits_output(g)
     session = wp.session(generation_inputs(g, extra_inputs))
     generated = np.zeros((B, steps), np.int64)
@@ -602,7 +609,7 @@ def generate(
         last = rows.reshape(B, tokens.shape[1], -1)[:, -1]
         logits[:, i] = last
         generated[:, i] = np.argmax(last, axis=-1)
-        tokens = generated[:, i : i + 1]
+        tokens = (generated if forced is None else forced)[:, i : i + 1]
     return generated, logits
 
 
@@ -615,8 +622,11 @@ class GenerationResult:
 
     steps       each compared step's logits [B, vocab] (`wsecc.numerics.compare`: max abs and
                 rel error, PCC, within the precision's tolerance), up to and including the first
-                step whose ids differ in any sequence (after it, the prefixes differ)
-    diverged    that step, or None when every id is the reference's
+                step whose ids differ in any sequence (after it, the prefixes differ) — or every
+                step when `forced`: the simulation was fed the reference's ids (teacher
+                forcing), so its prefixes are the reference's throughout
+    diverged    the first step whose ids differ, or None when every id is the reference's
+    forced      whether the simulation was teacher-forced on the reference's ids
     structure   optionally, the same program's generation in fp32 against the same reference,
                 judged as fp32 (the infer verdict's structure check, `NumericsResult`): a broken
                 rule moves fp32 logits far beyond fp32's tolerance while mixed precision's PCC
@@ -635,6 +645,7 @@ class GenerationResult:
     reference: str = "onnxruntime greedy generation"
     fault: str | None = None
     structure: GenerationResult | None = None
+    forced: bool = False
 
     @property
     def ids_equal(self) -> bool:
@@ -668,6 +679,7 @@ class GenerationResult:
             "precision_passed": self.precision_passed,
             "structure": self.structure.to_json() if self.structure else None,
             "fault": self.fault,
+            "forced": self.forced,
             "summary": self.summary(),
         }
 
@@ -678,6 +690,8 @@ class GenerationResult:
         line = f"{'PASS' if self.passed else 'FAIL'}: generation {self.precision} "
         line += f"{'PASS' if self.precision_passed else 'FAIL'}, {self._details()}"
         line += f" vs {self.reference}"
+        if self.forced:
+            line += " (fed its ids)"
         if self.structure:
             s = self.structure
             line += f"; structure fp32 {'PASS' if s.passed else 'FAIL'}, {s._details()}"
@@ -706,10 +720,12 @@ def generation_verdict(
     exact: tuple[np.ndarray, np.ndarray] | None = None,
     reference: str = "onnxruntime greedy generation",
     fault: str | None = None,
+    forced: bool = False,
 ) -> GenerationResult:
     """Compare simulated ids [B, N] and logits [B, N, vocab] with the reference's, step by step
     (`GenerationResult`); `exact`, the same program's fp32 (ids, logits), for the structure
-    check (ignored in fp32, where the run is its own)."""
+    check (ignored in fp32, where the run is its own). `forced`: both runs were fed the
+    reference's ids (`simulate_generation(..., forced=ref_ids)`), so every step is compared."""
     sim_ids, ref_ids = np.asarray(sim_ids), np.asarray(ref_ids)
     if sim_ids.shape != ref_ids.shape or sim_logits.shape != ref_logits.shape:
         raise SimulationError(
@@ -718,13 +734,15 @@ def generation_verdict(
         )
     differs = np.flatnonzero((sim_ids != ref_ids).any(axis=0))
     diverged = int(differs[0]) if differs.size else None
-    last = sim_ids.shape[1] if diverged is None else diverged + 1
+    last = sim_ids.shape[1] if diverged is None or forced else diverged + 1
     errors = tuple(
         compare(f"logits[{i}]", sim_logits[:, i], ref_logits[:, i], precision) for i in range(last)
     )
     structure = None
     if exact is not None and precision != "fp32":
-        structure = generation_verdict(*exact, ref_ids, ref_logits, "fp32", reference=reference)
+        structure = generation_verdict(
+            *exact, ref_ids, ref_logits, "fp32", reference=reference, forced=forced
+        )
     return GenerationResult(
-        precision, sim_ids.shape[1], errors, diverged, reference, fault, structure
+        precision, sim_ids.shape[1], errors, diverged, reference, fault, structure, forced
     )
