@@ -54,9 +54,10 @@ from wsecc.kernels import (
     fits_a_region,
     sizing_at,
 )
-from wsecc.kernels.costs import CostContext, cdiv, cost_at, least_true
+from wsecc.kernels.costs import CostContext, cost_at, least_true
 from wsecc.kernels.decode import COMPONENTS, DecodeCost, sram_read_bytes_per_cycle
 from wsecc.kernels.ir import precision as number_format
+from wsecc.lanes import edge_cycles
 from wsecc.program import Program
 from wsecc.sim.perf import FLOW, HOST, KERNEL, build_pipeline, simulate_l0
 from wsecc.targets import Target
@@ -415,11 +416,12 @@ def plan_generation(program: Program, prompt: int) -> GenerationPerf:
                     d.flops,
                     d.bytes_read,
                     ks.h * ks.w,
-                )  # fmt: skip
+                )
             )
         elif s.kind == FLOW:
-            cycles = s.latency_cycles + cdiv(
-                per_token, max(1, s.lanes) * target.link_bytes_per_cycle
+            # its hops, then the step's bytes over its lanes (the one lane formula)
+            cycles = s.latency_cycles + edge_cycles(
+                per_token, max(1, s.lanes), target.link_bytes_per_cycle
             )
             dst = s.name.split("->", 1)[1]
             stages.append(StageDecode(s.name, FLOW, layer_of[dst], {"flows": cycles}, False))
