@@ -44,6 +44,7 @@ from ortools.sat.python import cp_model
 
 from wsecc.place.bounds import lower_bound
 from wsecc.place.greedy import flow_order, greedy_rects
+from wsecc.place.layered import layered_rects
 from wsecc.place.problem import (
     Placement,
     PlacementProblem,
@@ -345,7 +346,8 @@ def place_cpsat(
     """Best legal placement found within `time_budget_s`; never worse than its start.
 
     The start is `initial` when given and legal (a caller's own floorplan, e.g. the ISPD 2020
-    column packing at 95% fill, where greedy finds no room), else the greedy placement.
+    column packing at 95% fill, where greedy finds no room), else the better (by wirelength) of
+    the greedy placement and, when the problem has groups, the layered one (`layered_rects`).
     Steps: start hint → full model with hint and cuts (if N ≤ full_model_max_kernels) →
     window LNS until the budget (deterministic mode: the work quota) is spent.
     Status: OPTIMAL when the full model proved it (exact integer weights only), else FEASIBLE;
@@ -366,6 +368,11 @@ def place_cpsat(
         rects = dict(initial)  # type: ignore[arg-type]
     else:
         _, rects = greedy_rects(problem)
+        layered = layered_rects(problem)
+        if layered is not None and weighted_wirelength(problem, layered) < weighted_wirelength(
+            problem, rects
+        ):
+            rects = layered
     wl = weighted_wirelength(problem, rects)
     own = lower_bound(problem)
     bound, bound_kind = own.value, own.kind

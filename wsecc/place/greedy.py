@@ -170,31 +170,38 @@ def _bottom_left(problem: PlacementProblem, order: list[str]) -> dict[str, Rect]
     rects: dict[str, Rect] = {}
     prev_cx2 = 0
     for name in order:
-        best: tuple[int, int, Rect] | None = None
-        for w, h in kernel_shapes(problem, name):
-            if w > problem.width:
-                continue
-            rest = np.lib.stride_tricks.sliding_window_view(sky.top, w).max(axis=1)
-            xs = np.arange(rest.size)
-            keys = (rest + h) * (4 * problem.width) + np.abs(2 * xs + w - prev_cx2)
-            for x in np.argsort(keys, kind="stable"):
-                x = int(x)
-                # Candidates come in key order and pins only push them down: stop once the
-                # next candidate's unobstructed key cannot beat the best.
-                if best is not None and (int(rest[x]) + h, abs(2 * x + w - prev_cx2)) >= best[:2]:
-                    break
-                y = sky.drop(x, w, h)
-                if y is None:
-                    continue
-                key = (y + h, abs(2 * x + w - prev_cx2))
-                if best is None or key < best[:2]:
-                    best = (*key, Rect(x, y, w, h))
-        if best is None:
+        r = bottom_left_step(sky, kernel_shapes(problem, name), prev_cx2)
+        if r is None:
             raise _NoFit(name, kernel_shapes(problem, name)[0])
-        sky.add(best[2])
-        rects[name] = best[2]
-        prev_cx2 = best[2].center2()[0]
+        sky.add(r)
+        rects[name] = r
+        prev_cx2 = r.center2()[0]
     return rects
+
+
+def bottom_left_step(sky: _Skyline, shapes: tuple[Shape, ...], prev_cx2: int) -> Rect | None:
+    """Where one rectangle of `shapes` goes on `sky`: y + h smallest, then doubled centre x
+    nearest `prev_cx2`; None if no shape fits (`sky` is not changed)."""
+    best: tuple[int, int, Rect] | None = None
+    for w, h in shapes:
+        if w > sky.width:
+            continue
+        rest = np.lib.stride_tricks.sliding_window_view(sky.top, w).max(axis=1)
+        xs = np.arange(rest.size)
+        keys = (rest + h) * (4 * sky.width) + np.abs(2 * xs + w - prev_cx2)
+        for x in np.argsort(keys, kind="stable"):
+            x = int(x)
+            # Candidates come in key order and pins only push them down: stop once the
+            # next candidate's unobstructed key cannot beat the best.
+            if best is not None and (int(rest[x]) + h, abs(2 * x + w - prev_cx2)) >= best[:2]:
+                break
+            y = sky.drop(x, w, h)
+            if y is None:
+                continue
+            key = (y + h, abs(2 * x + w - prev_cx2))
+            if best is None or key < best[:2]:
+                best = (*key, Rect(x, y, w, h))
+    return None if best is None else best[2]
 
 
 STRATEGIES: dict[str, Callable[[PlacementProblem, list[str]], dict[str, Rect]]] = {
