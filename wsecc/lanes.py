@@ -83,14 +83,8 @@ def _shared_edge_cycles(sizes: tuple[int, ...], edge_pes: int, link_bytes_per_cy
     def fits(t: int) -> bool:
         return sum(lanes_within(b, lane_bytes(t, L)) for b in sizes) <= edge_pes
 
+    from wsecc.kernels.costs import least_true  # the kernels package imports this module
+
     # all bytes spread over every PE is the least it could take; one lane each always fits
     lo, hi = edge_cycles(sum(sizes), edge_pes, L) - 1, cdiv(sizes[0], L)
-    if fits(lo + 1):
-        return lo + 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return lo + 1 if fits(lo + 1) else least_true(fits, lo, hi)
