@@ -93,10 +93,15 @@ def test_kv_cache_bytes_by_hand_and_per_sequence(llama: wsecc.Compilation) -> No
         for k in two.kernel_graph.kernels
         if k.kind is KernelKind.ATTENTION
     )
-    # the cache is in the SRAM map: the attention regions' kv bytes double at the same shape
+    # the cache is in the SRAM the regions are sized with: kv bytes double at the same shape
     kv1 = {k.name: k.sram.kv for k in llama.sizing.kernels if k.sram.kv}
     kv2 = {k.name: k.sram.kv for k in two.sizing.kernels if k.sram.kv}
     assert set(kv1) == set(kv2) == {k.name for k in att}
+    ctx = CostContext(load_target("wse2"), "mixed")
+    for k in two.kernel_graph.kernels:
+        if k.kind is KernelKind.ATTENTION:
+            one = Kernel(k.name, k.kind, {**k.params, "cache_sequences": 1})
+            assert cost_at(k, 4, 2, ctx).sram.kv == 2 * cost_at(one, 4, 2, ctx).sram.kv > 0
     assert two.generation.tokens_per_s > two.generation.tokens_per_s_per_sequence
 
 
