@@ -64,7 +64,7 @@ from wsecc.route.problem import (
     make_routing_problem,
     validate_routing,
 )
-from wsecc.route.router import route
+from wsecc.route.router import Tolls, route
 from wsecc.targets import Target
 from wsecc.vocab import Mode, SimLevel
 
@@ -233,10 +233,11 @@ def _route_widest(
             max_lanes=cap,
         )
 
+    tolls = region_tolls(sizing, target)
     rp = problem_at(None)
     for attempt in range(NARROWINGS + 1):
         try:
-            routing = route(rp, placement)
+            routing = route(rp, placement, tolls=tolls)
         except RoutingError as e:
             fewer = {
                 f.name: f.lanes * 3 // 4 for f in rp.flows if f.name in e.flows and f.lanes > 1
@@ -253,7 +254,7 @@ def _route_widest(
     for cap in LANE_CAPS:
         rp = problem_at(cap)
         try:
-            return rp, route(rp, placement)
+            return rp, route(rp, placement, tolls=tolls)
         except RoutingError as e:
             if cap == LANE_CAPS[-1]:
                 raise
@@ -263,9 +264,20 @@ def _route_widest(
     raise AssertionError("unreachable")
 
 
-WIDENINGS = 2
-"""Routing attempts with wider lanes for the flows that cross regions (`_widened`); after a
-failure the flows it failed on step back a quarter of the way to their first lane counts."""
+def region_tolls(sizing: Sizing, target: Target) -> Tolls:
+    """What a lane may carry through each kernel's region (`wsecc.route.router.Tolls`): the
+    bytes its busiest link still moves in the stage time, (stage cycles − its link cycles) ×
+    link bytes per cycle. A lane carrying more would make the region the slowest stage (L0
+    adds a crossing lane's cycles to the region's busiest link), so the router pays a toll to
+    cross it and goes around where it can."""
+    T, L = sizing.stage_cycles, target.link_bytes_per_cycle
+    return Tolls({k.name: lane_bytes(max(0, T - k.link_cycles), L) for k in sizing.kernels})
+
+
+WIDENINGS = 3
+"""Routing attempts with wider lanes for the flows that cross regions (`_widened`). A routing
+that succeeds is checked again (its wider lanes may take new ways through other regions); after
+a failure the flows it failed on step back a quarter of the way to their lane counts before."""
 
 
 def _widest_crossing(
@@ -278,24 +290,26 @@ def _widest_crossing(
     say: Callable[[str], None],
 ) -> tuple[RoutingProblem, Routing]:
     """The routing of `rp`, or one whose flows crossing other regions have more lanes."""
-    wider = _widened(problem, placement, sizing, target, rp, routing)
-    if wider is None:
-        return rp, routing
-    first = {f.name: f.lanes for f in rp.flows}
+    tolls = region_tolls(sizing, target)
+    wider, failed = _widened(problem, placement, sizing, target, rp, routing), False
     for _ in range(WIDENINGS):
         if wider is None:
             break
         try:
-            return wider, route(wider, placement)
+            rp, routing = wider, route(wider, placement, tolls=tolls)
+            wider = _widened(problem, placement, sizing, target, rp, routing)
         except RoutingError as e:
+            failed = True
+            before = {f.name: f.lanes for f in rp.flows}
             back = tuple(
-                replace(f, lanes=f.lanes - (f.lanes - first[f.name] + 3) // 4)
+                replace(f, lanes=f.lanes - (f.lanes - before[f.name] + 3) // 4)
                 if f.name in e.flows
                 else f
                 for f in wider.flows
             )
             wider = replace(wider, flows=back) if back != wider.flows else None
-    say("route      wider lanes for the flows crossing regions do not route; kept the first")
+    if failed:
+        say("route      wider lanes for some flows crossing regions do not route; kept fewer")
     return rp, routing
 
 

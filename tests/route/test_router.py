@@ -19,10 +19,22 @@ from wsecc.route.problem import (
     STEPS,
     RoutedLane,
     RoutingError,
+    crossed_regions,
     make_routing_problem,
     validate_routing,
 )
-from wsecc.route.router import RouterOptions, _Negotiation, conflict_graph, dsatur, route
+from wsecc.route.router import (
+    RouterOptions,
+    Tolls,
+    _inside,
+    _interior_links,
+    _Negotiation,
+    _path_inside,
+    _polyline,
+    conflict_graph,
+    dsatur,
+    route,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -224,7 +236,7 @@ def test_a_failed_routing_narrows_only_the_flows_at_its_witness(monkeypatch):
     )
     tried = []
 
-    def fake_route(problem, placement):
+    def fake_route(problem, placement, tolls=None):
         tried.append(problem)
         if len(tried) == 1:
             raise RoutingError("cannot route: link (1, 1) going E", flows=["A->B", "B->C"])
@@ -232,6 +244,7 @@ def test_a_failed_routing_narrows_only_the_flows_at_its_witness(monkeypatch):
 
     monkeypatch.setattr(flow, "route", fake_route)
     monkeypatch.setattr(flow, "_widened", lambda *args: None)  # no sizing to widen against
+    monkeypatch.setattr(flow, "region_tolls", lambda *args: None)  # nor to charge tolls from
     said: list[str] = []
     rp, routing = flow._route_widest(
         place_problem, placement, None, load_target("wse2"), said.append, bytes_per_lane=1.0
@@ -242,3 +255,66 @@ def test_a_failed_routing_narrows_only_the_flows_at_its_witness(monkeypatch):
     assert said == [
         "route      cannot route: link (1, 1) going E...: a quarter fewer lanes for the 2 flows it failed on"
     ]
+
+
+def _across_a_busy_region() -> tuple[PlacementProblem, Placement]:
+    """a -> b with a third kernel's region `busy` straight between them (rows 10–29 of 40)."""
+    kernels = tuple(PlaceKernel(n, ((10, 20),)) for n in ("a", "busy", "b"))
+    problem = PlacementProblem(60, 40, kernels, (PlaceFlow("a", "b", 1.0, name="a->b"),))
+    rects = {"a": Rect(0, 10, 10, 20), "busy": Rect(25, 10, 10, 20), "b": Rect(50, 10, 10, 20)}
+    return problem, Placement(rects, "test", 0.0, 0.0, 0.0, "", 0.0, 0)
+
+
+@pytest.mark.parametrize("room, crosses", [(None, True), (0.2, False), (0.25, True)])
+def test_lanes_go_around_a_region_that_has_no_room_for_them(room, crosses):
+    problem, placement = _across_a_busy_region()
+    rp = make_routing_problem(problem, placement, bytes_per_lane=0.25, max_lanes=4)
+    # each lane carries 0.25 bytes; a toll above any detour's length
+    tolls = None if room is None else Tolls({"busy": room}, per_link=100.0)
+    routing = route(rp, placement, RouterOptions(detour=2), tolls=tolls)
+    assert validate_routing(rp, placement, routing) == []
+    assert bool(crossed_regions(routing, placement)) == crosses
+    if not crosses:  # around the region, though it lies 8 PEs beyond the lanes' detour
+        assert {ln.flow for ln in routing.lanes} == {"a->b"}
+
+
+@given(
+    rects=st.lists(
+        st.tuples(st.integers(0, 12), st.integers(0, 12), st.integers(1, 6), st.integers(1, 6)),
+        max_size=4,
+    ),
+    start=st.tuples(st.integers(0, 17), st.integers(0, 17)),
+    turns=st.lists(st.integers(0, 17), min_size=1, max_size=3),
+)
+@settings(max_examples=200, deadline=None)
+def test_toll_counts_agree_with_the_steps_a_path_takes_inside_regions(rects, start, turns):
+    # a path of alternating horizontal and vertical runs; regions may overlap here (each is
+    # counted on its own, as `_interior_links` and `_inside` do)
+    corners = [start]
+    for k, to in enumerate(turns):
+        x, y = corners[-1]
+        corners.append((to, y) if k % 2 == 0 else (x, to))
+    path = np.array(_polyline(corners))
+    r = np.array(rects, np.int64).reshape(-1, 4)
+    inside = [
+        sum(
+            x <= p[0] < x + w and y <= p[1] < y + h and x <= q[0] < x + w and y <= q[1] < y + h
+            for p, q in zip(path[:-1], path[1:], strict=True)
+        )
+        for x, y, w, h in rects
+    ]
+    links = _interior_links(r, 20, 20)
+    ids = {STEPS[d]: k for k, d in enumerate(STEPS)}
+    on_grid = sum(
+        links[ids[(int(q[0] - p[0]), int(q[1] - p[1]))], p[1], p[0]]
+        for p, q in zip(path[:-1], path[1:], strict=True)
+    )
+    assert on_grid == sum(inside)
+    by_runs = sum(
+        _inside(r, a[0], b[0], a[1], False) if a[1] == b[1] else _inside(r, a[1], b[1], a[0], True)
+        for a, b in zip(corners[:-1], corners[1:], strict=True)
+    )
+    assert int(by_runs) == sum(inside)
+    boxes = [Rect(*t) for t in rects]
+    if not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :]):
+        assert _path_inside(r, path) == sum(inside)

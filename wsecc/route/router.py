@@ -14,14 +14,21 @@
 3. Colors: the lane conflict graph (see `wsecc.route.problem`) is colored by DSatur. If it
    needs more than the budget, the routers where the overflowing lanes meet conflicts get
    history, those lanes and their conflicting neighbours are rerouted, and coloring repeats.
-4. Success returns a complete `Routing`; otherwise `RoutingError` names the router that
+4. Tolls (optional, `Tolls`): a lane that carries more than a region's links have left in the
+   stage time finds that region closed, and each step between two of its routers costs the
+   lane `Tolls.per_link` more. Its window grows to hold each closed region it meets with
+   `detour` PEs around it, so its patterns and A* may go around. A lane crossing a region
+   shares the links that region's own traffic uses (L0 adds the two, `wsecc.sim.perf`), so a
+   crossing the region has no room for slows the whole pipeline.
+5. Success returns a complete `Routing`; otherwise `RoutingError` names the router that
    proves (or, when the clique bound fits, witnesses) the shortfall. Never a partial routing.
    The error comes after `max_iterations`, or sooner when the shortfall (link overuse, then
    colors over budget) is not falling fast enough to reach zero by then (`_Progress`): the
    flow retries narrower lanes after each failure, and a hopeless attempt is most of its time.
 
-No route leaves its lane's window (bounding box grown by `detour`), so the negotiation's grids
-cover only the routing area, the fabric rectangle holding every window.
+No route leaves its lane's window (bounding box grown by `detour`, and by the closed regions
+it meets, grown by `detour`), so the negotiation's grids cover only the routing area, the fabric rectangle holding
+every window.
 
 Deterministic: no randomness, fixed orders, argmin ties to the first pattern.
 """
@@ -29,8 +36,8 @@ Deterministic: no randomness, fixed orders, argmin ties to the first pattern.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import astuple, dataclass
 from itertools import pairwise
 from typing import Any
 
@@ -68,6 +75,84 @@ class RouterOptions:
     history_step: float = 1.0
 
 
+@dataclass(frozen=True)
+class Tolls:
+    """What crossing other kernels' regions costs a lane in the router.
+
+    `room[kernel]`: the bytes per sample one more lane may carry through that kernel's region
+    (a step between two of its routers, as `wsecc.route.problem.crossed_regions` counts) before
+    the region's busiest link passes the stage time: (stage cycles − its own link cycles) ×
+    link bytes per cycle (`wsecc.flow.region_tolls`). A lane carrying more (its flow's bytes
+    over its lane count) finds the region closed and pays `per_link` for every such step, on
+    top of the links' own cost; a kernel missing from `room`, and the lane's own source and
+    destination, are open. The toll is large against a link's base cost of 1, so a lane goes
+    around a closed region when a way around exists in its window and through the fewest
+    closed links otherwise."""
+
+    room: Mapping[str, float]
+    per_link: float = 1.0
+
+
+def _closed(
+    problem: RoutingProblem, placement: Placement, tolls: Tolls | None
+) -> dict[str, np.ndarray]:
+    """Flow -> the regions closed to its lanes, as rows (x, y, w, h) in fabric coordinates."""
+    if tolls is None:
+        return {}
+    names = [n for n in tolls.room if n in placement.rects]
+    room = np.array([tolls.room[n] for n in names], float)
+    rects = np.array([astuple(placement.rects[n]) for n in names], np.int64).reshape(-1, 4)
+    out = {}
+    for f in problem.flows:
+        shut = (room < f.bytes_per_sample / f.lanes) & ~np.isin(names, [f.src, f.dst])
+        out[f.name] = rects[shut]
+    return out
+
+
+def _inside(rects: np.ndarray, a: Any, b: Any, at: Any, vertical: bool) -> np.ndarray:
+    """Per segment, its unit steps between two routers of one of `rects` (rows x, y, w, h):
+    the segments run from `a` to `b` (either way) along row `at` (along column `at` if
+    `vertical`); `a`, `b`, `at` broadcast together."""
+    x, y, w, h = (rects[:, k] for k in range(4))
+    if vertical:
+        x, y, w, h = y, x, h, w
+    a, b, at = (np.asarray(v)[..., None] for v in (a, b, at))
+    on = (y <= at) & (at < y + h)
+    overlap = np.minimum(np.maximum(a, b), x + w - 1) - np.maximum(np.minimum(a, b), x)
+    return (np.maximum(overlap, 0) * on).sum(-1)
+
+
+def _path_inside(rects: np.ndarray, path: np.ndarray) -> int:
+    """Steps of `path` (an (n, 2) array of points) between two routers of one of `rects`."""
+    x, y, w, h = (rects[:, k] for k in range(4))
+    px, py = path[:, :1], path[:, 1:]
+    inside = (x <= px) & (px < x + w) & (y <= py) & (py < y + h)
+    return int((inside[:-1] & inside[1:]).any(-1).sum())
+
+
+def _interior_links(rects: np.ndarray, h: int, w: int) -> np.ndarray:
+    """(4, h, w) counts, indexed like the link grids (direction in DIRS, y, x): the links
+    between two routers of one of `rects` (rows x, y, w, h, window coordinates)."""
+    out = np.zeros((len(DIRS), h, w))
+    for rx, ry, rw, rh in rects.tolist():
+        rows, cols = slice(max(0, ry), max(0, ry + rh)), slice(max(0, rx), max(0, rx + rw))
+        out[0, rows, max(0, rx) : max(0, rx + rw - 1)] += 1  # E: from x to x + 1
+        out[1, rows, max(0, rx + 1) : max(0, rx + rw)] += 1  # W: from x to x − 1
+        out[2, max(0, ry) : max(0, ry + rh - 1), cols] += 1  # S: from y to y + 1
+        out[3, max(0, ry + 1) : max(0, ry + rh), cols] += 1  # N: from y to y − 1
+    return out
+
+
+def _meeting(rects: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
+    """The rows of `rects` (x, y, w, h) that overlap `box` = (x0, y0, x1, y1), inclusive."""
+    x0, y0, x1, y1 = box
+    x, y, w, h = (rects[:, k] for k in range(4))
+    return rects[(x <= x1) & (x + w > x0) & (y <= y1) & (y + h > y0)]
+
+
+_NONE = np.zeros((0, 4), np.int64)  # no closed regions
+
+
 class _Negotiation:
     """Per-call PathFinder state on the routing area `area` = (x0, y0, width, height): link
     usage and history, router history, and prefix sums of link costs along rows (E/W links)
@@ -78,9 +163,11 @@ class _Negotiation:
     columns it changed stale; the next pattern query recomputes their prefix sums together.
     """
 
-    def __init__(self, area: tuple[int, int, int, int], capacity: int, opts: RouterOptions):
+    def __init__(
+        self, area: tuple[int, int, int, int], capacity: int, opts: RouterOptions, toll: float = 0.0
+    ):
         self.x0, self.y0, self.W, self.H = area
-        self.cap, self.opts = capacity, opts
+        self.cap, self.opts, self.toll = capacity, opts, toll
         self.pres = opts.pres_initial
         shape = (len(DIRS), self.H, self.W)
         self.usage = np.zeros(shape, np.int32)
@@ -153,30 +240,72 @@ class _Negotiation:
         ps, pn = self.prefix[2], self.prefix[3]
         return np.where(yb >= ya, ps[yb, x] - ps[ya, x], pn[ya + 1, x] - pn[yb + 1, x])
 
-    def best_path(self, s: Point, t: Point, hvh_first: bool) -> tuple[tuple[Point, ...], list[int]]:
-        """A simple path from s to t and its link ids: the cheapest pattern; from the second
+    def best_path(
+        self, s: Point, t: Point, hvh_first: bool, shut: np.ndarray = _NONE
+    ) -> tuple[tuple[Point, ...], list[int]]:
+        """A simple path from s to t and its link ids: the cheapest pattern (the straight line
+        when s and t share a row or column and no closed region is near); from the second
         iteration on, if that would overuse a link, the cheapest path in the lane's window
-        when it costs less."""
-        path = _polyline([s, t]) if s[0] == t[0] or s[1] == t[1] else self.pattern(s, t, hvh_first)
+        when it costs less. `shut`: the regions closed to this lane (rows x, y, w, h)."""
+        _, near = self.window(s, t, shut)
+        if (s[0] == t[0] or s[1] == t[1]) and not len(near):
+            path = _polyline([s, t])
+        else:
+            path = self.pattern(s, t, hvh_first, shut)
         ids = self.link_ids(path)
         if self.pres > self.opts.pres_initial and self.would_overuse(ids):
             cost = float(self.link_cost(np.unravel_index(ids, self.usage.shape)).sum())
-            maze = self.maze_path(s, t, cost)
+            cost += self.toll * _path_inside(near, np.array(path) - [self.x0, self.y0])
+            maze = self.maze_path(s, t, cost, shut)
             if maze:
                 return maze, self.link_ids(maze)
         return path, ids
 
-    def pattern(self, s: Point, t: Point, hvh_first: bool) -> tuple[Point, ...]:
-        """Cheapest H-V-H or V-H-V pattern from s to t, which differ in both coordinates.
+    def window(
+        self, s: Point, t: Point, shut: np.ndarray
+    ) -> tuple[tuple[int, int, int, int], np.ndarray]:
+        """The window of a lane from s to t (fabric coordinates) as (x0, y0, x1, y1),
+        inclusive, in area coordinates: its bounding box grown by `detour`, and further to
+        hold each closed region (`shut`, fabric coordinates) it meets grown by `detour`; and
+        those regions, in area coordinates."""
+        (x1, y1), (x2, y2), m = self.local(s), self.local(t), self.opts.detour
+        box = (min(x1, x2) - m, min(y1, y2) - m, max(x1, x2) + m, max(y1, y2) + m)
+        near = _meeting(shut - [self.x0, self.y0, 0, 0], box)
+        if len(near):
+            x, y, w, h = (near[:, k] for k in range(4))
+            box = (
+                min(box[0], int(x.min()) - m), min(box[1], int(y.min()) - m),
+                max(box[2], int((x + w).max()) - 1 + m), max(box[3], int((y + h).max()) - 1 + m),
+            )  # fmt: skip
+        x0, y0 = max(0, box[0]), max(0, box[1])
+        return (x0, y0, min(self.W - 1, box[2]), min(self.H - 1, box[3])), near
+
+    def pattern(
+        self, s: Point, t: Point, hvh_first: bool, shut: np.ndarray = _NONE
+    ) -> tuple[Point, ...]:
+        """Cheapest H-V-H or V-H-V pattern from s to t with its jog in the lane's window, the
+        closed regions (`shut`) charged their toll.
 
         Ties go to the family named by `hvh_first`, then to the smallest jog coordinate; with
         `_lane_order` this nests the lanes of one flow instead of crossing them.
         """
         self.flush()
-        (x1, y1), (x2, y2), m = self.local(s), self.local(t), self.opts.detour
-        cs, rs = _jogs(x1, x2, m, self.W), _jogs(y1, y2, m, self.H)
+        box, near = self.window(s, t, shut)
+        (x1, y1), (x2, y2) = self.local(s), self.local(t)
+        cs, rs = np.arange(box[0], box[2] + 1), np.arange(box[1], box[3] + 1)
         hvh = self.hcost(y1, x1, cs) + self.vcost(cs, y1, y2) + self.hcost(y2, cs, x2)
         vhv = self.vcost(x1, y1, rs) + self.hcost(rs, x1, x2) + self.vcost(x2, rs, y2)
+        if len(near):
+            hvh = hvh + self.toll * (
+                _inside(near, x1, cs, y1, False)
+                + _inside(near, y1, y2, cs, True)
+                + _inside(near, cs, x2, y2, False)
+            )
+            vhv = vhv + self.toll * (
+                _inside(near, y1, rs, x1, True)
+                + _inside(near, x1, x2, rs, False)
+                + _inside(near, rs, y2, x2, True)
+            )
         i, j = int(np.argmin(hvh)), int(np.argmin(vhv))
         if hvh[i] < vhv[j] or (hvh[i] == vhv[j] and hvh_first):
             c = int(cs[i])
@@ -192,20 +321,24 @@ class _Negotiation:
     def would_overuse(self, ids: list[int]) -> bool:
         return bool((self.flat[ids] >= self.cap).any())
 
-    def maze_path(self, s: Point, t: Point, cost_to_beat: float) -> tuple[Point, ...] | None:
-        """The cheapest path from s to t within the lane's bounding box grown by `detour`, if it
-        costs less than `cost_to_beat`; else None.
+    def maze_path(
+        self, s: Point, t: Point, cost_to_beat: float, shut: np.ndarray = _NONE
+    ) -> tuple[Point, ...] | None:
+        """The cheapest path from s to t within the lane's window, the closed regions (`shut`)
+        charged their toll, if it costs less than `cost_to_beat`; else None.
 
         A*: scipy's Dijkstra over the window's grid graph with reduced link costs
         c(u→v) − h(u) + h(v), h = Manhattan distance to t. Every link costs at least 1, so h is
         consistent, reduced costs are ≥ 0, and the search stops at PEs with
         g + h ≥ cost_to_beat.
         """
-        m = self.opts.detour
+        box, near = self.window(s, t, shut)
         (sx, sy), (tx, ty) = self.local(s), self.local(t)
-        x0, y0 = max(0, min(sx, tx) - m), max(0, min(sy, ty) - m)
-        w, h = min(self.W, max(sx, tx) + m + 1) - x0, min(self.H, max(sy, ty) + m + 1) - y0
+        x0, y0 = box[0], box[1]
+        w, h = box[2] + 1 - x0, box[3] + 1 - y0
         cost = self.link_cost((slice(None), slice(y0, y0 + h), slice(x0, x0 + w)))
+        if len(near):
+            cost = cost + self.toll * _interior_links(near - [x0, y0, 0, 0], h, w)
         (sx, sy), (tx, ty) = (sx - x0, sy - y0), (tx - x0, ty - y0)  # window coordinates
         xs, ys = np.arange(w), np.arange(h)[:, None]
         node = np.arange(w * h).reshape(h, w)
@@ -279,14 +412,26 @@ class _Progress:
 
 
 def _area(
-    lanes: list[tuple[str, int, Point, Point]], width: int, height: int, margin: int
+    lanes: list[tuple[str, int, Point, Point]],
+    width: int,
+    height: int,
+    margin: int,
+    shut: Sequence[np.ndarray] = (),
 ) -> tuple[int, int, int, int]:
     """(x0, y0, width, height) of the fabric rectangle holding every lane's bounding box grown
-    by `margin`."""
+    by `margin`, and every closed region (rows x, y, w, h of `shut`) grown by `margin`."""
     xs = [p[0] for _, _, s, t in lanes for p in (s, t)] or [0]
     ys = [p[1] for _, _, s, t in lanes for p in (s, t)] or [0]
     x0, y0 = max(0, min(xs) - margin), max(0, min(ys) - margin)
     x1, y1 = min(width, max(xs) + margin + 1), min(height, max(ys) + margin + 1)
+    closed = np.concatenate([np.zeros((0, 4), np.int64), *shut])
+    if len(closed):
+        x, y, w, h = (closed[:, k] for k in range(4))
+        x0, y0 = max(0, min(x0, int(x.min()) - margin)), max(0, min(y0, int(y.min()) - margin))
+        x1, y1 = (
+            min(width, max(x1, int((x + w).max()) + margin)),
+            min(height, max(y1, int((y + h).max()) + margin)),
+        )
     return x0, y0, x1 - x0, y1 - y0
 
 
@@ -300,10 +445,6 @@ def _lane_order(ends: list[tuple[Point, Point]]) -> list[tuple[int, tuple[Point,
     same_sense = (tx - sx) * (ty - sy) > 0
     order = list(enumerate(ends))
     return order[::-1] if same_sense else order
-
-
-def _jogs(a: int, b: int, margin: int, size: int) -> np.ndarray:
-    return np.arange(max(0, min(a, b) - margin), min(size - 1, max(a, b) + margin) + 1)
 
 
 def _polyline(corners: list[Point]) -> tuple[Point, ...]:
@@ -422,9 +563,13 @@ def dsatur(adj: list[set[int]]) -> list[int]:
 
 
 def route(
-    problem: RoutingProblem, placement: Placement, options: RouterOptions | None = None
+    problem: RoutingProblem,
+    placement: Placement,
+    options: RouterOptions | None = None,
+    tolls: Tolls | None = None,
 ) -> Routing:
-    """Route and color every lane of every flow within the color budget and link capacity.
+    """Route and color every lane of every flow within the color budget and link capacity,
+    paying `tolls` for crossing regions that have no room for a lane.
 
     Guarantees: the result passes `validate_routing(problem, placement, ·)`; otherwise
     `RoutingError` (one line: router, colors needed vs budget, flows and their ONNX nodes).
@@ -440,8 +585,9 @@ def route(
         f.name: facing_sides(placement.rects[f.src], placement.rects[f.dst])[0] in "EW"
         for f in problem.flows
     }
-    area = _area(lanes, problem.width, problem.height, opts.detour)
-    net = _Negotiation(area, problem.link_capacity, opts)
+    shut = _closed(problem, placement, tolls)
+    area = _area(lanes, problem.width, problem.height, opts.detour, [*shut.values()])
+    net = _Negotiation(area, problem.link_capacity, opts, tolls.per_link if tolls else 0.0)
     paths: list[tuple[Point, ...]] = [()] * len(lanes)
     ids: list[list[int]] = [[] for _ in lanes]  # each path's link ids
     todo = list(range(len(lanes)))
@@ -450,7 +596,8 @@ def route(
     for iteration in range(1, opts.max_iterations + 1):
         for i in todo:
             net.commit(ids[i], -1)
-            paths[i], ids[i] = net.best_path(lanes[i][2], lanes[i][3], horizontal[lanes[i][0]])
+            f, _, s, t = lanes[i]
+            paths[i], ids[i] = net.best_path(s, t, horizontal[f], shut.get(f, _NONE))
             net.commit(ids[i], +1)
         overused = net.overused()
         if overused:
