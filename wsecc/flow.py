@@ -15,6 +15,7 @@ a tile, k copies on the fabric.
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +30,7 @@ from wsecc.kernels import (
     size_regions,
     sizing_at,
 )
-from wsecc.lanes import lane_bytes, lanes_within
+from wsecc.lanes import edge_cycles, lane_bytes, lanes_within
 from wsecc.options import Options
 from wsecc.passes import DEFAULT_PIPELINE, LOWERING
 from wsecc.place.api import place
@@ -57,6 +58,7 @@ from wsecc.replicas import (
     within,
 )
 from wsecc.route.problem import (
+    Point,
     Routing,
     RoutingError,
     RoutingProblem,
@@ -277,7 +279,8 @@ def region_tolls(sizing: Sizing, target: Target) -> Tolls:
 WIDENINGS = 3
 """Routing attempts with wider lanes for the flows that cross regions (`_widened`). A routing
 that succeeds is checked again (its wider lanes may take new ways through other regions); after
-a failure the flows it failed on step back a quarter of the way to their lane counts before."""
+a failure the flows it failed on step back a quarter of the way to their lane counts before.
+The routing kept is the one whose busiest link is least busy (`_busiest_link`)."""
 
 
 def _widest_crossing(
@@ -289,14 +292,23 @@ def _widest_crossing(
     routing: Routing,
     say: Callable[[str], None],
 ) -> tuple[RoutingProblem, Routing]:
-    """The routing of `rp`, or one whose flows crossing other regions have more lanes."""
-    tolls = region_tolls(sizing, target)
-    wider, failed = _widened(problem, placement, sizing, target, rp, routing), False
+    """The routing of `rp`, or one whose flows crossing other regions have more lanes
+    (`WIDENINGS`), whichever leaves the least busy busiest link."""
+    wider = _widened(problem, placement, sizing, target, rp, routing)
+    if wider is None:
+        return rp, routing
+    tolls, failed = region_tolls(sizing, target), False
+    best = (_busiest_link(rp, routing, placement, sizing, target), rp, routing)
     for _ in range(WIDENINGS):
         if wider is None:
             break
         try:
             rp, routing = wider, route(wider, placement, tolls=tolls)
+            best = min(
+                best,
+                (_busiest_link(rp, routing, placement, sizing, target), rp, routing),
+                key=lambda b: b[0],
+            )
             wider = _widened(problem, placement, sizing, target, rp, routing)
         except RoutingError as e:
             failed = True
@@ -310,7 +322,26 @@ def _widest_crossing(
             wider = replace(wider, flows=back) if back != wider.flows else None
     if failed:
         say("route      wider lanes for some flows crossing regions do not route; kept fewer")
-    return rp, routing
+    return best[1], best[2]
+
+
+def _busiest_link(
+    rp: RoutingProblem, routing: Routing, placement: Placement, sizing: Sizing, target: Target
+) -> int:
+    """Cycles per sample of the busiest link a routing leaves, as L0 charges them: a kernel's
+    own link time plus the lanes crossing its region, or a flow's bytes over its lanes."""
+    from wsecc.sim.perf import crossing_cycles, flow_name
+
+    L = target.link_bytes_per_cycle
+    paths: dict[str, list[tuple[Point, ...]]] = defaultdict(list)
+    for ln in routing.lanes:
+        paths[ln.flow].append(ln.path)
+    pair_bytes = {(f.src, f.dst): f.bytes_per_sample for f in rp.flows}
+    lanes = {flow_name(f.src, f.dst): paths[f.name] for f in rp.flows}
+    crossing = crossing_cycles(placement, lanes, pair_bytes, L)
+    own = max((k.link_cycles + crossing.get(k.name, 0) for k in sizing.kernels), default=0)
+    flows = max((edge_cycles(f.bytes_per_sample, f.lanes, L) for f in rp.flows), default=0)
+    return max(own, flows)
 
 
 def _widened(

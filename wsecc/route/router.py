@@ -17,7 +17,7 @@
 4. Tolls (optional, `Tolls`): a lane that carries more than a region's links have left in the
    stage time finds that region closed, and each step between two of its routers costs the
    lane `Tolls.per_link` more. Its window grows to hold each closed region it meets with
-   `detour` PEs around it, so its patterns and A* may go around. A lane crossing a region
+   `clearance` PEs around it, so its patterns and A* may go around. A lane crossing a region
    shares the links that region's own traffic uses (L0 adds the two, `wsecc.sim.perf`), so a
    crossing the region has no room for slows the whole pipeline.
 5. Success returns a complete `Routing`; otherwise `RoutingError` names the router that
@@ -27,7 +27,7 @@
    flow retries narrower lanes after each failure, and a hopeless attempt is most of its time.
 
 No route leaves its lane's window (bounding box grown by `detour`, and by the closed regions
-it meets, grown by `detour`), so the negotiation's grids cover only the routing area, the fabric rectangle holding
+it meets, grown by `clearance`), so the negotiation's grids cover only the routing area, the fabric rectangle holding
 every window.
 
 Deterministic: no randomness, fixed orders, argmin ties to the first pattern.
@@ -70,6 +70,7 @@ class RouterOptions:
     # would not reach zero within `max_iterations` (see `_Progress`).
     stall_window: int = 8
     detour: int = 16  # PEs a pattern's jog may stray outside the lane's bounding box
+    clearance: int = 1  # PEs a lane's window reaches beyond a region closed to it (`Tolls`)
     pres_initial: float = 0.5
     pres_mult: float = 1.5
     history_step: float = 1.0
@@ -266,16 +267,17 @@ class _Negotiation:
     ) -> tuple[tuple[int, int, int, int], np.ndarray]:
         """The window of a lane from s to t (fabric coordinates) as (x0, y0, x1, y1),
         inclusive, in area coordinates: its bounding box grown by `detour`, and further to
-        hold each closed region (`shut`, fabric coordinates) it meets grown by `detour`; and
-        those regions, in area coordinates."""
+        hold each closed region (`shut`, fabric coordinates) it meets grown by `clearance`;
+        and those regions, in area coordinates."""
         (x1, y1), (x2, y2), m = self.local(s), self.local(t), self.opts.detour
+        c = self.opts.clearance
         box = (min(x1, x2) - m, min(y1, y2) - m, max(x1, x2) + m, max(y1, y2) + m)
         near = _meeting(shut - [self.x0, self.y0, 0, 0], box)
         if len(near):
             x, y, w, h = (near[:, k] for k in range(4))
             box = (
-                min(box[0], int(x.min()) - m), min(box[1], int(y.min()) - m),
-                max(box[2], int((x + w).max()) - 1 + m), max(box[3], int((y + h).max()) - 1 + m),
+                min(box[0], int(x.min()) - c), min(box[1], int(y.min()) - c),
+                max(box[2], int((x + w).max()) - 1 + c), max(box[3], int((y + h).max()) - 1 + c),
             )  # fmt: skip
         x0, y0 = max(0, box[0]), max(0, box[1])
         return (x0, y0, min(self.W - 1, box[2]), min(self.H - 1, box[3])), near
@@ -415,11 +417,13 @@ def _area(
     lanes: list[tuple[str, int, Point, Point]],
     width: int,
     height: int,
-    margin: int,
+    opts: RouterOptions,
     shut: Sequence[np.ndarray] = (),
 ) -> tuple[int, int, int, int]:
-    """(x0, y0, width, height) of the fabric rectangle holding every lane's bounding box grown
-    by `margin`, and every closed region (rows x, y, w, h of `shut`) grown by `margin`."""
+    """(x0, y0, width, height) of the fabric rectangle holding every lane's window: its
+    bounding box grown by `opts.detour`, and every closed region (rows x, y, w, h of `shut`)
+    grown by `opts.clearance`."""
+    margin, c = opts.detour, opts.clearance
     xs = [p[0] for _, _, s, t in lanes for p in (s, t)] or [0]
     ys = [p[1] for _, _, s, t in lanes for p in (s, t)] or [0]
     x0, y0 = max(0, min(xs) - margin), max(0, min(ys) - margin)
@@ -427,10 +431,10 @@ def _area(
     closed = np.concatenate([np.zeros((0, 4), np.int64), *shut])
     if len(closed):
         x, y, w, h = (closed[:, k] for k in range(4))
-        x0, y0 = max(0, min(x0, int(x.min()) - margin)), max(0, min(y0, int(y.min()) - margin))
+        x0, y0 = max(0, min(x0, int(x.min()) - c)), max(0, min(y0, int(y.min()) - c))
         x1, y1 = (
-            min(width, max(x1, int((x + w).max()) + margin)),
-            min(height, max(y1, int((y + h).max()) + margin)),
+            min(width, max(x1, int((x + w).max()) + c)),
+            min(height, max(y1, int((y + h).max()) + c)),
         )
     return x0, y0, x1 - x0, y1 - y0
 
@@ -586,7 +590,7 @@ def route(
         for f in problem.flows
     }
     shut = _closed(problem, placement, tolls)
-    area = _area(lanes, problem.width, problem.height, opts.detour, [*shut.values()])
+    area = _area(lanes, problem.width, problem.height, opts, [*shut.values()])
     net = _Negotiation(area, problem.link_capacity, opts, tolls.per_link if tolls else 0.0)
     paths: list[tuple[Point, ...]] = [()] * len(lanes)
     ids: list[list[int]] = [[] for _ in lanes]  # each path's link ids

@@ -206,7 +206,7 @@ class Pipeline:
         return f"{self.stages[e.src].name} => {self.stages[e.dst].name}"
 
 
-def _crossing_cycles(
+def crossing_cycles(
     placement: Placement,
     lanes: Mapping[str, list[tuple[tuple[int, int], ...]]],
     pair_bytes: Mapping[tuple[str, str], int],
@@ -356,7 +356,7 @@ def build_pipeline(program: Program, *, host_io: bool = True) -> Pipeline:
     routed = {flow_name(s, d) for s, d in pair_bytes}
     if unknown := sorted(set(lanes) - routed):
         raise SimulationError(f"routing has lanes of flows the kernel graph lacks: {unknown[:3]}")
-    crossing = _crossing_cycles(placement, lanes, pair_bytes, L)
+    crossing = crossing_cycles(placement, lanes, pair_bytes, L)
     kernels = [replace(k, crossing_cycles=crossing.get(k.name, 0)) for k in kernels]
 
     # the copies of a replicated program split the host channels (`wsecc.replicas`)
