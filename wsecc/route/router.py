@@ -27,8 +27,8 @@
    flow retries narrower lanes after each failure, and a hopeless attempt is most of its time.
 
 No route leaves its lane's window (bounding box grown by `detour`, and by the closed regions
-it meets, grown by `clearance`), so the negotiation's grids cover only the routing area, the fabric rectangle holding
-every window.
+it meets, grown by `clearance`), so the negotiation's grids cover only the routing area, the
+fabric rectangle holding every window.
 
 Deterministic: no randomness, fixed orders, argmin ties to the first pattern.
 """
@@ -86,9 +86,11 @@ class Tolls:
     link bytes per cycle (`wsecc.flow.region_tolls`). A lane carrying more (its flow's bytes
     over its lane count) finds the region closed and pays `per_link` for every such step, on
     top of the links' own cost; a kernel missing from `room`, and the lane's own source and
-    destination, are open. The toll is large against a link's base cost of 1, so a lane goes
-    around a closed region when a way around exists in its window and through the fewest
-    closed links otherwise."""
+    destination, are open. At the default `per_link` of 1 a step inside a closed region costs
+    twice a free link: a lane goes around when the way around adds fewer links than it would
+    take inside, and crosses otherwise (then `wsecc.flow` widens its flow). A larger toll
+    (tried: 2, 4, 16) sent more lanes around, crowded the channels between regions at ~85%
+    fill, and routed worse (bench/RESULTS.md, "Lanes that go around")."""
 
     room: Mapping[str, float]
     per_link: float = 1.0
