@@ -27,6 +27,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -89,6 +90,17 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
+def sha256_beside(path: Path) -> Future[str]:
+    """`sha256_of(path)` on a thread of its own: hashlib releases the GIL, so the report's hash
+    of a large model (0.6 s for GPT-2 small's 650 MB) runs on another core while the frontend
+    parses the same file."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wsecc-sha256")
+    try:
+        return pool.submit(sha256_of, path)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends when the hash is done
+
+
 @dataclass
 class Compilation:
     """Every product of one compile, filled stage by stage (None until its stage ran). The
@@ -122,6 +134,7 @@ class Compilation:
     sim_outputs: dict[str, np.ndarray] | None = None
     seconds: dict[str, float] = field(default_factory=dict)  # per stage
     _model_facts: tuple[Graph, dict[str, Any]] | None = field(default=None, repr=False)
+    _model_sha256: Future[str] | None = field(default=None, repr=False)  # from `load`
 
     @property
     def placement(self) -> Placement | None:
@@ -147,6 +160,7 @@ class Compilation:
         options = options or Options()
         # a bad target fails before the slow stages
         c = cls(Path(path), options, load_target(options.target), progress)
+        c._model_sha256 = sha256_beside(c.model_path)
         with c._stage("frontend"):
             c.graph, c.import_info = load(c.model_path, options)
         n = c.import_info.weight_inputs
@@ -485,7 +499,11 @@ class Compilation:
         if self._model_facts is None or self._model_facts[0] is not g:
             facts = {
                 "path": str(self.model_path),
-                "sha256": sha256_of(self.model_path),
+                "sha256": (
+                    self._model_sha256.result()
+                    if self._model_sha256 is not None
+                    else sha256_of(self.model_path)
+                ),
                 "params": param_count(g),
                 # as the kernels do the work: known once the passes have fused the graph
                 "flops_per_sample": flops_per_sample(g) if g is self.fused else None,
