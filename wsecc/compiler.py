@@ -250,6 +250,7 @@ class Compilation:
         fresh = Compilation.load(self.model_path, self.options, self.progress).fuse()
         self.graph, self.import_info = fresh.graph, fresh.import_info
         self.fused, self.pass_records = fresh.fused, fresh.pass_records
+        self._model_sha256 = fresh._model_sha256
 
     def fuse(self) -> Compilation:
         """Stage 2: the pass pipeline (canonicalize and fuse) on the imported graph."""
