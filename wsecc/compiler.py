@@ -83,10 +83,14 @@ def _quiet(stage: str, message: str) -> None:
 
 
 def sha256_of(path: str | os.PathLike[str]) -> str:
+    # 16 MiB at a time into one buffer: the GIL is let go for each read and each update, so
+    # few, large ones keep a hash on another thread (`sha256_beside`) out of the main one's way
     h = hashlib.sha256()
+    buf = bytearray(1 << 24)
+    view = memoryview(buf)
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+        while n := f.readinto(buf):
+            h.update(view[:n])
     return h.hexdigest()
 
 
