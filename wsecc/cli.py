@@ -8,6 +8,7 @@ a failed or interrupted compile leaves nothing half-written.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import signal
@@ -709,6 +710,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+GC_THRESHOLDS = (100_000, 20, 10)
+"""The cycle collector's thresholds while a command runs. A compile allocates millions of
+small objects and keeps most of them to its end (the IR, sizing's menus, L1's events), with few
+reference cycles among them: at Python's default (700, 10, 10) the collector's passes over them
+took 1-1.5 s of a GPT-2 small compile and freed next to nothing. Young objects are collected
+every 100,000 allocations instead; reference counting frees the rest as before."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["ispd2020"]:  # its own argument parser and error handling
@@ -727,6 +736,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, on_sigint)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
     try:
         if profiling.wanted(getattr(args, "profile", False)):
             return profiling.run_profiled(lambda: int(args.fn(args)))
@@ -762,6 +773,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         signal.signal(signal.SIGINT, previous)
+        gc.set_threshold(*thresholds)
 
 
 if __name__ == "__main__":

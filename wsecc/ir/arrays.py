@@ -38,7 +38,8 @@ def content_key(a: np.ndarray) -> tuple[str, tuple[int, ...], str]:
     it: a missed saving, never a wrong merge)."""
     if is_uniform(a):
         return str(a.dtype), a.shape, "uniform " + a.reshape(-1)[:1].tobytes().hex()
-    return str(a.dtype), a.shape, hashlib.sha1(np.ascontiguousarray(a).tobytes()).hexdigest()
+    # hashed in place: a contiguous array is a buffer (`.tobytes()` would copy every weight)
+    return str(a.dtype), a.shape, hashlib.sha1(np.ascontiguousarray(a).data).hexdigest()
 
 
 def same_data(a: np.ndarray, b: np.ndarray) -> bool:

@@ -129,6 +129,15 @@ class CostContext:
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS
     train: TrainCosts | None = None
 
+    def __hash__(self) -> int:
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        # computed once: `cost_at`'s cache hashes the context on every call, and a Target
+        # hashes a dozen nested dataclasses (sizing asks for tens of thousands of shapes)
+        return hash((self.target, self.precision, self.chunk_tokens, self.train))
+
     @property
     def sb(self) -> int:
         return precision(self.precision).storage_bytes

@@ -46,12 +46,12 @@ from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
 from wsecc.errors import WseccError
 from wsecc.kernels.kind import PARAM_CHECKS, Params
 
 if TYPE_CHECKING:
+    import networkx as nx
+
     from wsecc.kernels.kind import KindDef
 
 Scalar = int | float | bool | str
@@ -341,6 +341,8 @@ class KernelGraph:
     def as_networkx(self) -> nx.MultiDiGraph:
         """Nodes: kernels (attr `kernel`) and ports (attr `port`), each with `role`; one edge
         per flow (attr `flow`), keyed by the flow's index."""
+        import networkx as nx  # 0.1 s to import, and a compile never needs it
+
         g = nx.MultiDiGraph(name=self.name)
         for p in self.inputs:
             g.add_node(p.name, role="input", port=p)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 from typing import Any
@@ -289,12 +289,18 @@ def _aspect(c: KernelCost) -> float:
     return max(c.h, c.w) / min(c.h, c.w)
 
 
-def _menu(costs: Sequence[KernelCost], sram_limit: int, max_aspect: float) -> _Menu | None:
-    """The fitting shapes (aspect <= max_aspect if any such fits), or None if none fits."""
+def _menu(
+    costs: Sequence[KernelCost],
+    sram_limit: int,
+    max_aspect: float,
+    charge: Callable[[list[KernelCost]], list[KernelCost]] = list,
+) -> _Menu | None:
+    """The fitting shapes (aspect <= max_aspect if any such fits), each as `charge` costs it
+    (sizing: with its edge cycles), or None if none fits."""
     fitting = [c for c in costs if c.sram.total <= sram_limit]
     if not fitting:
         return None
-    preferred = [c for c in fitting if _aspect(c) <= max_aspect] or fitting
+    preferred = charge([c for c in fitting if _aspect(c) <= max_aspect] or fitting)
     stair: list[KernelCost] = []
     for c in sorted(preferred, key=lambda c: (c.cycles_per_sample, c.area)):
         if not stair or c.area < stair[-1].area:
@@ -317,9 +323,10 @@ def _menu_of(
     headroom: int = 0,
     raw: _RawCosts | None = None,
 ) -> tuple[list[KernelCost], Menu | None]:
-    """A kernel's menu (None if no shape fits a PE) and the shapes costed to build it; each
-    shape charged the cycles its routed `flows` need through its shortest side (`_with_edges`).
-    `raw` keeps the kind's costs per kernel signature for another menu of the same kernels."""
+    """A kernel's menu (None if no shape fits a PE) and the shapes costed to build it, as its
+    kind costs them; each shape of the menu charged the cycles its routed `flows` need through
+    its shortest side (`_charge_edges`). `raw` keeps the kind's costs per kernel signature for
+    another menu of the same kernels."""
     model = kernel.spec
     if model.frontier is not None:
         menu = _FrontierMenu(model, kernel, ctx)
@@ -330,8 +337,12 @@ def _menu_of(
     if key not in raw:
         rows, cols = model.shapes(kernel.params, fab.program_height, fab.program_width)
         raw[key] = [cost_at(kernel, h, w, ctx) for h in rows for w in cols]
-    costs = [_with_edges(c, flows, ctx, headroom) for c in raw[key]]
-    return costs, _menu(costs, ctx.target.sram.bytes_per_pe, max_aspect)
+    costs = raw[key]
+
+    def charge(shapes: list[KernelCost]) -> list[KernelCost]:
+        return _charge_edges(shapes, flows, ctx, headroom)
+
+    return costs, _menu(costs, ctx.target.sram.bytes_per_pe, max_aspect, charge)
 
 
 def routed_flow_bytes(kg: KernelGraph, precision: str) -> dict[str, tuple[int, ...]]:
@@ -360,10 +371,19 @@ def _with_edges(
     link with that kernel's own traffic (L0 adds the two), so each lane must move its bytes
     within the stage time less that kernel's link cycles (`crossing_headroom`). Training is
     costed from sizing alone and keeps its own link model."""
+    return _charge_edges([cost], flows, ctx, headroom)[0]
+
+
+def _charge_edges(
+    costs: Sequence[KernelCost], flows: tuple[int, ...], ctx: CostContext, headroom: int
+) -> list[KernelCost]:
+    """`_with_edges` of every cost, its edge cycles worked out once per length of the shortest
+    side (a menu has thousands of shapes and a few dozen such lengths)."""
     if not flows or ctx.train is not None:
-        return cost
-    lanes = shared_edge_cycles(flows, min(cost.h, cost.w), ctx.L)
-    return replace(cost, edge_cycles=lanes + headroom)
+        return list(costs)
+    sides = {min(c.h, c.w) for c in costs}
+    edge = {s: shared_edge_cycles(flows, s, ctx.L) + headroom for s in sides}
+    return [replace(c, edge_cycles=edge[min(c.h, c.w)]) for c in costs]
 
 
 def crossing_headroom(kernels: Sequence[KernelCost | KernelSizing]) -> int:

@@ -112,7 +112,7 @@ def write_placement_png(
         title_fontsize=8,
         frameon=False,
     )
-    fig.savefig(os.fspath(path), format="png")
+    _save(fig, path)
 
 
 def _draw_copies(
@@ -178,9 +178,22 @@ def _draw_limit(
 
 
 def _figure(size: tuple[float, float]) -> tuple[Figure, Axes]:
-    fig = Figure(figsize=size)
+    """A figure at the PNGs' dpi (laid out at the dpi it is drawn at, the text measured once)
+    whose layout `_save` fits to its text."""
+    fig = Figure(figsize=size, dpi=_DPI, layout="tight")
     FigureCanvasAgg(fig)
     return fig, fig.add_subplot()
+
+
+def _save(fig: Figure, path: str | os.PathLike[str]) -> None:
+    """Lay `fig` out once, then draw it once into a PNG. (With a layout engine set, savefig
+    draws the whole figure an extra time without output before drawing it: the text, the ticks
+    and the SRAM map's resampling twice.)"""
+    engine = fig.get_layout_engine()
+    if engine is not None:
+        engine.execute(fig)
+        fig.set_layout_engine(None)  # the layout stays as computed
+    fig.savefig(os.fspath(path), format="png")
 
 
 def write_roofline_png(path: str | os.PathLike[str], perf: PerfResult, target: Target) -> None:
@@ -232,8 +245,7 @@ def write_roofline_png(path: str | os.PathLike[str], perf: PerfResult, target: T
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=_DPI)
+    _save(fig, path)
 
 
 DECODE_COLORS = {
@@ -280,8 +292,7 @@ def write_decode_roofline_png(
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=_DPI)
+    _save(fig, path)
 
 
 def write_sram_png(path: str | os.PathLike[str], sram: SramMap) -> None:
@@ -305,8 +316,7 @@ def write_sram_png(path: str | os.PathLike[str], sram: SramMap) -> None:
         f"mean {sram.mean_used_bytes / 1024:.1f} KiB over {sram.pes_used:,} used PEs",
         fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=_DPI)
+    _save(fig, path)
 
 
 def draw_contest_placement(graph: KGraph, score: Score, path: str | Path, title: str = "") -> None:
@@ -330,8 +340,7 @@ def draw_contest_placement(graph: KGraph, score: Score, path: str | Path, title:
     ax.set_ylim(-5, graph.height + 5)
     ax.set_aspect("equal")
     ax.set_title(title or f"{graph.source}: Δt={score.delta_t} WL={score.wirelength:g}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=_DPI)
+    _save(fig, path)
 
 
 def write_series_png(
@@ -365,5 +374,4 @@ def write_series_png(
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=_DPI)
+    _save(fig, path)
