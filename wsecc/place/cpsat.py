@@ -376,12 +376,18 @@ class _Budget:
         seconds = min(self.opts.window_time_s, self.remaining())
         return _Limits(seconds, self.opts.workers, self.seed) if seconds >= 0.05 else None
 
-    def unit(self, again: bool) -> _Limits | None:
+    def unit(self, again: bool, spent_dtime: float) -> _Limits | None:
         """Limits for one layer packing of the tiled start (`again`: improving the best one),
-        or None past the tiled start's share of the budget."""
+        or None past the tiled start's share of the budget. Deterministic mode: the share is
+        of the windows' deterministic time, and a first packing leaves room for the `again`."""
         factor = self.opts.unit_again_factor if again else 1.0
         if self.deterministic:
-            return _Limits(self.guard(), 1, self.seed, factor * self.opts.det_unit_dtime)
+            o = self.opts
+            share = o.tiled_share * self.seconds * o.det_windows_per_second * o.det_window_dtime
+            need = (factor if again else 1.0 + o.unit_again_factor) * o.det_unit_dtime
+            if spent_dtime + need > share + 1e-9 or self.guard() == 0.0:
+                return None
+            return _Limits(self.guard(), 1, self.seed, factor * o.det_unit_dtime)
         left = self.t0 + self.opts.tiled_share * self.seconds - time.perf_counter()
         seconds = min(factor * self.opts.unit_time_s, left)
         return _Limits(seconds, self.opts.workers, self.seed) if seconds >= 0.05 else None
@@ -444,7 +450,7 @@ def place_cpsat(
             unit: PlacementProblem, joins: Sequence[PlaceFlow], start: dict[str, Rect] | None
         ) -> dict[str, Rect] | None:
             nonlocal tiled_dtime
-            limits = budget.unit(again=start is not None)
+            limits = budget.unit(start is not None, tiled_dtime)
             if limits is None:
                 return None
             tiled_dtime += limits.dtime or 0.0
