@@ -19,6 +19,10 @@ bound on the full model × unit / 2), and `bound_kind` says which; CP-SAT's is v
 q_ij · unit ≤ bytes_ij, and is only available when the full model ran
 (N ≤ `CpSatOptions.full_model_max_kernels`).
 
+Tiled start (`wsecc.place.tiled`): `pack_unit` packs one transformer layer in a box with the
+same model plus `_Period` — the used height `top` ≥ y_i + h_i, and the joins to the next copy
+`top` rows below priced as |cx_i − cx_j| + |cy_j + 2·top − cy_i|.
+
 Time budget: greedy, then each sub-solve gets min(its share, remaining − margin) and the clock
 is checked between LNS windows; the full model (the only solve whose presolve can overrun its
 limit) runs only for N ≤ full_model_max_kernels. Wall time thus stays within the budget.
@@ -35,7 +39,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 
@@ -46,13 +50,16 @@ from wsecc.place.bounds import lower_bound
 from wsecc.place.greedy import flow_order, greedy_rects
 from wsecc.place.layered import layered_rects
 from wsecc.place.problem import (
+    PlaceFlow,
     Placement,
+    PlacementError,
     PlacementProblem,
     Rect,
     kernel_shapes,
     validate_placement,
     weighted_wirelength,
 )
+from wsecc.place.tiled import tiled_rects
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,12 @@ class CpSatOptions:
     det_windows_per_second: float = 6.0  # windows per second of budget
     dtime_per_second: float = 0.2  # full-model deterministic time per second of its share
     wall_guard_factor: float = 3.0  # deterministic mode gives up (status says so) past this
+    # tiled start (`wsecc.place.tiled`): one CP-SAT solve per layer block size tried
+    unit_time_s: float = 0.3
+    det_unit_dtime: float = 0.1
+    unit_height_weight: float = 0.01  # per row of block height, × the block's flow weights
+    tiled_share: float = 0.5  # of the budget, at most, for the tiled start's solves
+    unit_again_factor: float = 4.0  # the best layer packing is improved for this many times
 
 
 # ----------------------------------------------------------------------------------------- data
@@ -140,6 +153,17 @@ class _Limits:
 
 
 @dataclass(frozen=True)
+class _Period:
+    """The free kernels as one copy of a unit repeated down a column: copy n + 1 lies `top`
+    rows below copy n, `top` being the rows the copy uses. `joins` are flows from kernel i of
+    one copy to kernel j of the next (q-weighted, like `_Data.pairs`); `top` costs
+    `height_weight` per row, so that the copies stay short enough to stack."""
+
+    joins: dict[tuple[int, int], int]
+    height_weight: int
+
+
+@dataclass(frozen=True)
 class _Solved:
     rects: dict[str, Rect] | None  # new rectangles of the free kernels, None if none found
     status: str
@@ -150,9 +174,16 @@ class _Solved:
 
 
 def _solve(
-    data: _Data, rects: Mapping[str, Rect], free: list[int], box: Rect, limits: _Limits
+    data: _Data,
+    rects: Mapping[str, Rect],
+    free: list[int],
+    box: Rect,
+    limits: _Limits,
+    period: _Period | None = None,
 ) -> _Solved:
     """Re-place kernels `free` inside `box`, all others fixed; hint = current `rects`.
+    With `period`, the objective also prices the joins to the next copy and the height used
+    (`_Period`; only for a box at y = 0 with every kernel free).
 
     Guarantees: any rectangles returned are legal together with the fixed ones (CP-SAT proves
     the constraints); with the full hint, a FEASIBLE result is never worse in the integer
@@ -204,6 +235,13 @@ def _solve(
         xivs.append(model.new_fixed_size_interval_var(r.x, r.w, f"fx{k}"))
         yivs.append(model.new_fixed_size_interval_var(r.y, r.h, f"fy{k}"))
     model.add_no_overlap_2d(xivs, yivs)
+    top = model.new_int_var(0, box.h, "top")  # rows the free kernels use (with `period`)
+    if period is not None:
+        for i in free:
+            for s, (_, h) in zip(pick[i], options[i], strict=True):
+                below = model.add(ys[i] + h <= top)
+                if not isinstance(s, int):
+                    below.only_enforce_if(s)
     # doubled centres, |Δ| by two inequalities, and the redundant separation cut
     cx: dict[int, cp_model.LinearExpr | int] = {}
     cy: dict[int, cp_model.LinearExpr | int] = {}
@@ -221,8 +259,21 @@ def _solve(
         model.add(dy >= cy[j] - cy[i])
         model.add(dx + dy >= data.separation(i, j))  # lifts the LP bound off zero
 
+    objective = sum(q * (dxs[e] + dys[e]) for e, q in pairs.items())
+    joins = period.joins if period is not None else {}
+    jdx = {e: model.new_int_var(0, span, f"jx{e}") for e in joins}
+    jdy = {e: model.new_int_var(0, 2 * span, f"jy{e}") for e in joins}
+    for (i, j), q in joins.items():  # kernel j of the next copy: same x, 2·top further in y
+        model.add(jdx[(i, j)] >= cx[i] - cx[j])
+        model.add(jdx[(i, j)] >= cx[j] - cx[i])
+        model.add(jdy[(i, j)] >= cy[j] + 2 * top - cy[i])
+        model.add(jdy[(i, j)] >= cy[i] - cy[j] - 2 * top)
+        objective += q * (jdx[(i, j)] + jdy[(i, j)])
+    if period is not None:
+        objective += period.height_weight * top
+
     # objective
-    model.minimize(sum(q * (dxs[e] + dys[e]) for e, q in pairs.items()))
+    model.minimize(objective)
 
     # solve: with a full hint (positions, shapes, |Δ|) from the current placement
     for i in free:
@@ -236,6 +287,10 @@ def _solve(
         (ax, ay), (bx, by) = rects[data.names[i]].center2(), rects[data.names[j]].center2()
         model.add_hint(dxs[(i, j)], abs(ax - bx))
         model.add_hint(dys[(i, j)], abs(ay - by))
+    if period is not None:
+        model.add_hint(
+            top, min(box.h, max(rects[data.names[i]].y + rects[data.names[i]].h for i in free))
+        )
     solver = cp_model.CpSolver()
     p = solver.parameters
     p.num_workers = limits.workers
@@ -308,15 +363,33 @@ class _Budget:
             return _Limits(self.guard(), 1, self.seed, share * self.opts.dtime_per_second)
         return _Limits(min(share, self.remaining()), self.opts.workers, self.seed)
 
-    def window(self, done: int, full_model_ran: bool) -> _Limits | None:
-        """Limits for the next LNS window, or None when the budget (or work quota) is spent."""
+    def window(self, done: int, full_model_ran: bool, tiled_dtime: float) -> _Limits | None:
+        """Limits for the next LNS window, or None when the budget (or work quota) is spent.
+        Deterministic mode: the tiled start's deterministic time comes off the window quota."""
         if self.deterministic:
             share = 1 - self.opts.full_model_share * full_model_ran
             quota = round(self.seconds * share * self.opts.det_windows_per_second)
+            quota -= round(tiled_dtime / self.opts.det_window_dtime)
             if done >= quota or self.guard() == 0.0:
                 return None
             return _Limits(self.guard(), 1, self.seed, self.opts.det_window_dtime)
         seconds = min(self.opts.window_time_s, self.remaining())
+        return _Limits(seconds, self.opts.workers, self.seed) if seconds >= 0.05 else None
+
+    def unit(self, again: bool, spent_dtime: float) -> _Limits | None:
+        """Limits for one layer packing of the tiled start (`again`: improving the best one),
+        or None past the tiled start's share of the budget. Deterministic mode: the share is
+        of the windows' deterministic time, and a first packing leaves room for the `again`."""
+        factor = self.opts.unit_again_factor if again else 1.0
+        if self.deterministic:
+            o = self.opts
+            share = o.tiled_share * self.seconds * o.det_windows_per_second * o.det_window_dtime
+            need = (factor if again else 1.0 + o.unit_again_factor) * o.det_unit_dtime
+            if spent_dtime + need > share + 1e-9 or self.guard() == 0.0:
+                return None
+            return _Limits(self.guard(), 1, self.seed, factor * o.det_unit_dtime)
+        left = self.t0 + self.opts.tiled_share * self.seconds - time.perf_counter()
+        seconds = min(factor * self.opts.unit_time_s, left)
         return _Limits(seconds, self.opts.workers, self.seed) if seconds >= 0.05 else None
 
     def guard(self) -> float:
@@ -346,8 +419,11 @@ def place_cpsat(
     """Best legal placement found within `time_budget_s`; never worse than its start.
 
     The start is `initial` when given and legal (a caller's own floorplan, e.g. the ISPD 2020
-    column packing at 95% fill, where greedy finds no room), else the better (by wirelength) of
-    the greedy placement and, when the problem has groups, the layered one (`layered_rects`).
+    column packing at 95% fill, where greedy finds no room), else the best (by wirelength) of
+    the greedy placement, the layered one (`layered_rects`) and, when the problem has repeated
+    transformer layers, the tiled one (`tiled_rects`, its layer packings by `pack_unit` within
+    `tiled_share` of the budget; deterministic mode: their deterministic time comes off the
+    window quota).
     Steps: start hint → full model with hint and cuts (if N ≤ full_model_max_kernels) →
     window LNS until the budget (deterministic mode: the work quota) is spent.
     Status: OPTIMAL when the full model proved it (exact integer weights only), else FEASIBLE;
@@ -364,15 +440,27 @@ def place_cpsat(
             problem, initial, placer="initial", bound=0.0, status="", seconds=0.0, seed=seed
         )
     )
+    tiled_dtime = 0.0  # deterministic time the tiled start's solves were given
     if start is not None and not validate_placement(problem, start):
         rects = dict(initial)  # type: ignore[arg-type]
     else:
         _, rects = greedy_rects(problem)
-        layered = layered_rects(problem)
-        if layered is not None and weighted_wirelength(problem, layered) < weighted_wirelength(
-            problem, rects
-        ):
-            rects = layered
+
+        def pack(
+            unit: PlacementProblem, joins: Sequence[PlaceFlow], start: dict[str, Rect] | None
+        ) -> dict[str, Rect] | None:
+            nonlocal tiled_dtime
+            limits = budget.unit(start is not None, tiled_dtime)
+            if limits is None:
+                return None
+            tiled_dtime += limits.dtime or 0.0
+            return pack_unit(unit, joins, limits, opts.unit_height_weight, start)
+
+        for other in (layered_rects(problem), tiled_rects(problem, pack)):
+            if other is not None and weighted_wirelength(problem, other) < weighted_wirelength(
+                problem, rects
+            ):
+                rects = other
     wl = weighted_wirelength(problem, rects)
     own = lower_bound(problem)
     bound, bound_kind = own.value, own.kind
@@ -391,7 +479,7 @@ def place_cpsat(
     rng = random.Random(seed)
     windows = improved = 0
     while not proven and len(data.order) > 1:
-        limits = budget.window(windows, full)
+        limits = budget.window(windows, full, tiled_dtime)
         if limits is None:
             break
         free = _pick_window(data, rects, rng, opts)
@@ -412,3 +500,47 @@ def place_cpsat(
         seed=seed,
         bound_kind="optimal" if proven else bound_kind,
     )
+
+
+# ------------------------------------------------------------------------------ repeating unit
+
+
+def pack_unit(
+    unit: PlacementProblem,
+    joins: Sequence[PlaceFlow],
+    limits: _Limits,
+    height_weight: float,
+    start: Mapping[str, Rect] | None = None,
+) -> dict[str, Rect] | None:
+    """One copy of a repeating unit (a transformer layer) placed inside `unit`'s fabric, as
+    copies stacked down a column would want it: least wirelength of its own flows plus the
+    `joins` (flows from a kernel of this copy to one of the next copy, which lies as many rows
+    below as this one uses) plus `height_weight` × (Σ join and flow weights) per row used.
+    None if CP-SAT found no packing within `limits`. Starts from `start`, else from greedy on
+    `unit` stretched to any height (a hint outside the box only guides the search).
+    """
+    if any(all(w > unit.width or h > unit.height for w, h in k.shapes) for k in unit.kernels):
+        return None
+    data = _Data.of(unit)
+    index = {n: i for i, n in enumerate(data.names)}
+    merged: dict[tuple[int, int], float] = {}
+    for f in joins:
+        e = (index[f.src], index[f.dst])
+        merged[e] = merged.get(e, 0.0) + f.bytes_per_sample
+    q_joins = {e: max(1, int(b // data.unit)) for e, b in sorted(merged.items())}
+    total = sum(data.pairs.values()) + sum(q_joins.values())
+    period = _Period(q_joins, max(1, round(height_weight * total)))
+    tall = PlacementProblem(
+        unit.width,
+        4 * unit.height + sum(max(h for _, h in k.shapes) for k in unit.kernels),
+        unit.kernels,
+        unit.flows,
+    )
+    if start is None:
+        try:
+            _, start = greedy_rects(tall)
+        except PlacementError:
+            return None
+    box = Rect(0, 0, unit.width, unit.height)
+    solved = _solve(data, start, list(range(len(data.names))), box, limits, period)
+    return solved.rects

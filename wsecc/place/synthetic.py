@@ -99,7 +99,7 @@ def transformer_problem(
     """
     rng = random.Random(seed)
     body = [_LAYER[i % len(_LAYER)] for i in range(n - 2)]
-    specs = [("embed", 2.0, 1), *body, ("lm_head", 8.0, 1)]
+    specs = [("embedding", 2.0, 1), *body, ("lm_head", 8.0, 1)]
     mean = sum(f for _, f, _ in specs) / len(specs)
     areas = [max(f, 0.05 * mean) * rng.uniform(0.9, 1.1) for _, f, _ in specs]
     aspects = [rng.uniform(0.7, 1.4) if k.startswith("linear") else 1.0 for k, _, _ in specs]
@@ -121,4 +121,46 @@ def transformer_problem(
         for a, b in _RESIDUALS:
             if start + b < n - 1:
                 flows.append(PlaceFlow(kernels[start + a].name, kernels[start + b].name, act))
+    return PlacementProblem(width, height, kernels, tuple(flows))
+
+
+# GPT-2 small's regions as sized at seq 1024 for WSE-2 in mixed precision (`wsecc compile`):
+# kind, shapes (w, h) preferred first, bytes of the flow to the next kernel in units of d·seq·2
+_GPT2_SMALL_LAYER = (
+    ("layernorm", ((28, 28),), 1),
+    ("linear_qkv", ((68, 110), (89, 86), (80, 96), (110, 70), (101, 77)), 9),
+    ("attention", ((84, 69),), 1),
+    ("linear_proj", ((110, 23), (55, 46), (46, 55), (23, 110), (128, 20)), 1),
+    ("layernorm", ((28, 28),), 1),
+    ("linear_fc1", ((237, 48), (119, 96), (45, 256), (192, 60), (60, 192)), 4),
+    ("linear_fc2", ((55, 181), (256, 39), (110, 91), (128, 79), (46, 220)), 1),
+)
+_GPT2_SMALL_ENDS = (
+    ("embedding", ((70, 28), (48, 41), (43, 46), (86, 23), (55, 36)), 1),
+    ("layernorm", ((21, 21),), 1),
+    ("lm_head", ((426, 384), (645, 256)), 1),
+)
+
+
+def gpt2_small_problem(
+    layers: int = 12, *, width: int = WSE2_USABLE[0], height: int = WSE2_USABLE[1]
+) -> PlacementProblem:
+    """GPT-2 small's placement problem as compiled at seq 1024 for WSE-2 (84.5% fill with 12
+    layers): embedding, `layers` identical layers, final norm, LM head. Flows: the chain, plus
+    the residuals of `transformer_problem` (each layer's first norm to its second, the second to
+    the next layer's first), bytes as the compile's."""
+    embedding, final_norm, head = _GPT2_SMALL_ENDS
+    specs = [embedding, *(_GPT2_SMALL_LAYER * layers), final_norm, head]
+    kernels = tuple(
+        PlaceKernel(name=f"{i:03d}_{kind}", shapes=shapes, kind=kind)
+        for i, (kind, shapes, _) in enumerate(specs)
+    )
+    act = 768 * 1024 * 2.0
+    flows = [
+        PlaceFlow(kernels[i].name, kernels[i + 1].name, act * specs[i][2])
+        for i in range(len(specs) - 1)
+    ]
+    for start in range(1, len(specs) - 2, len(_GPT2_SMALL_LAYER)):
+        for a, b in _RESIDUALS:
+            flows.append(PlaceFlow(kernels[start + a].name, kernels[start + b].name, act))
     return PlacementProblem(width, height, kernels, tuple(flows))

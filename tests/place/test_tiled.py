@@ -1,0 +1,96 @@
+"""Tiled start: layers found by structure, legal, deterministic, and on a GPT-2-shaped instance
+better than the greedy and layered starts; CP-SAT starts from the best of them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from wsecc.place.cpsat import CpSatOptions, _Limits, pack_unit, place_cpsat
+from wsecc.place.greedy import greedy_rects
+from wsecc.place.layered import layered_rects
+from wsecc.place.problem import Placement, Rect, validate_placement, weighted_wirelength
+from wsecc.place.synthetic import chain_problem, gpt2_small_problem
+from wsecc.place.tiled import repeating_layers, tiled_rects
+
+
+def _legal(problem, rects) -> list[str]:
+    p = Placement.of(problem, rects, placer="tiled", bound=0.0, status="", seconds=0.0, seed=0)
+    return validate_placement(problem, p)
+
+
+def _pack(unit, joins, start):
+    # deterministic: one worker, a deterministic-time limit (as place_cpsat's deterministic mode)
+    return pack_unit(unit, joins, _Limits(30.0, 1, 0, 0.4 if start else 0.1), 0.01, start)
+
+
+def test_layers_are_found_by_structure():
+    before, layers, after = repeating_layers(gpt2_small_problem(3))
+    assert before == ["000_embedding"]
+    assert [len(layer) for layer in layers] == [7, 7, 7]
+    assert [n.split("_", 1)[1] for n in layers[0]][:3] == ["layernorm", "linear_qkv", "attention"]
+    assert after == ["022_layernorm", "023_lm_head"]
+    assert repeating_layers(chain_problem(12))[1] == []  # no attention: no layers
+
+
+def test_tiled_beats_greedy_and_layered_on_a_gpt2_shaped_problem():
+    # GPT-2 small's regions, 4 layers, 76% fill: greedy smears each layer over the width, the
+    # strips pack it kernel by kernel; one packed layer reused keeps every layer compact.
+    problem = gpt2_small_problem(4, height=560)
+    tiled = tiled_rects(problem, _pack)
+    assert tiled is not None and _legal(problem, tiled) == []
+    wl = weighted_wirelength(problem, tiled)
+    layered = layered_rects(problem)
+    assert layered is not None
+    assert (
+        wl
+        < weighted_wirelength(problem, layered)
+        < weighted_wirelength(problem, greedy_rects(problem)[1])
+    )
+    assert tiled_rects(problem, _pack) == tiled  # deterministic with a deterministic `pack`
+
+
+def test_a_packed_layer_stays_in_its_box():
+    problem = gpt2_small_problem(3)
+    _, layers, _ = repeating_layers(problem)
+    names = set(layers[1])
+    unit = replace(
+        problem,
+        width=250,
+        height=200,
+        kernels=tuple(k for k in problem.kernels if k.name in names),
+        flows=tuple(f for f in problem.flows if f.src in names and f.dst in names),
+    )
+    rects = _pack(unit, [], None)
+    assert rects is not None and _legal(unit, rects) == []
+
+
+def test_cpsat_starts_from_the_tiled_placement_when_it_is_best():
+    problem = gpt2_small_problem(4, height=560)
+    # a share of the budget that lets every layer packing run, with `_pack`'s limits
+    opts = CpSatOptions(tiled_share=1.0)
+    p = place_cpsat(problem, time_budget_s=4.0, deterministic=True, options=opts)
+    assert validate_placement(problem, p) == []
+    if "GUARD" not in p.status:  # else a loaded machine cut the layer packings short
+        assert p.objective <= weighted_wirelength(problem, tiled_rects(problem, _pack))
+
+
+def test_tiled_declines_pinned_problems():
+    problem = gpt2_small_problem(3)
+    pinned = replace(problem, pins={"000_embedding": Rect(0, 0, 70, 28)})
+    assert tiled_rects(pinned, _pack) is None
+
+
+_RUN = """
+import sys
+from wsecc.place.cpsat import place_cpsat
+from wsecc.place.synthetic import gpt2_small_problem
+p = place_cpsat(gpt2_small_problem(4, height=560), time_budget_s=4.0, deterministic=True)
+sys.stdout.write(p.dumps(include_timing=False))
+"""
+
+
+def test_deterministic_mode_with_the_tiled_start_is_byte_identical_across_processes():
+    from conftest import two_fresh_runs
+
+    first, second = two_fresh_runs(_RUN)
+    assert first == second
