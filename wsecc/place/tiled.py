@@ -47,12 +47,12 @@ from wsecc.place.problem import (
     weighted_wirelength,
 )
 
-# (unit sub-problem with the box as its fabric, joins to the next copy, a packing to improve
-# or None) -> packing or None
 # strip counts tried: 2 … 4, up to MAX_STRIPS when there are 4 layers or more per strip (one
 # layer packing each, per orientation; 6 strips lowered BERT-large's tiled start by a fifth)
 MAX_STRIPS = 6
 Shape = tuple[int, int]
+# (unit sub-problem with the box as its fabric, joins to the next copy, a packing to improve
+# or None) -> packing or None
 Pack = Callable[
     [PlacementProblem, Sequence[PlaceFlow], dict[str, Rect] | None], dict[str, Rect] | None
 ]
