@@ -108,6 +108,9 @@ WEIGHTLESS: dict[str, recipe.Family] = {
     # Emani et al. Table III: measured up to seq 8192, 13B further, to 51200 (its position
     # table holds 51200 rows: weightless, the longer table costs no memory here).
     "gpt2-xl": _gpt2(1600, 48, 25, 8192),
+    # the rest of the real-size suite's GPT-2 family (MODELS), to compile without its weights
+    "gpt2-medium": MODELS["gpt2-medium"],
+    "gpt2-large": MODELS["gpt2-large"],
     "gpt2-13b": _gpt2(5120, 40, 40, 51200),
     # Emani et al. Table IV: the GenSLM model on the CS-2, "a GPT-3 XL shape": 24 layers, 16
     # heads, d 2048, vocabulary 70 (codons), seq 10240.
