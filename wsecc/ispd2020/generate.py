@@ -196,7 +196,9 @@ def conv_list(
     """A chain of the given convs, each (H = W, R = S, C, K, stride)."""
     hw, _, c, _, _ = convs[0]
     nodes = [GenNode("input", dims=(hw, hw, c))] + [_conv(*spec) for spec in convs]
-    edges = [(i, i + 1, (spec[0], spec[0], spec[2])) for i, spec in enumerate(convs)]
+    edges: list[tuple[int, int, tuple[int, ...]]] = [
+        (i, i + 1, (spec[0], spec[0], spec[2])) for i, spec in enumerate(convs)
+    ]
     last = convs[-1]
     nodes.append(GenNode("output", dims=(last[0] // last[4], last[0] // last[4], last[3])))
     edges.append((len(convs), len(convs) + 1, nodes[-1].dims))
