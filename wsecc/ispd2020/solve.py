@@ -393,8 +393,10 @@ def solve(graph: KGraph, opts: SolveOptions | None = None) -> SolveResult:
     scored = score_solution(graph, solution)
     if not scored.legal:  # a bug, never an input problem
         raise AssertionError("illegal solution: " + "; ".join(scored.violations))
+    # a solution slower than our score / wdeltat scores more than ours: the bound's grid stops there
+    upper = math.ceil(scored.score / graph.wdeltat) if graph.wdeltat > 0 else scored.delta_t
     score_bound = sizer.score_lower_bound(
-        inst.specs, inst.edges, (graph.wdeltat, graph.wlength), lower, scored.delta_t
+        inst.specs, inst.edges, (graph.wdeltat, graph.wlength), lower, upper, steps=64
     )
     return SolveResult(
         solution=solution,
