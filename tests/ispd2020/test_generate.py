@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
-from wsecc.ispd2020.generate import GENERATED, conv_chain, render, resnet_blocks, resnet_convs
+from wsecc.ispd2020.generate import (
+    GENERATED,
+    GOOGLENET,
+    conv_chain,
+    densenet,
+    inception,
+    render,
+    resnet_blocks,
+    resnet_convs,
+)
 from wsecc.ispd2020.kgraph import parse_kgraph
 from wsecc.ispd2020.score import score_solution
 from wsecc.ispd2020.solve import SolveOptions, solve
+
+PINNED_G1_G9 = "202f3bb59f684887"  # sha256 of G1–G9's text as first committed, 16 digits
 
 
 @pytest.mark.parametrize("name", sorted(GENERATED))
@@ -40,3 +53,19 @@ def test_pair_bound_sees_two_kernels_that_each_want_half_the_fabric() -> None:
     result = solve(graph, SolveOptions(time_budget_s=2.0, deterministic=True))
     assert result.bound_kind == "pairs"
     assert result.area_bound < result.lower_bound <= result.score.delta_t
+
+
+def test_branching_families_have_the_expected_structure() -> None:
+    googlenet = parse_kgraph(render(inception()))
+    assert len(googlenet.kernels) == 6 * len(GOOGLENET)  # four branches, two of them two deep
+    assert len(googlenet.kernel_edges) == 2 * 9 + 16 * 8  # inside modules, then concatenations
+    dense = parse_kgraph(render(densenet((3,))))
+    # layer i's 1x1 is fed by the block input and the i earlier 3x3s; the last 3x3s feed output
+    assert len(dense.kernels) == 6
+    assert len(dense.kernel_edges) == 3 + (1 + 2)
+
+
+def test_the_first_nine_generated_graphs_do_not_change() -> None:
+    # RESULTS.md compares runs of G1–G9 across branches; their text is pinned
+    digest = hashlib.sha256("".join(render(GENERATED[f"G{i}"]) for i in range(1, 10)).encode())
+    assert digest.hexdigest()[:16] == PINNED_G1_G9

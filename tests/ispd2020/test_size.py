@@ -4,10 +4,12 @@ cost-model table and sizing, the area lower bound."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from conftest import ISPD_CORPUS
 
+from wsecc.ispd2020.generate import conv_list, render
 from wsecc.ispd2020.kgraph import parse_kgraph, read_kgraph
 from wsecc.ispd2020.perf import Conv, ExecParams, KernelSpec, kernel_graph
 from wsecc.ispd2020.size import PRECISION, contest_target
@@ -68,7 +70,6 @@ def test_frontier_against_brute_force(spec: KernelSpec, dt: int, memlimit: int) 
     else:  # binding memory: an off-breakpoint h', w' or c' can do better (documented)
         assert all(any(h <= s.height and w <= s.width for h, w in pareto) for s in front)
         assert bool(front) == bool(pareto)
-
 
 
 TWO_CONVS = """(*
@@ -157,3 +158,47 @@ def test_a_cycle_is_a_clear_error() -> None:
     )
     with pytest.raises(ValueError, match=r":\d+: edge conv\[2\] -> conv\[1\] closes a cycle"):
         kernel_graph(parse_kgraph(text))
+
+
+def _best_score(inst: Instance, memlimit: int) -> float:
+    """Two kernels, one edge: the least score over every parameter choice (not only the
+    frontier's), orientation and integer position, by enumeration."""
+    g = inst.graph
+    fab_w, fab_h = inst.fabric
+    shapes = []
+    for spec in inst.specs:
+        seen = {}
+        conv = spec.convs[0]
+        for t in itertools.product(*(range(1, n + 1) for n in (conv.H, conv.W, conv.C, conv.K))):
+            perf = spec.perf(ExecParams(t[0], t[1], (t[2],), (t[3],)))
+            if perf.memory <= memlimit:
+                for w, h in ((perf.width, perf.height), (perf.height, perf.width)):
+                    if w <= fab_w and h <= fab_h:
+                        seen[(w, h)] = min(seen.get((w, h), perf.time), perf.time)
+        shapes.append(seen)
+    best = float("inf")
+    for (w1, h1), t1 in shapes[0].items():
+        for (w2, h2), t2 in shapes[1].items():
+            for x1, y1, x2, y2 in itertools.product(
+                range(fab_w - w1 + 1),
+                range(fab_h - h1 + 1),
+                range(fab_w - w2 + 1),
+                range(fab_h - h2 + 1),
+            ):
+                if x1 + w1 <= x2 or x2 + w2 <= x1 or y1 + h1 <= y2 or y2 + h2 <= y1:
+                    wl = abs(2 * x1 + w1 - 2 * x2 - w2) + abs(2 * y1 + h1 - 2 * y2 - h2)
+                    best = min(best, g.wdeltat * max(t1, t2) + g.wlength * wl / 2)
+    return best
+
+
+@pytest.mark.parametrize("wlength", [1, 20, 400])
+@pytest.mark.parametrize("memlimit", [20, 10_000])
+def test_score_lower_bound_against_brute_force(wlength: int, memlimit: int) -> None:
+    chain = conv_list([(2, 1, 2, 3, 1), (2, 3, 2, 2, 1)], width=9, height=8, memlimit=memlimit)
+    inst = Instance.of(parse_kgraph(render(replace(chain, wlength=wlength))))
+    sizer = inst.sizer()
+    lower = sizer.area_lower_bound()
+    bound = sizer.score_lower_bound(inst.specs, inst.edges, (1, wlength), lower, 4 * lower)
+    best = _best_score(inst, memlimit)
+    assert bound <= best
+    assert bound >= lower  # never below the Δt bound alone

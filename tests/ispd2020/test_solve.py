@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 from conftest import ISPD_CORPUS
 
-from wsecc.ispd2020.floorplan import column_floorplan, orientations
-from wsecc.ispd2020.kgraph import kernel_sequence, read_kgraph
+from wsecc.ispd2020.floorplan import band_floorplan, column_floorplan, long_kernels, orientations
+from wsecc.ispd2020.generate import GENERATED, render
+from wsecc.ispd2020.kgraph import kernel_sequence, parse_kgraph, read_kgraph
 from wsecc.ispd2020.perf import ExecParams
 from wsecc.ispd2020.score import read_solution, score_solution, write_solution
-from wsecc.ispd2020.solve import Instance, SolveOptions, solve
+from wsecc.ispd2020.solve import Instance, SolveOptions, least_packable_dt, solve, with_band
 from wsecc.kernels.conv import ConvShape
 
 CORPUS = ISPD_CORPUS
@@ -34,6 +35,36 @@ def test_column_floorplan_packs_and_respects_the_fabric() -> None:
         assert all(0 <= r.x and r.x + r.w <= 10 and 0 <= r.y and r.y + r.h <= 10 for r in rects)
         assert not any(a.overlaps(b) for i, a in enumerate(rects) for b in rects[i + 1 :])
     assert column_floorplan([orientations((_shape(6, 6),))] * 4, [], (10, 10), 0) is None
+
+
+def test_a_band_takes_long_kernels_that_no_columns_pack() -> None:
+    # long 9x2 strips and 5x5 squares alternating on 10x10: a column holding a strip is 9 wide
+    # (or the strip stands 9 high alone), so no columns fit; the strips flat in a band do
+    long, square = orientations((_shape(2, 9),)), orientations((_shape(5, 5),))
+    opts = [long, square, long, square]
+    edges = [(0, 1), (1, 2), (2, 3)]
+    assert column_floorplan(opts, edges, (10, 10), None) is None
+    band = frozenset(long_kernels(opts, (10, 10)))
+    assert band == {0, 2}
+    for junction in (None, 0):
+        fp = band_floorplan(opts, edges, (10, 10), junction, band)
+        assert fp is not None
+        rects = fp.rects
+        assert all(0 <= r.x and r.x + r.w <= 10 and 0 <= r.y and r.y + r.h <= 10 for r in rects)
+        assert not any(a.overlaps(b) for i, a in enumerate(rects) for b in rects[i + 1 :])
+        assert [(c.w, c.h) for c in fp.choices] == [(9, 2), (5, 5), (9, 2), (5, 5)]
+    assert band_floorplan(opts, edges, (10, 10), None, frozenset({0})) is None
+
+
+@pytest.mark.slow
+def test_a_band_packs_memory_bound_blocks_at_a_smaller_dt() -> None:
+    # G16: ResNet-50 blocks at memlimit 2048, whose least-area shapes span most of the fabric
+    inst = Instance.of(parse_kgraph(render(GENERATED["G16"])))
+    sizer = inst.sizer()
+    area = sizer.area_lower_bound()
+    plain = least_packable_dt(inst, sizer, area)
+    banded, dt = with_band(inst, sizer, area, plain)
+    assert banded.band and area <= dt < plain
 
 
 def test_sequence_keeps_chains_together() -> None:

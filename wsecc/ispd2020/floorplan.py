@@ -139,6 +139,62 @@ def column_floorplan(
     return serpentine(options, cuts, blocks, objective, fabric)
 
 
+def band_floorplan(
+    options: list[tuple[Oriented, ...]],
+    edges: list[tuple[int, int]],
+    fabric: tuple[int, int],
+    junction: Fraction | None,
+    band: frozenset[int],
+) -> Floorplan | None:
+    """Kernels `band` stacked in a full-width band at the bottom of the fabric (each in its
+    lowest shape, in sequence order), the others in the serpentine columns of
+    `column_floorplan` on the W × (H − band height) above it; None if either does not fit.
+
+    For kernels that are long at every Δt near the bound (memory-bound convs whose least-area
+    shapes span most of the fabric's width): a column that holds one is as wide as the fabric,
+    so the column family must give them squarer shapes of larger area, or not pack; a band
+    takes them flat. The band's height only decreases as Δt grows (each kernel's lowest shape
+    at x-extent ≤ W does), so packability stays monotone in Δt. `columns` and `objective` are
+    those of the columns above; the band's wirelength is not in the objective.
+    """
+    fab_w, fab_h = fabric
+    lowest = {t: lowest_tables(options[t], fabric) for t in band}
+    flat = {t: options[t][int(lowest[t][1][fab_w])] for t in band if lowest[t][1][fab_w] >= 0}
+    if len(flat) < len(band):
+        return None
+    rest = [t for t in range(len(options)) if t not in band]
+    placed: dict[int, Rect] = {}
+    y = 0
+    for t in sorted(band):
+        placed[t] = Rect((fab_w - flat[t].w) // 2, y, flat[t].w, flat[t].h)
+        y += flat[t].h
+    if y > fab_h:
+        return None
+    index = {t: i for i, t in enumerate(rest)}
+    sub_edges = [(index[u], index[v]) for u, v in edges if u in index and v in index]
+    above = column_floorplan([options[t] for t in rest], sub_edges, (fab_w, fab_h - y), junction)
+    if above is None:
+        return None
+    for t, r in zip(rest, above.rects, strict=True):
+        placed[t] = Rect(r.x, r.y + y, r.w, r.h)
+    rects = tuple(placed[t] for t in range(len(options)))
+    choices = tuple(_option(options[t], r) for t, r in enumerate(rects))
+    return Floorplan(choices, rects, above.columns, above.objective)
+
+
+def long_kernels(options: list[tuple[Oriented, ...]], fabric: tuple[int, int]) -> list[int]:
+    """The kernels whose least-area shapes are all longer than half the fabric's width,
+    longest first: the ones a band (`band_floorplan`) may take flat."""
+    half = fabric[0] / 2
+    found = []
+    for t, opts in enumerate(options):
+        least = min(o.w * o.h for o in opts)
+        span = min(max(o.w, o.h) for o in opts if o.w * o.h == least)
+        if span > half:
+            found.append((-span, t))
+    return [t for _, t in sorted(found)]
+
+
 def _columns_from(heights: np.ndarray, i: int, fab_h: int) -> Iterator[tuple[int, int]]:
     """(j, least width) for every column i..j−1 that fits some width, j ascending."""
     stacked = np.zeros(heights.shape[1], dtype=np.int64)

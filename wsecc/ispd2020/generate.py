@@ -9,14 +9,20 @@ measure our area bound against our placement. Three families, like the public on
 - `conv_chain`: a chain of random convs (R·S ∈ {1, 9}, strides 1 or 2, channels 64…1024);
   `conv_list`: a chain of given convs (VGG-16's, or two big ones that each want half the fabric).
 
-Each takes the fabric size and memlimit, so a graph can be made tight (a small fabric) or roomy.
+and two with branches, as the held-out set's deeper networks may have: `inception` (GoogLeNet's
+modules: four branches with 1x1, 3x3 and 5x5 convs, joined by concatenation) and `densenet`
+(every layer of a dense block feeds all later ones: many small kernels, many edges).
+
+Each takes the fabric size and memlimit, so a graph can be made tight (a small fabric, a memlimit
+at which memory rather than time decides the shapes) or roomy; `dataclasses.replace` sets the
+weights (G21 has the wlength=400 of the public suite's S).
 `render` writes the text; `wsecc.ispd2020.kgraph.parse_kgraph` reads it back.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,8 @@ class GenGraph:
     memlimit: int
     nodes: tuple[GenNode, ...]
     edges: tuple[tuple[int, int, tuple[int, ...]], ...]  # (src index, dst index, shape)
+    wdeltat: int = 1
+    wlength: int = 1
 
 
 def render(g: GenGraph) -> str:
@@ -43,8 +51,8 @@ def render(g: GenGraph) -> str:
         f"test={g.test}",
         f"width={g.width}",
         f"height={g.height}",
-        "wdeltat=1",
-        "wlength=1",
+        f"wdeltat={g.wdeltat}",
+        f"wlength={g.wlength}",
         "wadapter=0",
         f"memlimit={g.memlimit}",
         "*)",
@@ -188,10 +196,95 @@ def conv_list(
     """A chain of the given convs, each (H = W, R = S, C, K, stride)."""
     hw, _, c, _, _ = convs[0]
     nodes = [GenNode("input", dims=(hw, hw, c))] + [_conv(*spec) for spec in convs]
-    edges = [(i, i + 1, (spec[0], spec[0], spec[2])) for i, spec in enumerate(convs)]
+    edges: list[tuple[int, int, tuple[int, ...]]] = [
+        (i, i + 1, (spec[0], spec[0], spec[2])) for i, spec in enumerate(convs)
+    ]
     last = convs[-1]
     nodes.append(GenNode("output", dims=(last[0] // last[4], last[0] // last[4], last[3])))
     edges.append((len(convs), len(convs) + 1, nodes[-1].dims))
+    return GenGraph(test, width, height, memlimit, tuple(nodes), tuple(edges))
+
+
+GOOGLENET = (
+    (28, 192, (64, 96, 128, 16, 32, 32)),
+    (28, 256, (128, 128, 192, 32, 96, 64)),
+    (14, 480, (192, 96, 208, 16, 48, 64)),
+    (14, 512, (160, 112, 224, 24, 64, 64)),
+    (14, 512, (128, 128, 256, 24, 64, 64)),
+    (14, 512, (112, 144, 288, 32, 64, 64)),
+    (14, 528, (256, 160, 320, 32, 128, 128)),
+    (7, 832, (256, 160, 320, 32, 128, 128)),
+    (7, 832, (384, 192, 384, 48, 128, 128)),
+)
+"""GoogLeNet's inception modules: (H = W, input channels, (1x1, 3x3 reduce, 3x3, 5x5 reduce,
+5x5, pool projection)); the max-pools between stages are folded into the next module's size."""
+
+
+def inception(
+    modules: tuple[tuple[int, int, tuple[int, ...]], ...] = GOOGLENET,
+    *,
+    width: int = 633,
+    height: int = 633,
+    memlimit: int = 24576,
+    test: str = "gen-inception",
+) -> GenGraph:
+    """Inception modules in a row: per module four branches (1x1; 1x1 → 3x3; 1x1 → 5x5; a 1x1
+    pool projection), and every branch's last conv feeds the four first convs of the next module
+    (the concatenation), so the graph forks four ways and joins sixteen."""
+    hw0, c0, _ = modules[0]
+    nodes = [GenNode("input", dims=(hw0, hw0, c0))]
+    edges: list[tuple[int, int, tuple[int, ...]]] = []
+    ends, hw_prev = [0], hw0
+    for hw, c, (b1, r3, b3, r5, b5, bp) in modules:
+        heads = [_conv(hw, 1, c, k, 1) for k in (b1, r3, r5, bp)]
+        first = len(nodes)
+        nodes += heads
+        for e in ends:
+            edges += [(e, first + i, (hw_prev, hw_prev, c)) for i in range(4)]
+        nodes += [_conv(hw, 3, r3, b3, 1), _conv(hw, 5, r5, b5, 1)]
+        edges += [(first + 1, first + 4, (hw, hw, r3)), (first + 2, first + 5, (hw, hw, r5))]
+        ends, hw_prev = [first, first + 4, first + 5, first + 3], hw
+    hw, _, t = modules[-1]
+    out = (hw, hw, t[0] + t[2] + t[4] + t[5])
+    nodes.append(GenNode("output", dims=out))
+    edges += [(e, len(nodes) - 1, out) for e in ends]
+    return GenGraph(test, width, height, memlimit, tuple(nodes), tuple(edges))
+
+
+def densenet(
+    blocks: tuple[int, ...] = (6, 12, 24, 16),
+    *,
+    growth: int = 32,
+    size: int = 56,
+    width: int = 633,
+    height: int = 633,
+    memlimit: int = 24576,
+    test: str = "gen-densenet",
+) -> GenGraph:
+    """DenseNet: in a dense block, layer i is a 1x1 conv (c0 + i·growth → 4·growth channels)
+    then a 3x3 conv (→ growth), and every earlier layer's 3x3 (and the block's input) feeds
+    layer i's 1x1; a 1x1 transition halves the channels between blocks and its output is
+    pooled (folded into the next block's size). Many small kernels and many edges."""
+    nodes = [GenNode("input", dims=(size, size, 2 * growth))]
+    edges: list[tuple[int, int, tuple[int, ...]]] = []
+    block_in, hw, c0 = 0, size, 2 * growth
+    for b, layers in enumerate(blocks):
+        sources, c = [block_in], c0
+        for _ in range(layers):
+            nodes.append(_conv(hw, 1, c, 4 * growth, 1))
+            one = len(nodes) - 1
+            edges += [(s, one, (hw, hw, c)) for s in sources]
+            nodes.append(_conv(hw, 3, 4 * growth, growth, 1))
+            edges.append((one, one + 1, (hw, hw, 4 * growth)))
+            sources.append(one + 1)
+            c += growth
+        if b + 1 < len(blocks):
+            nodes.append(_conv(hw, 1, c, c // 2, 1))
+            edges += [(s, len(nodes) - 1, (hw, hw, c)) for s in sources]
+            block_in, hw, c0 = len(nodes) - 1, hw // 2, c // 2
+        else:
+            nodes.append(GenNode("output", dims=(hw, hw, c)))
+            edges += [(s, len(nodes) - 1, (hw, hw, c)) for s in sources]
     return GenGraph(test, width, height, memlimit, tuple(nodes), tuple(edges))
 
 
@@ -203,6 +296,12 @@ VGG16 = [
 ]  # fmt: skip
 """VGG-16's convolutions (pooling folded into the next conv's input size)."""
 
+TINY_AND_HUGE = (
+    [(14, 3, 1024, 1024, 1)] * 2 + [(7, 1, 64, 64, 1)] * 30 + [(14, 3, 1024, 1024, 1)]
+    + [(7, 1, 128, 64, 1)] * 30
+)  # fmt: skip
+"""Three 3x3 convs of 1024 channels among sixty 1x1 convs of 64 channels on 7×7."""
+
 GENERATED: dict[str, GenGraph] = {
     "G1": resnet_blocks((3, 4, 6, 3), test="gen-resnet50-blocks"),
     "G2": resnet_blocks((3, 4, 23, 3), test="gen-resnet101-blocks"),
@@ -213,5 +312,17 @@ GENERATED: dict[str, GenGraph] = {
     "G7": conv_list(VGG16, test="gen-vgg16-convs"),
     "G8": resnet_blocks((3, 4, 6, 3), width=316, height=1266, test="gen-resnet50-blocks-316x1266"),
     "G9": conv_list([(14, 3, 1024, 1024, 1)] * 2, test="gen-two-big-convs"),
+    "G10": resnet_convs((3, 4, 23, 3), test="gen-resnet101-convs"),
+    "G11": resnet_convs((3, 8, 36, 3), test="gen-resnet152-convs"),
+    "G12": inception(test="gen-googlenet-inception"),
+    "G13": densenet(test="gen-densenet121"),
+    "G14": resnet_convs((3, 4, 6, 3), memlimit=1024, test="gen-resnet50-convs-mem1024"),
+    "G15": resnet_convs((3, 4, 6, 3), memlimit=1536, test="gen-resnet50-convs-mem1536"),
+    "G16": resnet_blocks((3, 4, 6, 3), memlimit=2048, test="gen-resnet50-blocks-mem2048"),
+    "G17": resnet_convs((3, 4, 6, 3), width=200, height=2000, test="gen-resnet50-convs-200x2000"),
+    "G18": resnet_convs((3, 4, 23, 3), width=400, height=400, test="gen-resnet101-convs-400"),
+    "G19": conv_list(TINY_AND_HUGE, test="gen-tiny-and-huge"),
+    "G20": conv_chain(60, seed=5, size=112, test="gen-conv-chain-60"),
+    "G21": replace(resnet_blocks((3, 4, 6, 3)), wlength=400, test="gen-resnet50-blocks-wl400"),
 }
 """The generated benchmarks of bench/bench_ispd2020.py (`--generated`)."""

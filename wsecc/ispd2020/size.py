@@ -15,6 +15,15 @@ kgraph header's width, height and memlimit; its 16-bit words are the fp16 storag
   It matters when a few kernels each want about half the fabric (two 3x3 convs of 1024
   channels: the area bound 28224, the pair bound 30240, which packs). Both bounds search the
   same frontier (exact when memory does not bind, see `wsecc.kernels.conv.frontier`).
+- The score bound: score = wdeltat·Δt + wlength·WL, and a large wlength buys wirelength with
+  Δt, so Δt / Δt_LB says little there. Two rectangles that do not overlap have centres at least
+  (w₁ + w₂)/2 apart along x or (h₁ + h₂)/2 along y, so an edge's L1 length is at least
+  (s₁ + s₂)/2, s = the shorter side; a legal shape at Δt is dominated by a frontier shape, so
+  s ≥ s(Δt) = the least shorter side on the frontier at Δt, which does not increase with Δt.
+  WL_LB(Δt) = Σ_edges (s_u(Δt) + s_v(Δt))/2. A solution with Δt ∈ [a, b] scores at least
+  wdeltat·a + wlength·WL_LB(b), and one with Δt ≥ b at least wdeltat·b + wlength·WL_LB(∞)
+  (the frontier at the Δt of every parameter at 1, the slowest choice, is complete); the least
+  of these over a grid from Δt_LB is a lower bound on the score (`score_lower_bound`).
 - `Sizer.frontier` is the same frontier with the execution parameters the floorplan and the
   solution need, memoised per (convs, Δt) for one solve (C has 100 kernels of 24 kinds).
 """
@@ -28,7 +37,7 @@ from fractions import Fraction
 import numpy as np
 
 from wsecc.ispd2020.kgraph import KGraph
-from wsecc.ispd2020.perf import KernelSpec
+from wsecc.ispd2020.perf import ExecParams, KernelSpec
 from wsecc.kernels import CostContext, KernelGraph, SizingError, precision, size_regions
 from wsecc.kernels.conv import ConvShape, frontier
 from wsecc.kernels.costs import least_true
@@ -60,7 +69,9 @@ class Sizer:
 
     kernel_graph: KernelGraph
     target: Target
-    _cache: dict[tuple, tuple[ConvShape, ...]] = field(default_factory=dict, repr=False)
+    _cache: dict[tuple[object, ...], tuple[ConvShape, ...]] = field(
+        default_factory=dict, repr=False
+    )
 
     @property
     def memlimit(self) -> Fraction:
@@ -107,6 +118,43 @@ class Sizer:
         if self.pairs_fit(specs, lower):
             return lower
         return least_true(lambda dt: self.pairs_fit(specs, dt), lower, upper)
+
+    def wirelength_lower_bound(
+        self, specs: tuple[KernelSpec, ...], edges: tuple[tuple[int, int], ...], dt: int
+    ) -> Fraction:
+        """Σ over edges (u, v) of (s_u + s_v)/2, s = the least shorter side of a frontier shape
+        at dt (module doc); `edges` index `specs`. Every kernel must have a shape at dt."""
+        short = [min(min(f.width, f.height) for f in self.frontier(spec, dt)) for spec in specs]
+        return Fraction(sum(short[u] + short[v] for u, v in edges), 2)
+
+    def score_lower_bound(
+        self,
+        specs: tuple[KernelSpec, ...],
+        edges: tuple[tuple[int, int], ...],
+        weights: tuple[float, float],
+        lower: int,
+        upper: int,
+        steps: int = 32,
+    ) -> float:
+        """Least wdeltat·a + wlength·WL_LB(b) over a geometric grid of intervals [a, b] from
+        `lower` (a Δt bound at which every kernel has a shape) to `upper`, and Δt ≥ upper
+        (module doc). `weights` = (wdeltat, wlength), both ≥ 0."""
+        wdeltat, wlength = weights
+        slowest = max(
+            spec.perf(ExecParams(1, 1, (1,) * len(spec.convs), (1,) * len(spec.convs))).time
+            for spec in specs
+        )
+        upper = max(upper, lower)
+        grid = sorted({round(lower * (upper / lower) ** (i / steps)) for i in range(steps + 1)})
+        grid = [lower, *[d for d in grid if lower < d < upper], upper] if upper > lower else [lower]
+        best = wdeltat * upper + wlength * float(
+            self.wirelength_lower_bound(specs, edges, max(upper, slowest))
+        )
+        for a, b in zip(grid, grid[1:], strict=False):
+            best = min(
+                best, wdeltat * a + wlength * float(self.wirelength_lower_bound(specs, edges, b))
+            )
+        return best
 
     def area_lower_bound(self) -> int:
         """Least Δt at which Σ_kernels min area ≤ W·H (`size_regions` at fill 1)."""

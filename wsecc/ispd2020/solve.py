@@ -6,7 +6,11 @@ Steps (all inside `time_budget_s`):
    solution has a smaller Δt.
 2. **Least packable Δt.** Binary search for the least Δt at which the serpentine column
    floorplan (floorplan.py, width-minimising DP) fits: Δt_pack. Packability is monotone in Δt
-   (a larger Δt only adds shapes), so bisection is exact for this floorplan family.
+   (a larger Δt only adds shapes), so bisection is exact for this floorplan family. If some
+   kernels are long at the bound (least-area shapes longer than half the fabric) and a
+   full-width band of them under the columns packs at a smaller Δt with a better score (tried
+   only when the columns pack more than `band_gap` above the bound), the band is kept
+   (`with_band`, floorplan.band_floorplan) and every later floorplan tries both layouts.
 3. **Δt / wirelength trade-off.** score = wdeltat·Δt + wlength·WL, and a looser Δt buys
    thinner kernels and fewer columns. Any Δt above Δt_pack + (wlength/wdeltat)·WL(Δt_pack)
    cannot win, so Δt values in that window are scanned with the wirelength-aware DP and each
@@ -15,7 +19,8 @@ Steps (all inside `time_budget_s`):
    shape first plus neighbouring frontier shapes, R0 and R90 as alternatives; one flow of
    weight 1 per kernel→kernel edge) and go to the shared CP-SAT placer, started from the
    floorplan (placer.py).
-5. The best placement is written as a contest `Solution` and re-scored by score.py.
+5. The best placement is written as a contest `Solution` and re-scored by score.py, next to a
+   lower bound on the score (size.py; it says more than Δt / Δt_LB when wlength is large).
 """
 
 from __future__ import annotations
@@ -23,10 +28,18 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from wsecc.ispd2020.floorplan import Floorplan, Oriented, column_floorplan, orientations
+from wsecc.ispd2020.floorplan import (
+    Floorplan,
+    Oriented,
+    band_floorplan,
+    column_floorplan,
+    long_kernels,
+    orientations,
+)
 from wsecc.ispd2020.kgraph import KGraph, kernel_sequence
 from wsecc.ispd2020.perf import KernelSpec, kernel_graph, kernel_spec
 from wsecc.ispd2020.placer import refine
@@ -50,6 +63,8 @@ class SolveOptions:
     refine_top: int = 2  # floorplans refined in step 4, at most
     refine_hope: float = 0.03  # refine a runner-up only if 3% less WL would make it win
     neighbour_shapes: int = 2  # frontier neighbours offered on each side of the chosen shape
+    # try a band of long kernels (with_band) only if the columns pack this far above the bound
+    band_gap: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,7 @@ class SolveResult:
     log: tuple[str, ...]
     area_bound: int = 0  # Δt_LB from area alone (≤ lower_bound)
     bound_kind: str = "area"  # "area" or "pairs": which bound lower_bound is
+    score_bound: float = 0.0  # a lower bound on the score (Sizer.score_lower_bound)
 
     @property
     def gap(self) -> float:
@@ -77,6 +93,7 @@ class Instance:
     graph: KGraph
     specs: tuple[KernelSpec, ...]
     edges: tuple[tuple[int, int], ...]
+    band: frozenset[int] = frozenset()  # kernels a full-width band may take (band_floorplan)
 
     @staticmethod
     def of(graph: KGraph) -> Instance:
@@ -117,16 +134,33 @@ def _candidate(
         return None
     g = inst.graph
     best: Candidate | None = None
-    for junction in junctions:
-        fp = column_floorplan(options, list(inst.edges), inst.fabric, junction)
-        if fp is None:
-            return None  # packability does not depend on the variant
+    for fp in _floorplans(inst, options, junctions):
         wl = _wirelength(fp.rects, inst.edges)
         delta_t = max(o.shape.time for o in fp.choices)
         score = g.wdeltat * delta_t + g.wlength * wl
         if best is None or score < best.score:
             best = Candidate(dt, fp, delta_t, wl, score, best.estimate if best else fp.objective)
     return best
+
+
+def _floorplans(
+    inst: Instance, options: list[tuple[Oriented, ...]], junctions: tuple[Fraction | None, ...]
+) -> Iterator[Floorplan]:
+    """The column floorplan per DP variant, then (if the instance has a band) the band
+    floorplan per variant; nothing for a layout that does not pack (packability does not
+    depend on the variant)."""
+    edges = list(inst.edges)
+    layouts: list[Callable[[Fraction | None], Floorplan | None]] = [
+        lambda j: column_floorplan(options, edges, inst.fabric, j)
+    ]
+    if inst.band:
+        layouts.append(lambda j: band_floorplan(options, edges, inst.fabric, j, inst.band))
+    for layout in layouts:
+        for junction in junctions:
+            fp = layout(junction)
+            if fp is None:
+                break
+            yield fp
 
 
 def _wirelength(rects: tuple[Rect, ...] | list[Rect], edges: tuple[tuple[int, int], ...]) -> float:
@@ -153,6 +187,55 @@ def least_packable_dt(inst: Instance, sizer: Sizer, lower: int) -> int:
         if step > 1 << 40:
             raise ValueError(f"{inst.graph.source}: the kernels do not pack at any Δt")
     return least_true(packs, lo, hi)
+
+
+def with_band(inst: Instance, sizer: Sizer, lower: int, dt_pack: int) -> tuple[Instance, int]:
+    """The instance with the band of long kernels that packs at the least Δt < dt_pack, and
+    that Δt; or (inst, dt_pack) if no band packs below it.
+
+    The long kernels (`long_kernels`, ranked at Δt = lower) go into the band longest first;
+    the first k of them for k = 1..8 and then every 25% more. Each band's packability is
+    monotone in Δt (`band_floorplan`) and so is their union, so bisection is exact for the
+    family; the band kept is the first one that packs at the Δt found.
+    """
+    options = [orientations(sizer.frontier(spec, lower)) for spec in inst.specs]
+    if any(not o for o in options):
+        return inst, dt_pack
+    order = long_kernels(options, inst.fabric)
+    sizes = sorted({k for k in range(1, 9)} | {int(8 * 1.25**i) for i in range(1, 40)})
+    bands = [frozenset(order[:k]) for k in sizes if k <= len(order)]
+    edges = list(inst.edges)
+
+    def packing_band(dt: int) -> frozenset[int] | None:
+        opts = [orientations(sizer.frontier(spec, dt)) for spec in inst.specs]
+        if any(not o for o in opts):
+            return None
+        for band in bands:
+            if band_floorplan(opts, edges, inst.fabric, None, band) is not None:
+                return band
+        return None
+
+    if not bands or packing_band(dt_pack - 1) is None:
+        return inst, dt_pack
+    dt = least_true(lambda d: packing_band(d) is not None, lower - 1, dt_pack - 1)
+    band = packing_band(dt)
+    assert band is not None
+    return replace(inst, band=band), dt
+
+
+def _better_start(
+    banded: Instance,
+    dt_band: int,
+    inst: Instance,
+    dt_pack: int,
+    sizer: Sizer,
+    junctions: tuple[Fraction, ...],
+) -> bool:
+    """Whether the band's floorplan at its least Δt scores below the columns' at theirs: the
+    band's Δt is smaller, but its kernels lie far from their neighbours."""
+    band = _candidate(banded, sizer, dt_band, junctions)
+    plain = _candidate(inst, sizer, dt_pack, junctions)
+    return band is not None and (plain is None or band.score < plain.score)
 
 
 def scan(
@@ -262,6 +345,11 @@ def solve(graph: KGraph, opts: SolveOptions | None = None) -> SolveResult:
     note(f"area lower bound Δt ≥ {area}")
     dt_pack = least_packable_dt(inst, sizer, area)
     note(f"least Δt the column floorplan packs: {dt_pack}")
+    if dt_pack > (1 + opts.band_gap) * area:
+        banded, dt_band = with_band(inst, sizer, area, dt_pack)
+        if banded.band and _better_start(banded, dt_band, inst, dt_pack, sizer, opts.junctions):
+            note(f"least Δt with {len(banded.band)} long kernels in a band: {dt_band}")
+            inst, dt_pack = banded, dt_band
     lower = sizer.pair_lower_bound(inst.specs, area, dt_pack)
     if lower > area:
         note(f"pair lower bound Δt ≥ {lower}")
@@ -305,6 +393,11 @@ def solve(graph: KGraph, opts: SolveOptions | None = None) -> SolveResult:
     scored = score_solution(graph, solution)
     if not scored.legal:  # a bug, never an input problem
         raise AssertionError("illegal solution: " + "; ".join(scored.violations))
+    # a solution slower than our score / wdeltat scores more than ours: the bound's grid stops there
+    upper = math.ceil(scored.score / graph.wdeltat) if graph.wdeltat > 0 else scored.delta_t
+    score_bound = sizer.score_lower_bound(
+        inst.specs, inst.edges, (graph.wdeltat, graph.wlength), lower, upper, steps=64
+    )
     return SolveResult(
         solution=solution,
         score=scored,
@@ -315,4 +408,5 @@ def solve(graph: KGraph, opts: SolveOptions | None = None) -> SolveResult:
         log=tuple(log),
         area_bound=area,
         bound_kind="pairs" if lower > area else "area",
+        score_bound=score_bound,
     )
