@@ -371,8 +371,10 @@ def solve(graph: KGraph, opts: SolveOptions | None = None) -> SolveResult:
         if _promising(c, best[0], graph.wlength, opts.refine_hope)
     ]
     for n, cand in enumerate(top):
-        left = opts.time_budget_s - (time.perf_counter() - t0)
-        share = left / (len(top) - n)
+        if opts.deterministic:  # the budget's rest, not the clock's: the same work on any load
+            share = (opts.time_budget_s - scan_s) / len(top)
+        else:
+            share = (opts.time_budget_s - (time.perf_counter() - t0)) / (len(top) - n)
         if share < 0.5:
             break
         problem, lookup = placement_problem(inst, sizer, cand, opts.neighbour_shapes)
