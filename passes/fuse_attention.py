@@ -485,6 +485,10 @@ def _evaluate_mask(
                 kept = a == 0
             else:
                 kept = a.astype(bool) if kind == "where_keep" else ~a.astype(bool)
+            if kept.ndim == 4 and kept.shape[1] > 1:  # expanded over the heads (DistilBERT's)
+                if not (kept == kept[:, :1]).all():
+                    raise NoMatch("the mask differs between heads")
+                kept = kept[:, :1]
             keep &= np.broadcast_to(kept, keep.shape) if kept.ndim <= 4 else kept
         return keep
 

@@ -230,6 +230,32 @@ def test_fuse_attention_classic_bert_mask():
     ]
 
 
+def test_fuse_attention_distilbert_mask_expanded_over_the_heads():
+    """DistilBERT (transformers 4.57) fills scores where mask == 0, the condition expanded to
+    [B, heads, S, S] before the Where: the same key-padding mask in every head."""
+    bert = """      %m1: i64[1,1,1,4] = reshape(%mask) {'shape': (1, 1, 1, 4)}
+      %mf: f32[1,1,1,4] = cast(%m1) {'to': 'f32'}
+      %inv: f32[1,1,1,4] = sub(%one, %mf)
+      %bias: f32[1,1,1,4] = mul(%inv, %neg)
+      %sb: f32[1,2,4,4] = add(%ss, %bias)
+"""
+    distilbert = """      %zero = const i64[] 0
+      %eq: bool[1,4] = equal(%mask, %zero)
+      %e1: bool[1,1,1,4] = reshape(%eq) {'shape': (1, 1, 1, 4)}
+      %e: bool[1,2,4,4] = expand(%e1) {'shape': (1, 2, 4, 4)}
+      %sb: f32[1,2,4,4] = where(%e, %neg, %ss)
+"""
+    text = _attention_text("-3.4028234663852886e+38")
+    assert bert in text
+    out, _ = apply("fuse-attention", text.replace(bert, distilbert))
+    assert body(out) == [
+        "%y: f32[1,4,4] = attention(%qkv, %qkv, %qkv, %mask) {'causal': False, "
+        "'fill': -3.4028234663852886e+38, 'head_dim': 2, 'k_offset': 4, 'mask': 'key_padding', "
+        "'nan_to_zero': False, 'num_heads': 2, 'q_offset': 0, 'scale': 0.7071067690849304, "
+        "'v_offset': 8, 'window': 0}"
+    ]
+
+
 def test_fuse_attention_does_not_fire_on_a_soft_bias():
     out, ctx = apply("fuse-attention", _attention_text("-3.0"))
     assert "attention(" not in out
