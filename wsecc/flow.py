@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -252,7 +252,7 @@ def _route_widest(
             narrower = tuple(replace(f, lanes=fewer.get(f.name, f.lanes)) for f in rp.flows)
             rp = replace(rp, flows=narrower)
             continue
-        return _widest_crossing(problem, placement, sizing, target, rp, routing, say)
+        return _widest_crossing(problem, placement, sizing, target, tolls, rp, routing, say)
     for cap in LANE_CAPS:
         rp = problem_at(cap)
         try:
@@ -288,16 +288,20 @@ def _widest_crossing(
     placement: Placement,
     sizing: Sizing,
     target: Target,
+    tolls: Tolls,
     rp: RoutingProblem,
     routing: Routing,
     say: Callable[[str], None],
 ) -> tuple[RoutingProblem, Routing]:
-    """The routing of `rp`, or one whose flows crossing other regions have more lanes
-    (`WIDENINGS`), whichever leaves the least busy busiest link."""
-    wider = _widened(problem, placement, sizing, target, rp, routing)
+    """The routing of `rp` (routed with `tolls`), or one whose flows crossing other regions
+    have more lanes (`WIDENINGS`), whichever leaves the least busy busiest link."""
+    # the lanes each flow's edge slots hold: the most any widening may give it
+    slots = make_routing_problem(problem, placement, bytes_per_lane=0.5**30, max_lanes=None)
+    room = {f.name: f.lanes for f in slots.flows}
+    wider = _widened(room, placement, sizing, target, rp, routing)
     if wider is None:
         return rp, routing
-    tolls, failed = region_tolls(sizing, target), False
+    failed = False
     best = (_busiest_link(rp, routing, placement, sizing, target), rp, routing)
     for _ in range(WIDENINGS):
         if wider is None:
@@ -309,7 +313,7 @@ def _widest_crossing(
                 (_busiest_link(rp, routing, placement, sizing, target), rp, routing),
                 key=lambda b: b[0],
             )
-            wider = _widened(problem, placement, sizing, target, rp, routing)
+            wider = _widened(room, placement, sizing, target, rp, routing)
         except RoutingError as e:
             failed = True
             before = {f.name: f.lanes for f in rp.flows}
@@ -345,7 +349,7 @@ def _busiest_link(
 
 
 def _widened(
-    problem: PlacementProblem,
+    room: Mapping[str, int],
     placement: Placement,
     sizing: Sizing,
     target: Target,
@@ -356,14 +360,13 @@ def _widened(
     none needs more. A crossing lane's bytes share the region's links with the kernel's own
     traffic (L0 adds them to its busiest link), so such a flow gets the lanes at which each
     carries at most what the busiest of those kernels leaves in the stage time:
-    lanes_within(bytes, lane_bytes(T - its link cycles, L)), as many as its edge slots hold."""
+    lanes_within(bytes, lane_bytes(T - its link cycles, L)), at most its `room` (the lanes its
+    edge slots hold)."""
     T, L = sizing.stage_cycles, target.link_bytes_per_cycle
     own = {k.name: k.link_cycles for k in sizing.kernels}
     crossed = crossed_regions(routing, placement)
     if not crossed:
         return None
-    slots = make_routing_problem(problem, placement, bytes_per_lane=0.5**30, max_lanes=None)
-    room = {f.name: f.lanes for f in slots.flows}
     flows, changed = [], False
     for f in rp.flows:
         slack = T - max((own.get(k, 0) for k in crossed.get(f.name, ())), default=T)
