@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import networkx as nx
@@ -319,3 +320,27 @@ def test_toll_counts_agree_with_the_steps_a_path_takes_inside_regions(rects, sta
     boxes = [Rect(*t) for t in rects]
     if not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :]):
         assert _path_inside(r, path) == sum(inside)
+
+
+def test_widening_checks_each_new_routing_and_keeps_the_least_busy(monkeypatch):
+    """A widened routing is checked again (its lanes may cross other regions); of the routings
+    tried, the one whose busiest link is least busy is kept, not the last."""
+    problem, placement = _across_a_busy_region()
+    rp = make_routing_problem(problem, placement, bytes_per_lane=0.25, max_lanes=4)
+    wider = [replace(rp, flows=(replace(rp.flows[0], lanes=n),)) for n in (5, 6)]
+    busiest = {4: 100, 5: 80, 6: 90}  # lanes of the one flow -> its routing's busiest link
+    routed = []
+
+    def fake_route(problem, placement, tolls=None):
+        routed.append(problem.flows[0].lanes)
+        return problem.flows[0].lanes  # stands for the routing
+
+    monkeypatch.setattr(flow, "route", fake_route)
+    monkeypatch.setattr(flow, "_widened", lambda room, pl, s, t, rp, r: ([*wider, None])[r - 4])
+    monkeypatch.setattr(flow, "_busiest_link", lambda rp, r, *args: busiest[r])
+    said: list[str] = []
+    kept, routing = flow._widest_crossing(
+        problem, placement, None, load_target("wse2"), None, rp, 4, said.append
+    )
+    assert routed == [5, 6] and said == []
+    assert (kept, routing) == (wider[0], 5)
