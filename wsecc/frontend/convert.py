@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -38,6 +39,18 @@ class _Converter:
         self.onnx_node: onnx.NodeProto | None = None
 
     # -- values
+    @functools.cached_property
+    def read_names(self) -> frozenset[str]:
+        """The names some node or the graph's outputs read. An optional output outside it is
+        not computed, whatever it is called: folding may name the empty ones (onnx-ir names
+        SkipLayerNormalization's unused mean and inv-std 'v', 'v_1')."""
+        g = self.model.graph
+        return frozenset({x for m in g.node for x in m.input} | {o.name for o in g.output})
+
+    def read(self, n: onnx.NodeProto, i: int) -> bool:
+        """Whether output `i` of `n` exists and is read."""
+        return len(n.output) > i and n.output[i] in self.read_names
+
     def fresh(self, base: str) -> str:
         name, i = base, 0
         while name in self.used_names:
@@ -383,7 +396,7 @@ def _mod(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
 
 @_conv("Dropout")
 def _dropout(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
-    if len(n.output) > 1 and n.output[1]:
+    if c.read(n, 1):
         raise FrontendError(
             f"Dropout {n.name!r}: its mask output is used; training graphs are not supported"
         )
@@ -696,7 +709,7 @@ def _layer_norm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Val
     x, gamma = c.get(n.input[0]), c.get(n.input[1])
     if _axis(n, _attr_int(a, "axis", -1), x.type.rank) != x.type.rank - 1:
         raise FrontendError(f"LayerNormalization {n.name!r}: only the last axis is supported")
-    if any(o for o in n.output[1:]):
+    if c.read(n, 1) or c.read(n, 2):
         raise FrontendError(
             f"LayerNormalization {n.name!r}: mean/inv-std outputs are not supported"
         )
@@ -734,11 +747,11 @@ def _skip_layer_norm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> lis
     beta = c.beta(n, 3, gamma)
     if len(n.input) > 4 and n.input[4]:
         x = c.emit(Op.ADD, [x, c.get(n.input[4])])[0]
-    if any(len(n.output) > i and n.output[i] for i in (1, 2)):
+    if c.read(n, 1) or c.read(n, 2):
         raise FrontendError(
             f"SkipLayerNormalization {n.name!r}: mean/inv-std outputs are not supported"
         )
-    emit_sum = len(n.output) > 3 and bool(n.output[3])
+    emit_sum = c.read(n, 3)
     outs = c.emit(
         Op.LAYER_NORM,
         [x, skip, gamma, beta],
@@ -797,10 +810,7 @@ def _ms_attention(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[V
             f"Attention {n.name!r} has a past input that is not empty: wsecc binds a "
             "generation graph's past to length 0 (a past input must be a graph input)"
         )
-    read = {x for m in c.model.graph.node for x in m.input} | {o.name for o in c.model.graph.output}
-    if any(len(n.input) > i and n.input[i] for i in (5, 6, 7)) or (
-        len(n.output) > 1 and n.output[1] in read
-    ):
+    if any(len(n.input) > i and n.input[i] for i in (5, 6, 7)) or c.read(n, 1):
         raise FrontendError(
             f"Attention {n.name!r}: attention_bias/past/present operands are not supported"
         )
