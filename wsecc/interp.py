@@ -49,14 +49,14 @@ def evaluate(
             last_use[v] = i
     keep = set(graph.outputs)
     for i, n in enumerate(graph.nodes):
-        args = [v.const if v.is_const else env[v] for v in n.inputs]
+        args = [env[v] if v.const is None else v.const for v in n.inputs]
         if float64:  # float32 inputs and constants (computed values are float64 already)
-            args = [_wide(a) for a in args]  # type: ignore[arg-type]
+            args = [_wide(a) for a in args]
         if operands is not None:
-            args = operands(n, args)  # type: ignore[arg-type]
+            args = operands(n, args)
         attrs = _widened(n) if float64 else n.attr_dict
         try:
-            results = evaluate_op(n.op, args, attrs)  # type: ignore[arg-type]
+            results = evaluate_op(n.op, args, attrs)
         except (IRError, ValueError, IndexError) as e:
             raise IRError(f"{n.op.name} {n.name!r}: {e}") from e
         for v, r in zip(n.outputs, results, strict=True):
@@ -67,8 +67,8 @@ def evaluate(
                     env.pop(v, None)
     if keep_all:
         return env
-    outputs = {v: (v.const if v.is_const else env[v]) for v in graph.outputs}
-    return {v: _wide(a) for v, a in outputs.items()} if float64 else outputs  # type: ignore[misc]
+    outputs = {v: env[v] if v.const is None else v.const for v in graph.outputs}
+    return {v: _wide(a) for v, a in outputs.items()} if float64 else outputs
 
 
 def _wide(a: np.ndarray) -> np.ndarray:
