@@ -1,14 +1,16 @@
-"""The onnxruntime reference: a file onnxruntime cannot run is the user's one-line error."""
+"""The onnxruntime reference: a file onnxruntime cannot run is the user's one-line error. The
+tolerance rule: fp32's, or 4 x what float32 itself loses when that is more."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from wsecc.errors import WseccError
-from wsecc.numerics import ort_run
+from wsecc.numerics import compare, ort_run, verdict_line
 
 
 def test_a_file_onnxruntime_cannot_load_is_a_one_line_error(tmp_path: Path) -> None:
@@ -73,3 +75,21 @@ def test_ort_run_runs_a_generation_graph_as_a_fresh_prompt(
         TWINS / twin, {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
     )
     np.testing.assert_allclose(out["logits"], ref["logits"], rtol=1e-5, atol=1e-5)
+
+
+def test_an_output_passes_within_4_x_its_float32_noise_when_that_is_more_than_the_tolerance():
+    ref = np.linspace(-1.0, 1.0, 101)
+    got = ref + 5e-5  # max rel err 5e-5, past fp32's 1e-5
+    plain = compare("y", got, ref)
+    assert not plain.passed and plain.fp32_noise is None
+    within = compare("y", got, ref, fp32_noise=2e-5)  # within 8e-5
+    assert within.passed and within.fp32_noise == 2e-5
+    beyond = compare("y", got, ref, fp32_noise=5e-6)  # 2e-5: raised, and still short
+    assert not beyond.passed and beyond.fp32_noise == 5e-6
+    tiny = compare("y", got, ref, fp32_noise=1e-7)  # 4e-7: the tolerance stands, unrecorded
+    assert not tiny.passed and tiny.fp32_noise is None
+    n = {"passed": True, "precision": "fp32", "reference": "ort", "outputs": [asdict(within)]}
+    assert verdict_line(n) == (
+        "PASS: fp32 PASS (worst y: max rel err 5.00e-05, PCC 1.000000; within 4 x the 2.0e-05 "
+        "float32 itself loses on these inputs) vs ort"
+    )

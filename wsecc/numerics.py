@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from wsecc.errors import WseccError
+from wsecc.interp import run as run_interpreter
 from wsecc.ir.core import DType, Graph, Op, Value
 
 if TYPE_CHECKING:  # the frontend imports onnx: numerics imports it only when it runs a file
@@ -46,14 +47,32 @@ if TYPE_CHECKING:  # the frontend imports onnx: numerics imports it only when it
 #          normalise 4161 + N(0, 1.36²) per row (|mean| / std up to 3500). There one float32 ulp
 #          of the mean (4.9e-4; the simulator's and the interpreter's sums land one ulp apart)
 #          moves the output by 9.4e-5, and rounding the sum x + skip to float32 alone by 5.5e-5;
-#          onnxruntime is 2.5e-4 from exact. Both checks fail on N(0, 1) inputs and pass (3.2e-6,
-#          9.3e-7) on inputs of std 100 (tests/frontend/test_frontend_errors.py).
+#          onnxruntime is 2.5e-4 from exact. On N(0, 1) inputs both checks pass only within what
+#          float32 itself loses there (NOISE_FACTOR below); on inputs of std 100 they pass
+#          plainly (3.2e-6, 9.3e-7).
 TOLERANCE = {
     "structure": {"max_rel_err": 2e-5},
     "fp32": {"max_rel_err": 1e-5},
     "mixed": {"pcc": 0.999, "max_rel_err": 3e-2},
     "fp16": {"pcc": 0.99, "max_rel_err": 1e-1},
 }
+
+# What float32 itself loses. An fp32-level check (the precision check in fp32, the structure
+# check always) passes an output when its max rel err <= max(the tolerance, NOISE_FACTOR x the
+# output's float32 noise): the reference interpreter's float32 run against its float64 run
+# (`wsecc.interp.evaluate(float64=True)`), measured only when an output fails the plain
+# tolerance (`float32_noise`). Measured as `wsecc compile --seq 16` runs them (their inputs):
+#   the samples and the tests/data exports: noise 6.4e-8 (BERT) to 4.7e-7 (OPT), so 4x stays
+#          under 1e-5 and 2e-5: the tolerance does not move there. Nor does it under a fault:
+#          on bert_dynamo and gpt2_legacy_op14 at 2x16 (tests/sim) the noise is 3.8e-7 and
+#          4.0e-7, the injected faults move the structure check by 2.7e-5 to 6.5e-3.
+#   gpt2_attention_opt_skiplayernorm (above): noise 1.02e-4; the simulator is 9.4e-5 from the
+#          interpreter (0.9x), 2.42e-4 from onnxruntime (2.4x); onnxruntime is 2.54e-4 (2.5x)
+#          from float64. attention_opt and bert_3d_attention_opt: noise 5.7e-6; the simulator
+#          is 1.41e-5 from onnxruntime (2.5x), which is 1.6e-5 (2.8x) from float64.
+#   So another fp32 implementation lands up to 2.8x the interpreter's noise from exact math, and
+#   the simulator is held to one (onnxruntime) at 2.5x: 4 leaves 1.4x over the worst.
+NOISE_FACTOR = 4.0
 
 
 @dataclass(frozen=True)
@@ -63,9 +82,22 @@ class OutputError:
     max_rel_err: float
     pcc: float
     passed: bool
+    # what float32 loses on this output (`float32_noise`) when NOISE_FACTOR x it, larger than
+    # the tolerance, judged it (an fp32-level check the output failed plainly); else None
+    fp32_noise: float | None = None
 
 
-def compare(name: str, got: np.ndarray, ref: np.ndarray, precision: str = "fp32") -> OutputError:
+def compare(
+    name: str,
+    got: np.ndarray,
+    ref: np.ndarray,
+    precision: str = "fp32",
+    *,
+    fp32_noise: float | None = None,
+) -> OutputError:
+    """`got` against `ref` (the module doc's metrics), within `precision`'s tolerance; with
+    `fp32_noise` (what float32 loses on this output: `float32_noise`), within max(the
+    tolerance, NOISE_FACTOR x fp32_noise), the noise recorded when it is the larger."""
     g = np.asarray(got, np.float64).reshape(-1)
     r = np.asarray(ref, np.float64).reshape(-1)
     if g.shape != r.shape:
@@ -87,8 +119,22 @@ def compare(name: str, got: np.ndarray, ref: np.ndarray, precision: str = "fp32"
     else:
         pcc = 1.0 if abs_err == 0 else 0.0
     tol = TOLERANCE[precision]
-    passed = same_nonfinite and rel_err <= tol["max_rel_err"] and pcc >= tol.get("pcc", -1.0)
-    return OutputError(name, abs_err, rel_err, pcc, passed)
+    within_noise = NOISE_FACTOR * fp32_noise if fp32_noise is not None else 0.0
+    raised = within_noise > tol["max_rel_err"]
+    limit = max(tol["max_rel_err"], within_noise)
+    passed = same_nonfinite and rel_err <= limit and pcc >= tol.get("pcc", -1.0)
+    return OutputError(name, abs_err, rel_err, pcc, passed, fp32_noise if raised else None)
+
+
+def float32_noise(
+    graph: Graph, feeds: Mapping[str, np.ndarray], float32: Mapping[str, np.ndarray]
+) -> dict[str, float]:
+    """What float32 itself loses on each output of `graph` for `feeds`: the max rel err of
+    `float32` (the reference interpreter's outputs by name, `wsecc.interp.run`) against the
+    interpreter computing in float64. One more interpreter run: call it only when an
+    output fails."""
+    wide = run_interpreter(graph, feeds, float64=True)
+    return {k: compare(k, a, wide[k]).max_rel_err for k, a in float32.items() if k in wide}
 
 
 def vocab_sizes(graph: Graph) -> dict[str, int]:
@@ -571,13 +617,21 @@ def float64_session(
 def verdict_line(n: Mapping[str, Any]) -> str:
     """A numerics verdict (`NumericsResult.to_json()`, the report's `numerics`) in one line:
     'FAIL: mixed PASS (worst logits: ...) vs onnxruntime X; structure fp32 FAIL (...) vs the
-    reference interpreter'."""
+    reference interpreter'; a worst output judged within its float32 noise says so ('...; within
+    4 x the 1.0e-04 float32 itself loses on these inputs')."""
 
     def part(label: str, outputs: list[dict[str, Any]], passed: bool) -> str:
         text = f"{label} {'PASS' if passed else 'FAIL'}"
         if outputs:
             w = max(outputs, key=lambda o: o["max_rel_err"])
-            text += f" (worst {w['name']}: max rel err {w['max_rel_err']:.2e}, PCC {w['pcc']:.6f})"
+            text += f" (worst {w['name']}: max rel err {w['max_rel_err']:.2e}, PCC {w['pcc']:.6f}"
+            if w.get("fp32_noise") is not None:
+                where = "within" if w["passed"] else "beyond"
+                text += (
+                    f"; {where} {NOISE_FACTOR:g} x the {w['fp32_noise']:.1e} float32 itself "
+                    "loses on these inputs"
+                )
+            text += ")"
         return text
 
     line = f"{'PASS' if n['passed'] else 'FAIL'}: " + part(

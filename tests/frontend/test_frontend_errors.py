@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -244,27 +246,48 @@ def test_the_megatron_graph_with_past_passes_check(capsys):
     assert code == 0, err
 
 
+@functools.cache
+def _skiplayernorm_compile(precision: str) -> Any:
+    from conftest import corpus_file
+
+    import wsecc
+
+    return wsecc.compile(
+        corpus_file("gpt2_attention_opt_skiplayernorm.onnx"), seq=16, placer="greedy",
+        precision=precision, validate=True,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("precision", ["fp32", "mixed"])
-def test_the_attention_skiplayernorm_graph_with_past_compiles_and_matches(tmp_path, precision):
+def test_the_attention_skiplayernorm_graph_with_past_compiles_and_matches(precision):
     """Its SkipLayerNormalizations leave mean and inv-std empty (folding names them 'v', 'v_1')
     and its Attention's present is unread: none of them is computed. Every weight is 1, so the
     last layernorm normalises 4161 + skip per row: with the default N(0, 1) inputs (|mean| /
     std up to 3500) one float32 ulp of the mean moves the output by 9.4e-5, past fp32's
-    tolerance in any fp32 implementation (onnxruntime itself is 2.5e-4 off exact math).
-    Inputs of std 100 keep that layernorm well conditioned."""
-    from conftest import corpus_file
+    tolerance in any fp32 implementation: float32 itself loses 1.0e-4 there (the reference
+    interpreter against float64; onnxruntime is 2.5e-4 off). The fp32-level checks pass
+    within 4 x that, and say so."""
+    c = _skiplayernorm_compile(precision)
+    assert c.numerics is not None and c.numerics.passed, c.numerics.summary()
+    checks = [c.numerics.structure, *([c.numerics.outputs] if precision == "fp32" else [])]
+    for (o,) in checks:
+        assert o.max_rel_err > 2e-5 and o.fp32_noise is not None, o
+        assert 9e-5 < o.fp32_noise < 1.1e-4 and o.max_rel_err <= 4 * o.fp32_noise, o
+    assert "within 4 x the 1.0e-04 float32 itself loses on these inputs" in c.numerics.summary()
 
-    import wsecc
-    from wsecc.sim.functional import save_npz
 
-    rng = np.random.default_rng(0)
-    feeds = {f"input_{i}": 100 * rng.standard_normal((1, 16, 64), np.float32) for i in (1, 2)}
-    save_npz(tmp_path / "in.npz", {**feeds, "input_mask": np.ones((1, 16), np.float32)})
-    c = wsecc.compile(
-        corpus_file("gpt2_attention_opt_skiplayernorm.onnx"), seq=16, placer="greedy",
-        precision=precision, inputs=str(tmp_path / "in.npz"), validate=True,
-    )  # fmt: skip
-    assert c.numerics is not None and c.numerics.passed, c.numerics
+def test_the_attention_skiplayernorm_graph_fails_a_fault_beyond_its_float32_noise():
+    """The injected faults change nothing here (all-ones weights give every key one score), so
+    the simulated output is moved by hand: one element by 10 x the noise fails both checks."""
+    from wsecc.sim.functional import verdict
+
+    c = _skiplayernorm_compile("fp32")
+    (o,) = c.numerics.outputs
+    outputs = {k: v.copy() for k, v in c.sim_outputs.items()}
+    outputs[o.name].flat[0] += 10 * o.fp32_noise * np.abs(outputs[o.name]).max()
+    broken = verdict(c.model_path, c.fused, c.sim_inputs, outputs, "fp32", outputs)
+    assert not broken.precision_passed and not broken.structure_passed, broken.summary()
+    assert "beyond 4 x the 1.0e-04 float32 itself loses" in broken.summary()
 
 
 def _skip_layer_norm_model(path: Path, outputs: list[str], graph_outputs: list[str]) -> Path:

@@ -169,3 +169,28 @@ def test_special_values_are_results_not_warnings():
         (r,) = evaluate_op(Op.SQRT, [np.array([-1.0, 4.0], np.float32)], {})
         (q,) = evaluate_op(Op.DIV, [np.ones(2, np.float32), np.zeros(2, np.float32)], {})
     assert np.isnan(r[0]) and r[1] == 2 and np.isinf(q).all()
+
+
+def test_a_float64_run_keeps_float32_values_in_float64():
+    """(a + b) cast to float32, minus a: float32 loses b = 2^-25 against a = 1, float64 keeps
+    it, through the Cast too. The inputs are float32 values (a float64 feed is rounded first);
+    integer values keep their dtype."""
+    a, b, s, c, d = (v(n, 3) for n in "abscd")
+    n, m = v("n", 3, dt=DType.INT64), v("m", 3, dt=DType.INT32)
+    g = Graph(
+        (a, b, n),
+        (d, m),
+        (
+            Node(Op.ADD, (a, b), (s,), make_attrs({}), "add"),
+            Node(Op.CAST, (s,), (c,), make_attrs({"to": "f32"}), "cast"),
+            Node(Op.SUB, (c, a), (d,), make_attrs({}), "sub"),
+            Node(Op.CAST, (n,), (m,), make_attrs({"to": "i32"}), "ints"),
+        ),
+    )
+    feeds = {"a": np.ones(3), "b": np.full(3, 2.0**-25), "n": np.arange(3)}
+    feeds["b"][0] = 1 / 3  # float32 rounds it on the way in
+    narrow, wide = run(g, feeds), run(g, feeds, float64=True)
+    assert narrow["d"].dtype == np.float32 and wide["d"].dtype == np.float64
+    np.testing.assert_array_equal(narrow["d"][1:], 0)
+    np.testing.assert_array_equal(wide["d"], np.float32([1 / 3, 2.0**-25, 2.0**-25]))
+    assert wide["m"].dtype == np.int32 and wide["m"].tolist() == [0, 1, 2]
