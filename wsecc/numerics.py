@@ -72,7 +72,10 @@ TOLERANCE = {
 #          is 1.41e-5 from onnxruntime (2.5x), which is 1.6e-5 (2.8x) from float64.
 #   So another fp32 implementation lands up to 2.8x the interpreter's noise from exact math, and
 #   the simulator is held to one (onnxruntime) at 2.5x: 4 leaves 1.4x over the worst.
+# The raised limit stops at NOISE_CEILING, mixed precision's own max rel err: where float32
+# loses more than that, an fp32 check cannot tell a wrong program from rounding, and fails.
 NOISE_FACTOR = 4.0
+NOISE_CEILING = 3e-2
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,8 @@ def compare(
 ) -> OutputError:
     """`got` against `ref` (the module doc's metrics), within `precision`'s tolerance; with
     `fp32_noise` (what float32 loses on this output: `float32_noise`), within max(the
-    tolerance, NOISE_FACTOR x fp32_noise), the noise recorded when it is the larger."""
+    tolerance, NOISE_FACTOR x fp32_noise up to NOISE_CEILING), the noise recorded when it is
+    the larger."""
     g = np.asarray(got, np.float64).reshape(-1)
     r = np.asarray(ref, np.float64).reshape(-1)
     if g.shape != r.shape:
@@ -121,7 +125,7 @@ def compare(
     tol = TOLERANCE[precision]
     within_noise = NOISE_FACTOR * fp32_noise if fp32_noise is not None else 0.0
     raised = within_noise > tol["max_rel_err"]
-    limit = max(tol["max_rel_err"], within_noise)
+    limit = max(tol["max_rel_err"], min(within_noise, NOISE_CEILING))
     passed = same_nonfinite and rel_err <= limit and pcc >= tol.get("pcc", -1.0)
     return OutputError(name, abs_err, rel_err, pcc, passed, fp32_noise if raised else None)
 
