@@ -65,7 +65,7 @@ class LowerBound:
     kind: str  # "separation" | "star"
 
 
-def _pairs(problem: PlacementProblem) -> dict[tuple[str, str], float]:
+def pair_bytes(problem: PlacementProblem) -> dict[tuple[str, str], float]:
     """Flow bytes merged per unordered kernel pair (self-flows dropped)."""
     merged: dict[tuple[str, str], float] = {}
     for f in problem.flows:
@@ -91,7 +91,7 @@ def min_separation(si: Sequence[Shape], sj: Sequence[Shape]) -> float:
 def separation_bound(problem: PlacementProblem) -> float:
     """Σ_pairs bytes × min_separation (exact distance for two pinned kernels)."""
     total = 0.0
-    for (a, b), w in _pairs(problem).items():
+    for (a, b), w in pair_bytes(problem).items():
         pinned = _pinned_distance(problem, a, b)
         sep = min_separation(kernel_shapes(problem, a), kernel_shapes(problem, b))
         total += w * (pinned if pinned is not None else sep)
@@ -191,7 +191,7 @@ def star_bound(problem: PlacementProblem, policy: str = "half") -> float:
     share = POLICIES[policy]
     stars: dict[str, list[Neighbour]] = {}
     total = 0.0
-    for (a, b), w in _pairs(problem).items():
+    for (a, b), w in pair_bytes(problem).items():
         pinned = _pinned_distance(problem, a, b)
         if pinned is not None:
             total += w * pinned

@@ -15,9 +15,11 @@ Model (coordinates in PEs, centres doubled so they stay integral):
 
 Reported objective is always the exact `weighted_wirelength` recomputed from the rectangles.
 Reported bound = max(`wsecc.place.bounds.lower_bound` — separation or star —, CP-SAT's proven
-bound on the full model × unit / 2), and `bound_kind` says which; CP-SAT's is valid because
-q_ij · unit ≤ bytes_ij, and is only available when the full model ran
-(N ≤ `CpSatOptions.full_model_max_kernels`).
+bound on the full model × unit / 2, the cluster bound of `wsecc.place.clusters`), and
+`bound_kind` says which; CP-SAT's is valid because q_ij · unit ≤ bytes_ij, and is only
+available when the full model ran (N ≤ `CpSatOptions.full_model_max_kernels`). The cluster
+bound's solves (`cluster_values`: short cycles of flows placed exactly in the plane) take
+`bound_share` of the budget from the windows.
 
 Tiled start (`wsecc.place.tiled`): `pack_unit` packs one transformer layer in a box with the
 same model plus `_Period` — the used height `top` ≥ y_i + h_i, and the joins to the next copy
@@ -36,17 +38,16 @@ guards against runaway (and the status then says "-GUARD"). Same input + seed �
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import reduce
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from wsecc.place.bounds import lower_bound
+from wsecc.place.bounds import lower_bound, min_separation
+from wsecc.place.clusters import Cluster, cluster_bound
 from wsecc.place.greedy import flow_order, greedy_rects
 from wsecc.place.layered import layered_rects
 from wsecc.place.problem import (
@@ -57,6 +58,7 @@ from wsecc.place.problem import (
     Rect,
     kernel_shapes,
     validate_placement,
+    weight_unit,
     weighted_wirelength,
 )
 from wsecc.place.tiled import tiled_rects
@@ -84,6 +86,10 @@ class CpSatOptions:
     unit_height_weight: float = 0.01  # per row of block height, × the block's flow weights
     tiled_share: float = 0.5  # of the budget, at most, for the tiled start's solves
     unit_again_factor: float = 4.0  # the best layer packing is improved for this many times
+    # cluster bound (`wsecc.place.clusters`): its solves take this share of the budget from the
+    # windows, in deterministic time on one worker in both modes (the bound is reproducible);
+    # measured on the real-size suite: bench/RESULTS.md, "Cluster bound"
+    bound_share: float = 0.15
 
 
 # ----------------------------------------------------------------------------------------- data
@@ -109,7 +115,7 @@ class _Data:
             i, j = sorted((index[f.src], index[f.dst]))
             if i != j:
                 merged[(i, j)] = merged.get((i, j), 0.0) + f.bytes_per_sample
-        unit = _weight_unit(list(merged.values()))
+        unit = weight_unit(list(merged.values()))
         pairs = {e: int(b // unit) for e, b in sorted(merged.items()) if b // unit > 0}
         exact = all(pairs.get(e, 0) * unit == b for e, b in merged.items())
         return _Data(
@@ -128,18 +134,6 @@ class _Data:
             min(w for w, _ in si) + min(w for w, _ in sj),
             min(h for _, h in si) + min(h for _, h in sj),
         )
-
-
-def _weight_unit(weights: list[float]) -> float:
-    """Bytes per integer weight unit: the exact gcd for integral weights with max/gcd ≤ 10⁴,
-    else max/10⁴ (weights are then floored, so bounds stay valid)."""
-    if not weights:
-        return 1.0
-    if all(float(b).is_integer() for b in weights):
-        g = reduce(math.gcd, (int(b) for b in weights))
-        if g > 0 and max(weights) / g <= 1e4:
-            return float(g)
-    return max(weights) / 1e4
 
 
 @dataclass(frozen=True)
@@ -367,13 +361,14 @@ class _Budget:
         """Limits for the next LNS window, or None when the budget (or work quota) is spent.
         Deterministic mode: the tiled start's deterministic time comes off the window quota."""
         if self.deterministic:
-            share = 1 - self.opts.full_model_share * full_model_ran
+            share = 1 - self.opts.full_model_share * full_model_ran - self.opts.bound_share
             quota = round(self.seconds * share * self.opts.det_windows_per_second)
             quota -= round(tiled_dtime / self.opts.det_window_dtime)
             if done >= quota or self.guard() == 0.0:
                 return None
             return _Limits(self.guard(), 1, self.seed, self.opts.det_window_dtime)
-        seconds = min(self.opts.window_time_s, self.remaining())
+        left = self.remaining() - self.opts.bound_share * self.seconds
+        seconds = min(self.opts.window_time_s, left)
         return _Limits(seconds, self.opts.workers, self.seed) if seconds >= 0.05 else None
 
     def unit(self, again: bool, spent_dtime: float) -> _Limits | None:
@@ -487,6 +482,12 @@ def place_cpsat(
         rects, wl, better = _accept(problem, rects, wl, _solve(data, rects, free, box, limits))
         windows, improved = windows + 1, improved + better
 
+    if not proven and opts.bound_share > 0:
+        seconds = opts.bound_share * time_budget_s
+        tight = cluster_bound(problem, lambda cs: cluster_values(cs, seconds))
+        if tight.value > bound:
+            bound, bound_kind = tight.value, tight.kind
+
     status = "OPTIMAL" if proven else "FEASIBLE"
     if deterministic and budget.guard() == 0.0:
         status += "-GUARD"
@@ -544,3 +545,80 @@ def pack_unit(
     box = Rect(0, 0, unit.width, unit.height)
     solved = _solve(data, start, list(range(len(data.names))), box, limits, period)
     return solved.rects
+
+
+# --------------------------------------------------------------------------------- cluster bound
+
+
+def cluster_values(clusters: Sequence[Cluster], seconds: float) -> list[float]:
+    """A lower bound per cluster on its weighted wirelength over every placement of its
+    kernels in the plane (`wsecc.place.clusters`, whose doc proves the model's reductions):
+    the optimum where CP-SAT proves it, else CP-SAT's proven objective bound. The solves (one
+    per hub shape) share `seconds` evenly as deterministic time (`BOUND_DTIME_PER_SECOND`) on
+    one worker, so the bound does not depend on the machine's load; wall time only guards."""
+    solves = sum(len(c.shapes[_hub(c)]) for c in clusters)
+    share = seconds / max(1, solves)
+    limits = _Limits(3 * share + 0.5, 1, 0, BOUND_DTIME_PER_SECOND * share)
+    return [min(_plane_bound(c, s, limits) for s in c.shapes[_hub(c)]) for c in clusters]
+
+
+# deterministic time per second of the bound's share, one worker: 0.6 fills about the share on
+# this 2-core machine (BERT-large on wse2: 1.5 s of share, 2.0 s of wall time at load ~1.5)
+BOUND_DTIME_PER_SECOND = 0.6
+
+
+def _hub(c: Cluster) -> int:
+    """The largest kernel: pinning it leaves CP-SAT the least room (proves fastest)."""
+    return max(range(len(c.shapes)), key=lambda i: (min(w * h for w, h in c.shapes[i]), -i))
+
+
+def _plane_bound(c: Cluster, hub_shape: tuple[int, int], limits: _Limits) -> float:
+    """CP-SAT's proven lower bound on the cluster's cost in the plane with the hub's centre at
+    the origin in `hub_shape` (bytes × PEs)."""
+    n, hub = len(c.shapes), _hub(c)
+    unit = weight_unit([b for _, _, b in c.pairs])
+    q = {(i, j): int(b // unit) for i, j, b in c.pairs if b // unit > 0}
+    twins = c.twins(hub)
+    anchor = next((i for i in range(n) if i != hub and all(i not in t for t in twins)), None)
+    room_x = 2 * sum(max(w for w, _ in s) for s in c.shapes)  # doubled: the module doc's room
+    room_y = 2 * sum(max(h for _, h in s) for s in c.shapes)
+    options = [[hub_shape] if i == hub else list(s) for i, s in enumerate(c.shapes)]
+    model = cp_model.CpModel()
+    cx: list[cp_model.LinearExprT] = []
+    cy: list[cp_model.LinearExprT] = []
+    xivs, yivs = [], []
+    for i, opts in enumerate(options):
+        x = model.new_int_var(-room_x, room_x, f"cx{i}") if i != hub else 0
+        y = model.new_int_var(-room_y, room_y, f"cy{i}") if i != hub else 0
+        cx.append(x)
+        cy.append(y)
+        picks = [model.new_bool_var(f"s{i}_{k}") for k in range(len(opts))]
+        model.add_exactly_one(picks)
+        for s, (w, h) in zip(picks, opts, strict=True):  # doubled: the centre ± the extent
+            xivs.append(model.new_optional_interval_var(x - w, 2 * w, x + w, s, f"x{i}_{w}"))
+            yivs.append(model.new_optional_interval_var(y - h, 2 * h, y + h, s, f"y{i}_{h}"))
+    model.add_no_overlap_2d(xivs, yivs)
+    terms = []
+    for (i, j), qij in q.items():
+        dx = model.new_int_var(0, 2 * room_x, f"dx{i}_{j}")
+        dy = model.new_int_var(0, 2 * room_y, f"dy{i}_{j}")
+        model.add_abs_equality(dx, cx[i] - cx[j])
+        model.add_abs_equality(dy, cy[i] - cy[j])
+        model.add(dx + dy >= round(2 * min_separation(options[i], options[j])))
+        terms.append(qij * (dx + dy))
+    if anchor is not None:  # the reflections
+        model.add(cx[anchor] >= 0)
+        model.add(cy[anchor] >= 0)
+    for a, b in twins:
+        model.add(cx[a] <= cx[b])
+    model.minimize(sum(terms))
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.num_workers, p.random_seed, p.catch_sigint_signal = limits.workers, limits.seed, False
+    p.max_time_in_seconds = max(limits.seconds, 0.01)
+    if limits.dtime is not None:
+        p.max_deterministic_time = limits.dtime
+    status = solver.solve(model)
+    if status == cp_model.INFEASIBLE:  # cannot happen (the room holds a placement): no bound
+        return 0.0
+    return max(0.0, solver.best_objective_bound) * unit / 2

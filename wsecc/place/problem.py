@@ -7,9 +7,10 @@ Coordinates are integer PE units on the *usable* fabric: x grows east (columns),
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from functools import cached_property
+from functools import cached_property, reduce
 from typing import Any
 
 from wsecc.errors import WseccError
@@ -140,6 +141,18 @@ def weighted_wirelength(problem: PlacementProblem, rects: Mapping[str, Rect]) ->
     return total
 
 
+def weight_unit(weights: list[float]) -> float:
+    """Bytes per integer weight unit for CP-SAT: the exact gcd for integral weights with
+    max/gcd ≤ 10⁴, else max/10⁴ (weights are then floored, so bounds stay valid)."""
+    if not weights:
+        return 1.0
+    if all(float(b).is_integer() for b in weights):
+        g = reduce(math.gcd, (int(b) for b in weights))
+        if g > 0 and max(weights) / g <= 1e4:
+            return float(g)
+    return max(weights) / 1e4
+
+
 def pairwise_lower_bound(problem: PlacementProblem) -> float:
     """Lower bound on `weighted_wirelength` over every legal placement.
 
@@ -175,7 +188,8 @@ class Placement:
     `objective` is always `weighted_wirelength(problem, rects)` (build with `Placement.of`);
     `bound` is a proven lower bound on the optimum, `gap` = (objective − bound) / objective,
     `bound_kind` which bound that is: "cpsat" (the solver's own), "separation" or "star"
-    (`wsecc.place.bounds`), "optimal" (the solver proved the objective optimal), "" if unknown.
+    (`wsecc.place.bounds`), "cluster" (`wsecc.place.clusters`), "optimal" (the solver proved
+    the objective optimal), "" if unknown.
     The shape a kernel took is implied by its rectangle's (w, h).
     """
 
