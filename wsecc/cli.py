@@ -235,6 +235,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     )
     from wsecc.kernels import fit_bounds
     from wsecc.passes.lower import lower_to_kernels
+    from wsecc.pm import Level, check_level
     from wsecc.targets import load_target
 
     target = load_target(args.target)
@@ -249,6 +250,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     del model  # converting the folded graph names every op left unsupported
     c = _load(args)
     fused, info = c.fused, c.import_info
+    check_level(fused, Level.FUSED, "the input of pass lower")  # what compile refuses
     kg = lower_to_kernels(fused)
     bounds = fit_bounds(kg, target, args.precision, chunk_tokens=args.chunk_tokens)
     result = {

@@ -111,7 +111,7 @@ def check_level(product: Product, level: Level, what: str) -> None:
             at = f" at node {e.node.name!r}{onnx}"
         if level is Level.FUSED:
             raise PassError(
-                f"{what} is not fused: {e.reason}{at}; no fusion matched it (--explain shows why)"
+                f"{what} is not fused: {e.reason}{at}; no fusion matched it (wsecc compile --explain shows why)"
             ) from None
         raise PassError(f"{what} is invalid IR: {e.reason}{at}") from None
 
