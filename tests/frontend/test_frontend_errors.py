@@ -251,6 +251,7 @@ def test_check_refuses_what_compile_refuses(capsys):
     assert compiled.splitlines()[-1] == err.strip()
 
 
+@functools.cache
 def _skiplayernorm_compile(precision: str) -> Any:
     from conftest import corpus_file
 
