@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from place.test_bounds import brute_force_optimum, small_problems
@@ -140,3 +141,19 @@ def test_kernels_with_the_same_shapes_but_other_flows_are_not_twins():
     assert cluster.twins(hub=0) == []
     (value,) = cluster_values([cluster], seconds=5.0)
     assert value <= brute_force_optimum(cluster.problem(7, 3)) + 1e-9
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(small_problems())
+def test_the_cluster_bound_is_at_most_the_brute_force_optimum_many_cases(problem):
+    test_the_cluster_bound_is_between_the_star_bound_and_the_brute_force_optimum.hypothesis.inner_test(
+        problem
+    )
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@given(small_clusters())
+def test_a_cluster_value_is_at_most_the_brute_force_optimum_many_cases(cluster):
+    test_a_cluster_value_is_at_most_the_brute_force_optimum.hypothesis.inner_test(cluster)
