@@ -51,7 +51,9 @@ def main() -> None:
         print(measure(a.models[0], a.batch, a.seq))
         return
     print(f"machine: {platform.processor() or platform.machine()}, {platform.python_version()}")
-    print("| model | batch x seq | ops (folded -> fused) | load s | bind+fold s | convert s | passes s | total s | peak RSS GB |")
+    print(
+        "| model | batch x seq | ops (folded -> fused) | load s | bind+fold s | convert s | passes s | total s | peak RSS GB |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for m in a.models:
         cmd = [sys.executable, __file__, m, "--batch", str(a.batch), "--seq", str(a.seq), "--child"]

@@ -44,7 +44,9 @@ def main() -> None:
     target = load_target("wse2")
     exports = [(f, e, "eager") for f in FAMILIES for e in EXPORTERS]
     exports += [(f, e, "sdpa") for f in SDPA_FAMILIES for e in EXPORTERS]
-    print(f"machine: {platform.machine()}, Python {platform.python_version()}; {len(exports)} exports")
+    print(
+        f"machine: {platform.machine()}, Python {platform.python_version()}; {len(exports)} exports"
+    )
     print("| export | precision | max rel err | min PCC | structure max rel err | passed |")
     print("|---|---|---|---|---|---|")
     worst: dict[str, list[float]] = {p: [0.0, 1.0, 0.0, 1.0] for p in precisions}

@@ -20,7 +20,9 @@ def main() -> None:
     from wsecc.pm import PassManager
 
     target = load_target("wse2")
-    print("| model | seq | fill that packed | PEs used | bottleneck | samples/s / tokens/s | colors |")
+    print(
+        "| model | seq | fill that packed | PEs used | bottleneck | samples/s / tokens/s | colors |"
+    )
     print("|---|---|---|---|---|---|---|")
     for spec in sys.argv[1:]:
         path, _, seq = spec.partition(":")

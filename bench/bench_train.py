@@ -61,7 +61,9 @@ def _rows() -> list[Row]:
     rows = []
     # §1 Emani et al. Table III, tokens/s; batch 112 is the paper's setup at 1024 and 2048
     for seq, tps in ((1024, 133_069), (2048, 114_811), (4096, 63_488), (8192, 16_302)):
-        rows.append(Row("§1 GPT-2 XL", "gpt2-xl", seq, 112 if seq <= 2048 else None, tps, "tokens/s"))
+        rows.append(
+            Row("§1 GPT-2 XL", "gpt2-xl", seq, 112 if seq <= 2048 else None, tps, "tokens/s")
+        )
     for seq, tps in (
         (1024, 20_685), (2048, 20_173), (4096, 17_531), (8192, 15_237), (16384, 11_796),
         (32768, 7_537), (51200, 5_120),
@@ -123,7 +125,10 @@ def model_file(name: str, seq: int) -> tuple[Path, str] | None:
     names = [name] + ([SAME_SHAPE[name]] if name in SAME_SHAPE else [])
     names += [k for k, v in SAME_SHAPE.items() if v == name]
     for n in names:
-        for path, weights in ((MODELS / f"{n}.onnx", "constants"), (MODELS / "weightless" / f"{n}.onnx", "inputs")):
+        for path, weights in (
+            (MODELS / f"{n}.onnx", "constants"),
+            (MODELS / "weightless" / f"{n}.onnx", "inputs"),
+        ):
             if path.is_file() and (weights == "inputs" or _positions(path) >= seq):
                 return path, weights
     return None
@@ -148,7 +153,9 @@ class Bench:
         self.fused: dict[tuple[str, int], Any] = {}
         self.frontend_s: dict[tuple[str, int], float] = {}
 
-    def compile(self, model: str, seq: int, batch: int | None, systems: int = 1, target: str | None = None) -> Any:
+    def compile(
+        self, model: str, seq: int, batch: int | None, systems: int = 1, target: str | None = None
+    ) -> Any:
         import wsecc
         from wsecc.compiler import Compilation
 
@@ -162,7 +169,9 @@ class Bench:
         key = (str(path), seq)
         if key not in self.fused:
             t0 = time.perf_counter()
-            self.fused[key] = Compilation.load(path, wsecc.Options(target=self.target, **opts)).fuse()
+            self.fused[key] = Compilation.load(
+                path, wsecc.Options(target=self.target, **opts)
+            ).fuse()
             self.frontend_s[key] = time.perf_counter() - t0
         options = wsecc.Options(target=target or self.target, batch=batch, systems=systems, **opts)
         return self.fused[key].fork(options).train()
@@ -173,7 +182,9 @@ def _fmt(x: float) -> str:
 
 
 def fidelity(bench: Bench, only: str | None) -> list[float]:
-    print("| table | model | seq | batch | published | wsecc | ratio | execution | systems x passes x micro-batch | bound | utilization |")
+    print(
+        "| table | model | seq | batch | published | wsecc | ratio | execution | systems x passes x micro-batch | bound | utilization |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     ratios = []
     for r in _rows():
@@ -182,13 +193,17 @@ def fidelity(bench: Bench, only: str | None) -> list[float]:
         try:
             t = bench.compile(r.model, r.seq, r.batch, systems=r.systems).training
         except Exception as e:  # a missing export or a model that does not fit: say which
-            print(f"| {r.table} | {r.model} | {r.seq} | {r.batch or '-'} | {_fmt(r.published)} {r.unit} | — | — | {str(e)[:120]} | | | |")
+            print(
+                f"| {r.table} | {r.model} | {r.seq} | {r.batch or '-'} | {_fmt(r.published)} {r.unit} | — | — | {str(e)[:120]} | | | |"
+            )
             continue
         ours = t.tokens_per_s if r.unit == "tokens/s" else t.samples_per_s
         fitted = (r.model, r.batch) == FITTED
         if fitted:  # re-derive the one fitted constant (targets/wse2.toml system.step_overhead_s)
             wafer = t.step_s - t.terms["step overhead"]
-            print(f"<!-- fit: {t.batch} / {r.published:,.1f} - {wafer:.5f} s = {t.batch / r.published - wafer:.4f} s -->")
+            print(
+                f"<!-- fit: {t.batch} / {r.published:,.1f} - {wafer:.5f} s = {t.batch / r.published - wafer:.4f} s -->"
+            )
         else:
             ratios.append(ours / r.published)
         print(
@@ -202,7 +217,9 @@ def fidelity(bench: Bench, only: str | None) -> list[float]:
 
 
 def scaling(bench: Bench, only: str | None) -> None:
-    print("\n| scaling | model | global batch | systems | published relative | wsecc relative | ratio | efficiency |")
+    print(
+        "\n| scaling | model | global batch | systems | published relative | wsecc relative | ratio | efficiency |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for model, (per, rel) in WEAK.items():
         if only and only not in model:
@@ -212,7 +229,10 @@ def scaling(bench: Bench, only: str | None) -> None:
             for n, pub in zip((2, 4, 8, 16), rel, strict=True):
                 t = bench.compile(model, 2048, per * n, systems=n).training
                 ours = t.samples_per_s / base
-                print(f"| weak | {model} | {per * n} | {n} | {pub:.2f} | {ours:.2f} | {ours / pub:.2f} | {t.scaling_efficiency:.3f} |", flush=True)
+                print(
+                    f"| weak | {model} | {per * n} | {n} | {pub:.2f} | {ours:.2f} | {ours / pub:.2f} | {t.scaling_efficiency:.3f} |",
+                    flush=True,
+                )
         except Exception as e:
             print(f"| weak | {model} | {per} | - | | — | | {str(e)[:100]} |")
     for model, (batch, rel) in STRONG.items():
@@ -223,10 +243,15 @@ def scaling(bench: Bench, only: str | None) -> None:
             for n, pub in zip((1, 2, 4, 8), rel, strict=True):
                 t = bench.compile(model, 2048, batch, systems=n).training
                 ours = t.samples_per_s / base
-                print(f"| strong | {model} | {batch} | {n} | {pub:.2f} | {ours:.2f} | {ours / pub:.2f} | {t.scaling_efficiency:.3f} |", flush=True)
+                print(
+                    f"| strong | {model} | {batch} | {n} | {pub:.2f} | {ours:.2f} | {ours / pub:.2f} | {t.scaling_efficiency:.3f} |",
+                    flush=True,
+                )
         except Exception as e:
             print(f"| strong | {model} | {batch} | - | | — | | {str(e)[:100]} |")
-    print("\n| utilization (Dey et al. Table 6) | global batch | systems | published relative to 111M | wsecc utilization | wsecc relative | ratio |")
+    print(
+        "\n| utilization (Dey et al. Table 6) | global batch | systems | published relative to 111M | wsecc utilization | wsecc relative | ratio |"
+    )
     print("|---|---|---|---|---|---|---|")
     base_util = None
     for model, batch, n, pub in UTILIZATION:
@@ -239,7 +264,10 @@ def scaling(bench: Bench, only: str | None) -> None:
             continue
         base_util = base_util or t.utilization
         rel = t.utilization / base_util
-        print(f"| {model} | {batch} | {n} | {pub:.2f} | {t.utilization:.1%} | {rel:.2f} | {rel / pub:.2f} |", flush=True)
+        print(
+            f"| {model} | {batch} | {n} | {pub:.2f} | {t.utilization:.1%} | {rel:.2f} | {rel / pub:.2f} |",
+            flush=True,
+        )
 
 
 VARIANTS = {  # §5: what each of wse2's modelling choices does (wsecc's wse2 -> the paper's facts)
@@ -286,7 +314,12 @@ def variants(bench: Bench, tmp: Path) -> None:
                 cells.append(f"{_fmt(ours)} ({ours / r.published:.2f})")
             except Exception as e:
                 cells.append(f"— {str(e)[:60]}")
-        print(f"| {r.model} seq {r.seq} batch {r.batch} | {_fmt(r.published)} {r.unit} | " + " | ".join(cells) + " |", flush=True)
+        print(
+            f"| {r.model} seq {r.seq} batch {r.batch} | {_fmt(r.published)} {r.unit} | "
+            + " | ".join(cells)
+            + " |",
+            flush=True,
+        )
 
 
 def write_measured(path: Path) -> None:
@@ -302,22 +335,38 @@ def write_measured(path: Path) -> None:
             tps = r.published if r.unit == "tokens/s" else r.published * r.seq
             note = "" if r.unit == "tokens/s" else f"; {r.published:,.1f} samples/s x {r.seq}"
             systems = r.systems if r.systems > 1 else ""  # blank: a point that does not set it
-            w.writerow([r.model, r.seq, r.batch or "", "wse2", systems, f"{tps:.0f}", SOURCES[r.table] + note])
+            w.writerow(
+                [
+                    r.model,
+                    r.seq,
+                    r.batch or "",
+                    "wse2",
+                    systems,
+                    f"{tps:.0f}",
+                    SOURCES[r.table] + note,
+                ]
+            )
     print(f"wrote {path}: {len(_rows())} published figures")
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--only", help="rows whose model name contains this")
     ap.add_argument("--variants", action="store_true", help="also §5: each wse2 choice's effect")
     ap.add_argument("--no-scaling", action="store_true", help="skip §4's scaling tables")
-    ap.add_argument("--write-measured", type=Path, metavar="CSV", help="write the published rows and stop")
+    ap.add_argument(
+        "--write-measured", type=Path, metavar="CSV", help="write the published rows and stop"
+    )
     args = ap.parse_args(argv)
     if args.write_measured:
         return write_measured(args.write_measured)
     import tempfile
 
-    print(f"# {' '.join(['python', *sys.argv])}  ({platform.node()}, {platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d')})\n")
+    print(
+        f"# {' '.join(['python', *sys.argv])}  ({platform.node()}, {platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d')})\n"
+    )
     t0 = time.perf_counter()
     bench = Bench(WSE2)
     ratios = fidelity(bench, args.only)
@@ -333,8 +382,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.variants:
         with tempfile.TemporaryDirectory() as tmp:
             variants(bench, Path(tmp))
-    print(f"\n{time.perf_counter() - t0:.0f} s in all; frontend per model: " + ", ".join(
-        f"{Path(k[0]).stem}@{k[1]} {v:.0f} s" for k, v in bench.frontend_s.items()))
+    print(
+        f"\n{time.perf_counter() - t0:.0f} s in all; frontend per model: "
+        + ", ".join(f"{Path(k[0]).stem}@{k[1]} {v:.0f} s" for k, v in bench.frontend_s.items())
+    )
 
 
 if __name__ == "__main__":

@@ -94,7 +94,9 @@ def _cerebras(width: int, layers: int, d_head: int, d_ffn: int) -> recipe.Family
     return _gpt3(width, layers, width // d_head, n_inner=d_ffn, activation_function="gelu")
 
 
-def _llama(width: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab: int) -> recipe.Family:
+def _llama(
+    width: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab: int
+) -> recipe.Family:
     base = recipe.ROTARY_FAMILIES["llama"]
     config = dict(base.config) | dict(
         hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads,

@@ -103,7 +103,7 @@ def test_a_list_under_a_model_is_its_own_axis(tmp_path: Path) -> None:
         ("[axes]\nseq = [16]\n[fixed]\nseq = 32\n", "seq is both an axis and fixed"),
         ("[sweep]\nx = 1\n", "unknown section 'sweep'"),
         ("[fixed]\npins = 'nowhere.json'\n", "no such file"),
-        ("[axes]\nreplicas = [0]\n", "replicas = 0 is not a positive integer or \"auto\""),
+        ("[axes]\nreplicas = [0]\n", 'replicas = 0 is not a positive integer or "auto"'),
         ("[axes]\nreplicas = ['all']\n", "replicas = 'all' is not a positive integer"),
     ],
 )

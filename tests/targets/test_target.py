@@ -106,7 +106,9 @@ def test_user_file_by_path(tmp_path: Path) -> None:
 
 
 def test_unknown_target_name() -> None:
-    with pytest.raises(TargetError, match=r"unknown target 'wse9': not a built-in \(cs1-ispd2020, small64,"):
+    with pytest.raises(
+        TargetError, match=r"unknown target 'wse9': not a built-in \(cs1-ispd2020, small64,"
+    ):
         load_target("wse9")
 
 

@@ -20,7 +20,9 @@ def test_round_trip(compiled_outdir):
     v = load_outdir(compiled_outdir)
     assert v.program.kg.to_json() == _json(compiled_outdir, "kernels.json")
     assert v.program.sizing.to_json() == _json(compiled_outdir, "sizing.json")
-    assert v.program.placement.to_json(include_timing=False) == _json(compiled_outdir, "placement.json")
+    assert v.program.placement.to_json(include_timing=False) == _json(
+        compiled_outdir, "placement.json"
+    )
     assert v.program.routing.to_json() == _json(compiled_outdir, "routing.json")
     report = _json(compiled_outdir, "report.json")
     assert v.program.target.name == report["target"]["name"]

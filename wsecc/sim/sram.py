@@ -196,9 +196,7 @@ def sram_map(program: Program, *, extra_buffers: Mapping[str, int] | None = None
         owner[rect.y : rect.y + rect.h, rect.x : rect.x + rect.w] = i
         fullest = max(b.total for b in per_pe.values())
         kernel_max[k.name] = fullest + extra.get(k.name, 0)
-        grids["buffers"][rect.y : rect.y + rect.h, rect.x : rect.x + rect.w] += extra.get(
-            k.name, 0
-        )
+        grids["buffers"][rect.y : rect.y + rect.h, rect.x : rect.x + rect.w] += extra.get(k.name, 0)
         if (rect.h, rect.w) == (ks.h, ks.w):
             expected, source = ks.sram.total, "sizing"
         else:  # another shape from sizing's alternatives
