@@ -127,6 +127,11 @@ def test_compile_and_view_state_the_summarys_bottleneck(compiled_outdir, tmp_pat
         assert f"{report['sizing']['bottleneck']} (" not in lim["lines"][0]
         hl = lim["highlight"]
         assert (hl["name"], hl["label"]) == (perf["on_wafer_bottleneck"], "on-wafer limit")
+        stats = _page_data(html_path.read_text())["stats"]  # the header's gap names its bound
+        assert (stats["gap"], stats["bound_kind"]) == (
+            report["placement"]["gap"],
+            report["placement"]["bound_kind"],
+        )
         kernels = _page_data(html_path.read_text())["kernels"]
         if perf["on_wafer_bottleneck_kind"] == "kernel":
             assert kernels[hl["kernel"]]["name"] == perf["on_wafer_bottleneck"]

@@ -547,7 +547,8 @@ document.getElementById("stats").textContent =
   `${F.target} ${W}\u00d7${H} PEs \u00b7 ${fmt(S.kernels)} kernels, ${fmt(S.pes_used)} PEs ` +
   `(${(100 * S.pes_used / S.usable_pes).toFixed(1)}%) \u00b7 ${fmt(S.lanes)} lanes, ${fmt(L.segments)} hops \u00b7 ` +
   `colors max ${S.colors_used_max}/${S.color_budget} \u00b7 link load max ${S.link_load_max} \u00b7 ` +
-  (S.gap === null ? S.placer : `${S.placer} gap ${(100 * S.gap).toFixed(1)}%`) +
+  (S.gap === null ? S.placer : `${S.placer} gap ${(100 * S.gap).toFixed(1)}%` +
+    (S.bound_kind ? ` to the ${S.bound_kind} bound` : "")) +
   (R && R.k > 1 ? ` \u00b7 ${fmt(R.k)} copies` + (R.reason ? ` (stopped by ${R.reason})` : "") : "");
 document.getElementById("limits").textContent = D.limits ? D.limits.lines.join(" \u00b7 ") : "";
 const names = document.getElementById("kernel-names");

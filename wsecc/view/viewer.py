@@ -129,6 +129,7 @@ def render_viewer(
             "placer": placement.placer,
             "objective": placement.objective,
             "gap": placement.gap if placement.bound > 0 else None,  # no bound, no gap
+            "bound_kind": placement.bound_kind,
             "stage_cycles": sizing.stage_cycles if sizing.kernels else 0,
         },
         "limits": limits_payload(limits, kernels, routing),
