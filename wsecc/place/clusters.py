@@ -4,7 +4,8 @@ Why: the star bound (`wsecc.place.bounds`) lets each kernel's neighbours crowd r
 they had no other flows, and short cycles of flows break that. A BERT layernorm's three Q/K/V
 linears must also lie against the attention they feed. The MLP's layernorm, FC1, FC2 and the
 next layernorm close a cycle through the residual. Placed exactly, one BERT-large layer's
-cycles cost 1.24–1.54× their star bound (bench/RESULTS.md, "Cluster bound").
+cycles cost 1.24–1.54× their star bound (bench/RESULTS.md, "Bounds worth reading": the
+cluster bound).
 
 The bound. Split the flow pairs into pieces: clusters, each a short cycle's kernels with the
 pairs among them that no earlier cluster took, and the rest. In any legal placement each piece's
@@ -138,7 +139,8 @@ def cluster_bound(problem: PlacementProblem, solve: Solve, max_len: int = CYCLE_
     pieces = clusters(problem, max_len)
     if not pieces:
         return plain
-    found = [_canonical(problem, c, mine) for c, mine in pieces]
+    pairs = pair_bytes(problem)
+    found = [_canonical(problem, pairs, c, mine) for c, mine in pieces]
     distinct = list(dict.fromkeys(found))
     solved = dict(zip(distinct, solve(distinct), strict=True))
     total = 0.0
@@ -146,9 +148,7 @@ def cluster_bound(problem: PlacementProblem, solve: Solve, max_len: int = CYCLE_
         own = lower_bound(cluster.problem(problem.width, problem.height)).value
         total += max(solved[cluster], own)
     taken = {e for _, mine in pieces for e in mine}
-    rest = tuple(
-        PlaceFlow(a, b, w) for (a, b), w in pair_bytes(problem).items() if (a, b) not in taken
-    )
+    rest = tuple(PlaceFlow(a, b, w) for (a, b), w in pairs.items() if (a, b) not in taken)
     total += lower_bound(
         PlacementProblem(problem.width, problem.height, problem.kernels, rest)
     ).value
@@ -159,9 +159,14 @@ def _key(a: str, b: str) -> tuple[str, str]:
     return (a, b) if a < b else (b, a)
 
 
-def _canonical(problem: PlacementProblem, cycle: list[str], mine: list[tuple[str, str]]) -> Cluster:
-    """The cluster in the rotation and direction of its cycle that sorts first."""
-    pairs = pair_bytes(problem)
+def _canonical(
+    problem: PlacementProblem,
+    pairs: dict[tuple[str, str], float],
+    cycle: list[str],
+    mine: list[tuple[str, str]],
+) -> Cluster:
+    """The cluster in the rotation and direction of its cycle that sorts first (`pairs`: the
+    problem's bytes per kernel pair, `bounds.pair_bytes`)."""
     best: Cluster | None = None
     k = len(cycle)
     for step in (1, -1):

@@ -88,7 +88,7 @@ class CpSatOptions:
     unit_again_factor: float = 4.0  # the best layer packing is improved for this many times
     # cluster bound (`wsecc.place.clusters`): its solves take this share of the budget from the
     # windows, in deterministic time on one worker in both modes (the bound is reproducible);
-    # measured on the real-size suite: bench/RESULTS.md, "Cluster bound"
+    # measured on the real-size suite: bench/RESULTS.md, "Re-run with the cluster bound"
     bound_share: float = 0.15
 
 
