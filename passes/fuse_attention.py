@@ -8,7 +8,9 @@ Anchored on Softmax over the last axis of a rank-4 tensor [B, H, Sq, Sk]:
    layout ops (Reshape, Transpose, Split, Slice) to a source [B, S, N]; the layout chain is
    *evaluated on an index tensor*, and must equal "heads h·dh columns from an offset" — so any
    order of Reshape/Transpose/Split (one Gemm+Split, three MatMuls, every K-transpose form)
-   matches;
+   matches. At most one rotary region may sit on q's and k's way (`_rope_region`): rotate-half
+   or interleaved, over all of each head's dims or, partial rotary, over the first rotary_dim
+   of them with the rest concatenated back unchanged; its cos/sin tables become operands;
 3. the mask: every bias or condition is evaluated, as a function of the graph's mask input,
    on probe masks; it must mean "causal (optionally within a sliding window) and/or key
    padding" (mask[b, key] == 0 drops a key);
@@ -147,18 +149,23 @@ class _Rope:
     y: Value
     nodes: tuple[Node, ...]
     tables: tuple[Node, ...]  # what computes the cos/sin operands from constants (may be none)
+    leaves: frozenset[Value]  # the cos/sin operands themselves
     before: tuple[Node, ...] = ()  # the layout chain from the head source to x
 
 
 _ROPE_OPS = LAYOUT | {Op.NEG, Op.MUL, Op.ADD, Op.SUB, Op.CONCAT}
 
 
-def _rope_region(view: GraphView, add: Node) -> _Rope | None:
-    """The rotary region ending in `add`: Add(Mul(x', t1), Mul(r, t2)) with tables t1, t2 that
+def _rope_region(view: GraphView, end: Node) -> _Rope | None:
+    """The rotary region ending in `end`: Add(Mul(x', t1), Mul(r, t2)) with tables t1, t2 that
     depend on no graph input (constants, or a lookup of a constant cache at constant positions:
     GPT-J's), where x' and r both come from one x through layout ops, Neg and Concat
     (rotate-half's Slice/Neg/Concat, rotate-every-two's strided Slices, Unsqueeze/Concat and
-    Reshape)."""
+    Reshape); or partial rotary, Concat(that Add, pass) over the last axis, where the Add's x
+    and the passed-through rest are both cut out of one x (`_partial_rope_region`)."""
+    if end.op is Op.CONCAT:
+        return _partial_rope_region(view, end)
+    add = end
     muls = [view.prod(v, Op.MUL) for v in add.inputs]
     if any(m is None for m in muls):
         return None
@@ -176,13 +183,35 @@ def _rope_region(view: GraphView, add: Node) -> _Rope | None:
         if region is not None and all(m2 in region for m2 in muls):
             computed = {n for t in tables for n in view.ancestors(t)}
             table_nodes = tuple(sorted(computed, key=view.index.__getitem__))
-            return _Rope(cand, add.output, tuple(region), table_nodes)
+            return _Rope(cand, add.output, tuple(region), table_nodes, frozenset(tables))
     return None
 
 
-def _layout_source(
-    view: GraphView, v: Value
-) -> tuple[Value, list[Node], float, _Rope | None]:
+def _partial_rope_region(view: GraphView, cat: Node) -> _Rope | None:
+    """Concat(y_r, x_pass) over the last axis where y_r is a rotary region's output: partial
+    rotary (GPT-NeoX, Phi, StableLM, CodeGen, GPT-J with rotary_dim < head_dim) rotates the
+    first r dims of each head, x[..., :r], and passes x[..., r:] through. The region grows back
+    from the rotary input through layout ops to the nearest x that both parts are cut from."""
+    rank = cat.output.type.rank
+    if len(cat.inputs) != 2 or cat.attr("axis") % rank != rank - 1:
+        return None
+    add = view.prod(cat.inputs[0], Op.ADD)
+    inner = _rope_region(view, add) if add is not None else None
+    if inner is None:
+        return None
+    x = inner.x
+    for _ in range(4):  # the exporters cut x[..., :r] with one Slice (or Split)
+        p = view.prod(x)
+        if p is None or p.op not in LAYOUT:
+            return None
+        x = p.inputs[0]
+        region = region_between(view, x, cat, _ROPE_OPS, 40, inner.leaves)
+        if region is not None and set(inner.nodes) <= set(region):
+            return _Rope(x, cat.output, tuple(region), inner.tables, inner.leaves)
+    return None
+
+
+def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float, _Rope | None]:
     """Walk back through layout ops, scalar scales and at most one rotary region to the value
     they rearrange. The chain excludes the rotary region's nodes (`_Rope`)."""
     chain: list[Node] = []
@@ -213,7 +242,11 @@ def _layout_source(
             scale = scale * s if n.op is Op.MUL else scale / s
             chain.append(n)
             v = n.inputs[0]
-        elif n.op is Op.ADD and rope is None and (r := _rope_region(view, n)) is not None:
+        elif (
+            n.op in (Op.ADD, Op.CONCAT)
+            and rope is None
+            and (r := _rope_region(view, n)) is not None
+        ):
             rope, after = r, len(chain)
             v = r.x
         else:
@@ -240,11 +273,12 @@ def _pairs(form: str, rd: int) -> tuple[slice, slice]:
 def _evaluate_rope(
     src: Value, before: list[Node], rope: _Rope, off: int, dh: int
 ) -> tuple[str, int, Value, Value]:
-    """Solve y = x·C + rotate(x)·S for C and S per element from two probes, for each form and
-    rotary_dim (the head dim, then halves), and keep the first that a third probe confirms
-    and that is a rotation: C and S must be tables over (position, feature), equal across
-    batch rows and heads (positions and features read from an index tensor carried from src to
-    x), and equal for both members of each rotated pair."""
+    """Solve y = x·C + rotate(x)·S for C and S per element from two probes, for each form, over
+    the first rotary_dim dims of each head (those the region moves; the rest pass through, C 1
+    and S 0), and keep the first that a third probe confirms and that is a rotation: C and S
+    must be tables over (position, feature), equal across batch rows and heads (positions and
+    features read from an index tensor carried from src to x), and equal for both members of
+    each rotated pair."""
     b, s, n = src.type.shape
     iota = np.arange(b * s * n, dtype=np.int64).reshape(b, s, n)
     idx = eval_nodes(before, {src: iota})[rope.x] if before else iota
@@ -260,34 +294,37 @@ def _evaluate_rope(
         raise NoMatch(f"rotary region could not be evaluated: {e}") from None
     if ys[0].shape != idx.shape:
         raise NoMatch("rotary region changes the shape")
-    for rd in [d for d in (dh, dh // 2, dh // 4) if d >= 2 and d % 2 == 0]:
-        for form in ("half", "interleaved"):
-            r = [rotate(x, form, rd) for x in xs]
-            det = xs[0] * r[1] - xs[1] * r[0]
-            live = np.abs(det) > 1e-9
-            safe = np.where(live, det, 1.0)
-            c = np.where(live, (ys[0] * r[1] - ys[1] * r[0]) / safe, ys[0] / xs[0])
-            sn = np.where(live, (xs[0] * ys[1] - xs[1] * ys[0]) / safe, 0.0)
-            err = np.abs(xs[2] * c + r[2] * sn - ys[2])
-            if np.max(err) > 1e-5 * max(1.0, float(np.max(np.abs(ys[2])))):
-                continue
-            cos, sin = np.zeros((s, dh)), np.zeros((s, dh))
-            cos[pos, feat], sin[pos, feat] = c, sn
-            if not (
-                np.allclose(cos[pos, feat], c, atol=1e-6)
-                and np.allclose(sin[pos, feat], sn, atol=1e-6)
-            ):
-                raise NoMatch("rotary tables differ across batch rows or heads")
-            # a rotation turns each pair by one angle: both members see the same cos and sin
-            first, second = _pairs(form, rd)
-            if not all(np.allclose(t[:, first], t[:, second], atol=1e-6) for t in (cos, sin)):
-                continue
-            return (
-                form,
-                rd,
-                Value.constant(f"{rope.y.name}/rope_cos", cos.astype(np.float32)),
-                Value.constant(f"{rope.y.name}/rope_sin", sin.astype(np.float32)),
-            )
+    # partial rotary passes the dims past rotary_dim through: the last dim it moves bounds them
+    moved = np.flatnonzero(np.any(ys[0] != xs[0], axis=tuple(range(ys[0].ndim - 1))))
+    rd = (int(moved[-1]) + 2) // 2 * 2 if moved.size else dh
+    if rd > dh or rd % 2:
+        raise NoMatch(f"rotary region moves {rd} of the head's {dh} dims (not an even count)")
+    for form in ("half", "interleaved"):
+        r = [rotate(x, form, rd) for x in xs]
+        det = xs[0] * r[1] - xs[1] * r[0]
+        live = np.abs(det) > 1e-9
+        safe = np.where(live, det, 1.0)
+        c = np.where(live, (ys[0] * r[1] - ys[1] * r[0]) / safe, ys[0] / xs[0])
+        sn = np.where(live, (xs[0] * ys[1] - xs[1] * ys[0]) / safe, 0.0)
+        err = np.abs(xs[2] * c + r[2] * sn - ys[2])
+        if np.max(err) > 1e-5 * max(1.0, float(np.max(np.abs(ys[2])))):
+            continue
+        cos, sin = np.zeros((s, dh)), np.zeros((s, dh))
+        cos[pos, feat], sin[pos, feat] = c, sn
+        if not (
+            np.allclose(cos[pos, feat], c, atol=1e-6) and np.allclose(sin[pos, feat], sn, atol=1e-6)
+        ):
+            raise NoMatch("rotary tables differ across batch rows or heads")
+        # a rotation turns each pair by one angle: both members see the same cos and sin
+        first, second = _pairs(form, rd)
+        if not all(np.allclose(t[:, first], t[:, second], atol=1e-6) for t in (cos, sin)):
+            continue
+        return (
+            form,
+            rd,
+            Value.constant(f"{rope.y.name}/rope_cos", cos.astype(np.float32)),
+            Value.constant(f"{rope.y.name}/rope_sin", sin.astype(np.float32)),
+        )
     raise NoMatch("Add of products is not a rotary embedding (rotate-half or interleaved)")
 
 

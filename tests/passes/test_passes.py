@@ -424,3 +424,87 @@ def test_fuse_swiglu_does_not_fire_on_a_sigmoid_gate():
     out, ctx = apply("fuse-swiglu", SWIGLU.replace("mul(%a, %u)", "mul(%s, %u)"))
     assert "gated_linear(" not in out
     assert any("SiLU" in n for n in ctx.notes)
+
+
+def _partial_rotary_text(form: str, rd: int, passed: str = "%{x}p") -> str:
+    """GPT-NeoX-style attention (B=1, S=4, 2 heads of 8, q, k, v slices of a packed input) with
+    q and k rotated over their first `rd` dims, rotate-half or interleaved (GPT-J's rotate every
+    two), the rest concatenated back unchanged: `passed` is the pass-through operand."""
+    s, dh = 4, 8
+    angles = np.arange(s)[:, None] / 10000 ** (np.arange(0, rd, 2) / rd)
+    emb = np.concatenate([angles, angles], 1) if form == "half" else np.repeat(angles, 2, 1)
+    r, h = rd // 2, rd
+    if form == "half":  # (-x2, x1) over the halves of x[..., :rd]
+        rotate = f"""%{{x}}1: f32[1,2,4,{r}] = slice(%{{x}}r) {{{{'axes': (3,), 'starts': (0,), 'ends': ({r},), 'steps': (1,)}}}}
+      %{{x}}2: f32[1,2,4,{r}] = slice(%{{x}}r) {{{{'axes': (3,), 'starts': ({r},), 'ends': ({h},), 'steps': (1,)}}}}
+      %{{x}}n: f32[1,2,4,{r}] = neg(%{{x}}2)
+      %{{x}}o: f32[1,2,4,{h}] = concat(%{{x}}n, %{{x}}1) {{{{'axis': -1}}}}"""
+    else:  # (-x[2i+1], x[2i]) stacked on a new last axis and flattened
+        rotate = f"""%{{x}}1: f32[1,2,4,{r}] = slice(%{{x}}r) {{{{'axes': (3,), 'starts': (0,), 'ends': ({h},), 'steps': (2,)}}}}
+      %{{x}}2: f32[1,2,4,{r}] = slice(%{{x}}r) {{{{'axes': (3,), 'starts': (1,), 'ends': ({h},), 'steps': (2,)}}}}
+      %{{x}}n: f32[1,2,4,{r}] = neg(%{{x}}2)
+      %{{x}}n1: f32[1,2,4,{r},1] = reshape(%{{x}}n) {{{{'shape': (1, 2, 4, {r}, 1)}}}}
+      %{{x}}11: f32[1,2,4,{r},1] = reshape(%{{x}}1) {{{{'shape': (1, 2, 4, {r}, 1)}}}}
+      %{{x}}st: f32[1,2,4,{r},2] = concat(%{{x}}n1, %{{x}}11) {{{{'axis': -1}}}}
+      %{{x}}o: f32[1,2,4,{h}] = reshape(%{{x}}st) {{{{'shape': (1, 2, 4, {h})}}}}"""
+    rope = f"""%{{x}}s: f32[1,4,2,8] = reshape(%{{x}}0) {{{{'shape': (1, 4, 2, 8)}}}}
+      %{{x}}: f32[1,2,4,8] = transpose(%{{x}}s) {{{{'perm': (0, 2, 1, 3)}}}}
+      %{{x}}r: f32[1,2,4,{h}] = slice(%{{x}}) {{{{'axes': (3,), 'starts': (0,), 'ends': ({h},), 'steps': (1,)}}}}
+      %{{x}}p: f32[1,2,4,{dh - h}] = slice(%{{x}}) {{{{'axes': (3,), 'starts': ({h},), 'ends': ({dh},), 'steps': (1,)}}}}
+      {rotate}
+      %{{x}}c: f32[1,2,4,{h}] = mul(%{{x}}r, %cos)
+      %{{x}}sn: f32[1,2,4,{h}] = mul(%{{x}}o, %sin)
+      %{{x}}e: f32[1,2,4,{h}] = add(%{{x}}c, %{{x}}sn)
+      %{{x}}y: f32[1,2,4,8] = concat(%{{x}}e, {passed}) {{{{'axis': -1}}}}"""
+    if rd == dh:  # full rotary: no slices, no concat
+        cut = ("%{x}r:", "%{x}p:", "%{x}y:")
+        rope = "\n".join(ln for ln in rope.splitlines() if not ln.strip().startswith(cut))
+        rope = rope.replace("%{x}r", "%{x}").replace("%{x}e", "%{x}y")
+    table = lambda t: str(np.round(t, 6).astype(np.float32).tolist())  # noqa: E731
+    return f"""graph g(%qkv: f32[1,4,48]) {{
+      %scale = const f32[] 0.3535533845424652
+      %cos = const f32[4,{h}] {table(np.cos(emb))}
+      %sin = const f32[4,{h}] {table(np.sin(emb))}
+      %q0: f32[1,4,16], %k0: f32[1,4,16], %v0: f32[1,4,16] = split(%qkv) {{'axis': 2, 'sizes': (16, 16, 16)}}
+      {rope.format(x="q")}
+      {rope.format(x="k")}
+      %kt: f32[1,2,8,4] = transpose(%ky) {{'perm': (0, 1, 3, 2)}}
+      %v1: f32[1,4,2,8] = reshape(%v0) {{'shape': (1, 4, 2, 8)}}
+      %v: f32[1,2,4,8] = transpose(%v1) {{'perm': (0, 2, 1, 3)}}
+      %sc: f32[1,2,4,4] = matmul(%qy, %kt)
+      %ss: f32[1,2,4,4] = mul(%sc, %scale)
+      %p: f32[1,2,4,4] = softmax(%ss) {{'axis': 3}}
+      %o: f32[1,2,4,8] = matmul(%p, %v)
+      %ot: f32[1,4,2,8] = transpose(%o) {{'perm': (0, 2, 1, 3)}}
+      %y: f32[1,4,16] = reshape(%ot) {{'shape': (1, 4, 16)}}
+      return %y
+    }}"""
+
+
+@pytest.mark.parametrize("form", ["half", "interleaved"])
+@pytest.mark.parametrize("rd", [4, 8])
+def test_fuse_attention_partial_rotary(form, rd):
+    """GPT-NeoX, Phi, StableLM, CodeGen and GPT-J rotate the first rotary_dim dims of each head
+    and concatenate the rest back unchanged: one attention rotating `rd` of the 8 dims, its
+    tables [S, head_dim] with cos 1 and sin 0 past rd (the interpreter checks the function)."""
+    text = _partial_rotary_text(form, rd)
+    out, _ = apply("fuse-attention", text)
+    (attn,) = [ln for ln in body(out) if "attention(" in ln]
+    assert attn.startswith("%y: f32[1,4,16] = attention(%qkv, %qkv, %qkv, %")
+    assert f"'rotary': '{form}', 'rotary_dim': {rd}," in attn
+    fused = PASSES["fuse-attention"](parse_graph(text), PassContext())
+    (node,) = [n for n in fused.nodes if n.op.value == "attention"]
+    cos, sin = (v.const for v in node.inputs[3:])
+    assert cos.shape == sin.shape == (4, 8)
+    assert (cos[:, rd:] == 1).all() and (sin[:, rd:] == 0).all()
+
+
+def test_fuse_attention_does_not_fire_when_the_passed_dims_change():
+    """A "pass-through" that is negated is no rotation of the first dims."""
+    text = _partial_rotary_text("half", 4, passed="%{x}pn")
+    text = text.replace("      %qy:", "      %qpn: f32[1,2,4,4] = neg(%qp)\n      %qy:").replace(
+        "      %ky:", "      %kpn: f32[1,2,4,4] = neg(%kp)\n      %ky:"
+    )
+    out, ctx = apply("fuse-attention", text)
+    assert "attention(" not in out
+    assert any("not a rotary embedding" in n for n in ctx.notes)
