@@ -20,7 +20,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -195,6 +195,12 @@ ROTARY_FAMILIES: dict[str, Family] = {
         _LM,
     ),
 }
+
+# Partial rotary (GPT-J-6B rotates 64 of its 256 head dims and passes the rest through): 8 of
+# 16 here. Exported by the tests (tests/hf_exports.py), not a committed sample.
+ROTARY_FAMILIES["gptj_partial"] = replace(
+    ROTARY_FAMILIES["gptj"], config=dict(ROTARY_FAMILIES["gptj"].config, rotary_dim=8)
+)
 
 # The committed samples: file stem -> family, and the exporters each is made with.
 SAMPLES = {"gpt2": "gpt2lm", "bert": "bertseq", "llama": "llama", "gptj": "gptj"}

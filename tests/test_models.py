@@ -220,3 +220,20 @@ def test_hf_sdpa_exports_fuse_and_match(family, exporter):
     for batch, seq in BINDINGS:
         for padded in (True, False):
             check_model(path, batch, seq, padded)
+
+
+@pytest.mark.parametrize("exporter", ["legacy17", "dynamo"])
+def test_hf_partial_rotary_exports_fuse_and_match(exporter):
+    """GPT-J rotating 8 of its 16 head dims (GPT-J-6B: 64 of 256), the rest passed through:
+    each attention fuses with rotary_dim 8 and the fused graph matches onnxruntime."""
+    from hf_exports import export_path
+
+    path = export_path("gptj_partial", exporter)
+    for batch, seq in BINDINGS:
+        for padded in (True, False):
+            check_model(path, batch, seq, padded)
+    fused, _ = PassManager(DEFAULT_PIPELINE).run(import_model(path, batch=1, seq=16)[0])
+    attn = [n.attr_dict for n in fused.nodes if n.op is Op.ATTENTION]
+    assert [(a["rotary"], a["head_dim"], a["rotary_dim"]) for a in attn] == [
+        ("interleaved", 16, 8)
+    ] * 2
