@@ -508,3 +508,58 @@ def test_fuse_attention_does_not_fire_when_the_passed_dims_change():
     out, ctx = apply("fuse-attention", text)
     assert "attention(" not in out
     assert any("not a rotary embedding" in n for n in ctx.notes)
+
+
+def _interleaved_qkv_text(weight: str) -> str:
+    """GPT-NeoX's fused query_key_value (B=1, S=4, 2 heads of 4): its output is [heads, 3, dh]
+    per token, so each head's q, k and v sit together and no head split takes q side by side."""
+    rng = np.random.default_rng(1)
+    w, b = rng.standard_normal((8, 24)).round(3), rng.standard_normal(24).round(3)
+    const = f"%w = const f32[8,24] {w.tolist()}" if weight == "const" else ""
+    return f"""graph g(%x: f32[1,4,8]{", %w: f32[8,24]" if weight != "const" else ""}) {{
+      {const}
+      %b = const f32[24] {b.tolist()}
+      %scale = const f32[] 0.5
+      %qkv: f32[1,4,24] = linear(%x, %w, %b) {{'activation': 'none', 'has_bias': True}}
+      %h: f32[1,4,2,12] = reshape(%qkv) {{'shape': (1, 4, 2, 12)}}
+      %t: f32[1,2,4,12] = transpose(%h) {{'perm': (0, 2, 1, 3)}}
+      %q: f32[1,2,4,4] = slice(%t) {{'axes': (3,), 'starts': (0,), 'ends': (4,), 'steps': (1,)}}
+      %k: f32[1,2,4,4] = slice(%t) {{'axes': (3,), 'starts': (4,), 'ends': (8,), 'steps': (1,)}}
+      %v: f32[1,2,4,4] = slice(%t) {{'axes': (3,), 'starts': (8,), 'ends': (12,), 'steps': (1,)}}
+      %kt: f32[1,2,4,4] = transpose(%k) {{'perm': (0, 1, 3, 2)}}
+      %s: f32[1,2,4,4] = matmul(%q, %kt)
+      %ss: f32[1,2,4,4] = mul(%s, %scale)
+      %p: f32[1,2,4,4] = softmax(%ss) {{'axis': 3}}
+      %o: f32[1,2,4,4] = matmul(%p, %v)
+      %ot: f32[1,4,2,4] = transpose(%o) {{'perm': (0, 2, 1, 3)}}
+      %y: f32[1,4,8] = reshape(%ot) {{'shape': (1, 4, 8)}}
+      return %y
+    }}"""
+
+
+def test_fuse_attention_reorders_an_interleaved_fused_qkv_linear():
+    """The Linear's weight and bias columns are permuted to q | k | v heads side by side."""
+    text = _interleaved_qkv_text("const")
+    out, _ = apply("fuse-attention", text)
+    assert body(out) == [
+        "%qkv/heads: f32[1,4,24] = linear(%x, %w/heads, %b/heads) {'activation': 'none', "
+        "'has_bias': True}",
+        "%y: f32[1,4,8] = attention(%qkv/heads, %qkv/heads, %qkv/heads) {'causal': False, "
+        "'fill': -1e999, 'head_dim': 4, 'k_offset': 8, 'mask': 'none', 'nan_to_zero': False, "
+        "'num_heads': 2, 'q_offset': 0, 'scale': 0.5, 'v_offset': 16, 'window': 0}",
+    ]
+    fused = PASSES["fuse-attention"](parse_graph(text), PassContext())
+    w = next(v.const for n in fused.nodes for v in n.inputs if v.name == "w/heads")
+    original = parse_graph(text)
+    w0 = next(v.const for n in original.nodes for v in n.inputs if v.name == "w")
+    # head 1's q is columns 12..15 of the [heads, 3, dh] layout, k of head 0 columns 4..7
+    assert np.array_equal(w[:, 4:8], w0[:, 12:16]) and np.array_equal(w[:, 8:12], w0[:, 4:8])
+
+
+def test_fuse_attention_does_not_reorder_a_linear_with_weights_from_inputs():
+    out, ctx = apply("fuse-attention", _interleaved_qkv_text("input"))
+    assert "attention(" not in out
+    assert any(
+        "does not split heads side by side, and its Linear's weight or bias is not a constant" in n
+        for n in ctx.notes
+    )
