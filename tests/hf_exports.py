@@ -25,7 +25,7 @@ import pytest
 
 EXPORT_VERSION = 1
 FAMILIES = ("gpt2lm", "gpt2", "gptneo", "opt", "bert", "bertseq", "distilbert", "roberta")
-ROTARY_FAMILIES = ("llama", "gptj", "gptj_partial")  # the recipe's, exported like the others
+ROTARY_FAMILIES = ("llama", "gptj", "gptj_partial", "gptneox", "gptneox_serial")
 EXPORTERS = ("legacy14", "legacy17", "dynamo")
 _SAMPLES_DIR = Path(__file__).resolve().parents[1] / "samples"
 
