@@ -211,6 +211,12 @@ def _partial_rope_region(view: GraphView, cat: Node) -> _Rope | None:
     return None
 
 
+def _moves_data(n: Node) -> bool:
+    """A layout op, or a Gather (GatherND) at constant indices: Falcon takes the key and the
+    value head out of each group of its fused heads with one."""
+    return n.op in LAYOUT or (n.op in (Op.GATHER, Op.GATHER_ND) and n.inputs[1].is_const)
+
+
 def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float, _Rope | None]:
     """Walk back through layout ops, scalar scales and at most one rotary region to the value
     they rearrange. The chain excludes the rotary region's nodes (`_Rope`)."""
@@ -229,7 +235,7 @@ def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float,
         n = view.prod(v)
         if n is None:
             return done()
-        if n.op in LAYOUT:
+        if _moves_data(n):
             chain.append(n)
             v = n.inputs[0]
         elif (
@@ -383,7 +389,8 @@ def _head_columns(
     """[heads taken, dh]: the column of `src` each dim of each head reads when `chain` takes
     heads out of it (every position reading its own row of src), or NoMatch. `grouped` (keys,
     values): the chain may take h / g heads and repeat each g times in a row (grouped-query
-    attention's repeat_kv); the heads taken are then h / g. A rotary region on the way moves
+    attention's repeat_kv), or take one head that the MatMul broadcasts (Falcon's multi-query);
+    the heads taken are then h / g. A rotary region on the way moves
     no data, so its output stands for its input."""
     alias = (rope.y, rope.x) if rope is not None else None
     key = ("head columns", _structure(src, chain, target, alias), h, dh, transposed, grouped)
@@ -414,7 +421,7 @@ def _evaluate_head_columns(
     for node in nodes:  # scalar scales pass indices through unchanged
         if alias is not None and alias[1] in vals:
             vals[alias[0]] = vals[alias[1]]
-        if node.op in LAYOUT:
+        if _moves_data(node):
             vals.update(eval_nodes([node], vals))
         else:
             vals[node.output] = vals[node.inputs[0]]
@@ -423,6 +430,8 @@ def _evaluate_head_columns(
     got = vals[target]
     if transposed and got.ndim == 4:
         got = got.transpose(0, 1, 3, 2)
+    if grouped and got.ndim == 4 and got.shape[1] == 1:  # one K/V head broadcast (multi-query)
+        got = np.broadcast_to(got, (got.shape[0], h, *got.shape[2:]))
     cols = got[0, :, :1, :] if got.shape == (rows, h, s, dh) else None
     rows_of = (np.arange(rows)[:, None] * s + np.arange(s)) * n  # where each (row, position) starts
     if (

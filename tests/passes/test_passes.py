@@ -563,3 +563,36 @@ def test_fuse_attention_does_not_reorder_a_linear_with_weights_from_inputs():
         "does not split heads side by side, and its Linear's weight or bias is not a constant" in n
         for n in ctx.notes
     )
+
+
+def test_fuse_attention_falcon_multi_query_gathers_its_key_and_value_head():
+    """Falcon's fused query_key_value holds 2 query heads, then one key and one value head; it
+    takes those with a Gather at a constant index, and the MatMuls broadcast the single key
+    and value head over the query heads (multi-query: one K/V head)."""
+    out, _ = apply(
+        "fuse-attention",
+        """graph g(%qkv: f32[1,4,16]) {
+          %scale = const f32[] 0.5
+          %ik = const i64[1] [-2]
+          %iv = const i64[1] [-1]
+          %h: f32[1,4,4,4] = reshape(%qkv) {'shape': (1, 4, 4, 4)}
+          %q0: f32[1,4,2,4] = slice(%h) {'axes': (2,), 'starts': (0,), 'ends': (-2,), 'steps': (1,)}
+          %k0: f32[1,4,1,4] = gather(%h, %ik) {'axis': 2}
+          %v0: f32[1,4,1,4] = gather(%h, %iv) {'axis': 2}
+          %q: f32[1,2,4,4] = transpose(%q0) {'perm': (0, 2, 1, 3)}
+          %kt: f32[1,1,4,4] = transpose(%k0) {'perm': (0, 2, 3, 1)}
+          %v: f32[1,1,4,4] = transpose(%v0) {'perm': (0, 2, 1, 3)}
+          %s: f32[1,2,4,4] = matmul(%q, %kt)
+          %ss: f32[1,2,4,4] = mul(%s, %scale)
+          %p: f32[1,2,4,4] = softmax(%ss) {'axis': 3}
+          %o: f32[1,2,4,4] = matmul(%p, %v)
+          %ot: f32[1,4,2,4] = transpose(%o) {'perm': (0, 2, 1, 3)}
+          %y: f32[1,4,8] = reshape(%ot) {'shape': (1, 4, 8)}
+          return %y
+        }""",
+    )
+    assert body(out) == [
+        "%y: f32[1,4,8] = attention(%qkv, %qkv, %qkv) {'causal': False, 'fill': -1e999, "
+        "'head_dim': 4, 'k_offset': 8, 'kv_heads': 1, 'mask': 'none', 'nan_to_zero': False, "
+        "'num_heads': 2, 'q_offset': 0, 'scale': 0.5, 'v_offset': 12, 'window': 0}"
+    ]
