@@ -8,7 +8,9 @@ Anchored on Softmax over the last axis of a rank-4 tensor [B, H, Sq, Sk]:
    layout ops (Reshape, Transpose, Split, Slice) to a source [B, S, N]; the layout chain is
    *evaluated on an index tensor*, and must equal "heads h·dh columns from an offset" — so any
    order of Reshape/Transpose/Split (one Gemm+Split, three MatMuls, every K-transpose form)
-   matches;
+   matches. At most one rotary region may sit on q's and k's way (`_rope_region`): rotate-half
+   or interleaved, over all of each head's dims or, partial rotary, over the first rotary_dim
+   of them with the rest concatenated back unchanged; its cos/sin tables become operands;
 3. the mask: every bias or condition is evaluated, as a function of the graph's mask input,
    on probe masks; it must mean "causal (optionally within a sliding window) and/or key
    padding" (mask[b, key] == 0 drops a key);
@@ -48,7 +50,7 @@ from wsecc.ir.rewrite import (
     rewrite_nodes,
     scalar,
 )
-from wsecc.ir.rules import rotate, split_heads
+from wsecc.ir.rules import rotate
 from wsecc.pm import Pass, PassContext, PassError
 
 VERY_NEGATIVE = -1000.0  # an additive bias at or below this masks the key out
@@ -147,18 +149,23 @@ class _Rope:
     y: Value
     nodes: tuple[Node, ...]
     tables: tuple[Node, ...]  # what computes the cos/sin operands from constants (may be none)
+    leaves: frozenset[Value]  # the cos/sin operands themselves
     before: tuple[Node, ...] = ()  # the layout chain from the head source to x
 
 
 _ROPE_OPS = LAYOUT | {Op.NEG, Op.MUL, Op.ADD, Op.SUB, Op.CONCAT}
 
 
-def _rope_region(view: GraphView, add: Node) -> _Rope | None:
-    """The rotary region ending in `add`: Add(Mul(x', t1), Mul(r, t2)) with tables t1, t2 that
+def _rope_region(view: GraphView, end: Node) -> _Rope | None:
+    """The rotary region ending in `end`: Add(Mul(x', t1), Mul(r, t2)) with tables t1, t2 that
     depend on no graph input (constants, or a lookup of a constant cache at constant positions:
     GPT-J's), where x' and r both come from one x through layout ops, Neg and Concat
     (rotate-half's Slice/Neg/Concat, rotate-every-two's strided Slices, Unsqueeze/Concat and
-    Reshape)."""
+    Reshape); or partial rotary, Concat(that Add, pass) over the last axis, where the Add's x
+    and the passed-through rest are both cut out of one x (`_partial_rope_region`)."""
+    if end.op is Op.CONCAT:
+        return _partial_rope_region(view, end)
+    add = end
     muls = [view.prod(v, Op.MUL) for v in add.inputs]
     if any(m is None for m in muls):
         return None
@@ -176,13 +183,41 @@ def _rope_region(view: GraphView, add: Node) -> _Rope | None:
         if region is not None and all(m2 in region for m2 in muls):
             computed = {n for t in tables for n in view.ancestors(t)}
             table_nodes = tuple(sorted(computed, key=view.index.__getitem__))
-            return _Rope(cand, add.output, tuple(region), table_nodes)
+            return _Rope(cand, add.output, tuple(region), table_nodes, frozenset(tables))
     return None
 
 
-def _layout_source(
-    view: GraphView, v: Value
-) -> tuple[Value, list[Node], float, _Rope | None]:
+def _partial_rope_region(view: GraphView, cat: Node) -> _Rope | None:
+    """Concat(y_r, x_pass) over the last axis where y_r is a rotary region's output: partial
+    rotary (GPT-NeoX, Phi, StableLM, CodeGen, GPT-J with rotary_dim < head_dim) rotates the
+    first r dims of each head, x[..., :r], and passes x[..., r:] through. The region grows back
+    from the rotary input through layout ops to the nearest x that both parts are cut from."""
+    rank = cat.output.type.rank
+    if len(cat.inputs) != 2 or cat.attr("axis") % rank != rank - 1:
+        return None
+    add = view.prod(cat.inputs[0], Op.ADD)
+    inner = _rope_region(view, add) if add is not None else None
+    if inner is None:
+        return None
+    x = inner.x
+    for _ in range(4):  # the exporters cut x[..., :r] with one Slice (or Split)
+        p = view.prod(x)
+        if p is None or p.op not in LAYOUT:
+            return None
+        x = p.inputs[0]
+        region = region_between(view, x, cat, _ROPE_OPS, 40, inner.leaves)
+        if region is not None and set(inner.nodes) <= set(region):
+            return _Rope(x, cat.output, tuple(region), inner.tables, inner.leaves)
+    return None
+
+
+def _moves_data(n: Node) -> bool:
+    """A layout op, or a Gather (GatherND) at constant indices: Falcon takes the key and the
+    value head out of each group of its fused heads with one."""
+    return n.op in LAYOUT or (n.op in (Op.GATHER, Op.GATHER_ND) and n.inputs[1].is_const)
+
+
+def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float, _Rope | None]:
     """Walk back through layout ops, scalar scales and at most one rotary region to the value
     they rearrange. The chain excludes the rotary region's nodes (`_Rope`)."""
     chain: list[Node] = []
@@ -200,7 +235,7 @@ def _layout_source(
         n = view.prod(v)
         if n is None:
             return done()
-        if n.op in LAYOUT:
+        if _moves_data(n):
             chain.append(n)
             v = n.inputs[0]
         elif (
@@ -213,7 +248,11 @@ def _layout_source(
             scale = scale * s if n.op is Op.MUL else scale / s
             chain.append(n)
             v = n.inputs[0]
-        elif n.op is Op.ADD and rope is None and (r := _rope_region(view, n)) is not None:
+        elif (
+            n.op in (Op.ADD, Op.CONCAT)
+            and rope is None
+            and (r := _rope_region(view, n)) is not None
+        ):
             rope, after = r, len(chain)
             v = r.x
         else:
@@ -221,13 +260,15 @@ def _layout_source(
 
 
 def _rope_tables(
-    memo: Memo, src: Value, rope: _Rope, off: int, dh: int
+    memo: Memo, src: Value, rope: _Rope, cols: np.ndarray
 ) -> tuple[str, int, Value, Value]:
-    """(form, rotary_dim, cos, sin [S, dh]) of a rotary region, or NoMatch. Remembered by
-    structure: the layers share their tables (and the table constants)."""
+    """(form, rotary_dim, cos, sin [S, dh]) of a rotary region over the heads at `cols`
+    (`_head_columns`), or NoMatch. Remembered by structure: the layers share their tables (and
+    the table constants)."""
     before = list(rope.before)
-    key = ("rope", _structure(src, [*before, *rope.tables, *rope.nodes], rope.y), off, dh)
-    return _remembered(memo, key, lambda: _evaluate_rope(src, before, rope, off, dh))
+    structure = _structure(src, [*before, *rope.tables, *rope.nodes], rope.y)
+    key = ("rope", structure, cols.shape, cols.tobytes())
+    return _remembered(memo, key, lambda: _evaluate_rope(src, before, rope, cols))
 
 
 def _pairs(form: str, rd: int) -> tuple[slice, slice]:
@@ -238,19 +279,23 @@ def _pairs(form: str, rd: int) -> tuple[slice, slice]:
 
 
 def _evaluate_rope(
-    src: Value, before: list[Node], rope: _Rope, off: int, dh: int
+    src: Value, before: list[Node], rope: _Rope, cols: np.ndarray
 ) -> tuple[str, int, Value, Value]:
-    """Solve y = x·C + rotate(x)·S for C and S per element from two probes, for each form and
-    rotary_dim (the head dim, then halves), and keep the first that a third probe confirms
-    and that is a rotation: C and S must be tables over (position, feature), equal across
-    batch rows and heads (positions and features read from an index tensor carried from src to
-    x), and equal for both members of each rotated pair."""
+    """Solve y = x·C + rotate(x)·S for C and S per element from two probes, for each form, over
+    the first rotary_dim dims of each head (those the region moves; the rest pass through, C 1
+    and S 0), and keep the first that a third probe confirms and that is a rotation: C and S
+    must be tables over (position, feature), equal across batch rows and heads (positions and
+    features read from an index tensor carried from src to x), and equal for both members of
+    each rotated pair."""
     b, s, n = src.type.shape
+    dh = cols.shape[1]
     iota = np.arange(b * s * n, dtype=np.int64).reshape(b, s, n)
     idx = eval_nodes(before, {src: iota})[rope.x] if before else iota
-    if idx.shape[-1] != dh or np.any(idx % n % dh != np.arange(dh)):
+    dim_of = np.full(n, -1)  # each source column's dim within its head
+    dim_of[cols] = np.arange(dh)
+    pos, feat = (idx // n) % s, dim_of[idx % n]
+    if idx.shape[-1] != dh or np.any(feat != np.arange(dh)):
         raise NoMatch("rotary input's last axis is not the head dim")
-    pos, feat = (idx // n) % s, (idx % n - off) % dh
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal(idx.shape) for _ in range(3)]
     try:
@@ -260,34 +305,37 @@ def _evaluate_rope(
         raise NoMatch(f"rotary region could not be evaluated: {e}") from None
     if ys[0].shape != idx.shape:
         raise NoMatch("rotary region changes the shape")
-    for rd in [d for d in (dh, dh // 2, dh // 4) if d >= 2 and d % 2 == 0]:
-        for form in ("half", "interleaved"):
-            r = [rotate(x, form, rd) for x in xs]
-            det = xs[0] * r[1] - xs[1] * r[0]
-            live = np.abs(det) > 1e-9
-            safe = np.where(live, det, 1.0)
-            c = np.where(live, (ys[0] * r[1] - ys[1] * r[0]) / safe, ys[0] / xs[0])
-            sn = np.where(live, (xs[0] * ys[1] - xs[1] * ys[0]) / safe, 0.0)
-            err = np.abs(xs[2] * c + r[2] * sn - ys[2])
-            if np.max(err) > 1e-5 * max(1.0, float(np.max(np.abs(ys[2])))):
-                continue
-            cos, sin = np.zeros((s, dh)), np.zeros((s, dh))
-            cos[pos, feat], sin[pos, feat] = c, sn
-            if not (
-                np.allclose(cos[pos, feat], c, atol=1e-6)
-                and np.allclose(sin[pos, feat], sn, atol=1e-6)
-            ):
-                raise NoMatch("rotary tables differ across batch rows or heads")
-            # a rotation turns each pair by one angle: both members see the same cos and sin
-            first, second = _pairs(form, rd)
-            if not all(np.allclose(t[:, first], t[:, second], atol=1e-6) for t in (cos, sin)):
-                continue
-            return (
-                form,
-                rd,
-                Value.constant(f"{rope.y.name}/rope_cos", cos.astype(np.float32)),
-                Value.constant(f"{rope.y.name}/rope_sin", sin.astype(np.float32)),
-            )
+    # partial rotary passes the dims past rotary_dim through: the last dim it moves bounds them
+    moved = np.flatnonzero(np.any(ys[0] != xs[0], axis=tuple(range(ys[0].ndim - 1))))
+    rd = (int(moved[-1]) + 2) // 2 * 2 if moved.size else dh
+    if rd > dh or rd % 2:
+        raise NoMatch(f"rotary region moves {rd} of the head's {dh} dims (not an even count)")
+    for form in ("half", "interleaved"):
+        r = [rotate(x, form, rd) for x in xs]
+        det = xs[0] * r[1] - xs[1] * r[0]
+        live = np.abs(det) > 1e-9
+        safe = np.where(live, det, 1.0)
+        c = np.where(live, (ys[0] * r[1] - ys[1] * r[0]) / safe, ys[0] / xs[0])
+        sn = np.where(live, (xs[0] * ys[1] - xs[1] * ys[0]) / safe, 0.0)
+        err = np.abs(xs[2] * c + r[2] * sn - ys[2])
+        if np.max(err) > 1e-5 * max(1.0, float(np.max(np.abs(ys[2])))):
+            continue
+        cos, sin = np.zeros((s, dh)), np.zeros((s, dh))
+        cos[pos, feat], sin[pos, feat] = c, sn
+        if not (
+            np.allclose(cos[pos, feat], c, atol=1e-6) and np.allclose(sin[pos, feat], sn, atol=1e-6)
+        ):
+            raise NoMatch("rotary tables differ across batch rows or heads")
+        # a rotation turns each pair by one angle: both members see the same cos and sin
+        first, second = _pairs(form, rd)
+        if not all(np.allclose(t[:, first], t[:, second], atol=1e-6) for t in (cos, sin)):
+            continue
+        return (
+            form,
+            rd,
+            Value.constant(f"{rope.y.name}/rope_cos", cos.astype(np.float32)),
+            Value.constant(f"{rope.y.name}/rope_sin", sin.astype(np.float32)),
+        )
     raise NoMatch("Add of products is not a rotary embedding (rotate-half or interleaved)")
 
 
@@ -327,7 +375,7 @@ def _one_row(chain: Sequence[Node], b: int) -> list[Node] | None:
     return out
 
 
-def _head_offset(
+def _head_columns(
     memo: Memo,
     src: Value,
     chain: list[Node],
@@ -337,21 +385,23 @@ def _head_offset(
     transposed: bool,
     rope: _Rope | None = None,
     grouped: bool = False,
-) -> tuple[int, int]:
-    """(column offset, heads taken) at which `chain` takes heads out of `src`, or NoMatch.
-    `grouped` (keys, values): the chain may take h / g heads and repeat each g times in a row
-    (grouped-query attention's repeat_kv); the heads taken are then h / g. A rotary region on
-    the way moves no data, so its output stands for its input."""
+) -> np.ndarray:
+    """[heads taken, dh]: the column of `src` each dim of each head reads when `chain` takes
+    heads out of it (every position reading its own row of src), or NoMatch. `grouped` (keys,
+    values): the chain may take h / g heads and repeat each g times in a row (grouped-query
+    attention's repeat_kv), or take one head that the MatMul broadcasts (Falcon's multi-query);
+    the heads taken are then h / g. A rotary region on the way moves
+    no data, so its output stands for its input."""
     alias = (rope.y, rope.x) if rope is not None else None
-    key = ("head offset", _structure(src, chain, target, alias), h, dh, transposed, grouped)
+    key = ("head columns", _structure(src, chain, target, alias), h, dh, transposed, grouped)
     return _remembered(
         memo,
         key,
-        lambda: _evaluate_head_offset(src, chain, target, h, dh, transposed, alias, grouped),
+        lambda: _evaluate_head_columns(src, chain, target, h, dh, transposed, alias, grouped),
     )
 
 
-def _evaluate_head_offset(
+def _evaluate_head_columns(
     src: Value,
     chain: list[Node],
     target: Value,
@@ -360,7 +410,7 @@ def _evaluate_head_offset(
     transposed: bool,
     alias: _Alias,
     grouped: bool,
-) -> tuple[int, int]:
+) -> np.ndarray:
     if src.type.rank != 3:
         raise NoMatch(f"head source {src.name!r} is not [B, S, N]")
     b, s, n = src.type.shape
@@ -371,24 +421,38 @@ def _evaluate_head_offset(
     for node in nodes:  # scalar scales pass indices through unchanged
         if alias is not None and alias[1] in vals:
             vals[alias[0]] = vals[alias[1]]
-        if node.op in LAYOUT:
+        if _moves_data(node):
             vals.update(eval_nodes([node], vals))
         else:
             vals[node.output] = vals[node.inputs[0]]
     if alias is not None and alias[1] in vals:
         vals[alias[0]] = vals[alias[1]]
     got = vals[target]
-    first = int(got.reshape(-1)[0])
-    off = first % n
-    for taken in [d for d in range(h, 0, -1) if h % d == 0] if grouped else [h]:
-        if n < off + taken * dh:
-            continue
-        want = np.repeat(split_heads(iota, off, taken, dh), h // taken, axis=1)
-        if transposed:
-            want = want.transpose(0, 1, 3, 2)
-        if got.shape == want.shape and np.array_equal(got, want):
-            return off, taken
-    raise NoMatch(f"layout from {src.name!r} does not split heads")
+    if transposed and got.ndim == 4:
+        got = got.transpose(0, 1, 3, 2)
+    if grouped and got.ndim == 4 and got.shape[1] == 1:  # one K/V head broadcast (multi-query)
+        got = np.broadcast_to(got, (got.shape[0], h, *got.shape[2:]))
+    cols = got[0, :, :1, :] if got.shape == (rows, h, s, dh) else None
+    rows_of = (np.arange(rows)[:, None] * s + np.arange(s)) * n  # where each (row, position) starts
+    if (
+        cols is None
+        or np.any(cols < 0)
+        or np.any(cols >= n)
+        or not np.array_equal(got, rows_of[:, None, :, None] + cols[None])
+    ):
+        raise NoMatch(f"layout from {src.name!r} does not split heads")
+    cols = cols[:, 0, :]
+    for taken in [d for d in range(1, h + 1) if h % d == 0] if grouped else [h]:
+        heads = cols.reshape(taken, h // taken, dh)
+        if np.array_equal(heads, np.broadcast_to(heads[:, :1], heads.shape)):
+            return heads[:, 0]
+    raise AssertionError("unreachable: every head is its own group")
+
+
+def _offset(cols: np.ndarray) -> int | None:
+    """The column offset of heads that sit side by side in their source, else None."""
+    first = int(cols[0, 0])
+    return first if np.array_equal(cols.ravel(), first + np.arange(cols.size)) else None
 
 
 def _merge_heads(
@@ -547,9 +611,9 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     dh = qv.type.shape[-1]
     q_src, q_chain, q_scale, q_rope = _layout_source(view, qv)
     k_src, k_chain, k_scale, k_rope = _layout_source(view, kv)
-    q_off, _ = _head_offset(memo, q_src, q_chain, qv, h, dh, False, q_rope)
-    k_off, kv_heads = _head_offset(memo, k_src, k_chain, kv, h, dh, True, k_rope, grouped=True)
-    rotary = _rotary(memo, (q_src, q_rope, q_off), (k_src, k_rope, k_off), dh)
+    q_cols = _head_columns(memo, q_src, q_chain, qv, h, dh, False, q_rope)
+    k_cols = _head_columns(memo, k_src, k_chain, kv, h, dh, True, k_rope, grouped=True)
+    rotary = _rotary(memo, (q_src, q_rope, q_cols), (k_src, k_rope, k_cols))
     # after softmax: optional NaN clean-up, then p·v
     p, post = sm.output, []
     nan_to_zero = False
@@ -583,7 +647,8 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     v_src, v_chain, v_scale, v_rope = _layout_source(view, pv.inputs[1])
     if v_scale != 1.0 or v_rope is not None:
         raise NoMatch("v is scaled or rotated")
-    v_off, v_heads = _head_offset(memo, v_src, v_chain, pv.inputs[1], h, dh, False, grouped=True)
+    v_cols = _head_columns(memo, v_src, v_chain, pv.inputs[1], h, dh, False, grouped=True)
+    kv_heads, v_heads = len(k_cols), len(v_cols)
     if v_heads != kv_heads:
         raise NoMatch(f"{kv_heads} key heads but {v_heads} value heads")
     region = (
@@ -597,6 +662,12 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     leak = view.escapes(internal, region)
     if leak is not None:
         raise NoMatch(f"intermediate {leak.name!r} is used outside the attention")
+    srcs, offsets = [q_src, k_src, v_src], [_offset(c) for c in (q_cols, k_cols, v_cols)]
+    packed: list[Node] = []  # the Linear q, k, v come from, reordered for the heads
+    if any(off is None for off in offsets):
+        lin, offsets = _reordered_linear(view, srcs, [q_cols, k_cols, v_cols], region)
+        packed, srcs = [lin], [lin.output] * 3
+    q_off, k_off, v_off = offsets
     causal, window, mask_in, fill = _mask_semantics(memo, view, sc.terms, (b, h, sq, sk))
     attrs = {
         "num_heads": h, "head_dim": dh, "q_offset": q_off, "k_offset": k_off, "v_offset": v_off,
@@ -608,20 +679,52 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     if rotary[0] != "none":
         attrs.update(rotary=rotary[0], rotary_dim=rotary[1])
     origin = origin_of(sorted(region, key=view.index.__getitem__))
-    ins = [q_src, k_src, v_src] + ([mask_in] if mask_in is not None else []) + rotary[2]
+    ins = srcs + ([mask_in] if mask_in is not None else []) + rotary[2]
     if flat:
         att = make_node(Op.ATTENTION, ins, f"{out.name}/attn", origin, **attrs)
         new = [att, make_node(Op.RESHAPE, [att.output], out.name, origin, shape=out.type.shape)]
     else:
         new = [make_node(Op.ATTENTION, ins, out.name, origin, **attrs)]
-    return Replacement(new, {out: new[-1].output}), region
+    consumed = region | {view.producer[q_src]} if packed else region
+    return Replacement(packed + new, {out: new[-1].output}), consumed
+
+
+def _reordered_linear(
+    view: GraphView, srcs: list[Value], cols: list[np.ndarray], region: set[Node]
+) -> tuple[Node, list[int]]:
+    """q, k and v heads taken out of one Linear's output in another order than side by side
+    (GPT-NeoX's [heads, 3, dh] per token, Falcon's [kv heads, g + 2, dh], CodeGen's mp_num
+    blocks): that Linear with its weight's (and bias's) columns permuted to q | k | v heads, and
+    the three offsets; NoMatch unless the weight and bias are constants and the attention is
+    the output's only user."""
+    src = srcs[0]
+    lin = view.prod(src, Op.LINEAR)
+    why = f"layout from {src.name!r} does not split heads side by side"
+    if lin is None or any(v is not src for v in srcs):
+        raise NoMatch(f"{why}, and q, k and v are not one Linear's to reorder")
+    if not all(v.is_const for v in lin.inputs[1:]):
+        raise NoMatch(f"{why}, and its Linear's weight or bias is not a constant to reorder")
+    if src in view.outputs or any(u not in region for u in view.users.get(src, [])):
+        raise NoMatch(f"{why}, and its Linear's output is used outside the attention")
+    perm = np.concatenate([c.ravel() for c in cols])
+    if np.unique(perm).size != perm.size:
+        raise NoMatch(f"{why}: q, k and v share columns")
+    w, *bias = lin.inputs[1:]
+    assert w.const is not None
+    consts = [Value.constant(f"{w.name}/heads", w.const[:, perm])] + [
+        Value.constant(f"{b.name}/heads", b.const[perm]) for b in bias if b.const is not None
+    ]
+    new = make_node(
+        Op.LINEAR, [lin.inputs[0], *consts], f"{src.name}/heads", lin.origin, **lin.attr_dict
+    )
+    q, k = cols[0].size, cols[1].size
+    return new, [0, q, q + k]
 
 
 def _rotary(
     memo: Memo,
-    q: tuple[Value, _Rope | None, int],
-    k: tuple[Value, _Rope | None, int],
-    dh: int,
+    q: tuple[Value, _Rope | None, np.ndarray],
+    k: tuple[Value, _Rope | None, np.ndarray],
 ) -> tuple[str, int, list[Value]]:
     """(form, rotary_dim, [cos, sin]) when q and k are rotated alike, ("none", 0, []) when
     neither is; NoMatch otherwise."""
@@ -629,8 +732,8 @@ def _rotary(
         return "none", 0, []
     if q[1] is None or k[1] is None:
         raise NoMatch("only one of q and k is rotated")
-    qf, qd, qc, qs = _rope_tables(memo, q[0], q[1], q[2], dh)
-    kf, kd, kc, ks = _rope_tables(memo, k[0], k[1], k[2], dh)
+    qf, qd, qc, qs = _rope_tables(memo, q[0], q[1], q[2])
+    kf, kd, kc, ks = _rope_tables(memo, k[0], k[1], k[2])
     assert qc.const is not None and kc.const is not None and qs.const is not None
     assert ks.const is not None
     if (qf, qd) != (kf, kd) or not (

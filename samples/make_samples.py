@@ -20,7 +20,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -195,6 +195,39 @@ ROTARY_FAMILIES: dict[str, Family] = {
         _LM,
     ),
 }
+
+# Exported by the tests (tests/hf_exports.py), not committed samples: partial rotary (GPT-J-6B
+# rotates 64 of its 256 head dims and passes the rest through: 8 of 16 here; GPT-NeoX/Pythia a
+# quarter), and GPT-NeoX's fused query_key_value, laid out [heads, 3, head_dim] per token, with
+# attention and MLP in parallel (the default) or one after the other.
+ROTARY_FAMILIES["gptj_partial"] = replace(
+    ROTARY_FAMILIES["gptj"], config=dict(ROTARY_FAMILIES["gptj"].config, rotary_dim=8)
+)
+ROTARY_FAMILIES["gptneox"] = Family(
+    "GPTNeoXForCausalLM",
+    "GPTNeoXConfig",
+    dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=172,
+        vocab_size=256,
+        max_position_embeddings=128,
+        rotary_pct=0.25,  # transformers 4; 5 calls it partial_rotary_factor
+        partial_rotary_factor=0.25,
+        use_parallel_residual=True,
+        use_cache=False,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+    ),
+    _IDS_MASK,
+    _LM,
+)
+ROTARY_FAMILIES["gptneox_serial"] = replace(
+    ROTARY_FAMILIES["gptneox"],
+    config=dict(ROTARY_FAMILIES["gptneox"].config, use_parallel_residual=False),
+)
 
 # The committed samples: file stem -> family, and the exporters each is made with.
 SAMPLES = {"gpt2": "gpt2lm", "bert": "bertseq", "llama": "llama", "gptj": "gptj"}

@@ -25,17 +25,17 @@ import pytest
 
 EXPORT_VERSION = 1
 FAMILIES = ("gpt2lm", "gpt2", "gptneo", "opt", "bert", "bertseq", "distilbert", "roberta")
+ROTARY_FAMILIES = ("llama", "gptj", "gptj_partial", "gptneox", "gptneox_serial")
 EXPORTERS = ("legacy14", "legacy17", "dynamo")
 _SAMPLES_DIR = Path(__file__).resolve().parents[1] / "samples"
 
 
 def export_path(family: str, exporter: str, attn: str = "eager") -> Path:
-    """Path of the cached export of ``family`` (one of FAMILIES) by ``exporter`` (EXPORTERS),
-    with the ``attn`` attention implementation ("eager" or "sdpa")."""
-    if family not in FAMILIES or exporter not in EXPORTERS:
-        raise ValueError(
-            f"unknown export {family!r}/{exporter!r}; expected {FAMILIES} x {EXPORTERS}"
-        )
+    """Path of the cached export of ``family`` (one of FAMILIES or ROTARY_FAMILIES) by
+    ``exporter`` (EXPORTERS), with the ``attn`` attention implementation ("eager" or "sdpa")."""
+    known = FAMILIES + ROTARY_FAMILIES
+    if family not in known or exporter not in EXPORTERS:
+        raise ValueError(f"unknown export {family!r}/{exporter!r}; expected {known} x {EXPORTERS}")
     recipe = _recipe()
     suffix = "" if attn == "eager" else f"_{attn}"
     path = cache_dir() / f"{family}_{exporter}{suffix}.onnx"
@@ -45,7 +45,7 @@ def export_path(family: str, exporter: str, attn: str = "eager") -> Path:
 
     with FileLock(f"{path}.lock"):
         if not path.exists():  # another process may have made it while we waited
-            spec = recipe.FAMILIES[family]
+            spec = {**recipe.FAMILIES, **recipe.ROTARY_FAMILIES}[family]
             module = recipe.build_family(spec, attn=attn)
             example = recipe.make_inputs(spec, 2, 16, pad_last_row=True)
             partial = path.with_name(f".{path.stem}.{os.getpid()}.onnx")
@@ -86,5 +86,6 @@ def _recipe() -> ModuleType:
         sys.path.insert(0, str(_SAMPLES_DIR))
     import make_samples
 
-    assert tuple(make_samples.FAMILIES) == FAMILIES, "tests/hf_exports.py and the recipe disagree"
+    recipe = (tuple(make_samples.FAMILIES), tuple(make_samples.ROTARY_FAMILIES))
+    assert recipe == (FAMILIES, ROTARY_FAMILIES), "tests/hf_exports.py and the recipe disagree"
     return make_samples

@@ -15,7 +15,7 @@ from wsecc.passes import DEFAULT_PIPELINE
 from wsecc import gradcheck
 from wsecc.frontend.onnx import import_model
 from wsecc.gradcheck import check_gradients
-from wsecc.ir import Graph, Node, Op, Value, rules
+from wsecc.ir import DType, Graph, Node, Op, TensorType, Value, rules
 from wsecc.ir.grad import choose_loss
 from wsecc.numerics import OrtWithWeights, float64_session, make_inputs
 from wsecc.pm import PassContext, PassManager
@@ -102,6 +102,43 @@ def test_an_untraceable_initializer_is_reported_and_fails() -> None:
     check = check_gradients(path, g.replace(nodes), feeds, samples=2)
     assert check.untraced == (name,)
     assert not check.passed and f"untraced: {name}" in check.summary()
+
+
+def test_a_linear_with_permuted_columns_traces_to_its_initializers() -> None:
+    """fuse-attention reorders a fused QKV Linear's columns: its weight traces to the
+    initializer (here stored transposed, [N, K]) by its columns, its bias (zero, so equal bytes
+    would trace it unpermuted) by the same permutation, and gradients map back column by
+    column."""
+    rng = np.random.default_rng(0)
+    w0, b0 = rng.standard_normal((6, 3)).astype(np.float32), np.zeros(6, np.float32)
+    perm = [3, 0, 4, 1, 5, 2]
+    x = Value("x", TensorType(DType.FLOAT32, (2, 3)))
+    w, b = Value.constant("w", w0.T[:, perm].copy()), Value.constant("b", b0[perm].copy())
+    y = Value("y", TensorType(DType.FLOAT32, (2, 6)))
+    lin = Node(Op.LINEAR, (x, w, b), (y,), (("activation", "none"), ("has_bias", True)), "y")
+    g = Graph((x,), (y,), (lin,), "g")
+    traces = gradcheck.trace_weights([w, b], {"W": w0, "B": b0}, g)
+    assert {(t.constant.name, t.initializer, t.transform) for t in traces} == {
+        ("w", "W", "transpose, columns"),
+        ("b", "B", "columns"),
+    }
+    tw = next(t for t in traces if t.constant is w)
+    grad = np.arange(18, dtype=np.float64).reshape(3, 6)  # d loss / d w, column j = W's perm[j]
+    back = gradcheck._to_initializer(grad, tw, w0.shape)
+    assert np.array_equal(back[perm].T, grad)
+
+
+def test_check_passes_on_gpt_neox_whose_qkv_linear_is_reordered() -> None:
+    """GPT-NeoX's query_key_value is laid out [heads, 3, head_dim]; fuse-attention permutes its
+    columns, and the check still traces every initializer (with torch installed)."""
+    from hf_exports import export_path
+
+    path = export_path("gptneox", "dynamo")
+    g, feeds = fused(path)
+    assert any(n.inputs[1].name.endswith("/heads") for n in g.nodes if n.op is Op.LINEAR)
+    check = check_gradients(path, g, feeds, "mixed", samples=FAST, seed=1)
+    assert check.passed and not check.untraced, check.summary()
+    assert any("columns" in t for r in check.rows for t in r.traced_from)
 
 
 def test_onnxruntime_feeds_override_initializers() -> None:

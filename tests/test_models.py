@@ -220,3 +220,31 @@ def test_hf_sdpa_exports_fuse_and_match(family, exporter):
     for batch, seq in BINDINGS:
         for padded in (True, False):
             check_model(path, batch, seq, padded)
+
+
+@pytest.mark.parametrize(
+    "family,exporter,rotary",
+    [
+        ("gptj_partial", "legacy17", ("interleaved", 8)),
+        ("gptj_partial", "dynamo", ("interleaved", 8)),
+        # GPT-NeoX's legacy export fails in torch's trace under transformers 4.57 ("unordered_map
+        # ::at", as GPT-2 LM's does); under transformers 5 it exports and fuses the same way
+        ("gptneox", "dynamo", ("half", 4)),
+        ("gptneox_serial", "dynamo", ("half", 4)),
+    ],
+)
+def test_hf_partial_rotary_exports_fuse_and_match(family, exporter, rotary):
+    """Partial rotary, the first rotary_dim of 16 head dims rotated and the rest passed through
+    (GPT-J rotating 8, as GPT-J-6B does 64 of 256; GPT-NeoX a quarter, with its fused
+    query_key_value laid out [heads, 3, head_dim] per token, its attention and MLP in parallel
+    or in series): each attention fuses with that rotary_dim and the fused graph matches
+    onnxruntime."""
+    from hf_exports import export_path
+
+    path = export_path(family, exporter)
+    for batch, seq in BINDINGS:
+        for padded in (True, False):
+            check_model(path, batch, seq, padded)
+    fused, _ = PassManager(DEFAULT_PIPELINE).run(import_model(path, batch=1, seq=16)[0])
+    attn = [n.attr_dict for n in fused.nodes if n.op is Op.ATTENTION]
+    assert [(a["rotary"], a["rotary_dim"], a["head_dim"]) for a in attn] == [(*rotary, 16)] * 2

@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from wsecc.ir.core import Graph, Value
+from wsecc.ir.core import Graph, Op, Value
 from wsecc.ir.grad import Loss, choose_loss, value_and_grad, weights
 from wsecc.numerics import OrtWithWeights, compare, float64_session
 
@@ -160,7 +160,8 @@ class GradCheck:
 class _Trace:
     constant: Value
     initializer: str
-    transform: str  # "identity", "reshape" or "transpose"
+    transform: str  # "identity", "reshape", "transpose", "columns" or "transpose, columns"
+    columns: tuple[int, ...] = ()  # "columns": the initializer's column each constant column is
 
 
 def _key(a: np.ndarray) -> tuple[str, int, bytes]:
@@ -168,15 +169,22 @@ def _key(a: np.ndarray) -> tuple[str, int, bytes]:
     return data.dtype.str, data.size, hashlib.blake2b(data.tobytes(), digest_size=16).digest()
 
 
-def trace_weights(consts: list[Value], inits: Mapping[str, np.ndarray]) -> list[_Trace]:
+def trace_weights(
+    consts: list[Value], inits: Mapping[str, np.ndarray], graph: Graph | None = None
+) -> list[_Trace]:
     """Every (constant, initializer) pair whose data are equal under identity, reshape or a
-    2-D transpose (see the module docstring)."""
+    2-D transpose (see the module docstring); with `graph`, also a Linear's weight whose
+    columns are the initializer's (or its transpose's) in another order, and that Linear's
+    bias in the same order (fuse-attention reorders q, k and v heads so)."""
     index: dict[tuple[str, int, bytes], list[str]] = {}
     for name, arr in inits.items():
         index.setdefault(_key(arr), []).append(name)
-    out = []
+    reordered = _reordered_linears(consts, inits, index, graph) if graph is not None else {}
+    out = [t for traces in reordered.values() for t in traces]
     for c in consts:
         assert c.const is not None
+        if c in reordered:
+            continue
         names = index.get(_key(c.const), [])
         for n in names:
             kind = "identity" if inits[n].shape == c.const.shape else "reshape"
@@ -186,8 +194,65 @@ def trace_weights(consts: list[Value], inits: Mapping[str, np.ndarray]) -> list[
     return out
 
 
+def _reordered_linears(
+    consts: list[Value],
+    inits: Mapping[str, np.ndarray],
+    index: Mapping[tuple[str, int, bytes], list[str]],
+    graph: Graph,
+) -> dict[Value, list[_Trace]]:
+    """Traces of the Linears' weights (and biases) that are initializers with their columns
+    permuted: found by the weight's columns, which real weights have all distinct; the bias is
+    then the initializer of its size equal under the same permutation (a zero bias too, which
+    equal bytes alone would trace unpermuted)."""
+    plain = {  # traced as they are, or transposed
+        c
+        for c in consts
+        if c.const is not None
+        and (_key(c.const) in index or (c.const.ndim == 2 and _key(c.const.T) in index))
+    }
+    out: dict[Value, list[_Trace]] = {}
+    for n in graph.nodes:
+        w = n.inputs[1] if n.op is Op.LINEAR else None
+        if w is None or w.const is None or w in plain or w.const.ndim != 2:
+            continue
+        found = _permuted_columns(w.const, inits)
+        if found is None:
+            continue
+        name, transposed, perm = found
+        kind = "transpose, columns" if transposed else "columns"
+        out[w] = [_Trace(w, name, kind, perm)]
+        b = n.inputs[2] if len(n.inputs) == 3 else None
+        if b is not None and b.const is not None:
+            order = np.argsort(perm)  # the initializer's entry j sits at column order[j]
+            key = _key(np.ascontiguousarray(b.const[order]))
+            out[b] = [_Trace(b, m, "columns", perm) for m in index.get(key, [])]
+    return out
+
+
+def _permuted_columns(
+    w: np.ndarray, inits: Mapping[str, np.ndarray]
+) -> tuple[str, bool, tuple[int, ...]] | None:
+    """(initializer, transposed, columns) with w == init[:, columns] (or init.T[:, columns])."""
+    mine = [w[:, j].tobytes() for j in range(w.shape[1])]
+    for name, arr in inits.items():
+        if arr.ndim != 2 or arr.dtype != w.dtype:
+            continue
+        for transposed, a in ((False, arr), (True, arr.T)):
+            if a.shape != w.shape:
+                continue
+            where = {a[:, j].tobytes(): j for j in range(a.shape[1])}
+            perm = [where.get(col, -1) for col in mine]
+            if -1 not in perm and len(set(perm)) == len(perm) and len(where) == len(perm):
+                return name, transposed, tuple(perm)
+    return None
+
+
 def _to_initializer(g: np.ndarray, t: _Trace, shape: tuple[int, ...]) -> np.ndarray:
-    return (g.T if t.transform == "transpose" else g).reshape(shape)
+    if t.columns:  # the constant's column j is the initializer's column t.columns[j]
+        back = np.zeros_like(g)
+        back[..., list(t.columns)] = g
+        g = back
+    return (g.T if t.transform.startswith("transpose") else g).reshape(shape)
 
 
 def _rows(traces: list[_Trace]) -> list[list[_Trace]]:
@@ -316,7 +381,7 @@ def check_gradients(
     ort = OrtWithWeights(model_path)
     theirs = loss(ort.run(feeds))
     ort64 = float64_session(model_path, feeds) if precision == "fp32" else ""
-    traces = trace_weights(consts, ort.weights)
+    traces = trace_weights(consts, ort.weights, graph)
     rows = []
     for group in _rows(traces):
         members = tuple(dict.fromkeys(t.initializer for t in group))

@@ -424,3 +424,175 @@ def test_fuse_swiglu_does_not_fire_on_a_sigmoid_gate():
     out, ctx = apply("fuse-swiglu", SWIGLU.replace("mul(%a, %u)", "mul(%s, %u)"))
     assert "gated_linear(" not in out
     assert any("SiLU" in n for n in ctx.notes)
+
+
+def _partial_rotary_text(form: str, rd: int, passed: str = "%{x}p") -> str:
+    """GPT-NeoX-style attention (B=1, S=4, 2 heads of 8, q, k, v slices of a packed input) with
+    q and k rotated over their first `rd` dims, rotate-half or interleaved (GPT-J's rotate every
+    two), the rest concatenated back unchanged: `passed` is the pass-through operand."""
+    s, dh = 4, 8
+    angles = np.arange(s)[:, None] / 10000 ** (np.arange(0, rd, 2) / rd)
+    emb = np.concatenate([angles, angles], 1) if form == "half" else np.repeat(angles, 2, 1)
+    r, h = rd // 2, rd
+    if form == "half":  # (-x2, x1) over the halves of x[..., :rd]
+        rotate = f"""%{{x}}1: f32[1,2,4,{r}] = slice(%{{x}}r) {{{{'axes': (3,), 'starts': (0,), 'ends': ({r},), 'steps': (1,)}}}}
+      %{{x}}2: f32[1,2,4,{r}] = slice(%{{x}}r) {{{{'axes': (3,), 'starts': ({r},), 'ends': ({h},), 'steps': (1,)}}}}
+      %{{x}}n: f32[1,2,4,{r}] = neg(%{{x}}2)
+      %{{x}}o: f32[1,2,4,{h}] = concat(%{{x}}n, %{{x}}1) {{{{'axis': -1}}}}"""
+    else:  # (-x[2i+1], x[2i]) stacked on a new last axis and flattened
+        rotate = f"""%{{x}}1: f32[1,2,4,{r}] = slice(%{{x}}r) {{{{'axes': (3,), 'starts': (0,), 'ends': ({h},), 'steps': (2,)}}}}
+      %{{x}}2: f32[1,2,4,{r}] = slice(%{{x}}r) {{{{'axes': (3,), 'starts': (1,), 'ends': ({h},), 'steps': (2,)}}}}
+      %{{x}}n: f32[1,2,4,{r}] = neg(%{{x}}2)
+      %{{x}}n1: f32[1,2,4,{r},1] = reshape(%{{x}}n) {{{{'shape': (1, 2, 4, {r}, 1)}}}}
+      %{{x}}11: f32[1,2,4,{r},1] = reshape(%{{x}}1) {{{{'shape': (1, 2, 4, {r}, 1)}}}}
+      %{{x}}st: f32[1,2,4,{r},2] = concat(%{{x}}n1, %{{x}}11) {{{{'axis': -1}}}}
+      %{{x}}o: f32[1,2,4,{h}] = reshape(%{{x}}st) {{{{'shape': (1, 2, 4, {h})}}}}"""
+    rope = f"""%{{x}}s: f32[1,4,2,8] = reshape(%{{x}}0) {{{{'shape': (1, 4, 2, 8)}}}}
+      %{{x}}: f32[1,2,4,8] = transpose(%{{x}}s) {{{{'perm': (0, 2, 1, 3)}}}}
+      %{{x}}r: f32[1,2,4,{h}] = slice(%{{x}}) {{{{'axes': (3,), 'starts': (0,), 'ends': ({h},), 'steps': (1,)}}}}
+      %{{x}}p: f32[1,2,4,{dh - h}] = slice(%{{x}}) {{{{'axes': (3,), 'starts': ({h},), 'ends': ({dh},), 'steps': (1,)}}}}
+      {rotate}
+      %{{x}}c: f32[1,2,4,{h}] = mul(%{{x}}r, %cos)
+      %{{x}}sn: f32[1,2,4,{h}] = mul(%{{x}}o, %sin)
+      %{{x}}e: f32[1,2,4,{h}] = add(%{{x}}c, %{{x}}sn)
+      %{{x}}y: f32[1,2,4,8] = concat(%{{x}}e, {passed}) {{{{'axis': -1}}}}"""
+    if rd == dh:  # full rotary: no slices, no concat
+        cut = ("%{x}r:", "%{x}p:", "%{x}y:")
+        rope = "\n".join(ln for ln in rope.splitlines() if not ln.strip().startswith(cut))
+        rope = rope.replace("%{x}r", "%{x}").replace("%{x}e", "%{x}y")
+    table = lambda t: str(np.round(t, 6).astype(np.float32).tolist())  # noqa: E731
+    return f"""graph g(%qkv: f32[1,4,48]) {{
+      %scale = const f32[] 0.3535533845424652
+      %cos = const f32[4,{h}] {table(np.cos(emb))}
+      %sin = const f32[4,{h}] {table(np.sin(emb))}
+      %q0: f32[1,4,16], %k0: f32[1,4,16], %v0: f32[1,4,16] = split(%qkv) {{'axis': 2, 'sizes': (16, 16, 16)}}
+      {rope.format(x="q")}
+      {rope.format(x="k")}
+      %kt: f32[1,2,8,4] = transpose(%ky) {{'perm': (0, 1, 3, 2)}}
+      %v1: f32[1,4,2,8] = reshape(%v0) {{'shape': (1, 4, 2, 8)}}
+      %v: f32[1,2,4,8] = transpose(%v1) {{'perm': (0, 2, 1, 3)}}
+      %sc: f32[1,2,4,4] = matmul(%qy, %kt)
+      %ss: f32[1,2,4,4] = mul(%sc, %scale)
+      %p: f32[1,2,4,4] = softmax(%ss) {{'axis': 3}}
+      %o: f32[1,2,4,8] = matmul(%p, %v)
+      %ot: f32[1,4,2,8] = transpose(%o) {{'perm': (0, 2, 1, 3)}}
+      %y: f32[1,4,16] = reshape(%ot) {{'shape': (1, 4, 16)}}
+      return %y
+    }}"""
+
+
+@pytest.mark.parametrize("form", ["half", "interleaved"])
+@pytest.mark.parametrize("rd", [4, 8])
+def test_fuse_attention_partial_rotary(form, rd):
+    """GPT-NeoX, Phi, StableLM, CodeGen and GPT-J rotate the first rotary_dim dims of each head
+    and concatenate the rest back unchanged: one attention rotating `rd` of the 8 dims, its
+    tables [S, head_dim] with cos 1 and sin 0 past rd (the interpreter checks the function)."""
+    text = _partial_rotary_text(form, rd)
+    out, _ = apply("fuse-attention", text)
+    (attn,) = [ln for ln in body(out) if "attention(" in ln]
+    assert attn.startswith("%y: f32[1,4,16] = attention(%qkv, %qkv, %qkv, %")
+    assert f"'rotary': '{form}', 'rotary_dim': {rd}," in attn
+    fused = PASSES["fuse-attention"](parse_graph(text), PassContext())
+    (node,) = [n for n in fused.nodes if n.op.value == "attention"]
+    cos, sin = (v.const for v in node.inputs[3:])
+    assert cos.shape == sin.shape == (4, 8)
+    assert (cos[:, rd:] == 1).all() and (sin[:, rd:] == 0).all()
+
+
+def test_fuse_attention_does_not_fire_when_the_passed_dims_change():
+    """A "pass-through" that is negated is no rotation of the first dims."""
+    text = _partial_rotary_text("half", 4, passed="%{x}pn")
+    text = text.replace("      %qy:", "      %qpn: f32[1,2,4,4] = neg(%qp)\n      %qy:").replace(
+        "      %ky:", "      %kpn: f32[1,2,4,4] = neg(%kp)\n      %ky:"
+    )
+    out, ctx = apply("fuse-attention", text)
+    assert "attention(" not in out
+    assert any("not a rotary embedding" in n for n in ctx.notes)
+
+
+def _interleaved_qkv_text(weight: str) -> str:
+    """GPT-NeoX's fused query_key_value (B=1, S=4, 2 heads of 4): its output is [heads, 3, dh]
+    per token, so each head's q, k and v sit together and no head split takes q side by side."""
+    rng = np.random.default_rng(1)
+    w, b = rng.standard_normal((8, 24)).round(3), rng.standard_normal(24).round(3)
+    const = f"%w = const f32[8,24] {w.tolist()}" if weight == "const" else ""
+    return f"""graph g(%x: f32[1,4,8]{", %w: f32[8,24]" if weight != "const" else ""}) {{
+      {const}
+      %b = const f32[24] {b.tolist()}
+      %scale = const f32[] 0.5
+      %qkv: f32[1,4,24] = linear(%x, %w, %b) {{'activation': 'none', 'has_bias': True}}
+      %h: f32[1,4,2,12] = reshape(%qkv) {{'shape': (1, 4, 2, 12)}}
+      %t: f32[1,2,4,12] = transpose(%h) {{'perm': (0, 2, 1, 3)}}
+      %q: f32[1,2,4,4] = slice(%t) {{'axes': (3,), 'starts': (0,), 'ends': (4,), 'steps': (1,)}}
+      %k: f32[1,2,4,4] = slice(%t) {{'axes': (3,), 'starts': (4,), 'ends': (8,), 'steps': (1,)}}
+      %v: f32[1,2,4,4] = slice(%t) {{'axes': (3,), 'starts': (8,), 'ends': (12,), 'steps': (1,)}}
+      %kt: f32[1,2,4,4] = transpose(%k) {{'perm': (0, 1, 3, 2)}}
+      %s: f32[1,2,4,4] = matmul(%q, %kt)
+      %ss: f32[1,2,4,4] = mul(%s, %scale)
+      %p: f32[1,2,4,4] = softmax(%ss) {{'axis': 3}}
+      %o: f32[1,2,4,4] = matmul(%p, %v)
+      %ot: f32[1,4,2,4] = transpose(%o) {{'perm': (0, 2, 1, 3)}}
+      %y: f32[1,4,8] = reshape(%ot) {{'shape': (1, 4, 8)}}
+      return %y
+    }}"""
+
+
+def test_fuse_attention_reorders_an_interleaved_fused_qkv_linear():
+    """The Linear's weight and bias columns are permuted to q | k | v heads side by side."""
+    text = _interleaved_qkv_text("const")
+    out, _ = apply("fuse-attention", text)
+    assert body(out) == [
+        "%qkv/heads: f32[1,4,24] = linear(%x, %w/heads, %b/heads) {'activation': 'none', "
+        "'has_bias': True}",
+        "%y: f32[1,4,8] = attention(%qkv/heads, %qkv/heads, %qkv/heads) {'causal': False, "
+        "'fill': -1e999, 'head_dim': 4, 'k_offset': 8, 'mask': 'none', 'nan_to_zero': False, "
+        "'num_heads': 2, 'q_offset': 0, 'scale': 0.5, 'v_offset': 16, 'window': 0}",
+    ]
+    fused = PASSES["fuse-attention"](parse_graph(text), PassContext())
+    w = next(v.const for n in fused.nodes for v in n.inputs if v.name == "w/heads")
+    original = parse_graph(text)
+    w0 = next(v.const for n in original.nodes for v in n.inputs if v.name == "w")
+    # head 1's q is columns 12..15 of the [heads, 3, dh] layout, k of head 0 columns 4..7
+    assert np.array_equal(w[:, 4:8], w0[:, 12:16]) and np.array_equal(w[:, 8:12], w0[:, 4:8])
+
+
+def test_fuse_attention_does_not_reorder_a_linear_with_weights_from_inputs():
+    out, ctx = apply("fuse-attention", _interleaved_qkv_text("input"))
+    assert "attention(" not in out
+    assert any(
+        "does not split heads side by side, and its Linear's weight or bias is not a constant" in n
+        for n in ctx.notes
+    )
+
+
+def test_fuse_attention_falcon_multi_query_gathers_its_key_and_value_head():
+    """Falcon's fused query_key_value holds 2 query heads, then one key and one value head; it
+    takes those with a Gather at a constant index, and the MatMuls broadcast the single key
+    and value head over the query heads (multi-query: one K/V head)."""
+    out, _ = apply(
+        "fuse-attention",
+        """graph g(%qkv: f32[1,4,16]) {
+          %scale = const f32[] 0.5
+          %ik = const i64[1] [-2]
+          %iv = const i64[1] [-1]
+          %h: f32[1,4,4,4] = reshape(%qkv) {'shape': (1, 4, 4, 4)}
+          %q0: f32[1,4,2,4] = slice(%h) {'axes': (2,), 'starts': (0,), 'ends': (-2,), 'steps': (1,)}
+          %k0: f32[1,4,1,4] = gather(%h, %ik) {'axis': 2}
+          %v0: f32[1,4,1,4] = gather(%h, %iv) {'axis': 2}
+          %q: f32[1,2,4,4] = transpose(%q0) {'perm': (0, 2, 1, 3)}
+          %kt: f32[1,1,4,4] = transpose(%k0) {'perm': (0, 2, 3, 1)}
+          %v: f32[1,1,4,4] = transpose(%v0) {'perm': (0, 2, 1, 3)}
+          %s: f32[1,2,4,4] = matmul(%q, %kt)
+          %ss: f32[1,2,4,4] = mul(%s, %scale)
+          %p: f32[1,2,4,4] = softmax(%ss) {'axis': 3}
+          %o: f32[1,2,4,4] = matmul(%p, %v)
+          %ot: f32[1,4,2,4] = transpose(%o) {'perm': (0, 2, 1, 3)}
+          %y: f32[1,4,8] = reshape(%ot) {'shape': (1, 4, 8)}
+          return %y
+        }""",
+    )
+    assert body(out) == [
+        "%y: f32[1,4,8] = attention(%qkv, %qkv, %qkv) {'causal': False, 'fill': -1e999, "
+        "'head_dim': 4, 'k_offset': 8, 'kv_heads': 1, 'mask': 'none', 'nan_to_zero': False, "
+        "'num_heads': 2, 'q_offset': 0, 'scale': 0.5, 'v_offset': 12, 'window': 0}"
+    ]
