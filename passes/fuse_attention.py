@@ -36,7 +36,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from wsecc.ir.arrays import content_key
+from wsecc.ir.arrays import content_key, is_uniform
 from wsecc.ir.core import DType, Graph, Node, Op, Value, make_attrs
 from wsecc.ir.rewrite import (
     LAYOUT,
@@ -711,14 +711,22 @@ def _reordered_linear(
         raise NoMatch(f"{why}: q, k and v share columns")
     w, *bias = lin.inputs[1:]
     assert w.const is not None
-    consts = [Value.constant(f"{w.name}/heads", w.const[:, perm])] + [
-        Value.constant(f"{b.name}/heads", b.const[perm]) for b in bias if b.const is not None
+    consts = [Value.constant(f"{w.name}/heads", _columns(w.const, perm))] + [
+        Value.constant(f"{b.name}/heads", _columns(b.const, perm))
+        for b in bias
+        if b.const is not None
     ]
     new = make_node(
         Op.LINEAR, [lin.inputs[0], *consts], f"{src.name}/heads", lin.origin, **lin.attr_dict
     )
     q, k = cols[0].size, cols[1].size
     return new, [0, q, q + k]
+
+
+def _columns(a: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    """`a`'s last-axis columns in the order `perm`; a uniform array (a weight without data,
+    `--weights inputs`) as it is, rather than expanded to every element."""
+    return a if is_uniform(a) else a[..., perm]
 
 
 def _rotary(

@@ -556,6 +556,22 @@ def test_fuse_attention_reorders_an_interleaved_fused_qkv_linear():
     assert np.array_equal(w[:, 4:8], w0[:, 12:16]) and np.array_equal(w[:, 8:12], w0[:, 4:8])
 
 
+def test_a_weight_without_data_is_reordered_without_being_expanded():
+    """`--weights inputs` makes weights uniform placeholders (one element of memory): permuting
+    their columns leaves them as they are, not a dense copy (GPT-NeoX-20B's fused QKV would be
+    0.45 GB per layer in fp32, 44 layers)."""
+    from wsecc.ir.arrays import is_uniform, placeholder
+
+    graph = parse_graph(_interleaved_qkv_text("const"))
+    w = next(v for n in graph.nodes for v in n.inputs if v.name == "w")
+    object.__setattr__(
+        w, "const", placeholder(np.dtype(np.float32), (8, 24), 7)
+    )  # as --weights inputs
+    fused = PASSES["fuse-attention"](graph, PassContext())
+    heads = next(v.const for n in fused.nodes for v in n.inputs if v.name == "w/heads")
+    assert heads is not None and is_uniform(heads) and heads.shape == (8, 24)
+
+
 def test_fuse_attention_does_not_reorder_a_linear_with_weights_from_inputs():
     out, ctx = apply("fuse-attention", _interleaved_qkv_text("input"))
     assert "attention(" not in out
