@@ -558,7 +558,7 @@ def cluster_values(clusters: Sequence[Cluster], seconds: float) -> list[float]:
     one worker, so the bound does not depend on the machine's load; wall time only guards."""
     solves = sum(len(c.shapes[_hub(c)]) for c in clusters)
     share = seconds / max(1, solves)
-    limits = _Limits(3 * share + 0.5, 1, 0, BOUND_DTIME_PER_SECOND * share)
+    limits = _Limits(3 * share + 0.05, 1, 0, BOUND_DTIME_PER_SECOND * share)  # wall: 3x at most
     return [min(_plane_bound(c, s, limits) for s in c.shapes[_hub(c)]) for c in clusters]
 
 
