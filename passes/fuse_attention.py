@@ -3,7 +3,9 @@
 Anchored on Softmax over the last axis of a rank-4 tensor [B, H, Sq, Sk]:
 
 1. scores: walking back from the Softmax through Mul/Div by scalars (the scale), Add of a
-   mask-class bias, Where(mask-class condition, ·, fill) down to MatMul(q', kᵀ');
+   mask-class bias, Where(mask-class condition, ·, fill) down to MatMul(q', kᵀ'); at most one
+   Reshape [B·H, Sq, Sk] -> [B, H, Sq, Sk] on the way (BLOOM's baddbmm forms the scores with
+   the heads batched; q', k', v' and p·v are then [B·H, S, dh]);
 2. q', k', v': walking back through scalar Mul/Div (q and k each scaled, the SDPA form) and
    layout ops (Reshape, Transpose, Split, Slice) to a source [B, S, N]; the layout chain is
    *evaluated on an index tensor*, and must equal "heads h·dh columns from an offset" — so any
@@ -13,8 +15,12 @@ Anchored on Softmax over the last axis of a rank-4 tensor [B, H, Sq, Sk]:
    of them with the rest concatenated back unchanged; its cos/sin tables become operands;
 3. the mask: every bias or condition is evaluated, as a function of the graph's mask input,
    on probe masks; it must mean "causal (optionally within a sliding window) and/or key
-   padding" (mask[b, key] == 0 drops a key);
-   anything else (ALiBi, relative biases) is not fused;
+   padding" (mask[b, key] == 0 drops a key), an additive bias at or below VERY_NEGATIVE
+   masking; what the additive terms add to the kept pairs must be ALiBi: per head h,
+   slope_h × the key's position plus anything constant along the key axis (softmax cancels
+   it), a position counting the kept keys before it (BLOOM's cumsum of the mask; the key's
+   index when nothing is padded) — the slopes become the `alibi` attribute. Anything else
+   (relative biases, ALiBi over key indices with a padding mask, MPT's) is not fused;
 4. after Softmax an optional IsNaN/Where clean-up, MatMul with v', and a layout chain that
    must equal merging the heads back to [B, S, H·dh].
 Intermediates may not escape the region. The mask subgraph is left for dead-code removal.
@@ -102,32 +108,51 @@ def _structure(
 class _Scores:
     matmul: Node
     scale: float
-    terms: list[
-        tuple[str, Value, float]
-    ]  # ("add", bias, 0) | ("where_keep"/"where_drop", cond, fill)
+    terms: list[tuple[str, Value, float]]
+    """("add", bias, the scale applied after it) — "add_bh" for a bias in [B·H, Sq, Sk] —
+    or ("where_keep"/"where_drop", cond, fill)."""
     nodes: list[Node]
+    heads_batched: bool  # computed in [B·H, Sq, Sk], then reshaped to [B, H, Sq, Sk] (BLOOM)
+
+
+def _splits_batch(n: Node) -> bool:
+    """A Reshape [B·H, Sq, Sk] -> [B, H, Sq, Sk]: it only splits the leading axis."""
+    (x,), y = n.inputs[:1], n.output
+    return (
+        x.type.rank == 3
+        and y.type.rank == 4
+        and x.type.shape[1:] == y.type.shape[2:]
+        and x.type.shape[0] == y.type.shape[0] * y.type.shape[1]
+    )
 
 
 def _walk_scores(view: GraphView, v: Value, mask_class) -> _Scores:  # type: ignore[no-untyped-def]
     scale, terms, nodes = 1.0, [], []
+    batched = False
+    add = "add"
     while True:
         n = view.prod(v)
         if n is None:
             raise NoMatch("scores do not come from a MatMul")
         nodes.append(n)
         if n.op is Op.MATMUL:
-            return _Scores(n, scale, terms, nodes[:-1])
+            return _Scores(n, scale, terms, nodes[:-1], batched)
         if n.op in (Op.MUL, Op.DIV) and scalar(n.inputs[1]) is not None:
             s = scalar(n.inputs[1])
             assert s is not None
             scale = scale * s if n.op is Op.MUL else scale / s
             v = n.inputs[0]
+        elif n.op is Op.RESHAPE and not batched and _splits_batch(n):
+            batched, add = True, "add_bh"
+            v = n.inputs[0]
         elif n.op is Op.ADD and mask_class(n.inputs[1]):
-            terms.append(("add", n.inputs[1], 0.0))
+            terms.append((add, n.inputs[1], scale))
             v = n.inputs[0]
         elif n.op is Op.ADD and mask_class(n.inputs[0]):
-            terms.append(("add", n.inputs[0], 0.0))
+            terms.append((add, n.inputs[0], scale))
             v = n.inputs[1]
+        elif n.op is Op.WHERE and batched:
+            raise NoMatch("masked fill of scores in [B·H, Sq, Sk]")
         elif n.op is Op.WHERE and mask_class(n.inputs[0]):
             if scalar(n.inputs[2]) is not None and not n.inputs[1].is_const:
                 terms.append(("where_keep", n.inputs[0], scalar(n.inputs[2]) or 0.0))
@@ -428,6 +453,8 @@ def _evaluate_head_columns(
     if alias is not None and alias[1] in vals:
         vals[alias[0]] = vals[alias[1]]
     got = vals[target]
+    if got.ndim == 3 and got.shape[0] == rows * h:  # heads batched with the rows (BLOOM's)
+        got = got.reshape(rows, h, *got.shape[1:])
     if transposed and got.ndim == 4:
         got = got.transpose(0, 1, 3, 2)
     if grouped and got.ndim == 4 and got.shape[1] == 1:  # one K/V head broadcast (multi-query)
@@ -456,9 +483,10 @@ def _offset(cols: np.ndarray) -> int | None:
 
 
 def _merge_heads(
-    memo: Memo, view: GraphView, o: Value, inside: set[Node]
+    memo: Memo, view: GraphView, o: Value, heads: tuple[int, int, int, int]
 ) -> tuple[Value, list[Node], bool]:
-    """Follow o [B, H, S, dh] through single-user layout ops to its [B, S, H·dh] (or [B·S, H·dh]) form."""
+    """Follow o [B, H, S, dh] (or [B·H, S, dh]; `heads` is [B, H, S, dh]) through single-user
+    layout ops to its [B, S, H·dh] (or [B·S, H·dh]) form."""
     chain: list[Node] = []
     v = o
     while True:
@@ -467,23 +495,25 @@ def _merge_heads(
             raise NoMatch("attention output is not merged back to [B, S, H·dh]")
         chain.append(u)
         v = u.output
-        key = ("merged", _structure(o, chain, v))
-        form = _remembered(memo, key, partial(_merged_form, o, chain, v))
+        key = ("merged", _structure(o, chain, v), heads)
+        form = _remembered(memo, key, partial(_merged_form, o, chain, v, heads))
         if form is not None:
             return v, chain, form == "flat"
         if len(chain) > 4:
             raise NoMatch("attention output layout not recognised")
 
 
-def _merged_form(o: Value, chain: list[Node], v: Value) -> str | None:
+def _merged_form(
+    o: Value, chain: list[Node], v: Value, heads: tuple[int, int, int, int]
+) -> str | None:
     """ "merged" when `chain` takes o [B, H, S, dh] to [B, S, H·dh], "flat" to [B·S, H·dh]
     (probed on one batch row when the chain keeps the batch axis outermost, see `_one_row`)."""
-    b, h, s, dh = o.type.shape
+    b, h, s, dh = heads
     one = _one_row(chain, b)
     rows, nodes = (1, one) if one is not None else (b, chain)
     iota = np.arange(rows * h * s * dh, dtype=np.int64).reshape(rows, h, s, dh)
     merged = iota.transpose(0, 2, 1, 3).reshape(rows, s, h * dh)
-    got = eval_nodes(nodes, {o: iota})[v]
+    got = eval_nodes(nodes, {o: iota.reshape(rows * o.type.shape[0] // b, *o.type.shape[1:])})[v]
     if got.shape == merged.shape and np.array_equal(got, merged):
         return "merged"
     if got.shape == (rows * s, h * dh) and np.array_equal(got, merged.reshape(rows * s, h * dh)):
@@ -496,9 +526,10 @@ def _mask_semantics(
     view: GraphView,
     terms: list[tuple[str, Value, float]],
     shape: tuple[int, int, int, int],
-) -> tuple[bool, int, Value | None, float]:
-    """(causal, window, key-padding mask input or None, fill) that the mask terms implement.
-    Remembered by the terms themselves: the layers of a model share one mask subgraph."""
+) -> tuple[bool, int, Value | None, float, tuple[float, ...]]:
+    """(causal, window, key-padding mask input or None, fill, ALiBi slopes) that the mask terms
+    implement. Remembered by the terms themselves: the layers of a model share one mask
+    subgraph."""
     key = ("mask", tuple(terms), shape)
     return _remembered(memo, key, lambda: _evaluate_mask(view, terms, shape))
 
@@ -510,8 +541,11 @@ B S^2, so GPT-2 13B's mask at seq 16384 takes 5 GiB and at 32768 would take 20."
 
 def _evaluate_mask(
     view: GraphView, terms: list[tuple[str, Value, float]], shape: tuple[int, int, int, int]
-) -> tuple[bool, int, Value | None, float]:
-    b, _, sq, sk = shape
+) -> tuple[bool, int, Value | None, float, tuple[float, ...]]:
+    """Additive terms mask a pair out where they are at or below VERY_NEGATIVE; what they add
+    elsewhere (ALiBi) must be, per head h, slope_h × the key's position plus anything constant
+    along the key axis (`_alibi_slopes`)."""
+    b, h, sq, sk = shape
     inputs = set().union(*(view.input_ancestors(t[1]) for t in terms)) if terms else set()
     if len(inputs) > 1:
         raise NoMatch(f"mask depends on several inputs {sorted(v.name for v in inputs)}")
@@ -528,9 +562,11 @@ def _evaluate_mask(
             f"shape [{b}, 1, {sq}, {sk}], {probe / 2**20:,.0f} MiB with its intermediates (over "
             f"{MASK_PROBE_BYTES >> 20:,} MiB); compile at a shorter --seq"
         )
-    fills = [f for kind, _, f in terms if kind != "add"]
+    fills = [f for kind, _, f in terms if not kind.startswith("add")]
 
-    def keep_for(mask: np.ndarray | None) -> np.ndarray:
+    def keep_for(mask: np.ndarray | None) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The kept pairs [b, 1, sq, sk], and what the additive terms that do not only mask add
+        (each [b | 1, h | 1, sq | 1, sk], as scaled as the scores after it)."""
         env = (
             {mask_in: mask.astype(mask_in.type.dtype.numpy)}
             if mask_in is not None and mask is not None
@@ -538,15 +574,20 @@ def _evaluate_mask(
         )
         vals = eval_nodes(nodes, env)
         keep = np.ones((b, 1, sq, sk), dtype=bool)
-        for kind, v, _ in terms:
+        biases = []
+        for kind, v, after in terms:
             a = v.const if v.is_const else vals[v]
             assert a is not None
-            if kind == "add":
+            if kind.startswith("add"):
                 a = a.astype(np.float64)
-                if np.any((a < 0) & (a > VERY_NEGATIVE)) or np.any(a > 0):
-                    raise NoMatch("additive bias is not a mask (values between 0 and -1000)")
-                fills.append(float(a.min()) if a.size else 0.0)
-                kept = a == 0
+                if kind == "add_bh":  # a bias of the [B·H, Sq, Sk] scores
+                    a = a.reshape((1,) * (3 - a.ndim) + a.shape)
+                    a = a.reshape(b, h, *a.shape[1:]) if a.shape[0] == b * h else a[None]
+                kept = a > VERY_NEGATIVE
+                if not kept.all():
+                    fills.append(float(a[~kept].min()))
+                if np.any(np.where(kept, a, 0.0)):
+                    biases.append(a * after)
             else:
                 kept = a.astype(bool) if kind == "where_keep" else ~a.astype(bool)
             if kept.ndim == 4 and kept.shape[1] > 1:  # expanded over the heads (DistilBERT's)
@@ -554,10 +595,10 @@ def _evaluate_mask(
                     raise NoMatch("the mask differs between heads")
                 kept = kept[:, :1]
             keep &= np.broadcast_to(kept, keep.shape) if kept.ndim <= 4 else kept
-        return keep
+        return keep, biases
 
     try:
-        base = keep_for(np.ones((b, sk), np.int64))
+        base, base_biases = keep_for(np.ones((b, sk), np.int64))
     except NoMatch:
         raise
     except Exception as e:
@@ -574,18 +615,64 @@ def _evaluate_mask(
         if window == 0 or not np.array_equal(base, np.broadcast_to(banded, base.shape)):
             raise NoMatch("mask with an all-ones input is neither full, causal nor a causal window")
         causal = True
+    slopes = _alibi_slopes(base_biases, base, np.ones((b, sk)), h) if base_biases else ()
     if mask_in is not None:
         rng = np.random.default_rng(0)
         for _ in range(3):
             m = (rng.random((b, sk)) > 0.3).astype(np.int64)
             m[:, 0] = 1
             want = base & (m != 0)[:, None, None, :]
-            if not np.array_equal(keep_for(m), want):
+            keep, biases = keep_for(m)
+            if biases:
+                _alibi_slopes(biases, keep, m, h, slopes)
+            if not np.array_equal(keep, want):
                 raise NoMatch("mask does not mean 'key padding' (mask[b, key] == 0 drops the key)")
     finite = [f for f in fills if f < 0]
     fill = min(finite) if finite else -np.inf
     fill = float(max(fill, np.finfo(np.float32).min) if np.isfinite(fill) else fill)
-    return causal, window, mask_in, fill
+    return causal, window, mask_in, fill, slopes
+
+
+def _alibi_slopes(
+    biases: list[np.ndarray],
+    keep: np.ndarray,
+    mask: np.ndarray,
+    h: int,
+    slopes: tuple[float, ...] | None = None,
+) -> tuple[float, ...]:
+    """Per head, the slope of a bias (the sum of `biases`) that is slope_h × the key's position
+    plus anything constant along the key axis (softmax cancels that), on the kept pairs; ()
+    when it is constant along the keys. A key's position counts the kept keys before it
+    (cumsum(mask) - 1, BLOOM's; the key's index when nothing is padded). Given `slopes` (found
+    with nothing padded), the bias must fit those. NoMatch for any other bias. One head at a
+    time: a head's arrays are as large as the kept-pair mask."""
+    b, _, sq, sk = keep.shape
+    kept = keep[:, 0]
+    pos = np.broadcast_to((np.cumsum(mask != 0, axis=1) - 1)[:, None, :], kept.shape)
+    n = np.maximum(kept.sum(axis=-1, keepdims=True), 1)
+
+    def centred(x: np.ndarray) -> np.ndarray:  # x minus its mean over each row's kept keys
+        x = np.where(kept, x, 0.0)
+        return np.where(kept, x - x.sum(axis=-1, keepdims=True) / n, 0.0)
+
+    dp = centred(pos.astype(np.float64))
+    den = float((dp * dp).sum())
+    found = []
+    for head in range(h):
+        bias = sum(np.broadcast_to(t[:, min(head, t.shape[1] - 1)], kept.shape) for t in biases)
+        db = centred(np.asarray(bias))
+        if slopes is not None:
+            slope = slopes[head] if slopes else 0.0
+        else:  # least squares, each row's mean taken out; the exporters' float32 slopes
+            slope = float(np.float32((dp * db).sum() / den)) if den > 0 else 0.0
+        tol = 1e-5 * max(1.0, float(np.abs(np.where(kept, bias, 0.0)).max()))
+        if np.abs(db - slope * dp).max(initial=0.0) > tol:
+            raise NoMatch(
+                "additive bias is not a mask, nor ALiBi (slope × key position, the position "
+                "counting the kept keys, plus anything constant per query)"
+            )
+        found.append(slope)
+    return tuple(found) if any(found) else ()
 
 
 def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
@@ -606,8 +693,9 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     sc = _walk_scores(view, x, mask_class)
     qv, kv = sc.matmul.inputs
     b, h, sq, sk = x.type.shape
-    if qv.type.rank != 4 or kv.type.rank != 4:
-        raise NoMatch("q·kᵀ operands are not rank 4")
+    rank = 3 if sc.heads_batched else 4
+    if qv.type.rank != rank or kv.type.rank != rank:
+        raise NoMatch(f"q·kᵀ operands are not rank {rank}")
     dh = qv.type.shape[-1]
     q_src, q_chain, q_scale, q_rope = _layout_source(view, qv)
     k_src, k_chain, k_scale, k_rope = _layout_source(view, kv)
@@ -641,6 +729,15 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
             and scalar(wh[0].inputs[1]) == 0.0
         ):
             post, p, nan_to_zero = [isn[0], wh[0]], wh[0].output, True
+    if sc.heads_batched:  # back to [B·H, Sq, Sk] for p·v
+        u = view.sole_user(p)
+        if (
+            u is None
+            or u.op is not Op.RESHAPE
+            or u.output.type.shape != sc.matmul.output.type.shape
+        ):
+            raise NoMatch("softmax output is not reshaped back to [B·H, Sq, Sk]")
+        post, p = [*post, u], u.output
     pv = view.sole_user(p)
     if pv is None or pv.op is not Op.MATMUL or pv.inputs[0] is not p:
         raise NoMatch("softmax output does not feed a MatMul with v")
@@ -656,7 +753,7 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     )
     for r in (q_rope, k_rope):
         region |= set(r.nodes) if r is not None else set()
-    out, out_chain, flat = _merge_heads(memo, view, pv.output, region)
+    out, out_chain, flat = _merge_heads(memo, view, pv.output, (b, h, sq, dh))
     region |= set(out_chain)
     internal = [v for n in region for v in n.outputs if v is not out]
     leak = view.escapes(internal, region)
@@ -668,8 +765,8 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
         lin, offsets = _reordered_linear(view, srcs, [q_cols, k_cols, v_cols], region)
         packed, srcs = [lin], [lin.output] * 3
     q_off, k_off, v_off = offsets
-    causal, window, mask_in, fill = _mask_semantics(memo, view, sc.terms, (b, h, sq, sk))
-    attrs = {
+    causal, window, mask_in, fill, alibi = _mask_semantics(memo, view, sc.terms, (b, h, sq, sk))
+    attrs: dict[str, object] = {
         "num_heads": h, "head_dim": dh, "q_offset": q_off, "k_offset": k_off, "v_offset": v_off,
         "scale": float(np.float32(sc.scale * q_scale * k_scale)), "causal": causal, "window": window,
         "mask": "key_padding" if mask_in is not None else "none", "fill": fill, "nan_to_zero": nan_to_zero,
@@ -678,6 +775,8 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
         attrs["kv_heads"] = kv_heads
     if rotary[0] != "none":
         attrs.update(rotary=rotary[0], rotary_dim=rotary[1])
+    if alibi:
+        attrs["alibi"] = alibi
     origin = origin_of(sorted(region, key=view.index.__getitem__))
     ins = srcs + ([mask_in] if mask_in is not None else []) + rotary[2]
     if flat:

@@ -151,6 +151,24 @@ FAMILIES: dict[str, Family] = {
         _IDS_MASK,
         _HIDDEN_POOLED,
     ),
+    # ALiBi instead of position embeddings: scores in [B·heads, S, S] (baddbmm), biased by
+    # slope_h × the key's position, the positions a cumsum of the attention mask.
+    "bloom": Family(
+        "BloomForCausalLM",
+        "BloomConfig",
+        dict(
+            hidden_size=64,
+            n_layer=2,
+            n_head=4,
+            vocab_size=1000,
+            use_cache=False,
+            bos_token_id=0,
+            eos_token_id=0,
+            pad_token_id=0,
+        ),
+        _IDS_MASK,
+        _LM,
+    ),
 }
 
 # The Llama family's pieces (issue 17): RMSNorm, rotary embeddings, SwiGLU, grouped-query

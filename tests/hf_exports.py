@@ -24,7 +24,9 @@ import numpy as np
 import pytest
 
 EXPORT_VERSION = 1
-FAMILIES = ("gpt2lm", "gpt2", "gptneo", "opt", "bert", "bertseq", "distilbert", "roberta")
+FAMILIES = (
+    "gpt2lm", "gpt2", "gptneo", "opt", "bert", "bertseq", "distilbert", "roberta", "bloom",
+)  # fmt: skip
 ROTARY_FAMILIES = ("llama", "gptj", "gptj_partial", "gptneox", "gptneox_serial")
 EXPORTERS = ("legacy14", "legacy17", "dynamo")
 _SAMPLES_DIR = Path(__file__).resolve().parents[1] / "samples"

@@ -248,3 +248,20 @@ def test_hf_partial_rotary_exports_fuse_and_match(family, exporter, rotary):
     fused, _ = PassManager(DEFAULT_PIPELINE).run(import_model(path, batch=1, seq=16)[0])
     attn = [n.attr_dict for n in fused.nodes if n.op is Op.ATTENTION]
     assert [(a["rotary"], a["rotary_dim"], a["head_dim"]) for a in attn] == [(*rotary, 16)] * 2
+
+
+@pytest.mark.parametrize("exporter", ["legacy17", "dynamo"])
+def test_hf_bloom_alibi_exports_fuse_and_match(exporter):
+    """BLOOM's ALiBi: scores formed in [B·heads, S, S] (baddbmm of the bias, q and kᵀ),
+    reshaped to [B, heads, S, S] and masked; each attention fuses with the per-head slopes
+    2^(-8 h / heads) and the fused graph matches onnxruntime, padded too (the positions count
+    the kept keys)."""
+    from hf_exports import export_path
+
+    path = export_path("bloom", exporter)
+    for batch, seq in BINDINGS:
+        for padded in (True, False):
+            check_model(path, batch, seq, padded)
+    fused, _ = PassManager(DEFAULT_PIPELINE).run(import_model(path, batch=1, seq=16)[0])
+    attn = [n.attr_dict for n in fused.nodes if n.op is Op.ATTENTION]
+    assert [a["alibi"] for a in attn] == [(0.25, 0.0625, 0.015625, 0.00390625)] * 2

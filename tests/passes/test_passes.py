@@ -262,6 +262,78 @@ def test_fuse_attention_does_not_fire_on_a_soft_bias():
     assert any("additive bias is not a mask" in n for n in ctx.notes)
 
 
+def _bloom_attention_text(positions: str) -> str:
+    """BLOOM's form (B=1, S=4, 2 heads of 2): scores baddbmm'd in [B·heads, S, S] with the
+    ALiBi bias slope_h × position, the positions (cumsum(mask) - 1)·mask, then reshaped to
+    [B, heads, S, S] and given the key-padding mask; p·v in [B·heads, S, dh] again."""
+    return f"""graph g(%qkv: f32[1,4,12], %mask: i64[1,4]) {{
+      %scale = const f32[] 0.7071067690849304
+      %one = const f32[] 1.0
+      %one_i = const i64[] 1
+      %neg = const f32[] -3.4028234663852886e+38
+      %slopes = const f32[2,1] [[0.25], [0.0625]]
+      %cs: i64[1,4] = cumsum(%mask) {{'axis': 1, 'exclusive': False, 'reverse': False}}
+      %cs1: i64[1,4] = sub(%cs, %one_i)
+      %pos: i64[1,4] = mul(%cs1, %mask)
+      %pos2: i64[1,4] = {positions}
+      %pu: i64[1,1,4] = reshape(%pos2) {{'shape': (1, 1, 4)}}
+      %pf: f32[1,1,4] = cast(%pu) {{'to': 'f32'}}
+      %al: f32[1,2,4] = mul(%pf, %slopes)
+      %alibi: f32[2,1,4] = reshape(%al) {{'shape': (2, 1, 4)}}
+      %q0: f32[1,4,4], %k0: f32[1,4,4], %v0: f32[1,4,4] = split(%qkv) {{'axis': 2, 'sizes': (4, 4, 4)}}
+      %q1: f32[1,4,2,2] = reshape(%q0) {{'shape': (1, 4, 2, 2)}}
+      %q2: f32[1,2,4,2] = transpose(%q1) {{'perm': (0, 2, 1, 3)}}
+      %q: f32[2,4,2] = reshape(%q2) {{'shape': (2, 4, 2)}}
+      %k1: f32[1,4,2,2] = reshape(%k0) {{'shape': (1, 4, 2, 2)}}
+      %k2: f32[1,2,4,2] = transpose(%k1) {{'perm': (0, 2, 1, 3)}}
+      %k3: f32[2,4,2] = reshape(%k2) {{'shape': (2, 4, 2)}}
+      %kt: f32[2,2,4] = transpose(%k3) {{'perm': (0, 2, 1)}}
+      %v1: f32[1,4,2,2] = reshape(%v0) {{'shape': (1, 4, 2, 2)}}
+      %v2: f32[1,2,4,2] = transpose(%v1) {{'perm': (0, 2, 1, 3)}}
+      %v: f32[2,4,2] = reshape(%v2) {{'shape': (2, 4, 2)}}
+      %s: f32[2,4,4] = matmul(%q, %kt)
+      %ss: f32[2,4,4] = mul(%s, %scale)
+      %sa: f32[2,4,4] = add(%ss, %alibi)
+      %s4: f32[1,2,4,4] = reshape(%sa) {{'shape': (1, 2, 4, 4)}}
+      %m1: i64[1,1,1,4] = reshape(%mask) {{'shape': (1, 1, 1, 4)}}
+      %mf: f32[1,1,1,4] = cast(%m1) {{'to': 'f32'}}
+      %inv: f32[1,1,1,4] = sub(%one, %mf)
+      %bias: f32[1,1,1,4] = mul(%inv, %neg)
+      %sb: f32[1,2,4,4] = add(%s4, %bias)
+      %p: f32[1,2,4,4] = softmax(%sb) {{'axis': 3}}
+      %p3: f32[2,4,4] = reshape(%p) {{'shape': (2, 4, 4)}}
+      %o: f32[2,4,2] = matmul(%p3, %v)
+      %o4: f32[1,2,4,2] = reshape(%o) {{'shape': (1, 2, 4, 2)}}
+      %ot: f32[1,4,2,2] = transpose(%o4) {{'perm': (0, 2, 1, 3)}}
+      %y: f32[1,4,4] = reshape(%ot) {{'shape': (1, 4, 4)}}
+      return %y
+    }}"""
+
+
+def test_fuse_attention_alibi_in_heads_batched_scores():
+    text = _bloom_attention_text("identity(%pos)")
+    out, _ = apply("fuse-attention", text)
+    assert body(out) == [
+        "%y: f32[1,4,4] = attention(%qkv, %qkv, %qkv, %mask) {'alibi': (0.25, 0.0625,), "
+        "'causal': False, 'fill': -3.4028234663852886e+38, 'head_dim': 2, 'k_offset': 4, "
+        "'mask': 'key_padding', 'nan_to_zero': False, 'num_heads': 2, 'q_offset': 0, "
+        "'scale': 0.7071067690849304, 'v_offset': 8, 'window': 0}"
+    ]
+    # padded keys shift the positions of the keys after them: left padding and a hole
+    rng = np.random.default_rng(1)
+    qkv = rng.standard_normal((1, 4, 12)).astype(np.float32)
+    for mask in ([[0, 1, 1, 1]], [[1, 0, 1, 1]]):
+        feeds = {"qkv": qkv, "mask": np.array(mask, np.int64)}
+        want = run(parse_graph(text), feeds)["y"]
+        np.testing.assert_allclose(run(parse_graph(out), feeds)["y"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_fuse_attention_does_not_fire_on_a_bias_not_linear_in_the_key_position():
+    out, ctx = apply("fuse-attention", _bloom_attention_text("mul(%pos, %pos)"))
+    assert "attention(" not in out
+    assert any("is not a mask, nor ALiBi" in n for n in ctx.notes)
+
+
 def test_fuse_embedding_and_lm_head():
     text = """graph g(%ids: i64[1,3]) {
       %wte = const f32[4,2] [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]]

@@ -26,7 +26,8 @@ from wsecc.flow import lower_and_size
 from wsecc.frontend.onnx import import_model
 from wsecc.interp import run as interp_run
 from wsecc.ir.core import DType, Graph, Node, Op, TensorType, Value, make_attrs
-from wsecc.ir.rules import attention_keep
+from wsecc.ir.printer import parse_graph
+from wsecc.ir.rules import attention_bias, attention_keep
 from wsecc.kernels import (
     Flow,
     Kernel,
@@ -394,12 +395,14 @@ def test_fp16_addition_is_exact_for_every_pair():
 # --- the attention kernel against its row-merge reference -----------------------------------
 
 
-def reference_attention(qs, k, v, keep, fill, rows, ar):
+def reference_attention(qs, k, v, keep, fill, rows, ar, bias=None):
     """The attention kernel's order written out with numpy, one PE row at a time: keys dealt
     cyclically (key t on row t mod rows), each row's max, sum of e = exp(s - max) and e v, then
-    the rows merged in order, rescaled by exp of the running max's change. [B, Sq, H, d]."""
+    the rows merged in order, rescaled by exp of the running max's change. [B, Sq, H, d]. The
+    scores raised by `bias` [B, H, 1, Sk] (ALiBi's) before they are rounded."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        s = np.where(keep, ar.acc(qs @ k.transpose(0, 1, 3, 2)), fill)  # [B, H, Sq, Sk]
+        s = qs @ k.transpose(0, 1, 3, 2) + (np.float32(0) if bias is None else bias)
+        s = np.where(keep, ar.acc(s), fill)  # [B, H, Sq, Sk]
         Sk = s.shape[3]
         m, l_pe, pv = [], [], []
         for r in range(rows):
@@ -425,10 +428,12 @@ def reference_attention(qs, k, v, keep, fill, rows, ar):
 @pytest.mark.parametrize("precision", ["fp32", "mixed", "fp16"])
 @pytest.mark.parametrize("rows", [1, 3, 7, 40])  # 40 rows for 33 keys: seven hold none
 @pytest.mark.parametrize("fill", [-np.inf, np.finfo(np.float32).min, -10000.0])
-def test_attention_kernel_matches_its_row_merge_reference(precision, rows, fill):
+@pytest.mark.parametrize("alibi", [(), (0.5, 0.125)])
+def test_attention_kernel_matches_its_row_merge_reference(precision, rows, fill, alibi):
     """Causal, with padded keys, and one batch whose keys are all padded (its rows are fully
     masked: the reference's softmax of fills, or nan made 0). Scores spread over 2^±6, so the
-    per-row maxima differ and the rescaling matters."""
+    per-row maxima differ and the rescaling matters; with ALiBi slopes, raised by slope × the
+    key's position among the kept keys."""
     rng = np.random.default_rng(rows)
     B, H, Sq, Sk, d = 3, 2, 9, 33, 8
     ar = functional.Arithmetic.of(precision)
@@ -437,20 +442,50 @@ def test_attention_kernel_matches_its_row_merge_reference(precision, rows, fill)
     v = ar.store(rng.standard_normal((B, H, Sk, d)).astype(np.float32))
     mask = np.ones((B, Sk), np.int64)
     mask[0, -5:], mask[2] = 0, 0
-    attrs = {"causal": True, "mask": "key_padding"}
+    mask[1, :4] = 0  # left padding: ALiBi's positions count from the first kept key
+    attrs = {"causal": True, "mask": "key_padding", "alibi": alibi}
     keep = attention_keep(attrs, B, Sq, Sk, mask)
+    bias = attention_bias(attrs, B, Sk, mask)
+    per_key = np.zeros((0, 0, 0), np.float32) if bias is None else bias[:, :, 0]
     fill = np.float32(fill)
     if ar.half_accum and np.isfinite(fill):
         fill = np.float32(np.finfo(np.float16).min)
     out = np.empty((B, Sq, H, d), np.float32)
     attention_heads(
-        qs, k, v, np.ascontiguousarray(keep[:, 0]), fill, rows, ar.half_accum,
-        ar.store is round_to_f16, True, out, 0, B * H,
+        qs, k, v, np.ascontiguousarray(keep[:, 0]), np.ascontiguousarray(per_key), fill, rows,
+        ar.half_accum, ar.store is round_to_f16, True, out, 0, B * H,
     )  # fmt: skip
-    want = reference_attention(qs, k, v, keep, fill, rows, ar)
+    want = reference_attention(qs, k, v, keep, fill, rows, ar, bias)
     rtol = {"fp32": 2e-6, "mixed": 2e-6, "fp16": 2e-3}[precision]
     np.testing.assert_allclose(out, want, rtol=rtol, atol=rtol * np.abs(want).max())
     assert (out[2] == 0).all() == np.isneginf(fill)  # fully masked: nan made 0, else mean of v
+
+
+def test_alibi_attention_matches_the_reference_interpreter():
+    """ALiBi (BLOOM's slopes for 4 heads), causal, a left-padded row and a row with holes: the
+    tiled kernel raises each score by slope × key position, the positions counting the kept
+    keys, as the interpreter does; without the bias the outputs differ."""
+    attrs = (
+        "{'alibi': (0.25, 0.0625, 0.015625, 0.00390625,), 'causal': True, "
+        "'fill': -3.4028234663852886e+38, 'head_dim': 8, 'k_offset': 32, 'mask': 'key_padding', "
+        "'nan_to_zero': False, 'num_heads': 4, 'q_offset': 0, 'scale': 0.3535533845424652, "
+        "'v_offset': 64, 'window': 0}"
+    )
+    text = """graph g(%qkv: f32[2,16,96], %mask: i64[2,16]) {
+      %y: f32[2,16,32] = attention(%qkv, %qkv, %qkv, %mask) ATTRS
+      return %y
+    }"""
+    graph = parse_graph(text.replace("ATTRS", attrs))
+    kg, sizing = lower_and_size(graph, load_target("wse2"), "fp32")
+    mask = np.ones((2, 16), np.int64)
+    mask[0, :5], mask[1, [3, 7, 8]] = 0, 0
+    qkv = np.random.default_rng(0).standard_normal((2, 16, 96)).astype(np.float32) * 2
+    feeds = {"qkv": qkv, "mask": mask}
+    got = simulate_functional(graph, kg, sizing, "fp32", feeds)["y"]
+    want = interp_run(graph, feeds)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    plain = parse_graph(text.replace("ATTRS", "{" + attrs.split("), ", 1)[1]))
+    assert np.abs(interp_run(plain, feeds)["y"] - want).max() > 0.1
 
 
 # --- the layernorm kernel against its per-PE reference ---------------------------------------

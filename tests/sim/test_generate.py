@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,14 +75,16 @@ def _padded_mask() -> np.ndarray:
 
 
 @cache
-def _reference(sample: str, padded: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def _reference(sample: str | Path, padded: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """onnxruntime's greedy generation, recomputing the whole sequence with the no-past file
-    (its sequence dim is dynamic) at every step: ids [B, N], logits [B, N, vocab]."""
+    (its sequence dim is dynamic; a sample's name or a path) at every step: ids [B, N], logits
+    [B, N, vocab]."""
     seq, logits = _prompt(), []
     mask = _padded_mask() if padded else np.ones((B, C), np.int64)
+    path = sample if isinstance(sample, Path) else SAMPLES / f"{sample}.onnx"
     for _ in range(N):
         feeds = {"input_ids": seq, "attention_mask": mask[:, : seq.shape[1]]}
-        out = ort_run(SAMPLES / f"{sample}.onnx", feeds)
+        out = ort_run(path, feeds)
         last = out["logits"][:, -1]
         logits.append(last)
         seq = np.concatenate([seq, last.argmax(axis=-1)[:, None]], axis=1)
@@ -127,6 +130,25 @@ def test_a_padded_mask_is_read_for_the_cached_keys(sample):
     plain = simulate_generation(*_program(sample), "fp32", _prompt(), N)[1]
     np.testing.assert_array_equal(logits[0], plain[0])
     assert np.abs(logits[1] - plain[1]).max() > 0.1
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["ones", "padded"])
+def test_alibi_generation_matches_onnxruntime(padded):
+    """BLOOM's ALiBi (a tiny Hugging Face export; skips without torch): each window's queries
+    get slope × key position over the cache's keys, the positions counting the kept keys (a
+    pad inside the second prompt shifts the keys after it)."""
+    from hf_exports import export_path
+
+    path = export_path("bloom", "dynamo")
+    c = Compilation.load(path, Options(seq=C, batch=B)).fuse().lower_and_size()
+    mask = _padded_mask() if padded else np.ones((B, C), np.int64)
+    ids, logits = simulate_generation(
+        c.fused, c.kernel_graph, c.sizing, "fp32", _prompt(), N,
+        extra_inputs={"attention_mask": mask},
+    )  # fmt: skip
+    result = generation_verdict(ids, logits, *_reference(path, padded), "fp32")
+    assert result.passed and result.ids_equal, result.summary()
+    assert all(e.max_rel_err <= 1e-5 for e in result.steps)
 
 
 # --- the cache ----------------------------------------------------------------------------------

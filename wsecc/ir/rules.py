@@ -566,6 +566,8 @@ def _attention_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
         raise IRError(f"attention key_padding mask must be [B, S_kv], got {ts[3].shape}")
     if mask == "key_length" and ts[3].shape != (q.shape[0],):
         raise IRError(f"attention key_length mask must be [B], got {ts[3].shape}")
+    if len(a.get("alibi", ())) not in (0, h):
+        raise IRError(f"attention alibi has {len(a['alibi'])} slopes for {h} heads")
     if rotary != "none":
         rd = a["rotary_dim"]
         if rd < 2 or rd % 2 or rd > dh:
@@ -624,6 +626,22 @@ def attention_keep(a: Attrs, b: int, sq: int, sk: int, mask: np.ndarray | None) 
     return keep
 
 
+def attention_bias(a: Attrs, b: int, sk: int, mask: np.ndarray | None) -> np.ndarray | None:
+    """Float32 [B, h, 1, Sk]: ALiBi's slope_h × the key's position, or None without `alibi`. A
+    key's position counts the kept keys before it (BLOOM's cumsum of the key-padding mask,
+    minus 1): its index when nothing is padded."""
+    slopes = a.get("alibi", ())
+    if not slopes:
+        return None
+    if a["mask"] == "key_padding" and mask is not None:
+        pos = np.cumsum(np.not_equal(mask, 0), axis=-1) - 1
+    else:
+        pos = np.broadcast_to(np.arange(sk), (b, sk))
+    return np.asarray(slopes, np.float32)[None, :, None, None] * pos[:, None, None, :].astype(
+        np.float32
+    )
+
+
 def split_heads(x: np.ndarray, offset: int, h: int, dh: int) -> np.ndarray:
     """[B, S, ≥offset+h·dh] columns [offset, offset+h·dh) -> [B, h, S, dh]."""
     b, s, _ = x.shape
@@ -633,7 +651,8 @@ def split_heads(x: np.ndarray, offset: int, h: int, dh: int) -> np.ndarray:
 def attention(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     """Multi-head attention over per-head column blocks of q/k/v sources.
 
-    q = heads(q_src[..., q_offset:]), likewise k and v; scores = scale·q·kᵀ; positions not
+    q = heads(q_src[..., q_offset:]), likewise k and v; scores = scale·q·kᵀ (+ ALiBi's
+    slope_h × key position with `alibi`, `attention_bias`); positions not
     kept (causal: key > query; window w: key ≤ query − w, GPT-Neo's local attention;
     key_padding: mask[b, key] == 0; key_length: key ≥ len[b]) are
     *replaced* by `fill` (exporters' −∞, finfo.min or −10000); p = softmax(scores); with
@@ -650,7 +669,11 @@ def _attention_probs(
     [B, 1, Sq, Sk] and the probabilities."""
     q, k, v = attention_heads_of(xs, a)
     scores = _matmul(q, k.transpose(0, 1, 3, 2)) * np.asarray(a["scale"], q.dtype)
-    keep = attention_keep(a, q.shape[0], q.shape[2], k.shape[2], attention_mask_operand(xs, a))
+    mask = attention_mask_operand(xs, a)
+    bias = attention_bias(a, q.shape[0], k.shape[2], mask)
+    if bias is not None:
+        scores = scores + bias.astype(q.dtype)
+    keep = attention_keep(a, q.shape[0], q.shape[2], k.shape[2], mask)
     scores = np.where(keep, scores, np.asarray(a["fill"], q.dtype))
     p = softmax(scores, axis=-1).astype(q.dtype)
     if a.get("nan_to_zero"):

@@ -23,7 +23,8 @@ What is emulated, per kernel kind
         sums in key order); the partials are merged down the column row by row (online
         softmax: m = max(m, m_i), l = l e^(m_old - m) + l_i e^(m_i - m), same for acc) and
         normalised at the bottom, out = acc / l. Heads and query groups over columns change no
-        arithmetic. Rotary: q and k rotated (x cos + rotate(x) sin, in float32, rounded to
+        arithmetic. ALiBi: slope_h × key position (`wsecc.ir.rules.attention_bias`) added
+        to each kept score, in float32, before the fp16 rounding. Rotary: q and k rotated (x cos + rotate(x) sin, in float32, rounded to
         storage) before scoring; grouped K/V heads read once per query head they serve.
     layernorm   the feature dim split over the w columns (dw = cdiv(dim, w)). Each PE sums its
         features in order; the per-PE sums are combined along the region row in column order
@@ -100,6 +101,7 @@ from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rules import (
     ACTIVATIONS,
     GELU_TANH_C,
+    attention_bias,
     attention_keep,
     attention_mask_operand,
     evaluate_op,
@@ -449,7 +451,7 @@ class AttentionRun:
         B, _, Sq, _ = q.shape
         mask = attention_mask_operand(args, self.attrs)
         keep = attention_keep(self.attrs, B, Sq, k.shape[2], mask)
-        return [self.attend(q, k, v, keep)]
+        return [self.attend(q, k, v, keep, attention_bias(self.attrs, B, k.shape[2], mask))]
 
     def heads(
         self, args: Arrays, q_pos: np.ndarray, k_pos: np.ndarray
@@ -471,9 +473,16 @@ class AttentionRun:
         ar = self.ar
         return ar.store(ar.acc(rope(x, cos, sin, self.attrs["rotary"], self.attrs["rotary_dim"])))
 
-    def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    def attend(
+        self,
+        q: np.ndarray,
+        k: np.ndarray,
+        v: np.ndarray,
+        keep: np.ndarray,
+        bias: np.ndarray | None = None,
+    ) -> np.ndarray:
         """out [B, Sq, H d] for q [B, H, Sq, d] against k, v [B, Hk, Sk, d] where keep
-        [B, 1, Sq, Sk] is true."""
+        [B, 1, Sq, Sk] is true, the scores raised by bias [B, H, 1, Sk] (ALiBi's) when given."""
         a, ar = self.attrs, self.ar
         H = q.shape[1]
         if k.shape[1] != H:  # each K/V head serves H / Hk query heads: held once per column
@@ -483,8 +492,10 @@ class AttentionRun:
         Sk = k.shape[2]
         qs = np.ascontiguousarray(ar.store(q * np.float32(a["scale"])))
         out = np.empty((B, Sq, H, dh), np.float32)
+        per_key = np.zeros((0, 0, 0), np.float32) if bias is None else bias[:, :, 0]
         heads = functools.partial(
-            attention_heads, qs, k, v, np.ascontiguousarray(keep[:, 0]), self.fill, self.rows,
+            attention_heads, qs, k, v, np.ascontiguousarray(keep[:, 0]),
+            np.ascontiguousarray(per_key, np.float32), self.fill, self.rows,
             ar.half_accum, ar.store is round_to_f16, bool(a.get("nan_to_zero")), out,
         )  # fmt: skip
         _on_threads(heads, B * H, work=B * H * Sq * Sk * dh)

@@ -25,7 +25,8 @@ token a step, [t, t + 1)):
                 with theirs, are scored against the cache's keys [0, b) only — never recomputed
                 — in the kernel's fabric order (key j on region row j mod h, partials merged
                 down the column: `AttentionRun.attend`), the causal rule and the mask (keys
-                [0, b) of a key-padding mask) deciding the pairs.
+                [0, b) of a key-padding mask) deciding the pairs, ALiBi's slope × key
+                position added over the cache's keys [0, b).
     views       Reshape, Transpose, Slice, Expand, ... run on the full buffers (they re-address
                 data, nothing is computed); each view with a token-wise input is checked once to
                 be token-preserving: on random inputs, changing every other row of its inputs
@@ -62,7 +63,7 @@ import numpy as np
 
 from wsecc.errors import SimulationError
 from wsecc.ir.core import Graph, Node, Value
-from wsecc.ir.rules import attention_keep, attention_mask_operand
+from wsecc.ir.rules import attention_bias, attention_keep, attention_mask_operand
 from wsecc.kernels import KernelGraph, KernelKind, Sizing
 from wsecc.numerics import TOLERANCE, OutputError, compare, make_inputs, vocab_sizes
 from wsecc.options import FAULTS, GENERATE_FAULTS
@@ -519,7 +520,8 @@ class Session:
         if run.attrs["mask"] == "key_padding":
             mask = mask[:, :b]
         keep = attention_keep(run.attrs, B, n, b, mask)
-        return run.attend(q, k_cache[:, :, :b], v_cache[:, :, :b], keep)
+        bias = attention_bias(run.attrs, B, b, mask)  # ALiBi over the cache's keys [0, b)
+        return run.attend(q, k_cache[:, :, :b], v_cache[:, :, :b], keep, bias)
 
 
 # --- greedy generation -----------------------------------------------------------------------------

@@ -12,7 +12,15 @@ from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule, KindDef, Params
 
 SCORE_OPS = 3 + TRANSCENDENTAL_OPS
 """Per attention score: running max (1), s - max (1), exp (8), running sum (1) = 11.
-The 1/sqrt(d) scale is folded into Q; a padding mask adds 1 op (an add) per score."""
+The 1/sqrt(d) scale is folded into Q; a padding mask adds 1 op (an add) per score, and so does
+ALiBi's bias (slope × key position: the product is formed once per cached key and head, the add
+per score)."""
+
+
+def _score_ops(p: Params) -> int:
+    """Ops per score: the online softmax, the padding mask's add and ALiBi's add."""
+    return SCORE_OPS + int(p["padding_mask"]) + int(p["alibi"])
+
 
 ROTARY_OPS = 3
 """Per rotated element: x cos (1), rotate(x) sin (1; rotate is a signed move), the sum (1)."""
@@ -30,7 +38,7 @@ def attention_pairs(seq: int, causal: bool) -> int:
 
 def _flops(p: Params) -> int:
     heads, seq, d = int(p["heads"]), int(p["seq"]), int(p["head_dim"])
-    per_pair = 4 * d + SCORE_OPS + int(p["padding_mask"])  # QK^T 2d, PV 2d, softmax
+    per_pair = 4 * d + _score_ops(p)  # QK^T 2d, PV 2d, softmax
     pairs = heads * attention_pairs(seq, bool(p["causal"]))
     return pairs * per_pair + heads * seq * d + ROTARY_OPS * _rotated(p)
 
@@ -38,7 +46,8 @@ def _flops(p: Params) -> int:
 def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     """softmax(Q K^T + mask) V for H heads of dimension d over S tokens (online softmax), K and V
     from Hk = kv_heads heads (each serving g_kv = H / Hk query heads), q and k rotated first over
-    their first rd = rotary_dim dims when rd > 0.
+    their first rd = rotary_dim dims when rd > 0; with ALiBi (alibi) each score also gets its
+    head's slope × its key's position added (one op, in `_score_ops`: ops).
 
     Mapping: heads split over columns, hw = cdiv(H, w) per column, which need
     kw = cdiv(hw, g_kv) K/V heads (at least 1). When w > H, g = w // H
@@ -67,7 +76,7 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
                 + 2 c hw (d + 2) ab                        double-buffered partials
         pairs   = hw cdiv(sq (sh + 1), 2) if causal else hw sq sh
         compute = cdiv(4 d pairs, f)                       Q K^T and P V
-                + cdiv((SCORE_OPS + mask) pairs, v)        online softmax per score
+                + cdiv(ops pairs, v)                       online softmax per score
                 + cdiv(hw sq (red 2 (d + 2) + d), v)       merge partials, normalise
                 + rot cdiv(ROTARY_OPS rd (sq hw + sh kw), v)   rotate queries and keys
         link    = max(cdiv(sq (hw d + rot 2 rd) sb, L),    query lane (and its table rows)
@@ -95,7 +104,7 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
         + c * sh * ab
         + 2 * c * hw * (d + 2) * ab,
         compute=cdiv(4 * d * pairs, ctx.f)
-        + cdiv((SCORE_OPS + mask) * pairs, ctx.v)
+        + cdiv(_score_ops(p) * pairs, ctx.v)
         + cdiv(hw * sq * (red * 2 * (d + 2) + d), ctx.v)
         + rot * cdiv(ROTARY_OPS * rd * (sq * hw + sh * kw), ctx.v),
         link=max(
@@ -119,7 +128,7 @@ def attention_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> Dec
     edge (`wsecc.kernels.decode`):
 
         pairs     = B hw sh
-        cache     = cdiv(4 d pairs, f) + cdiv((SCORE_OPS + mask) pairs, v)
+        cache     = cdiv(4 d pairs, f) + cdiv(ops pairs, v)
                   + rot cdiv(ROTARY_OPS rd B (hw + kw), v)      rotate the query and new key
         reduction = chain(h, B hw (d + 2) ab) + cdiv(B hw (2 (d + 2) + d), v)   merge, normalise
         broadcast = max(multicast(h, B hw (d + rot 2 rd) sb),   query down the column
@@ -127,7 +136,7 @@ def attention_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> Dec
     The busiest PE reads its cached keys and values: bytes_read = B kw sh 2 d sb."""
     S, H, d = p["seq"], p["heads"], p["head_dim"]
     Hk, rd = p["kv_heads"], p["rotary_dim"]
-    mask, rot = int(p["padding_mask"]), int(rd > 0)
+    rot = int(rd > 0)
     sb, ab = ctx.sb, ctx.ab
     hw = cdiv(H, w)
     kw = max(1, cdiv(hw, H // Hk))
@@ -135,7 +144,7 @@ def attention_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> Dec
     pairs = B * hw * sh
     return DecodeCost(
         cache=cdiv(4 * d * pairs, ctx.f)
-        + cdiv((SCORE_OPS + mask) * pairs, ctx.v)
+        + cdiv(_score_ops(p) * pairs, ctx.v)
         + rot * cdiv(ROTARY_OPS * rd * B * (hw + kw), ctx.v),
         reduction=chain(ctx, h, B * hw * (d + 2) * ab) + cdiv(B * hw * (2 * (d + 2) + d), ctx.v),
         broadcast=max(
@@ -143,7 +152,7 @@ def attention_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> Dec
             multicast(ctx, w, 2 * B * Hk * d * sb),
         ),
         bytes_read=B * kw * sh * 2 * d * sb,
-        flops=B * H * S * (4 * d + SCORE_OPS + mask),
+        flops=B * H * S * (4 * d + _score_ops(p)),
     )
 
 
@@ -163,18 +172,19 @@ def _lower(n: Node, b: int) -> dict[str, object]:
         "rotary_dim": n.attr("rotary_dim", 0),
         "causal": bool(n.attr("causal")),
         "padding_mask": n.attr("mask") != "none",
+        "alibi": bool(n.attr("alibi", ())),
     }
 
 
 def _grad_flops(p: Params) -> int:
     """FlashAttention's backward: the forward keeps Q, K, V, O and each row's log-sum-exp, not
     the probabilities, so per (query, key) pair it recomputes s = q.k (2d) and p = exp(s - lse)
-    (1 + TRANSCENDENTAL_OPS), then dV += p dO (2d), dP = dO.v (2d), dS = p (dP - D) (2),
+    (1 + TRANSCENDENTAL_OPS; a padding mask's add and ALiBi's add recomputed too), then dV += p dO (2d), dP = dO.v (2d), dS = p (dP - D) (2),
     dQ += dS k (2d), dK += dS q (2d); D = rowsum(dO * O) costs 2d per query. Rotated q and k
     rotate their gradients back (ROTARY_OPS per element); grouped K/V heads sum their query
     heads' dK and dV (an add per element, in the dK/dV accumulation above)."""
     heads, seq, d = int(p["heads"]), int(p["seq"]), int(p["head_dim"])
-    per_pair = 10 * d + 3 + TRANSCENDENTAL_OPS + int(p["padding_mask"])
+    per_pair = 10 * d + 3 + TRANSCENDENTAL_OPS + int(p["padding_mask"]) + int(p["alibi"])
     pairs = heads * attention_pairs(seq, bool(p["causal"]))
     return pairs * per_pair + 2 * heads * seq * d + ROTARY_OPS * _rotated(p)
 
@@ -197,6 +207,7 @@ ATTENTION = KindDef(
         "rotary_dim": "int0",
         "causal": "bool",
         "padding_mask": "bool",
+        "alibi": "bool",
         "cache_sequences": "int+",
     },
     flops=_flops,
@@ -210,8 +221,13 @@ ATTENTION = KindDef(
     cyclic_rows=True,
     check=_check,
     # kernels made before grouped K/V heads and rotary embeddings: one K/V head per head;
-    # outside generate mode one sequence's K/V is resident
-    defaults=lambda p: {"kv_heads": p.get("heads", 1), "rotary_dim": 0, "cache_sequences": 1},
+    # outside generate mode one sequence's K/V is resident; before ALiBi none had a bias
+    defaults=lambda p: {
+        "kv_heads": p.get("heads", 1),
+        "rotary_dim": 0,
+        "cache_sequences": 1,
+        "alibi": False,
+    },
     lowers=frozenset({Op.ATTENTION}),
     lower=_lower,
     grad=GradRule(
