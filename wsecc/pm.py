@@ -33,7 +33,7 @@ from wsecc.ir.core import Graph, Node, Value
 from wsecc.ir.printer import format_graph, format_node
 from wsecc.ir.verify import VerificationError, verify
 from wsecc.kernels.ir import KernelGraph
-from wsecc.numerics import compare, float32_noise
+from wsecc.numerics import compare, float32_noise, within_noise
 
 Product = Graph | KernelGraph
 
@@ -193,13 +193,8 @@ class PassManager:
         if bad and self.numerics.precision == "fp32":  # within what float32 itself loses here
             outs = {v.name: env[v] for v in after.outputs}
             noise = float32_noise(after, self.numerics.feeds, outs)
-            bad = [
-                e for e in bad
-                if not compare(
-                    e.name, outs[e.name], self.numerics.reference[e.name], "fp32",
-                    fp32_noise=noise.get(e.name),
-                ).passed
-            ]  # fmt: skip
+            again = within_noise(bad, outs, self.numerics.reference, "fp32", noise)
+            bad = [e for e in again if not e.passed]
         if not bad:
             return
         node = _first_divergent(before, after, self.numerics.feeds, env)

@@ -110,7 +110,14 @@ from wsecc.ir.rules import (
 )
 from wsecc.kernels import KernelGraph, KernelKind, KernelSizing, Sizing, precision
 from wsecc.kernels.costs import cdiv
-from wsecc.numerics import OutputError, compare, float32_noise, ort_run, verdict_line
+from wsecc.numerics import (
+    OutputError,
+    compare,
+    float32_noise,
+    ort_run,
+    verdict_line,
+    within_noise,
+)
 from wsecc.options import FAULTS
 from wsecc.passes.lower import kernel_names
 from wsecc.sim.compiled import (
@@ -870,21 +877,6 @@ def verdict(
             if name in sim
             else OutputError(name, inf, inf, 0.0, False)
             for name, r in ref.items()
-        )
-
-    def within_noise(
-        errors: tuple[OutputError, ...],
-        sim: Mapping[str, np.ndarray],
-        ref: Mapping[str, np.ndarray],
-        p: str,
-        noise: Mapping[str, float],
-    ) -> tuple[OutputError, ...]:
-        """`errors` with each failed output judged again within its float32 noise."""
-        return tuple(
-            e
-            if e.passed or e.name not in sim
-            else compare(e.name, sim[e.name], ref[e.name], p, fp32_noise=noise.get(e.name))
-            for e in errors
         )
 
     ort, interpreted = ort_run(model_path, inputs), run_reference(fused, inputs)
