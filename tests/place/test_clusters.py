@@ -157,3 +157,21 @@ def test_the_cluster_bound_is_at_most_the_brute_force_optimum_many_cases(problem
 @given(small_clusters())
 def test_a_cluster_value_is_at_most_the_brute_force_optimum_many_cases(cluster):
     test_a_cluster_value_is_at_most_the_brute_force_optimum.hypothesis.inner_test(cluster)
+
+
+def test_the_cpsat_placer_reports_the_cluster_bound_when_it_is_the_best():
+    """place_cpsat spends its `bound_share` on the clusters: the BERT-like miniature's bound is
+    the cluster's, above star, below the placement (deterministic mode: the full model does
+    not prove it within its work quota); with no share the cluster bound is not computed."""
+    from wsecc.place.cpsat import CpSatOptions, place_cpsat
+
+    shapes = [((1, 1),), ((3, 1), (1, 3)), ((3, 1), (1, 3)), ((3, 1), (1, 3)), ((3, 1),)]
+    flows = [(0, 1, 1.0), (0, 2, 1.0), (0, 3, 1.0), (1, 4, 1.0), (2, 4, 1.0), (3, 4, 1.0)]
+    p = _problem(shapes, flows, w=9, h=9)
+    star = lower_bound(p).value
+    placed = place_cpsat(p, time_budget_s=2.0, deterministic=True)
+    assert placed.bound_kind == "cluster" and star < placed.bound <= placed.objective
+    plain = place_cpsat(
+        p, time_budget_s=2.0, deterministic=True, options=CpSatOptions(bound_share=0.0)
+    )
+    assert plain.bound_kind in {"star", "separation", "cpsat", "optimal"}
