@@ -4,12 +4,14 @@ with one line naming the kernel."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from wsecc.targets import load_target
 
 from wsecc.kernels import (
     KernelGraphError,
+    KernelSizing,
     Sizing,
     SizingError,
     kernel_cost,
@@ -51,11 +53,22 @@ def test_reported_costs_are_the_cost_models(gpt2_small, sized: Sizing) -> None:
             ks.compute_cycles,
             ks.link_cycles,
         )
-        for h, w in ks.alternatives:
+        for h, w in ks.alternatives + ks.pool:
             alt = kernel_cost(kernel, h, w, "mixed", WSE2)
             assert alt.cycles_per_sample <= sized.stage_cycles
             assert alt.sram.total <= WSE2.sram.bytes_per_pe
             assert ks.pes <= h * w <= ks.pes * 1.05
+
+
+def test_the_pool_holds_the_shapes_past_the_alternatives(sized: Sizing) -> None:
+    """A linear of GPT-2 small has dozens of shapes as good for the stage time: four are the
+    placer's menu, the others its pool, none twice, aspect ratios at least 10% apart."""
+    ks = next(k for k in sized.kernels if k.kind == "linear" and k.pes > 1000)
+    assert len(ks.alternatives) == 4 and len(ks.pool) >= 8
+    shapes = [(ks.h, ks.w), *ks.alternatives, *ks.pool]
+    logs = sorted(math.log(h / w) for h, w in shapes)
+    assert min(b - a for a, b in zip(logs, logs[1:], strict=False)) > math.log(1.1)
+    assert KernelSizing.from_json(ks.to_json()) == ks
 
 
 def test_beats_work_proportional(gpt2_small, sized: Sizing) -> None:

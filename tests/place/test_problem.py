@@ -18,8 +18,10 @@ from wsecc.place.problem import (
     Rect,
     check_placement,
     pairwise_lower_bound,
+    tailored,
     validate_placement,
     weighted_wirelength,
+    with_pools,
 )
 
 PROBLEM = PlacementProblem(
@@ -105,6 +107,24 @@ def test_validator_checks_pins_and_objective():
 def test_problem_json_round_trip():
     pinned = replace(PROBLEM, pins={"c": Rect(10, 5, 5, 1)})
     assert PlacementProblem.from_json(json.loads(pinned.dumps())) == pinned
+    pooled = replace(
+        PROBLEM, kernels=(replace(PROBLEM.kernels[0], pool=((2, 4),)), *PROBLEM.kernels[1:])
+    )
+    assert PlacementProblem.from_json(json.loads(pooled.dumps())) == pooled
+    assert "pool" not in PROBLEM.to_json()["kernels"][0]  # none: the JSON is as before
+
+
+def test_a_placement_is_legal_for_the_problem_tailored_to_the_pool_shapes_it_took():
+    a = replace(PROBLEM.kernels[0], pool=((3, 1), (1, 8)))  # menu (4, 2)
+    pooled = replace(PROBLEM, kernels=(a, *PROBLEM.kernels[1:]))
+    took = {**GOOD, "a": Rect(0, 0, 3, 1)}
+    assert validate_placement(pooled, placement(took, pooled)) != []  # the pool is not menu
+    assert validate_placement(with_pools(pooled), placement(took, pooled)) == []
+    tailor = tailored(pooled, took)
+    assert validate_placement(tailor, placement(took, pooled)) == []
+    assert tailor.kernel("a").shapes == ((4, 2), (3, 1))  # (1, 8) was not taken: left out
+    assert all(k.pool == () for k in tailor.kernels)
+    assert tailored(pooled, GOOD).kernel("a").shapes == ((4, 2),)
 
 
 # ------------------------------------------------------------------------------ properties

@@ -57,6 +57,9 @@ DEFAULT_FILL = 0.85
 DEFAULT_MAX_ASPECT = 16.0
 DEFAULT_ALT_TOLERANCE = 0.05
 DEFAULT_MAX_ALTERNATIVES = 4
+# further shapes, the same way, for a placer that packs one layer with any of them and keeps
+# what it took (`wsecc.place.problem.PlaceKernel.pool`); 10% aspect steps leave 20-40 of them
+POOL_MAX = 48
 
 
 class SizingError(WseccError, ValueError):
@@ -66,7 +69,9 @@ class SizingError(WseccError, ValueError):
 @dataclass(frozen=True)
 class KernelSizing:
     """One kernel's region: shape (h rows x w columns), SRAM on its fullest PE, stage cycles, and
-    alternative shapes (h, w) for the placer: cycles within the stage time, area within a few %."""
+    alternative shapes (h, w) for the placer: cycles within the stage time, area within a few %;
+    `pool`: more shapes that hold to the same limits, which the placer may take (the menu is
+    `alternatives`, the bound's business; the pool only the tiled start's)."""
 
     name: str
     kind: str
@@ -77,6 +82,7 @@ class KernelSizing:
     link_cycles: int
     alternatives: tuple[tuple[int, int], ...] = ()
     edge_cycles: int = 0  # its routed flows through its shortest side (`wsecc.lanes`)
+    pool: tuple[tuple[int, int], ...] = ()
 
     @property
     def pes(self) -> int:
@@ -89,6 +95,7 @@ class KernelSizing:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["alternatives"] = [list(a) for a in self.alternatives]
+        d["pool"] = [list(a) for a in self.pool]
         return d
 
     @staticmethod
@@ -103,6 +110,7 @@ class KernelSizing:
             link_cycles=d["link_cycles"],
             alternatives=tuple((a[0], a[1]) for a in d["alternatives"]),
             edge_cycles=d.get("edge_cycles", 0),
+            pool=tuple((a[0], a[1]) for a in d.get("pool", ())),
         )
 
 
@@ -788,21 +796,22 @@ def work_proportional_sizing(
 
 def _alternatives(
     menu: Menu, chosen: KernelCost, T: int, tolerance: float, limit: int
-) -> tuple[tuple[int, int], ...]:
+) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
     """Other shapes for the placer: cycles <= T, area within `tolerance` above the chosen one,
-    aspect ratios (h / w) at least 10% apart, smallest area first."""
+    aspect ratios (h / w) at least 10% apart, smallest area first; the first `limit` are the
+    alternatives, the next (up to POOL_MAX) the pool."""
     picked: list[tuple[int, int]] = []
     ratios = [chosen.h / chosen.w]
     shapes = menu.shapes_within(T)
     start = bisect.bisect_left([c.area for c in shapes], chosen.area)
     for c in shapes[start:]:
-        if len(picked) >= limit or c.area > chosen.area * (1 + tolerance):
+        if len(picked) >= limit + POOL_MAX or c.area > chosen.area * (1 + tolerance):
             break
         r = c.h / c.w
         if all(abs(math.log(r / q)) > math.log(1.1) for q in ratios):
             picked.append((c.h, c.w))
             ratios.append(r)
-    return tuple(picked)
+    return tuple(picked[:limit]), tuple(picked[limit:])
 
 
 def _sizing(
@@ -815,7 +824,7 @@ def _sizing(
     max_alternatives: int,
 ) -> Sizing:
     T = max(c.cycles_per_sample for _, _, c in choice)
-    memo: dict[tuple[int, int, int], tuple[tuple[int, int], ...]] = {}
+    memo: dict[tuple[int, int, int], tuple[tuple[tuple[int, int], ...], ...]] = {}
     kernels = []
     for k, m, c in choice:
         key = (id(m), c.h, c.w)  # kernels sharing a menu and a shape share alternatives
@@ -830,8 +839,9 @@ def _sizing(
                 sram=c.sram,
                 compute_cycles=c.compute_cycles,
                 link_cycles=c.link_cycles,
-                alternatives=memo[key],
+                alternatives=memo[key][0],
                 edge_cycles=c.edge_cycles,
+                pool=memo[key][1],
             )
         )
     target = ctx.target

@@ -1,7 +1,7 @@
 """The placement problem of a sized KernelGraph: one rectangle per kernel, its flows as weights.
 
 Shapes: sizing's (h rows, w columns) region and its alternatives become (w, h) shapes, the
-preferred first. Flows between kernels carry bytes per sample in the chosen precision; flows
+preferred first; its pool the kernel's pool. Flows between kernels carry bytes per sample in the chosen precision; flows
 from or to graph ports are left out (the host I/O columns are not placed).
 """
 
@@ -19,9 +19,9 @@ def placement_problem(
     for k in kg.kernels:
         ks = sizing.kernel(k.name)
         shapes = [(ks.w, ks.h)] + [(w, h) for h, w in ks.alternatives if (w, h) != (ks.w, ks.h)]
-        kernels.append(
-            PlaceKernel(k.name, tuple(dict.fromkeys(shapes)), tuple(k.provenance), k.kind.value)
-        )
+        menu = tuple(dict.fromkeys(shapes))
+        pool = tuple(s for s in dict.fromkeys((w, h) for h, w in ks.pool) if s not in menu)
+        kernels.append(PlaceKernel(k.name, menu, tuple(k.provenance), k.kind.value, pool))
     names = {k.name for k in kg.kernels}
     merged: dict[tuple[str, str], float] = {}
     for f in kg.flows:

@@ -217,7 +217,12 @@ def _transpose(problem: PlacementProblem) -> PlacementProblem:
         width=problem.height,
         height=problem.width,
         kernels=tuple(
-            replace(k, shapes=tuple((h, w) for w, h in k.shapes)) for k in problem.kernels
+            replace(
+                k,
+                shapes=tuple((h, w) for w, h in k.shapes),
+                pool=tuple((h, w) for w, h in k.pool),
+            )
+            for k in problem.kernels
         ),
         flows=problem.flows,
         pins={n: _flip(r) for n, r in problem.pins.items()},

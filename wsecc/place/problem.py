@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property, reduce
 from typing import Any
 
@@ -42,12 +42,18 @@ class Rect:
 
 @dataclass(frozen=True)
 class PlaceKernel:
-    """A kernel to place: its allowed region shapes as (w, h), preferred first."""
+    """A kernel to place: its allowed region shapes as (w, h), preferred first (the menu).
+
+    `pool`: further shapes the kernel could take (sizing's, as good for its stage time), not
+    in the menu. A placement uses menu shapes only; a placer may first move pool shapes into
+    the menu (`tailored`), and then places and bounds that problem.
+    """
 
     name: str
     shapes: tuple[tuple[int, int], ...]
     onnx_nodes: tuple[str, ...] = ()
     kind: str = ""
+    pool: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,9 @@ class PlacementProblem:
         return {
             "width": self.width,
             "height": self.height,
-            "kernels": [asdict(k) for k in self.kernels],
+            "kernels": [
+                {n: v for n, v in asdict(k).items() if n != "pool" or v} for k in self.kernels
+            ],
             "flows": [asdict(f) for f in self.flows],
             "pins": {k: asdict(r) for k, r in sorted(self.pins.items())},
         }
@@ -102,6 +110,7 @@ class PlacementProblem:
                     shapes=tuple((int(w), int(h)) for w, h in k["shapes"]),
                     onnx_nodes=tuple(k.get("onnx_nodes", ())),
                     kind=k.get("kind", ""),
+                    pool=tuple((int(w), int(h)) for w, h in k.get("pool", ())),
                 )
                 for k in d["kernels"]
             ),
@@ -123,6 +132,26 @@ def kernel_shapes(problem: PlacementProblem, name: str) -> tuple[tuple[int, int]
     if pin is not None:
         return ((pin.w, pin.h),)
     return problem.kernel(name).shapes
+
+
+def with_pools(problem: PlacementProblem) -> PlacementProblem:
+    """`problem` with each kernel's pool appended to its menu (what a placer may pick from)."""
+    if not any(k.pool for k in problem.kernels):
+        return problem
+    kernels = tuple(replace(k, shapes=k.shapes + k.pool, pool=()) for k in problem.kernels)
+    return replace(problem, kernels=kernels)
+
+
+def tailored(problem: PlacementProblem, rects: Mapping[str, Rect]) -> PlacementProblem:
+    """`problem` with the pool shapes `rects` take moved into their kernels' menus, pools
+    emptied: the problem a placement from `with_pools(problem)` is legal for. A lower bound on
+    any problem with more menu shapes holds for it too (more shapes only lower the optimum)."""
+    kernels = []
+    for k in problem.kernels:
+        r = rects.get(k.name)
+        took = () if r is None or (r.w, r.h) not in k.pool else ((r.w, r.h),)
+        kernels.append(replace(k, shapes=k.shapes + took, pool=()))
+    return replace(problem, kernels=tuple(kernels))
 
 
 def weighted_wirelength(problem: PlacementProblem, rects: Mapping[str, Rect]) -> float:
