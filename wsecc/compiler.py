@@ -182,6 +182,7 @@ class Compilation:
         """A saved compile (its output folder) with its placement and routing, ready for
         `simulate()`. The model is re-imported only when numerics are asked for."""
         from wsecc.place.from_kernels import placement_problem
+        from wsecc.place.problem import tailored
         from wsecc.view import load_outdir
 
         folder = Path(folder)
@@ -199,7 +200,10 @@ class Compilation:
         prog = v.program
         c = cls(Path(saved["model"]["path"]), options, prog.target, progress)
         c.kernel_graph, c.sizing, c.program = prog.kg, prog.sizing, prog
-        c.problem = placement_problem(prog.kg, prog.sizing, prog.target, prog.precision)
+        c.problem = tailored(
+            placement_problem(prog.kg, prog.sizing, prog.target, prog.precision),
+            prog.placement.rects,
+        )
         c.saved_report = saved
         return c
 
@@ -378,7 +382,8 @@ class Compilation:
         self.progress(
             "place",
             f"{o.placer}: weighted wirelength {p.objective:.4g} B·PE, bound {p.bound:.4g} "
-            f"({p.bound_kind}), gap {100 * p.gap:.1f}%, {p.status} ({p.seconds:.1f} s)",
+            f"({p.bound_kind}), gap {100 * p.gap:.1f}%, {p.status} ({p.seconds:.1f} s), "
+            f"{self._pool_shapes()} kernels in pool shapes",
         )
         self.progress(
             "route",
@@ -804,6 +809,7 @@ class Compilation:
             rep["placement"] = {
                 "placer": self.options.placer, "objective": p.objective, "bound": p.bound,
                 "bound_kind": p.bound_kind, "gap": p.gap, "status": p.status, "seconds": p.seconds,
+                "pool_shapes": self._pool_shapes(),
             }  # fmt: skip
             rep["routing"] = {
                 "flows": len(self.problem.flows), "lanes": len(r.lanes),
@@ -840,6 +846,16 @@ class Compilation:
         if not timings:
             _drop_timings(rep)
         return rep
+
+    def _pool_shapes(self) -> int:
+        """Kernels placed in a shape from sizing's pool (not its shape or alternatives)."""
+        assert self.sizing is not None and self.placement is not None
+        rects = self.placement.rects
+        return sum(
+            (rects[ks.name].h, rects[ks.name].w) in ks.pool
+            for ks in self.sizing.kernels
+            if ks.name in rects
+        )
 
     def _kernel_rows(self) -> list[dict[str, Any]]:
         rows = []

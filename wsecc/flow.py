@@ -36,7 +36,13 @@ from wsecc.passes import DEFAULT_PIPELINE, LOWERING
 from wsecc.place.api import place
 from wsecc.place.from_kernels import placement_problem
 from wsecc.place.manual import load_pins, with_pins
-from wsecc.place.problem import Placement, PlacementError, PlacementProblem, validate_placement
+from wsecc.place.problem import (
+    Placement,
+    PlacementError,
+    PlacementProblem,
+    tailored,
+    validate_placement,
+)
 from wsecc.pm import NumericsCheck, PassContext, PassManager, PassRecord
 from wsecc.program import Program
 from wsecc.replicas import (
@@ -417,12 +423,13 @@ def place_and_route(
     """
     deadline = time.perf_counter() + time_budget_s
 
-    def place_in(problem: PlacementProblem) -> Placement:
+    def place_in(problem: PlacementProblem) -> tuple[PlacementProblem, Placement]:
         # one budget for all attempts (deterministic mode: a work quota, the same each time)
         left = time_budget_s if deterministic else max(0.5, deadline - time.perf_counter())
-        return place(
+        placement = place(
             problem, placer=placer, time_budget_s=left, seed=seed, deterministic=deterministic
         )
+        return tailored(problem, placement.rects), placement  # the pool shapes it took
 
     blocked = REQUESTED
     if replicas != 1:
@@ -437,9 +444,8 @@ def place_and_route(
                 decode_batch=decode_batch,
             )  # fmt: skip
             say(f"size       re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
-        problem = _problem(kg, sizing, target, precision, pins)
         try:
-            placement = place_in(problem)
+            problem, placement = place_in(_problem(kg, sizing, target, precision, pins))
             break
         except PlacementError as e:
             if i == len(FILL_STEPS) - 1:
@@ -496,7 +502,7 @@ def _place_copies(
     precision: str,
     requested: int | None,
     pins: str | None,
-    place_in: Callable[[PlacementProblem], Placement],
+    place_in: Callable[[PlacementProblem], tuple[PlacementProblem, Placement]],
     say: Callable[[str], None],
 ) -> Placed | str:
     """Copies on a grid of tiles (`wsecc.replicas`), or the resource that stops a second copy
@@ -519,9 +525,8 @@ def _place_copies(
             return blocked
         columns, rows = grid
         tile = (whole.width // columns, whole.height // rows)
-        problem = within(whole, tile)
         try:
-            placement = place_in(problem)
+            problem, placement = place_in(within(whole, tile))
             rp, program = _route_placed(kg, sizing, target, precision, problem, placement, say)
         except PlacementError:
             most = columns * rows - 1  # the placer did not pack what greedy packed

@@ -8,7 +8,13 @@ from dataclasses import replace
 from wsecc.place.cpsat import CpSatOptions, _Limits, pack_unit, place_cpsat
 from wsecc.place.greedy import greedy_rects
 from wsecc.place.layered import layered_rects
-from wsecc.place.problem import Placement, Rect, validate_placement, weighted_wirelength
+from wsecc.place.problem import (
+    Placement,
+    Rect,
+    tailored,
+    validate_placement,
+    weighted_wirelength,
+)
 from wsecc.place.synthetic import chain_problem, gpt2_small_problem
 from wsecc.place.tiled import repeating_layers, tiled_rects
 
@@ -18,9 +24,10 @@ def _legal(problem, rects) -> list[str]:
     return validate_placement(problem, p)
 
 
-def _pack(unit, joins, start):
+def _pack(unit, joins, start, stage="first"):
     # deterministic: one worker, a deterministic-time limit (as place_cpsat's deterministic mode)
-    return pack_unit(unit, joins, _Limits(30.0, 1, 0, 0.4 if start else 0.1), 0.01, start)
+    dtime = {"first": 0.1, "again": 0.4, "pools": 1.0}[stage]
+    return pack_unit(unit, joins, _Limits(30.0, 1, 0, dtime), 0.01, start)
 
 
 def test_layers_are_found_by_structure():
@@ -72,6 +79,26 @@ def test_cpsat_starts_from_the_tiled_placement_when_it_is_best():
     assert validate_placement(problem, p) == []
     if "GUARD" not in p.status:  # else a loaded machine cut the layer packings short
         assert p.objective <= weighted_wirelength(problem, tiled_rects(problem, _pack))
+
+
+def test_the_tiled_start_takes_pool_shapes_that_pack_a_layer_better():
+    # GPT-2 small's layers with one shape each in the menu, sizing's other shapes in the pool:
+    # the layer's last packing may take pool shapes, and the placement is legal for the problem
+    # tailored to them (and only for it); 16% less wirelength than without the pool
+    full = gpt2_small_problem(3, height=560)
+    pooled = replace(
+        full,
+        kernels=tuple(replace(k, shapes=k.shapes[:1], pool=k.shapes[1:]) for k in full.kernels),
+    )
+    menu_only = replace(pooled, kernels=tuple(replace(k, pool=()) for k in pooled.kernels))
+    with_pool, without = tiled_rects(pooled, _pack), tiled_rects(menu_only, _pack)
+    assert with_pool is not None and without is not None
+    assert _legal(tailored(pooled, with_pool), with_pool) == []
+    assert _legal(menu_only, with_pool) != []  # it took pool shapes
+    assert weighted_wirelength(full, with_pool) < weighted_wirelength(full, without)
+    p = place_cpsat(pooled, time_budget_s=4.0, deterministic=True)
+    assert validate_placement(tailored(pooled, p.rects), p) == []
+    assert p.bound <= p.objective
 
 
 def test_tiled_declines_pinned_problems():

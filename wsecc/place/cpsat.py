@@ -57,11 +57,13 @@ from wsecc.place.problem import (
     PlacementProblem,
     Rect,
     kernel_shapes,
+    tailored,
     validate_placement,
     weight_unit,
     weighted_wirelength,
+    with_pools,
 )
-from wsecc.place.tiled import tiled_rects
+from wsecc.place.tiled import Stage, tiled_rects
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,10 @@ class CpSatOptions:
     unit_height_weight: float = 0.01  # per row of block height, × the block's flow weights
     tiled_share: float = 0.5  # of the budget, at most, for the tiled start's solves
     unit_again_factor: float = 4.0  # the best layer packing is improved for this many times
+    # then once more with the kernels' pools in their menus: a larger model, which needs 2-3 s
+    # (GPT-2 XL's layer, bench/RESULTS.md "Shapes from the pool"); off the windows' time
+    unit_pools_s: float = 3.0
+    det_unit_pools_dtime: float = 3.0
     # cluster bound (`wsecc.place.clusters`): its solves take this share of the budget from the
     # windows, in deterministic time on one worker in both modes (the bound is reproducible);
     # measured on the real-size suite: bench/RESULTS.md, "Re-run with the cluster bound"
@@ -371,21 +377,30 @@ class _Budget:
         seconds = min(self.opts.window_time_s, left)
         return _Limits(seconds, self.opts.workers, self.seed) if seconds >= 0.05 else None
 
-    def unit(self, again: bool, spent_dtime: float) -> _Limits | None:
-        """Limits for one layer packing of the tiled start (`again`: improving the best one),
-        or None past the tiled start's share of the budget. Deterministic mode: the share is
-        of the windows' deterministic time, and a first packing leaves room for the `again`."""
-        factor = self.opts.unit_again_factor if again else 1.0
+    def unit(self, stage: Stage, spent_dtime: float) -> _Limits | None:
+        """Limits for one layer packing of the tiled start (`tiled.Stage`), or None past the
+        tiled start's share of the budget; "again" takes `unit_again_factor` times a first
+        packing's, "pools" its own time, both off the windows'. Deterministic mode: the share
+        is of the windows' deterministic time, and the first packings leave room for "again"."""
+        o = self.opts
         if self.deterministic:
-            o = self.opts
             share = o.tiled_share * self.seconds * o.det_windows_per_second * o.det_window_dtime
-            need = (factor if again else 1.0 + o.unit_again_factor) * o.det_unit_dtime
-            if spent_dtime + need > share + 1e-9 or self.guard() == 0.0:
+            dtime = {
+                "first": o.det_unit_dtime,
+                "again": o.unit_again_factor * o.det_unit_dtime,
+                "pools": o.det_unit_pools_dtime,
+            }[stage]
+            need = dtime + (o.unit_again_factor * o.det_unit_dtime if stage == "first" else 0.0)
+            if (stage == "first" and spent_dtime + need > share + 1e-9) or self.guard() == 0.0:
                 return None
-            return _Limits(self.guard(), 1, self.seed, factor * o.det_unit_dtime)
-        left = self.t0 + self.opts.tiled_share * self.seconds - time.perf_counter()
-        seconds = min(factor * self.opts.unit_time_s, left)
-        return _Limits(seconds, self.opts.workers, self.seed) if seconds >= 0.05 else None
+            return _Limits(self.guard(), 1, self.seed, dtime)
+        if stage == "first":
+            left = self.t0 + o.tiled_share * self.seconds - time.perf_counter()
+        else:
+            left = self.remaining() - o.bound_share * self.seconds
+        wanted = {"first": o.unit_time_s, "again": o.unit_again_factor * o.unit_time_s}
+        seconds = min(wanted.get(stage, o.unit_pools_s), left)
+        return _Limits(seconds, o.workers, self.seed) if seconds >= 0.05 else None
 
     def guard(self) -> float:
         return max(0.0, self.t0 + self.opts.wall_guard_factor * self.seconds - time.perf_counter())
@@ -419,15 +434,19 @@ def place_cpsat(
     transformer layers, the tiled one (`tiled_rects`, its layer packings by `pack_unit` within
     `tiled_share` of the budget; deterministic mode: their deterministic time comes off the
     window quota).
-    Steps: start hint → full model with hint and cuts (if N ≤ full_model_max_kernels) →
-    window LNS until the budget (deterministic mode: the work quota) is spent.
+    Steps: start hint → full model with hint and cuts (if N ≤ full_model_max_kernels and the
+    start is not the tiled one) → window LNS until the budget (deterministic mode: the work
+    quota) is spent.
+    Kernels' pools (`PlaceKernel.pool`): the tiled start may take pool shapes (and `initial`
+    may hold them); everything after the start, the bound included, is on
+    `tailored(problem, start)`, whose menus hold the ones taken. The result is legal for
+    `tailored(problem, result.rects)`, and its bound holds there (fewer shapes, no lower optimum).
     Status: OPTIMAL when the full model proved it (exact integer weights only), else FEASIBLE;
     "FEASIBLE-GUARD" if deterministic mode hit its wall-clock guard (then not reproducible).
-    Raises PlacementError (from greedy) when the kernels cannot be packed at all.
+    Raises PlacementError (greedy's) when no start packs the kernels.
     """
     opts = options or CpSatOptions()
     budget = _Budget(time.perf_counter(), time_budget_s, deterministic, seed, opts)
-    data = _Data.of(problem)
     start = (
         None
         if initial is None
@@ -436,33 +455,44 @@ def place_cpsat(
         )
     )
     tiled_dtime = 0.0  # deterministic time the tiled start's solves were given
-    if start is not None and not validate_placement(problem, start):
+    tiled = None
+    if start is not None and not validate_placement(with_pools(problem), start):
         rects = dict(initial)  # type: ignore[arg-type]
     else:
-        _, rects = greedy_rects(problem)
+        try:
+            greedy: dict[str, Rect] | None = greedy_rects(problem)[1]
+        except PlacementError as e:  # the tiled start may still pack what greedy does not
+            greedy, failed = None, e
 
         def pack(
-            unit: PlacementProblem, joins: Sequence[PlaceFlow], start: dict[str, Rect] | None
+            unit: PlacementProblem,
+            joins: Sequence[PlaceFlow],
+            start: dict[str, Rect] | None,
+            stage: Stage,
         ) -> dict[str, Rect] | None:
             nonlocal tiled_dtime
-            limits = budget.unit(start is not None, tiled_dtime)
+            limits = budget.unit(stage, tiled_dtime)
             if limits is None:
                 return None
             tiled_dtime += limits.dtime or 0.0
             return pack_unit(unit, joins, limits, opts.unit_height_weight, start)
 
-        for other in (layered_rects(problem), tiled_rects(problem, pack)):
-            if other is not None and weighted_wirelength(problem, other) < weighted_wirelength(
-                problem, rects
-            ):
-                rects = other
+        tiled = tiled_rects(problem, pack)
+        found = [r for r in (greedy, layered_rects(problem), tiled) if r is not None]
+        if not found:
+            raise failed
+        rects = min(found, key=lambda r: weighted_wirelength(problem, r))  # greedy on ties
+    problem = tailored(problem, rects)  # from here on, the pool shapes the start took are menu
+    data = _Data.of(problem)
     wl = weighted_wirelength(problem, rects)
     own = lower_bound(problem)
     bound, bound_kind = own.value, own.kind
     fabric = Rect(0, 0, problem.width, problem.height)
 
     proven = False
-    full = 0 < len(data.order) <= opts.full_model_max_kernels
+    # not after a tiled start: its last packings took that time, and the full model moved
+    # its wirelength by < 1% (bench/RESULTS.md, "The tiled start")
+    full = 0 < len(data.order) <= opts.full_model_max_kernels and rects is not tiled
     if full:
         solved = _solve(data, rects, list(data.order), fabric, budget.full_model())
         rects, wl, _ = _accept(problem, rects, wl, solved)

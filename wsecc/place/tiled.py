@@ -20,7 +20,12 @@ How, for k strips:
    flipped (4 ways) to shorten its flows to the blocks before it; the other kernels go where
    there is room (the blocks' holes too), nearest their neighbours (`_leftovers`). If they find
    none, the box is made shorter (twice at most).
-The best placement's layer packing is then handed to `pack` once more to improve, and tiled again.
+The best placement's layer packing is then handed to `pack` once more to improve, with the
+kernels' pools in their menus (`with_pools`: sizing's other shapes as good for the stage time),
+and tiled again. Sizing's four alternatives (smallest area first) rarely include the shapes a
+strip-wide box wants; the pool does. Measured on GPT-2 XL, WSE-2: the tiled start from
+1.58e11 to 9.2e10 in about the same time (bench/RESULTS.md, "Shapes from the pool"). Packing
+with the pools from the start instead needs 1 s per packing to do as well.
 
 Guarantees: legal (each kernel inside its slot, slots disjoint inside a block, blocks and the
 other kernels disjoint), as deterministic as `pack`, or None (pins, no repeated layers, or
@@ -33,6 +38,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 
@@ -45,6 +51,7 @@ from wsecc.place.problem import (
     Rect,
     kernel_shapes,
     weighted_wirelength,
+    with_pools,
 )
 
 # strip counts tried: 2 … 4, up to MAX_STRIPS when there are 4 layers or more per strip (one
@@ -52,9 +59,12 @@ from wsecc.place.problem import (
 MAX_STRIPS = 6
 Shape = tuple[int, int]
 # (unit sub-problem with the box as its fabric, joins to the next copy, a packing to improve
-# or None) -> packing or None
+# or None, the stage) -> packing or None. Stages: "first" (every box tried), "again" (the
+# best packing improved), "pools" (improved once more with the kernels' pools in the menus)
+Stage = Literal["first", "again", "pools"]
 Pack = Callable[
-    [PlacementProblem, Sequence[PlaceFlow], dict[str, Rect] | None], dict[str, Rect] | None
+    [PlacementProblem, Sequence[PlaceFlow], dict[str, Rect] | None, Stage],
+    dict[str, Rect] | None,
 ]
 
 
@@ -301,19 +311,24 @@ class _Tiling:
     k: int
     height: int
     options: list[tuple[bool, dict[str, Rect], int]]
+    width: int = 0  # the box's; 0: one strip
 
 
 def _tile(
-    problem: PlacementProblem, pack: Pack, how: _Tiling, start: dict[str, Rect] | None = None
+    problem: PlacementProblem,
+    pack: Pack,
+    how: _Tiling,
+    start: dict[str, Rect] | None = None,
+    stage: Stage = "first",
 ) -> list[tuple[dict[str, Rect], dict[str, Rect]]] | None:
-    """The placements with layer `how.t` packed in a box one strip wide and `how.height` tall,
-    its packing reused for every layer, the blocks in k strips as each option (serpentine or
-    not, obstacle, tallest block it takes) allows, each with the layer's packing; None if the
-    layer found no packing. `start`: a packing of the layer for `pack` to improve."""
+    """The placements with layer `how.t` packed in a box one strip wide (or `how.width`) and
+    `how.height` tall, its packing reused for every layer, the blocks in k strips as each option
+    (serpentine or not, obstacle, tallest block it takes) allows, each with the layer's packing;
+    None if the layer found no packing. `start`: a packing of the layer for `pack` to improve."""
     layers, k = how.layers, how.k
     template = layers[how.t]
-    box = _sub(problem, template, how.envelope, problem.width // k, how.height)
-    packed = pack(box, how.joins, start)
+    box = _sub(problem, template, how.envelope, how.width or problem.width // k, how.height)
+    packed = pack(box, how.joins, start, stage)
     if packed is None:
         return None
     slots = [packed[n] for n in template]
@@ -370,7 +385,9 @@ def _tiled(
 
 def tiled_rects(problem: PlacementProblem, pack: Pack) -> dict[str, Rect] | None:
     """The tiled placement with the least weighted wirelength, or None (see module doc). The
-    best one's layer packing is then handed to `pack` once more to improve, and tiled again."""
+    best one's layer packing is then handed to `pack` to improve ("again"), then once more with
+    the pools in the menus ("pools"), each tiled again: the result is legal for
+    `with_pools(problem)` (`tailored` gives the problem it is legal for)."""
     if problem.pins:
         return None
     best: tuple[float, dict[str, Rect], bool, dict[str, Rect], _Tiling] | None = None
@@ -384,10 +401,15 @@ def tiled_rects(problem: PlacementProblem, pack: Pack) -> dict[str, Rect] | None
         return None
     wl, rects, transposed, packed, how = best
     prob = _transpose(problem) if transposed else problem
-    for again, _ in _tile(prob, pack, how, start=packed) or []:
-        again_wl = weighted_wirelength(problem, _oriented(again, transposed))
-        if again_wl < wl:
-            wl, rects = again_wl, again
+    stages: list[Stage] = ["again", "pools"] if any(k.pool for k in problem.kernels) else ["again"]
+    for stage in stages:
+        if stage == "pools":
+            prob = with_pools(prob)
+            how = replace(how, envelope=_envelope(prob, how.layers))
+        for again, again_packed in _tile(prob, pack, how, packed, stage) or []:
+            again_wl = weighted_wirelength(problem, _oriented(again, transposed))
+            if again_wl < wl:
+                wl, rects, packed = again_wl, again, again_packed
     return _oriented(rects, transposed)
 
 
