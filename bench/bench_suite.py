@@ -50,7 +50,6 @@ def measure(path: str, seq: int, target: str, budget: float) -> dict:
     """One compile in this process; the figures of one row."""
     import wsecc
     from wsecc.place.api import place
-    from wsecc.place.from_kernels import placement_problem
     from wsecc.place.problem import PlacementError
 
     t0 = time.perf_counter()
@@ -60,9 +59,8 @@ def measure(path: str, seq: int, target: str, budget: float) -> dict:
         weights=weights,
     )  # fmt: skip
     wall = time.perf_counter() - t0
-    try:  # greedy on the regions as sized (without the pool shapes the placer took)
-        sized = placement_problem(c.kernel_graph, c.sizing, c.target, c.options.precision)
-        greedy: float | None = place(sized, placer="greedy", time_budget_s=budget).objective
+    try:  # greedy on the problem placed (its menus hold the pool shapes the placer took)
+        greedy: float | None = place(c.problem, placer="greedy", time_budget_s=budget).objective
     except PlacementError:
         greedy = None  # greedy does not pack them; the tiled start did
     rep = c.report()
