@@ -20,12 +20,12 @@ How, for k strips:
    flipped (4 ways) to shorten its flows to the blocks before it; the other kernels go where
    there is room (the blocks' holes too), nearest their neighbours (`_leftovers`). If they find
    none, the box is made shorter (twice at most).
-The best placement's layer packing is then handed to `pack` once more to improve, with the
-kernels' pools in their menus (`with_pools`: sizing's other shapes as good for the stage time),
-and tiled again. Sizing's four alternatives (smallest area first) rarely include the shapes a
-strip-wide box wants; the pool does. Measured on GPT-2 XL, WSE-2: the tiled start from
-1.58e11 to 9.2e10 in about the same time (bench/RESULTS.md, "Shapes from the pool"). Packing
-with the pools from the start instead needs 1 s per packing to do as well.
+The best placement's layer packing is then handed to `pack` to improve ("again"), then once
+more with the kernels' pools in their menus ("pools"; `with_pools`: sizing's other shapes as
+good for the stage time), each tiled again. Sizing's four alternatives (smallest area first) rarely include the shapes a
+strip-wide box wants; the pool does. GPT-2 XL on WSE-2, deterministic, 10 s: 1.58e11 →
+1.18e11 (bench/RESULTS.md, "Shapes from the pool"). Packing with the pools from the start
+needs about 1 s per packing, not 0.3, to do as well.
 
 Guarantees: legal (each kernel inside its slot, slots disjoint inside a block, blocks and the
 other kernels disjoint), as deterministic as `pack`, or None (pins, no repeated layers, or
