@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from wsecc.place.cpsat import CpSatOptions, _Limits, pack_unit, place_cpsat
 from wsecc.place.greedy import greedy_rects
 from wsecc.place.layered import layered_rects
 from wsecc.place.problem import (
     Placement,
+    PlacementError,
     Rect,
     tailored,
     validate_placement,
@@ -96,6 +99,9 @@ def test_the_tiled_start_takes_pool_shapes_that_pack_a_layer_better():
     assert _legal(tailored(pooled, with_pool), with_pool) == []
     assert _legal(menu_only, with_pool) != []  # it took pool shapes
     assert weighted_wirelength(full, with_pool) < weighted_wirelength(full, without)
+    # greedy packs none of it with the menus alone; CP-SAT starts from the tiled placement
+    with pytest.raises(PlacementError, match="greedy packing failed"):
+        greedy_rects(pooled)
     p = place_cpsat(pooled, time_budget_s=4.0, deterministic=True)
     assert validate_placement(tailored(pooled, p.rects), p) == []
     assert p.bound <= p.objective
