@@ -124,6 +124,7 @@ class Compilation:
     sizing: Sizing | None = None  # lowering's; after placement, the program's
     problem: PlacementProblem | None = None
     program: Program | None = None  # placed and routed
+    pool_shapes: int = 0  # kernels the placer put in a shape from sizing's pool
     sram: SramMap | None = None
     perf: PerfResult | None = None  # L0
     events: EventResult | None = None  # L1 (when options.sim is l1)
@@ -204,6 +205,7 @@ class Compilation:
             placement_problem(prog.kg, prog.sizing, prog.target, prog.precision),
             prog.placement.rects,
         )
+        c.pool_shapes = saved.get("placement", {}).get("pool_shapes", 0)
         c.saved_report = saved
         return c
 
@@ -374,6 +376,7 @@ class Compilation:
                 decode_batch=o.batch if generate else None, replicas=replicas,
             )  # fmt: skip
         self.problem, self.program = placed.problem, placed.program
+        self.pool_shapes = placed.pool_shapes
         if self.training is not None or generate:
             why = TRAIN_MODE if self.training is not None else GENERATE_MODE
             self.program = dataclasses.replace(self.program, replicas=Replicas(1, why))
@@ -383,7 +386,7 @@ class Compilation:
             "place",
             f"{o.placer}: weighted wirelength {p.objective:.4g} B·PE, bound {p.bound:.4g} "
             f"({p.bound_kind}), gap {100 * p.gap:.1f}%, {p.status} ({p.seconds:.1f} s), "
-            f"{self._pool_shapes()} kernels in pool shapes",
+            f"{self.pool_shapes} kernels in pool shapes",
         )
         self.progress(
             "route",
@@ -809,7 +812,7 @@ class Compilation:
             rep["placement"] = {
                 "placer": self.options.placer, "objective": p.objective, "bound": p.bound,
                 "bound_kind": p.bound_kind, "gap": p.gap, "status": p.status, "seconds": p.seconds,
-                "pool_shapes": self._pool_shapes(),
+                "pool_shapes": self.pool_shapes,
             }  # fmt: skip
             rep["routing"] = {
                 "flows": len(self.problem.flows), "lanes": len(r.lanes),
@@ -846,16 +849,6 @@ class Compilation:
         if not timings:
             _drop_timings(rep)
         return rep
-
-    def _pool_shapes(self) -> int:
-        """Kernels placed in a shape from sizing's pool (not its shape or alternatives)."""
-        assert self.sizing is not None and self.placement is not None
-        rects = self.placement.rects
-        return sum(
-            (rects[ks.name].h, rects[ks.name].w) in ks.pool
-            for ks in self.sizing.kernels
-            if ks.name in rects
-        )
 
     def _kernel_rows(self) -> list[dict[str, Any]]:
         rows = []

@@ -390,6 +390,16 @@ def _widened(
 class Placed:
     problem: PlacementProblem  # one copy's (on its tile when replicated)
     program: Program  # its sizing: the one that packed, costed at the placed shapes
+    pool_shapes: int = 0  # kernels placed in a shape from the sizing's pool
+
+
+def pool_shapes(sizing: Sizing, placement: Placement) -> int:
+    """Kernels `placement` puts in a shape from `sizing`'s pool (not its shape or
+    alternatives); `sizing` as it was sized, before `sizing_at` re-costs the placed shapes."""
+    rects = placement.rects
+    return sum(
+        (rects[k.name].h, rects[k.name].w) in k.pool for k in sizing.kernels if k.name in rects
+    )
 
 
 def place_and_route(
@@ -454,7 +464,8 @@ def place_and_route(
     _, program = _route_placed(
         kg, sizing, target, precision, problem, placement, say, train, decode_batch
     )
-    return Placed(problem, replace(program, replicas=Replicas(1, blocked)))
+    program = replace(program, replicas=Replicas(1, blocked))
+    return Placed(problem, program, pool_shapes(sizing, placement))
 
 
 def _problem(
@@ -543,7 +554,7 @@ def _place_copies(
             f"replicas   {k} copies on {columns}x{rows} tiles of {tile[0]}x{tile[1]} PEs "
             f"(stopped by {reason})"
         )
-        return Placed(problem, replace(program, replicas=reps))
+        return Placed(problem, replace(program, replicas=reps), pool_shapes(sizing, placement))
     return blocked
 
 

@@ -9,6 +9,7 @@ import math
 import pytest
 from wsecc.targets import load_target
 
+from wsecc.flow import pool_shapes
 from wsecc.kernels import (
     KernelGraphError,
     KernelSizing,
@@ -18,6 +19,7 @@ from wsecc.kernels import (
     size_regions,
     work_proportional_sizing,
 )
+from wsecc.place.problem import Placement, Rect
 
 WSE2 = load_target("wse2")
 
@@ -69,6 +71,14 @@ def test_the_pool_holds_the_shapes_past_the_alternatives(sized: Sizing) -> None:
     logs = sorted(math.log(h / w) for h, w in shapes)
     assert min(b - a for a, b in zip(logs, logs[1:], strict=False)) > math.log(1.1)
     assert KernelSizing.from_json(ks.to_json()) == ks
+
+
+def test_the_report_counts_the_kernels_placed_in_pool_shapes(sized: Sizing) -> None:
+    a, b = [k for k in sized.kernels if k.pool][:2]
+    (ah, aw), (bh, bw) = a.pool[0], b.alternatives[0]
+    rects = {a.name: Rect(0, 0, aw, ah), b.name: Rect(0, 0, bw, bh)}
+    placement = Placement(rects, "test", 0.0, 0.0, 0.0, "", 0.0, 0)
+    assert pool_shapes(sized, placement) == 1  # b took an alternative: not from the pool
 
 
 def test_beats_work_proportional(gpt2_small, sized: Sizing) -> None:

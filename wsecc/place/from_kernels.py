@@ -1,8 +1,9 @@
 """The placement problem of a sized KernelGraph: one rectangle per kernel, its flows as weights.
 
 Shapes: sizing's (h rows, w columns) region and its alternatives become (w, h) shapes, the
-preferred first; its pool the kernel's pool. Flows between kernels carry bytes per sample in the chosen precision; flows
-from or to graph ports are left out (the host I/O columns are not placed).
+preferred first, and its pool the kernel's pool. Flows between kernels carry bytes per sample
+in the chosen precision; flows from or to graph ports are left out (the host I/O columns are
+not placed).
 """
 
 from __future__ import annotations
