@@ -99,7 +99,7 @@ def test_the_tiled_start_takes_pool_shapes_that_pack_a_layer_better():
     assert _legal(tailored(pooled, with_pool), with_pool) == []
     assert _legal(menu_only, with_pool) != []  # it took pool shapes
     assert weighted_wirelength(full, with_pool) < weighted_wirelength(full, without)
-    # greedy packs none of it with the menus alone; CP-SAT starts from the tiled placement
+    # greedy cannot pack it with the menus alone; CP-SAT starts from the tiled placement
     with pytest.raises(PlacementError, match="greedy packing failed"):
         greedy_rects(pooled)
     p = place_cpsat(pooled, time_budget_s=4.0, deterministic=True)
