@@ -56,7 +56,7 @@ from wsecc.ir.rewrite import (
     rewrite_nodes,
     scalar,
 )
-from wsecc.ir.rules import rotate
+from wsecc.ir.rules import alibi_positions, rotate
 from wsecc.pm import Pass, PassContext, PassError
 
 VERY_NEGATIVE = -1000.0  # an additive bias at or below this masks the key out
@@ -129,7 +129,6 @@ def _splits_batch(n: Node) -> bool:
 def _walk_scores(view: GraphView, v: Value, mask_class) -> _Scores:  # type: ignore[no-untyped-def]
     scale, terms, nodes = 1.0, [], []
     batched = False
-    add = "add"
     while True:
         n = view.prod(v)
         if n is None:
@@ -143,13 +142,13 @@ def _walk_scores(view: GraphView, v: Value, mask_class) -> _Scores:  # type: ign
             scale = scale * s if n.op is Op.MUL else scale / s
             v = n.inputs[0]
         elif n.op is Op.RESHAPE and not batched and _splits_batch(n):
-            batched, add = True, "add_bh"
+            batched = True
             v = n.inputs[0]
         elif n.op is Op.ADD and mask_class(n.inputs[1]):
-            terms.append((add, n.inputs[1], scale))
+            terms.append(("add_bh" if batched else "add", n.inputs[1], scale))
             v = n.inputs[0]
         elif n.op is Op.ADD and mask_class(n.inputs[0]):
-            terms.append((add, n.inputs[0], scale))
+            terms.append(("add_bh" if batched else "add", n.inputs[0], scale))
             v = n.inputs[1]
         elif n.op is Op.WHERE and batched:
             raise NoMatch("masked fill of scores in [B·H, Sq, Sk]")
@@ -643,12 +642,12 @@ def _alibi_slopes(
     """Per head, the slope of a bias (the sum of `biases`) that is slope_h × the key's position
     plus anything constant along the key axis (softmax cancels that), on the kept pairs; ()
     when it is constant along the keys. A key's position counts the kept keys before it
-    (cumsum(mask) - 1, BLOOM's; the key's index when nothing is padded). Given `slopes` (found
+    (`rules.alibi_positions`, as the kernels compute it). Given `slopes` (found
     with nothing padded), the bias must fit those. NoMatch for any other bias. One head at a
     time: a head's arrays are as large as the kept-pair mask."""
     b, _, sq, sk = keep.shape
     kept = keep[:, 0]
-    pos = np.broadcast_to((np.cumsum(mask != 0, axis=1) - 1)[:, None, :], kept.shape)
+    pos = np.broadcast_to(alibi_positions(mask)[:, None, :], kept.shape)
     n = np.maximum(kept.sum(axis=-1, keepdims=True), 1)
 
     def centred(x: np.ndarray) -> np.ndarray:  # x minus its mean over each row's kept keys

@@ -626,15 +626,20 @@ def attention_keep(a: Attrs, b: int, sq: int, sk: int, mask: np.ndarray | None) 
     return keep
 
 
+def alibi_positions(mask: np.ndarray) -> np.ndarray:
+    """[B, Sk] ALiBi key positions from a key-padding mask: the kept keys before each key
+    (BLOOM's cumsum of the mask, minus 1), its index when nothing is padded."""
+    return np.cumsum(np.not_equal(mask, 0), axis=-1) - 1
+
+
 def attention_bias(a: Attrs, b: int, sk: int, mask: np.ndarray | None) -> np.ndarray | None:
-    """Float32 [B, h, 1, Sk]: ALiBi's slope_h × the key's position, or None without `alibi`. A
-    key's position counts the kept keys before it (BLOOM's cumsum of the key-padding mask,
-    minus 1): its index when nothing is padded."""
+    """Float32 [B, h, 1, Sk]: ALiBi's slope_h × the key's position (`alibi_positions`), or
+    None without `alibi`."""
     slopes = a.get("alibi", ())
     if not slopes:
         return None
     if a["mask"] == "key_padding" and mask is not None:
-        pos = np.cumsum(np.not_equal(mask, 0), axis=-1) - 1
+        pos = alibi_positions(mask)
     else:
         pos = np.broadcast_to(np.arange(sk), (b, sk))
     return np.asarray(slopes, np.float32)[None, :, None, None] * pos[:, None, None, :].astype(
