@@ -17,9 +17,14 @@ ALiBi's bias (slope × key position: the product is formed once per cached key a
 per score)."""
 
 
+def _bias_ops(p: Params) -> int:
+    """Ops per score the padding mask's add and ALiBi's add take."""
+    return int(p["padding_mask"]) + int(p["alibi"])
+
+
 def _score_ops(p: Params) -> int:
     """Ops per score: the online softmax, the padding mask's add and ALiBi's add."""
-    return SCORE_OPS + int(p["padding_mask"]) + int(p["alibi"])
+    return SCORE_OPS + _bias_ops(p)
 
 
 ROTARY_OPS = 3
@@ -184,7 +189,7 @@ def _grad_flops(p: Params) -> int:
     rotate their gradients back (ROTARY_OPS per element); grouped K/V heads sum their query
     heads' dK and dV (an add per element, in the dK/dV accumulation above)."""
     heads, seq, d = int(p["heads"]), int(p["seq"]), int(p["head_dim"])
-    per_pair = 10 * d + 3 + TRANSCENDENTAL_OPS + int(p["padding_mask"]) + int(p["alibi"])
+    per_pair = 10 * d + 3 + TRANSCENDENTAL_OPS + _bias_ops(p)
     pairs = heads * attention_pairs(seq, bool(p["causal"]))
     return pairs * per_pair + 2 * heads * seq * d + ROTARY_OPS * _rotated(p)
 
