@@ -65,12 +65,17 @@ class LowerBound:
     kind: str  # "separation" | "star"
 
 
+def pair_key(a: str, b: str) -> tuple[str, str]:
+    """An unordered kernel pair, as `pair_bytes` keys it: the smaller name first."""
+    return (a, b) if a < b else (b, a)
+
+
 def pair_bytes(problem: PlacementProblem) -> dict[tuple[str, str], float]:
     """Flow bytes merged per unordered kernel pair (self-flows dropped)."""
     merged: dict[tuple[str, str], float] = {}
     for f in problem.flows:
         if f.src != f.dst:
-            key = (f.src, f.dst) if f.src < f.dst else (f.dst, f.src)
+            key = pair_key(f.src, f.dst)
             merged[key] = merged.get(key, 0.0) + f.bytes_per_sample
     return merged
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from wsecc.place.bounds import LowerBound, lower_bound, pair_bytes
+from wsecc.place.bounds import LowerBound, lower_bound, pair_bytes, pair_key
 from wsecc.place.problem import PlaceFlow, PlaceKernel, PlacementProblem, kernel_shapes
 
 Shape = tuple[int, int]
@@ -120,7 +120,7 @@ def clusters(
     taken: set[tuple[str, str]] = set()
     out = []
     for c in found:
-        ring = {_key(c[i], c[(i + 1) % len(c)]) for i in range(len(c))}
+        ring = {pair_key(c[i], c[(i + 1) % len(c)]) for i in range(len(c))}
         if ring & taken:
             continue
         mine = [e for e in inside(c) if e not in taken]
@@ -142,21 +142,18 @@ def cluster_bound(problem: PlacementProblem, solve: Solve, max_len: int = CYCLE_
     pairs = pair_bytes(problem)
     found = [_canonical(problem, pairs, c, mine) for c, mine in pieces]
     distinct = list(dict.fromkeys(found))
-    solved = dict(zip(distinct, solve(distinct), strict=True))
-    total = 0.0
-    for cluster in found:
-        own = lower_bound(cluster.problem(problem.width, problem.height)).value
-        total += max(solved[cluster], own)
+    W, H = problem.width, problem.height
+    value = {  # never less than the cluster's own star bound
+        c: max(v, lower_bound(c.problem(W, H)).value)
+        for c, v in zip(distinct, solve(distinct), strict=True)
+    }
+    total = sum(value[cluster] for cluster in found)
     taken = {e for _, mine in pieces for e in mine}
     rest = tuple(PlaceFlow(a, b, w) for (a, b), w in pairs.items() if (a, b) not in taken)
     total += lower_bound(
         PlacementProblem(problem.width, problem.height, problem.kernels, rest)
     ).value
     return LowerBound(total, "cluster") if total > plain.value * (1 + 1e-12) else plain
-
-
-def _key(a: str, b: str) -> tuple[str, str]:
-    return (a, b) if a < b else (b, a)
 
 
 def _canonical(
