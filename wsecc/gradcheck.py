@@ -179,37 +179,34 @@ def trace_weights(
     index: dict[tuple[str, int, bytes], list[str]] = {}
     for name, arr in inits.items():
         index.setdefault(_key(arr), []).append(name)
-    reordered = _reordered_linears(consts, inits, index, graph) if graph is not None else {}
-    out = [t for traces in reordered.values() for t in traces]
+    plain: dict[Value, list[_Trace]] = {}  # traced as they are, reshaped or transposed
     for c in consts:
         assert c.const is not None
-        if c in reordered:
-            continue
         names = index.get(_key(c.const), [])
-        for n in names:
-            kind = "identity" if inits[n].shape == c.const.shape else "reshape"
-            out.append(_Trace(c, n, kind))
+        traces = [
+            _Trace(c, n, "identity" if inits[n].shape == c.const.shape else "reshape")
+            for n in names
+        ]
         if not names and c.const.ndim == 2:
-            out += [_Trace(c, n, "transpose") for n in index.get(_key(c.const.T), [])]
-    return out
+            traces = [_Trace(c, n, "transpose") for n in index.get(_key(c.const.T), [])]
+        if traces:
+            plain[c] = traces
+    reordered = _reordered_linears(set(plain), inits, index, graph) if graph is not None else {}
+    out = [t for traces in reordered.values() for t in traces]
+    return out + [t for c, traces in plain.items() if c not in reordered for t in traces]
 
 
 def _reordered_linears(
-    consts: list[Value],
+    plain: set[Value],
     inits: Mapping[str, np.ndarray],
     index: Mapping[tuple[str, int, bytes], list[str]],
     graph: Graph,
 ) -> dict[Value, list[_Trace]]:
     """Traces of the Linears' weights (and biases) that are initializers with their columns
-    permuted: found by the weight's columns, which real weights have all distinct; the bias is
-    then the initializer of its size equal under the same permutation (a zero bias too, which
-    equal bytes alone would trace unpermuted)."""
-    plain = {  # traced as they are, or transposed
-        c
-        for c in consts
-        if c.const is not None
-        and (_key(c.const) in index or (c.const.ndim == 2 and _key(c.const.T) in index))
-    }
+    permuted, the weights not in `plain` (traced as they are): found by the weight's columns,
+    which real weights have all distinct; the bias is then the initializer of its size equal
+    under the same permutation (a zero bias too, which equal bytes alone would trace
+    unpermuted)."""
     out: dict[Value, list[_Trace]] = {}
     for n in graph.nodes:
         w = n.inputs[1] if n.op is Op.LINEAR else None

@@ -123,9 +123,9 @@ def compare(
     else:
         pcc = 1.0 if abs_err == 0 else 0.0
     tol = TOLERANCE[precision]
-    within_noise = NOISE_FACTOR * fp32_noise if fp32_noise is not None else 0.0
-    raised = within_noise > tol["max_rel_err"]
-    limit = max(tol["max_rel_err"], min(within_noise, NOISE_CEILING))
+    noise_limit = NOISE_FACTOR * fp32_noise if fp32_noise is not None else 0.0
+    raised = noise_limit > tol["max_rel_err"]
+    limit = max(tol["max_rel_err"], min(noise_limit, NOISE_CEILING))
     passed = same_nonfinite and rel_err <= limit and pcc >= tol.get("pcc", -1.0)
     return OutputError(name, abs_err, rel_err, pcc, passed, fp32_noise if raised else None)
 
