@@ -82,6 +82,9 @@ _IDS_MASK = ("input_ids", "attention_mask")
 _IDS_MASK_TYPES = ("input_ids", "attention_mask", "token_type_ids")
 
 # The tiny models: 2 layers, width 64, 4 heads, FFN 256, vocab 1000, 128 positions.
+# no KV cache in the export; special tokens all id 0 (the random vocab has no real ones)
+_NO_CACHE_TOKENS_0 = dict(use_cache=False, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+
 FAMILIES: dict[str, Family] = {
     "gpt2lm": Family("GPT2LMHeadModel", "GPT2Config", _GPT2_TINY, _IDS_MASK, _LM),
     "gpt2": Family("GPT2Model", "GPT2Config", _GPT2_TINY, _IDS_MASK, _HIDDEN),
@@ -161,10 +164,7 @@ FAMILIES: dict[str, Family] = {
             n_layer=2,
             n_head=4,
             vocab_size=1000,
-            use_cache=False,
-            bos_token_id=0,
-            eos_token_id=0,
-            pad_token_id=0,
+            **_NO_CACHE_TOKENS_0,
         ),
         _IDS_MASK,
         _LM,
@@ -186,10 +186,7 @@ ROTARY_FAMILIES: dict[str, Family] = {
             intermediate_size=172,
             vocab_size=256,
             max_position_embeddings=128,
-            use_cache=False,
-            bos_token_id=0,
-            eos_token_id=0,
-            pad_token_id=0,
+            **_NO_CACHE_TOKENS_0,
         ),
         _IDS_MASK,
         _LM,
@@ -234,10 +231,7 @@ ROTARY_FAMILIES["gptneox"] = Family(
         rotary_pct=0.25,  # transformers 4; 5 calls it partial_rotary_factor
         partial_rotary_factor=0.25,
         use_parallel_residual=True,
-        use_cache=False,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=0,
+        **_NO_CACHE_TOKENS_0,
     ),
     _IDS_MASK,
     _LM,
