@@ -559,7 +559,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=option_default("time_budget_s"),
         metavar="S",
-        help=f"placement wall-clock budget in seconds (default {option_default('time_budget_s'):g})",
+        help=f"placement wall-clock budget in seconds (default {option_default('time_budget_s'):g}); "
+        "a placement whose routed program falls short of 90%% of its balanced throughput is "
+        "made once more with halos, with the budget again",
     )
     c.add_argument(
         "--seed",

@@ -372,7 +372,7 @@ class Compilation:
             placed = place_and_route(
                 kg, sizing, self.target, o.precision, placer=o.placer,
                 time_budget_s=o.time_budget_s, seed=o.seed, deterministic=o.deterministic,
-                pins=o.pins, say=lambda s: self.progress("place", s), train=train,
+                pins=o.pins, say=self.progress, train=train,
                 decode_batch=o.batch if generate else None, replicas=replicas,
             )  # fmt: skip
         self.problem, self.program = placed.problem, placed.program

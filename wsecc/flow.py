@@ -5,9 +5,12 @@
 
 `wsecc.compiler.Compilation` runs them one at a time, times them and keeps their products.
 
-`place_and_route` owns the one feedback loop of the flow: sizing fills at most FILL_STEPS[0]
-of the fabric, and when the placer cannot pack those regions the kernels are sized again at
-the next, lower fill — so the placer always gets a problem it can legalise. It also replicates
+`place_and_route` owns the flow's two feedback loops. Sizing fills at most FILL_STEPS[0] of
+the fabric, and when the placer cannot pack those regions the kernels are sized again at the
+next, lower fill — so the placer always gets a problem it can legalise. And when the routed
+program keeps less than ON_WAFER_GOAL of sizing's balanced throughput because lanes found no
+room, it is placed once more with a free ring around the kernels they leave and enter
+(`_route_checked`), and the faster of the two is kept. It also replicates
 a program that leaves most of the fabric idle (`wsecc.replicas`): one copy placed and routed on
 a tile, k copies on the fabric.
 """
@@ -42,6 +45,8 @@ from wsecc.place.problem import (
     PlacementProblem,
     tailored,
     validate_placement,
+    with_halos,
+    without_halos,
 )
 from wsecc.pm import NumericsCheck, PassContext, PassManager, PassRecord
 from wsecc.program import Program
@@ -220,7 +225,7 @@ def _route_widest(
     placement: Placement,
     sizing: Sizing,
     target: Target,
-    say: Callable[[str], None],
+    say: Callable[[str, str], None],
     bytes_per_lane: float | None = None,
 ) -> tuple[RoutingProblem, Routing]:
     """Route with as many lanes per flow as the bandwidth needs (edge slots permitting), each
@@ -253,7 +258,8 @@ def _route_widest(
             if not fewer or attempt == NARROWINGS:
                 break
             say(
-                f"route      {str(e)[:60]}...: a quarter fewer lanes for the {len(fewer)} flows it failed on"
+                "route",
+                f"{str(e)[:60]}...: a quarter fewer lanes for the {len(fewer)} flows it failed on",
             )
             narrower = tuple(replace(f, lanes=fewer.get(f.name, f.lanes)) for f in rp.flows)
             rp = replace(rp, flows=narrower)
@@ -267,7 +273,8 @@ def _route_widest(
             if cap == LANE_CAPS[-1]:
                 raise
             say(
-                f"route      at most {cap} lanes per flow do not route ({str(e)[:80]}...); fewer lanes"
+                "route",
+                f"at most {cap} lanes per flow do not route ({str(e)[:80]}...); fewer lanes",
             )
     raise AssertionError("unreachable")
 
@@ -297,7 +304,7 @@ def _widest_crossing(
     tolls: Tolls,
     rp: RoutingProblem,
     routing: Routing,
-    say: Callable[[str], None],
+    say: Callable[[str, str], None],
 ) -> tuple[RoutingProblem, Routing]:
     """The routing of `rp` (routed with `tolls`), or one whose flows crossing other regions
     have more lanes (`WIDENINGS`), whichever leaves the least busy busiest link."""
@@ -331,7 +338,7 @@ def _widest_crossing(
             )
             wider = replace(wider, flows=back) if back != wider.flows else None
     if failed:
-        say("route      wider lanes for some flows crossing regions do not route; kept fewer")
+        say("route", "wider lanes for some flows crossing regions do not route; kept fewer")
     return best[1], best[2]
 
 
@@ -413,7 +420,7 @@ def place_and_route(
     seed: int = 0,
     deterministic: bool = False,
     pins: str | None = None,
-    say: Callable[[str], None] = lambda s: None,
+    say: Callable[[str, str], None] = lambda stage, s: None,
     train: TrainCosts | None = None,
     decode_batch: int | None = None,
     replicas: int | None = 1,
@@ -425,7 +432,8 @@ def place_and_route(
     translated. With `train`, every (re-)sizing costs the kernels as pipelined training does;
     with `decode_batch` (generate mode), the regions are sized for the decode step and flows
     get the lanes a decode step wants (`lane_bytes_per_sample`). `time_budget_s` bounds the
-    placement attempts together (re-sizings and tiles included), not routing.
+    placement attempts together (re-sizings and tiles included), not routing; a placement
+    made again with halos (`_route_checked`) gets it once more.
 
     Guarantees: the placement and routing of every copy, on the whole fabric, pass the
     solver-free validators. Raises PlacementError / RoutingError (one line) when no legal
@@ -441,9 +449,24 @@ def place_and_route(
         )
         return tailored(problem, placement.rects), placement  # the pool shapes it took
 
+    def place_again(
+        problem: PlacementProblem, first: Placement, halos: Mapping[str, int]
+    ) -> Placement:
+        return _place_again(problem, first, halos, placer, time_budget_s, seed, deterministic)
+
+    def route_in(
+        problem: PlacementProblem, placement: Placement
+    ) -> tuple[Placement, RoutingProblem, Program]:
+        return _route_checked(
+            kg, sizing, target, precision, problem, placement, place_again, say, train,
+            decode_batch,
+        )  # fmt: skip
+
     blocked = REQUESTED
     if replicas != 1:
-        tiled = _place_copies(kg, sizing, target, precision, replicas, pins, place_in, say)
+        tiled = _place_copies(
+            kg, sizing, target, precision, replicas, pins, place_in, route_in, say
+        )
         if isinstance(tiled, Placed):
             return tiled
         blocked = tiled
@@ -453,17 +476,15 @@ def place_and_route(
                 kg, target, precision, fill, sizing.chunk_tokens, train=train,
                 decode_batch=decode_batch,
             )  # fmt: skip
-            say(f"size       re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
+            say("size", f"re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
         try:
             problem, placement = place_in(_problem(kg, sizing, target, precision, pins))
             break
         except PlacementError as e:
             if i == len(FILL_STEPS) - 1:
                 raise
-            say(f"place      regions at {100 * fill:.0f}% fill do not pack: {str(e)[:100]}...")
-    _, program = _route_placed(
-        kg, sizing, target, precision, problem, placement, say, train, decode_batch
-    )
+            say("place", f"regions at {100 * fill:.0f}% fill do not pack: {str(e)[:100]}...")
+    placement, _, program = route_in(problem, placement)
     program = replace(program, replicas=Replicas(1, blocked))
     return Placed(problem, program, pool_shapes(sizing, placement))
 
@@ -482,7 +503,7 @@ def _route_placed(
     precision: str,
     problem: PlacementProblem,
     placement: Placement,
-    say: Callable[[str], None],
+    say: Callable[[str, str], None],
     train: TrainCosts | None = None,
     decode_batch: int | None = None,
 ) -> tuple[RoutingProblem, Program]:
@@ -501,6 +522,128 @@ def _route_placed(
     return rp, Program(kg, sizing, placement, routing, target)
 
 
+ON_WAFER_GOAL = 0.9
+"""The share of sizing's balanced throughput a placed and routed program must keep on the
+wafer (L0's `wafer_samples_per_s`); below it, when its lanes are the limit, the flow places
+once more with halos (`_route_checked`). Issue 18's goal for every real-size model."""
+
+HALO_PES = (2, 16)
+"""Least and most PEs of free ring a starved kernel gets (`_halos`)."""
+HALO_LANES_PER_PE = 4
+"""A starved kernel's halo is its starved lanes over this many PEs: lanes leave a region on one
+side or two, and a ring that wide lets a quarter of them turn along each side."""
+
+
+def _route_checked(
+    kg: KernelGraph,
+    sizing: Sizing,
+    target: Target,
+    precision: str,
+    problem: PlacementProblem,
+    placement: Placement,
+    place_again: Callable[[PlacementProblem, Placement, Mapping[str, int]], Placement],
+    say: Callable[[str, str], None],
+    train: TrainCosts | None = None,
+    decode_batch: int | None = None,
+) -> tuple[Placement, RoutingProblem, Program]:
+    """Route `placement` (`_route_placed`); when the routed program keeps less than
+    `ON_WAFER_GOAL` of its balanced throughput because lanes found no room (`_halos`), place
+    once more with a free ring around the kernels they leave and enter (`place_again`, on
+    `problem` grown by those halos) and keep whichever routed program is faster on the wafer
+    (the first on a tie or when the second does not pack or route). Inference only: a
+    training step's or a decode step's sizing is not L0's balanced throughput."""
+    from wsecc.sim.perf import simulate_l0
+
+    rp, program = _route_placed(
+        kg, sizing, target, precision, problem, placement, say, train, decode_batch
+    )
+    if train is not None or decode_batch is not None:  # sized for a step, not a throughput
+        return placement, rp, program
+    first = simulate_l0(program)
+    halos = _halos(program, rp, first)
+    if not halos:
+        return placement, rp, program
+    share = first.wafer_samples_per_s / program.sizing.samples_per_s
+    ring = ", ".join(f"{k} {m}" for k, m in sorted(halos.items()))
+    say(
+        "place",
+        f"on wafer {100 * share:.0f}% of balanced, limited by "
+        f"{first.wafer_bottleneck} ({first.wafer_bottleneck_kind}): placed again with free "
+        f"rings of PEs around {ring}",
+    )
+    try:
+        again = place_again(problem, placement, halos)
+        rp2, program2 = _route_placed(
+            kg, sizing, target, precision, problem, again, say, train, decode_batch
+        )
+    except (PlacementError, RoutingError) as e:
+        say("place", f"with halos: {str(e)[:80]}...; kept the first placement")
+        return placement, rp, program
+    second = simulate_l0(program2)
+    share2 = second.wafer_samples_per_s / program2.sizing.samples_per_s
+    if second.wafer_samples_per_s > first.wafer_samples_per_s:
+        say("place", f"with halos: on wafer {100 * share2:.0f}% of balanced; kept")
+        return again, rp2, program2
+    say("place", f"with halos: on wafer {100 * share2:.0f}% of balanced; kept the first")
+    return placement, rp, program
+
+
+def _place_again(
+    problem: PlacementProblem,
+    first: Placement,
+    halos: Mapping[str, int],
+    placer: str,
+    time_budget_s: float,
+    seed: int,
+    deterministic: bool,
+) -> Placement:
+    """A placement of `problem` keeping `halos` PEs free around those kernels: `problem` grown
+    by them placed with `placer` (the whole budget), shrunk back. `problem` is the tailored one
+    `first` is legal for (no pools), so `first`'s bound holds for it too and is kept."""
+    grown = place(
+        with_halos(problem, halos), placer=placer, time_budget_s=time_budget_s, seed=seed,
+        deterministic=deterministic,
+    )  # fmt: skip
+    return Placement.of(
+        problem,
+        without_halos(problem, halos, grown.rects),
+        placer=grown.placer,
+        bound=first.bound,  # the optimum when the first was proven optimal: solver's
+        bound_kind="cpsat" if first.bound_kind == "optimal" else first.bound_kind,
+        status=f"{grown.status}, halos around {len(halos)} kernels",
+        seconds=first.seconds + grown.seconds,
+        seed=seed,
+    )
+
+
+def _halos(program: Program, rp: RoutingProblem, perf: PerfResult) -> dict[str, int]:
+    """Kernel -> the PEs of free ring it should have around it, for the kernels whose lanes
+    found no room; empty when the program keeps `ON_WAFER_GOAL` of its balanced throughput.
+
+    The starved flows: the limiting flow when L0's on-wafer limit is a flow (too few lanes
+    for its bytes: its facing edges are short or blocked), or the flows whose lanes cross the
+    limiting kernel's region (the router found no way around it; a lane does not cross its
+    own ends, so the limiting kernel is not among theirs). Their ends get a PE of ring per
+    `HALO_LANES_PER_PE` of their starved lanes, within `HALO_PES`. Empty also when the limit
+    is a kernel no lane crosses: its own links take the stage time, whatever the placement."""
+    from wsecc.sim.perf import FLOW, flow_name
+
+    if perf.wafer_samples_per_s >= ON_WAFER_GOAL * program.sizing.samples_per_s:
+        return {}
+    limit = perf.wafer_bottleneck
+    if perf.wafer_bottleneck_kind == FLOW:
+        starved = [f for f in rp.flows if flow_name(f.src, f.dst) == limit]
+    else:
+        crossed = crossed_regions(program.routing, program.placement)
+        starved = [f for f in rp.flows if limit in crossed.get(f.name, ())]
+    lanes: dict[str, int] = defaultdict(int)
+    for f in starved:
+        for end in {f.src, f.dst}:
+            lanes[end] += f.lanes
+    least, most = HALO_PES
+    return {k: min(most, max(least, -(-n // HALO_LANES_PER_PE))) for k, n in lanes.items()}
+
+
 TILE_ROUTING_ATTEMPTS = 3
 """Grids tried in turn while the copy packs on their tile but does not route there (each routing
 attempt narrows lanes several times, `_route_widest`); then no copies."""
@@ -514,7 +657,8 @@ def _place_copies(
     requested: int | None,
     pins: str | None,
     place_in: Callable[[PlacementProblem], tuple[PlacementProblem, Placement]],
-    say: Callable[[str], None],
+    route_in: Callable[[PlacementProblem, Placement], tuple[Placement, RoutingProblem, Program]],
+    say: Callable[[str, str], None],
 ) -> Placed | str:
     """Copies on a grid of tiles (`wsecc.replicas`), or the resource that stops a second copy
     (one of `wsecc.replicas.REASONS`) when none fits.
@@ -538,21 +682,22 @@ def _place_copies(
         tile = (whole.width // columns, whole.height // rows)
         try:
             problem, placement = place_in(within(whole, tile))
-            rp, program = _route_placed(kg, sizing, target, precision, problem, placement, say)
+            placement, rp, program = route_in(problem, placement)
         except PlacementError:
             most = columns * rows - 1  # the placer did not pack what greedy packed
             continue
         except RoutingError as e:
             blocked = COLORS if "colors" in str(e) else LINKS
-            say(f"replicas   tiles of {tile[0]}x{tile[1]} do not route ({blocked}): larger tiles")
+            say("replicas", f"tiles of {tile[0]}x{tile[1]} do not route ({blocked}): larger tiles")
             most = columns * rows - 1
             continue
         k, reason = choose(columns * rows, _copies_for_host(program), requested, blocked)
         reps = Replicas(k, reason, tile, grid_origins(tile, columns, k))
         _validate_copies(problem, rp, program, reps)
         say(
-            f"replicas   {k} copies on {columns}x{rows} tiles of {tile[0]}x{tile[1]} PEs "
-            f"(stopped by {reason})"
+            "replicas",
+            f"{k} copies on {columns}x{rows} tiles of {tile[0]}x{tile[1]} PEs "
+            f"(stopped by {reason})",
         )
         return Placed(problem, replace(program, replicas=reps), pool_shapes(sizing, placement))
     return blocked

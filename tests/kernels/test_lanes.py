@@ -4,6 +4,9 @@ keeps the throughput its sizing balanced (no layernorm starved by a short edge).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
+
 import pytest
 from wsecc.targets import load_target
 
@@ -11,6 +14,14 @@ from wsecc import flow
 from wsecc.kernels import KernelKind
 from wsecc.kernels.sizing import routed_flow_bytes
 from wsecc.lanes import edge_cycles, lane_bytes, lanes_within, shared_edge_cycles
+from wsecc.place.api import place
+from wsecc.place.problem import (
+    Placement,
+    PlacementProblem,
+    Rect,
+    tailored,
+    validate_placement,
+)
 from wsecc.sim.perf import FLOW, build_pipeline, simulate_l0
 
 WSE2 = load_target("wse2")
@@ -77,3 +88,71 @@ def test_no_layernorm_starved_and_throughput_as_balanced(gpt2_program) -> None:
         assert min(ks.h, ks.w) >= need, (k.name, ks.h, ks.w, need)
     perf = simulate_l0(program)
     assert perf.wafer_samples_per_s >= 0.9 * sizing.samples_per_s, perf.wafer_bottleneck
+
+
+WSE3 = load_target("wse3")
+
+
+def boxed_in(problem: PlacementProblem) -> dict[str, Rect]:
+    """Pins that box the embedding in: in the fabric's corner, the LM head (751 of the 755
+    columns) along its south side, three layernorms along its east side."""
+    shape = {k.name: k.shapes[0] for k in problem.kernels}
+    e = shape["embed"]
+    pins = {"embed": Rect(0, 0, *e), "lm_head": Rect(0, e[1], *shape["lm_head"])}
+    x = e[0]
+    for name in ("h1.ln1", "h1.ln2", "ln_f"):
+        pins[name] = Rect(x, 0, *shape[name])
+        x += shape[name][0]
+    return pins
+
+
+def test_lanes_with_no_way_around_are_given_room_by_placing_again(gpt2_graph) -> None:
+    """A placement whose lanes must cross the LM head (its links have no room left in the stage
+    time) keeps about half the balanced throughput on the wafer. The flow places it again with
+    a free ring around the kernels whose lanes crossed it, the LM head left out, and keeps the
+    faster program: at least ON_WAFER_GOAL of balanced, every ring free, the first bound kept."""
+    kg = gpt2_graph(layers=2, d=768, heads=12, seq=1024, vocab=50257, name="gpt2-2l")
+    sizing = flow.size_regions(kg, WSE3, "mixed")
+    problem = flow._problem(kg, sizing, WSE3, "mixed", None)
+    pinned = place(replace(problem, pins=boxed_in(problem)), placer="greedy", time_budget_s=5)
+    boxed = Placement.of(
+        problem, pinned.rects, placer="greedy", bound=1e9, status="", seconds=0.0, seed=0
+    )
+    _, first = flow._route_placed(kg, sizing, WSE3, "mixed", problem, boxed, lambda *_: None)
+    assert simulate_l0(first).wafer_samples_per_s < 0.6 * first.sizing.samples_per_s
+
+    halos: list[Mapping[str, int]] = []
+
+    def again(problem: PlacementProblem, first: Placement, ring: Mapping[str, int]) -> Placement:
+        halos.append(ring)
+        return flow._place_again(problem, first, ring, "greedy", 5.0, 0, False)
+
+    said: list[str] = []
+    placement, _, program = flow._route_checked(
+        kg, sizing, WSE3, "mixed", problem, boxed, again, lambda _, s: said.append(s)
+    )
+    assert len(halos) == 1 and "embed" in halos[0] and "lm_head" not in halos[0]
+    assert any("placed again with free rings" in s for s in said)
+    perf = simulate_l0(program)
+    assert perf.wafer_samples_per_s >= flow.ON_WAFER_GOAL * program.sizing.samples_per_s
+    assert validate_placement(problem, placement) == []
+    assert placement.bound == boxed.bound and "halos around" in placement.status
+    for name, m in halos[0].items():
+        r = placement.rects[name]
+        ring = Rect(r.x - m, r.y - m, r.w + 2 * m, r.h + 2 * m)
+        assert not any(ring.overlaps(o) for n, o in placement.rects.items() if n != name)
+
+
+def test_a_program_at_its_balanced_throughput_is_not_placed_again(gpt2_program) -> None:
+    sizing, program = gpt2_program
+    problem = tailored(
+        flow._problem(program.kg, sizing, WSE2, "mixed", None), program.placement.rects
+    )
+
+    def again(*_: object) -> Placement:
+        raise AssertionError("placed again")
+
+    placement, _, _ = flow._route_checked(
+        program.kg, sizing, WSE2, "mixed", problem, program.placement, again, lambda *_: None
+    )
+    assert placement is program.placement

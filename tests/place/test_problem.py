@@ -21,7 +21,9 @@ from wsecc.place.problem import (
     tailored,
     validate_placement,
     weighted_wirelength,
+    with_halos,
     with_pools,
+    without_halos,
 )
 
 PROBLEM = PlacementProblem(
@@ -125,6 +127,31 @@ def test_a_placement_is_legal_for_the_problem_tailored_to_the_pool_shapes_it_too
     assert tailor.kernel("a").shapes == ((4, 2), (3, 1))  # (1, 8) was not taken: left out
     assert all(k.pool == () for k in tailor.kernels)
     assert tailored(pooled, GOOD).kernel("a").shapes == ((4, 2),)
+
+
+def test_halos_grow_every_shape_and_leave_pins_and_too_big_shapes_alone():
+    a = replace(PROBLEM.kernels[0], shapes=((4, 2), (17, 2)), pool=((3, 1),))
+    pinned = replace(PROBLEM, kernels=(a, *PROBLEM.kernels[1:]), pins={"c": Rect(9, 0, 3, 3)})
+    grown = with_halos(pinned, {"a": 2, "c": 1, "b": 5})
+    assert grown.kernel("a").shapes == ((8, 6),)  # 21x6 leaves the 20-wide fabric: dropped
+    assert grown.kernel("a").pool == ((7, 5),)
+    assert grown.kernel("c") == pinned.kernel("c")  # pinned: its pin stands
+    assert grown.kernel("b") == pinned.kernel("b")  # 12x14 or 14x12: neither fits the 20x10 fabric
+    assert with_halos(pinned, {}) == pinned
+
+
+def test_a_placement_with_halos_is_legal_and_keeps_the_rings_free():
+    from wsecc.place.greedy import place_greedy
+
+    halos = {"b": 2}
+    grown = place_greedy(with_halos(PROBLEM, halos))
+    rects = without_halos(PROBLEM, halos, grown.rects)
+    assert validate_placement(PROBLEM, placement(rects)) == []
+    assert weighted_wirelength(PROBLEM, rects) == grown.objective  # the same centres
+    b = rects["b"]
+    ring = Rect(b.x - 2, b.y - 2, b.w + 4, b.h + 4)
+    assert not any(ring.overlaps(r) for n, r in rects.items() if n != "b")
+    assert (b.w, b.h) in PROBLEM.kernel("b").shapes
 
 
 # ------------------------------------------------------------------------------ properties

@@ -246,15 +246,19 @@ def test_a_failed_routing_narrows_only_the_flows_at_its_witness(monkeypatch):
     monkeypatch.setattr(flow, "route", fake_route)
     monkeypatch.setattr(flow, "_widened", lambda *args: None)  # no sizing to widen against
     monkeypatch.setattr(flow, "region_tolls", lambda *args: None)  # nor to charge tolls from
-    said: list[str] = []
+    said: list[tuple[str, str]] = []
     rp, routing = flow._route_widest(
-        place_problem, placement, None, load_target("wse2"), said.append, bytes_per_lane=1.0
-    )
+        place_problem, placement, None, load_target("wse2"), lambda *s: said.append(s),
+        bytes_per_lane=1.0,
+    )  # fmt: skip
     assert routing == "routed" and len(tried) == 2
     assert [f.lanes for f in tried[0].flows] == [4, 4, 6]  # B's west edge: 4 PEs each
     assert [f.lanes for f in rp.flows] == [3, 3, 6]
     assert said == [
-        "route      cannot route: link (1, 1) going E...: a quarter fewer lanes for the 2 flows it failed on"
+        (
+            "route",
+            "cannot route: link (1, 1) going E...: a quarter fewer lanes for the 2 flows it failed on",
+        )
     ]
 
 

@@ -154,6 +154,41 @@ def tailored(problem: PlacementProblem, rects: Mapping[str, Rect]) -> PlacementP
     return replace(problem, kernels=tuple(kernels))
 
 
+def with_halos(problem: PlacementProblem, halos: Mapping[str, int]) -> PlacementProblem:
+    """`problem` with each named kernel's shapes (menu and pool) grown by `halos[name]` PEs on
+    every side. Any placement of it, shrunk back (`without_halos`), is one of `problem` that
+    keeps a ring that wide around each of those kernels free of other regions: room on every
+    side for the lanes leaving and entering it. Pinned kernels keep their pins; a grown shape
+    that no longer fits the fabric is dropped, and a kernel none of whose shapes fit grown
+    keeps its own (no halo)."""
+    W, H = problem.width, problem.height
+    kernels = []
+    for k in problem.kernels:
+        m = halos.get(k.name, 0)
+        grown = tuple((w + 2 * m, h + 2 * m) for w, h in k.shapes)
+        fits = tuple(s for s in grown if s[0] <= W and s[1] <= H)
+        if m > 0 and k.name not in problem.pins and fits:
+            pool = tuple((w + 2 * m, h + 2 * m) for w, h in k.pool)
+            k = replace(k, shapes=fits, pool=tuple(s for s in pool if s[0] <= W and s[1] <= H))
+        kernels.append(k)
+    return replace(problem, kernels=tuple(kernels))
+
+
+def without_halos(
+    problem: PlacementProblem, halos: Mapping[str, int], rects: Mapping[str, Rect]
+) -> dict[str, Rect]:
+    """`rects` (a placement of `with_halos(problem, halos)`) with each grown rectangle shrunk
+    back to the kernel's own shape, about the same centre."""
+    grown = with_halos(problem, halos)
+    out = dict(rects)
+    for k, g in zip(problem.kernels, grown.kernels, strict=True):
+        m = halos.get(k.name, 0)
+        if g is not k and m > 0:
+            r = rects[k.name]
+            out[k.name] = Rect(r.x + m, r.y + m, r.w - 2 * m, r.h - 2 * m)
+    return out
+
+
 def weighted_wirelength(problem: PlacementProblem, rects: Mapping[str, Rect]) -> float:
     """Σ_flows bytes_per_sample × (|cx_s − cx_d| + |cy_s − cy_d|), centres in PE units.
 
