@@ -58,7 +58,9 @@ def main() -> None:
     names = a.only.split(",") if a.only else list(MODELS)
     seeds = [int(s) for s in a.seeds.split(",")]
     print(f"# {platform.processor() or platform.machine()}, Python {platform.python_version()}")
-    print("| model | target | seed | on wafer (of balanced) | on-wafer limit | placed again | WL B·PE | gap | wall s |")
+    print(
+        "| model | target | seed | on wafer (of balanced) | on-wafer limit | placed again | WL B·PE | gap | wall s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
         path = Path(a.models) / f"{name}.onnx"
