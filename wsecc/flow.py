@@ -560,8 +560,8 @@ def _route_checked(
     if train is not None or decode_batch is not None:  # sized for a step, not a throughput
         return placement, rp, program
     first = simulate_l0(program)
-    halos = _halos(program, rp, first)
-    if not halos:
+    halos = {k: m for k, m in _halos(program, rp, first).items() if k not in problem.pins}
+    if not halos:  # none short, or only pinned kernels (`with_halos` cannot move them)
         return placement, rp, program
     share = first.wafer_samples_per_s / program.sizing.samples_per_s
     ring = ", ".join(f"{k} {m}" for k, m in sorted(halos.items()))

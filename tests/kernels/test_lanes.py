@@ -93,6 +93,11 @@ def test_no_layernorm_starved_and_throughput_as_balanced(gpt2_program) -> None:
 WSE3 = load_target("wse3")
 
 
+def never(*_: object) -> Placement:
+    """A `place_again` that fails the test: the flow must not place again."""
+    raise AssertionError("placed again")
+
+
 def boxed_in(problem: PlacementProblem) -> dict[str, Rect]:
     """Pins that box the embedding in: in the fabric's corner, the LM head (751 of the 755
     columns) along its south side, three layernorms along its east side."""
@@ -120,6 +125,12 @@ def test_lanes_with_no_way_around_are_given_room_by_placing_again(gpt2_graph) ->
     )
     _, first = flow._route_placed(kg, sizing, WSE3, "mixed", problem, boxed, lambda *_: None)
     assert simulate_l0(first).wafer_samples_per_s < 0.6 * first.sizing.samples_per_s
+
+    every_pinned = replace(problem, pins=dict(boxed.rects))  # no halo can move a pinned kernel
+    kept, _, _ = flow._route_checked(
+        kg, sizing, WSE3, "mixed", every_pinned, boxed, never, lambda *_: None
+    )
+    assert kept is boxed
 
     halos: list[Mapping[str, int]] = []
 
@@ -149,10 +160,7 @@ def test_a_program_at_its_balanced_throughput_is_not_placed_again(gpt2_program) 
         flow._problem(program.kg, sizing, WSE2, "mixed", None), program.placement.rects
     )
 
-    def again(*_: object) -> Placement:
-        raise AssertionError("placed again")
-
     placement, _, _ = flow._route_checked(
-        program.kg, sizing, WSE2, "mixed", problem, program.placement, again, lambda *_: None
+        program.kg, sizing, WSE2, "mixed", problem, program.placement, never, lambda *_: None
     )
     assert placement is program.placement
