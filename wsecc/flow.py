@@ -457,10 +457,14 @@ def place_and_route(
     def route_in(
         problem: PlacementProblem, placement: Placement
     ) -> tuple[Placement, RoutingProblem, Program]:
-        return _route_checked(
-            kg, sizing, target, precision, problem, placement, place_again, say, train,
-            decode_batch,
-        )  # fmt: skip
+        def route(p: Placement) -> tuple[RoutingProblem, Program]:
+            return _route_placed(
+                kg, sizing, target, precision, problem, p, say, train, decode_batch
+            )
+
+        if train is not None or decode_batch is not None:  # sized for a step: not checked
+            return placement, *route(placement)
+        return _route_checked(problem, placement, route, place_again, say)
 
     blocked = REQUESTED
     if replicas != 1:
@@ -535,30 +539,22 @@ side or two, and a ring that wide lets a quarter of them turn along each side.""
 
 
 def _route_checked(
-    kg: KernelGraph,
-    sizing: Sizing,
-    target: Target,
-    precision: str,
     problem: PlacementProblem,
     placement: Placement,
+    route: Callable[[Placement], tuple[RoutingProblem, Program]],
     place_again: Callable[[PlacementProblem, Placement, Mapping[str, int]], Placement],
     say: Callable[[str, str], None],
-    train: TrainCosts | None = None,
-    decode_batch: int | None = None,
 ) -> tuple[Placement, RoutingProblem, Program]:
-    """Route `placement` (`_route_placed`); when the routed program keeps less than
-    `ON_WAFER_GOAL` of its balanced throughput because lanes found no room (`_halos`), place
-    once more with a free ring around the kernels they leave and enter (`place_again`, on
-    `problem` grown by those halos) and keep whichever routed program is faster on the wafer
-    (the first on a tie or when the second does not pack or route). Inference only: a
-    training step's or a decode step's sizing is not L0's balanced throughput."""
+    """Route `placement` (`route`: `_route_placed` on `problem`); when the routed program keeps
+    less than `ON_WAFER_GOAL` of its balanced throughput because lanes found no room
+    (`_halos`), place once more with a free ring around the kernels they leave and enter
+    (`place_again`, on `problem` grown by those halos) and keep whichever routed program is
+    faster on the wafer (the first on a tie or when the second does not pack or route).
+    Inference only: a training step's or a decode step's sizing is not L0's balanced
+    throughput, and `place_and_route` routes those without the check."""
     from wsecc.sim.perf import simulate_l0
 
-    rp, program = _route_placed(
-        kg, sizing, target, precision, problem, placement, say, train, decode_batch
-    )
-    if train is not None or decode_batch is not None:  # sized for a step, not a throughput
-        return placement, rp, program
+    rp, program = route(placement)
     first = simulate_l0(program)
     halos = {k: m for k, m in _halos(program, rp, first).items() if k not in problem.pins}
     if not halos:  # none short, or only pinned kernels (`with_halos` cannot move them)
@@ -573,9 +569,7 @@ def _route_checked(
     )
     try:
         again = place_again(problem, placement, halos)
-        rp2, program2 = _route_placed(
-            kg, sizing, target, precision, problem, again, say, train, decode_batch
-        )
+        rp2, program2 = route(again)
     except (PlacementError, RoutingError) as e:
         say("place", f"with halos: {str(e)[:80]}...; kept the first placement")
         return placement, rp, program

@@ -22,6 +22,8 @@ from wsecc.place.problem import (
     tailored,
     validate_placement,
 )
+from wsecc.program import Program
+from wsecc.route.problem import RoutingProblem
 from wsecc.sim.perf import FLOW, build_pipeline, simulate_l0
 
 WSE2 = load_target("wse2")
@@ -123,13 +125,15 @@ def test_lanes_with_no_way_around_are_given_room_by_placing_again(gpt2_graph) ->
     boxed = Placement.of(
         problem, pinned.rects, placer="greedy", bound=1e9, status="", seconds=0.0, seed=0
     )
-    _, first = flow._route_placed(kg, sizing, WSE3, "mixed", problem, boxed, lambda *_: None)
+
+    def route(p: Placement) -> tuple[RoutingProblem, Program]:
+        return flow._route_placed(kg, sizing, WSE3, "mixed", problem, p, lambda *_: None)
+
+    _, first = route(boxed)
     assert simulate_l0(first).wafer_samples_per_s < 0.6 * first.sizing.samples_per_s
 
     every_pinned = replace(problem, pins=dict(boxed.rects))  # no halo can move a pinned kernel
-    kept, _, _ = flow._route_checked(
-        kg, sizing, WSE3, "mixed", every_pinned, boxed, never, lambda *_: None
-    )
+    kept, _, _ = flow._route_checked(every_pinned, boxed, route, never, lambda *_: None)
     assert kept is boxed
 
     halos: list[Mapping[str, int]] = []
@@ -140,7 +144,7 @@ def test_lanes_with_no_way_around_are_given_room_by_placing_again(gpt2_graph) ->
 
     said: list[str] = []
     placement, _, program = flow._route_checked(
-        kg, sizing, WSE3, "mixed", problem, boxed, again, lambda _, s: said.append(s)
+        problem, boxed, route, again, lambda _, s: said.append(s)
     )
     assert len(halos) == 1 and "embed" in halos[0] and "lm_head" not in halos[0]
     assert any("placed again with free rings" in s for s in said)
@@ -160,7 +164,8 @@ def test_a_program_at_its_balanced_throughput_is_not_placed_again(gpt2_program) 
         flow._problem(program.kg, sizing, WSE2, "mixed", None), program.placement.rects
     )
 
-    placement, _, _ = flow._route_checked(
-        program.kg, sizing, WSE2, "mixed", problem, program.placement, never, lambda *_: None
-    )
+    def route(p: Placement) -> tuple[RoutingProblem, Program]:
+        return flow._route_placed(program.kg, sizing, WSE2, "mixed", problem, p, lambda *_: None)
+
+    placement, _, _ = flow._route_checked(problem, program.placement, route, never, lambda *_: None)
     assert placement is program.placement
