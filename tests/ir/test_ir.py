@@ -194,3 +194,23 @@ def test_a_float64_run_keeps_float32_values_in_float64():
     np.testing.assert_array_equal(narrow["d"][1:], 0)
     np.testing.assert_array_equal(wide["d"], np.float32([1 / 3, 2.0**-25, 2.0**-25]))
     assert wide["m"].dtype == np.int32 and wide["m"].tolist() == [0, 1, 2]
+
+
+def test_a_full_attention_mask_is_per_query_and_checked() -> None:
+    """mask "full": [B, S_q, S_kv], a pair kept where it is not 0; any other shape is refused
+    with the shape it has."""
+    from wsecc.ir.core import DType, IRError, TensorType
+    from wsecc.ir.rules import attention_keep, infer_types
+
+    qkv = TensorType(DType.FLOAT32, (2, 3, 12))
+    attrs = {
+        "num_heads": 2, "head_dim": 2, "q_offset": 0, "k_offset": 4, "v_offset": 8,
+        "scale": 1.0, "causal": True, "mask": "full", "fill": -1e4, "nan_to_zero": False,
+    }  # fmt: skip
+    mask = TensorType(DType.FLOAT32, (2, 3, 3))
+    assert infer_types(Op.ATTENTION, [qkv, qkv, qkv, mask], attrs)[0].shape == (2, 3, 4)
+    with pytest.raises(IRError, match=r"full mask must be \[B, S_q, S_kv\], got \(2, 3\)"):
+        infer_types(Op.ATTENTION, [qkv, qkv, qkv, TensorType(DType.FLOAT32, (2, 3))], attrs)
+    m = np.array([[[1, 0, 0], [0, 1, 1], [1, 1, 1]]] * 2, np.float32)
+    keep = attention_keep(attrs, 2, 3, 3, m)[:, 0]
+    assert (keep == (m != 0) & np.tril(np.ones((3, 3), bool))).all()  # and causal

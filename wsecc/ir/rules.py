@@ -540,6 +540,11 @@ def _rms_norm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarr
     return [_unbroadcast(ds, x.shape) for x in parts] + [dgamma]
 
 
+ATTENTION_MASKS = ("none", "key_padding", "key_length", "full")
+"""Attention mask kinds, by their operand: none; key_padding [B, S_kv] (mask[b, key] == 0 drops
+the key); key_length [B] (keys at or past len[b] dropped); full [B, S_q, S_kv] (mask[b, query,
+key] == 0 drops the pair: Megatron's per-query mask, a 4-D mask_index sliced to the sequence)."""
+
 ROTARY = ("none", "half", "interleaved")
 """Rotary position embedding forms: none; rotate-half (Llama, GPT-NeoX: the two halves of the
 rotated dims pair up); interleaved (GPT-J: neighbours 2i, 2i+1 pair up)."""
@@ -555,7 +560,7 @@ def _attention_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
         if t.rank != 3 or t.shape[-1] < off + n * dh:
             raise IRError(f"attention operand {t.shape} has no {n}x{dh} columns at offset {off}")
     mask = a["mask"]
-    if mask not in ("none", "key_padding", "key_length"):
+    if mask not in ATTENTION_MASKS:
         raise IRError(f"attention mask kind {mask!r} unknown")
     rotary = a.get("rotary", "none")
     if rotary not in ROTARY:
@@ -566,6 +571,8 @@ def _attention_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
         raise IRError(f"attention key_padding mask must be [B, S_kv], got {ts[3].shape}")
     if mask == "key_length" and ts[3].shape != (q.shape[0],):
         raise IRError(f"attention key_length mask must be [B], got {ts[3].shape}")
+    if mask == "full" and ts[3].shape != (q.shape[0], q.shape[1], k.shape[1]):
+        raise IRError(f"attention full mask must be [B, S_q, S_kv], got {ts[3].shape}")
     if len(a.get("alibi", ())) not in (0, h):
         raise IRError(f"attention alibi has {len(a['alibi'])} slopes for {h} heads")
     if rotary != "none":
@@ -623,6 +630,8 @@ def attention_keep(a: Attrs, b: int, sq: int, sk: int, mask: np.ndarray | None) 
         keep &= np.not_equal(mask, 0)[:, None, None, :]
     elif a["mask"] == "key_length":
         keep &= (np.arange(sk)[None, :] < mask[:, None])[:, None, None, :]
+    elif a["mask"] == "full":
+        keep &= np.not_equal(mask, 0)[:, None]
     return keep
 
 
@@ -659,8 +668,8 @@ def attention(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     q = heads(q_src[..., q_offset:]), likewise k and v; scores = scale·q·kᵀ (+ ALiBi's
     slope_h × key position with `alibi`, `attention_bias`); positions not
     kept (causal: key > query; window w: key ≤ query − w, GPT-Neo's local attention;
-    key_padding: mask[b, key] == 0; key_length: key ≥ len[b]) are
-    *replaced* by `fill` (exporters' −∞, finfo.min or −10000); p = softmax(scores); with
+    key_padding: mask[b, key] == 0; key_length: key ≥ len[b]; full: mask[b, query, key] == 0)
+    are *replaced* by `fill` (exporters' −∞, finfo.min or −10000); p = softmax(scores); with
     `nan_to_zero`, NaN rows (all keys masked with −∞) become 0; out = merge_heads(p·v).
     """
     _, _, v, _, p = _attention_probs(xs, a)
