@@ -15,8 +15,10 @@ Anchored on Softmax over the last axis of a rank-4 tensor [B, H, Sq, Sk]:
    of them with the rest concatenated back unchanged; its cos/sin tables become operands;
 3. the mask: every bias or condition is evaluated, as a function of the graph's mask input,
    on probe masks; it must mean "causal (optionally within a sliding window) and/or key
-   padding" (mask[b, key] == 0 drops a key), an additive bias at or below VERY_NEGATIVE
-   masking; what the additive terms add to the kept pairs must be ALiBi: per head h,
+   padding" (mask[b, key] == 0 drops a key) or "and/or a full mask" (an input [B, (1,) ≥Sq,
+   ≥Sk] whose leading corner's mask[b, query, key] == 0 drops the pair: Megatron's), an
+   additive bias at or below VERY_NEGATIVE masking, a product with a 0/1 mask only where a
+   later term masks the pairs it zeroes (Megatron's scores·m − c·(1 − m)); what the additive terms add to the kept pairs must be ALiBi: per head h,
    slope_h × the key's position plus anything constant along the key axis (softmax cancels
    it), a position counting the kept keys before it (BLOOM's cumsum of the mask; the key's
    index when nothing is padded) — the slopes become the `alibi` attribute. Anything else
@@ -109,8 +111,10 @@ class _Scores:
     matmul: Node
     scale: float
     terms: list[tuple[str, Value, float]]
-    """("add", bias, the scale applied after it) — "add_bh" for a bias in [B·H, Sq, Sk] —
-    or ("where_keep"/"where_drop", cond, fill)."""
+    """From the softmax back to the MatMul: ("add", bias, the scale applied after it) — "sub"
+    for a bias subtracted, "add_bh"/"sub_bh" for one in [B·H, Sq, Sk] — ("mul", 0/1 mask, the
+    scale after it: Megatron's scores·m − c·(1 − m)), or ("where_keep"/"where_drop", cond,
+    fill)."""
     nodes: list[Node]
     heads_batched: bool  # computed in [B·H, Sq, Sk], then reshaped to [B, H, Sq, Sk] (BLOOM)
 
@@ -149,6 +153,17 @@ def _walk_scores(view: GraphView, v: Value, mask_class) -> _Scores:  # type: ign
             v = n.inputs[0]
         elif n.op is Op.ADD and mask_class(n.inputs[0]):
             terms.append(("add_bh" if batched else "add", n.inputs[0], scale))
+            v = n.inputs[1]
+        elif n.op is Op.SUB and mask_class(n.inputs[1]):
+            terms.append(("sub_bh" if batched else "sub", n.inputs[1], scale))
+            v = n.inputs[0]
+        elif n.op is Op.MUL and batched and any(mask_class(u) for u in n.inputs):
+            raise NoMatch("scores masked by a product in [B·H, Sq, Sk]")
+        elif n.op is Op.MUL and mask_class(n.inputs[1]):
+            terms.append(("mul", n.inputs[1], scale))
+            v = n.inputs[0]
+        elif n.op is Op.MUL and mask_class(n.inputs[0]):
+            terms.append(("mul", n.inputs[0], scale))
             v = n.inputs[1]
         elif n.op is Op.WHERE and batched:
             raise NoMatch("masked fill of scores in [B·H, Sq, Sk]")
@@ -520,15 +535,28 @@ def _merged_form(
     return None
 
 
+@dataclass(frozen=True)
+class _MaskMeaning:
+    """What the mask terms implement: causal (within a sliding `window` when not 0), a mask
+    input of `kind` "key_padding" ([B, Sk]) or "full" ([B, (1,) ≥Sq, ≥Sk], its leading
+    [Sq, Sk] corner per sample) or none, masked scores replaced by `fill`, ALiBi's slopes."""
+
+    causal: bool
+    window: int
+    mask_in: Value | None
+    kind: str
+    fill: float
+    slopes: tuple[float, ...]
+
+
 def _mask_semantics(
     memo: Memo,
     view: GraphView,
     terms: list[tuple[str, Value, float]],
     shape: tuple[int, int, int, int],
-) -> tuple[bool, int, Value | None, float, tuple[float, ...]]:
-    """(causal, window, key-padding mask input or None, fill, ALiBi slopes) that the mask terms
-    implement. Remembered by the terms themselves: the layers of a model share one mask
-    subgraph."""
+) -> _MaskMeaning:
+    """What the mask terms implement. Remembered by the terms themselves: the layers of a
+    model share one mask subgraph."""
     key = ("mask", tuple(terms), shape)
     return _remembered(memo, key, lambda: _evaluate_mask(view, terms, shape))
 
@@ -538,19 +566,37 @@ MASK_PROBE_BYTES = 8 << 30
 B S^2, so GPT-2 13B's mask at seq 16384 takes 5 GiB and at 32768 would take 20."""
 
 
+def _full_mask_shape(shape: tuple[int, ...], b: int, sq: int, sk: int) -> bool:
+    """[B, M, M'] or [B, 1, M, M'] with M ≥ Sq and M' ≥ Sk: a per-query mask that may be
+    larger than the sequence (Megatron's [B, 1, max, max], read at the leading corner)."""
+    if len(shape) not in (3, 4) or shape[0] != b or (len(shape) == 4 and shape[1] != 1):
+        return False
+    return shape[-2] >= sq and shape[-1] >= sk
+
+
+def _corner(m: np.ndarray, sq: int, sk: int) -> np.ndarray:
+    """[B, Sq, Sk]: a full mask's leading corner (`_full_mask_shape`)."""
+    return m.reshape(m.shape[0], *m.shape[-2:])[:, :sq, :sk]
+
+
 def _evaluate_mask(
     view: GraphView, terms: list[tuple[str, Value, float]], shape: tuple[int, int, int, int]
-) -> tuple[bool, int, Value | None, float, tuple[float, ...]]:
+) -> _MaskMeaning:
     """Additive terms mask a pair out where they are at or below VERY_NEGATIVE; what they add
     elsewhere (ALiBi) must be, per head h, slope_h × the key's position plus anything constant
-    along the key axis (`_alibi_slopes`)."""
+    along the key axis (`_alibi_slopes`). A product term must be 0 or 1, and every pair it
+    zeroes must be masked out by a term applied after it (Megatron's scores·m − c·(1 − m): the
+    pair's score is then the fill −c)."""
     b, h, sq, sk = shape
     inputs = set().union(*(view.input_ancestors(t[1]) for t in terms)) if terms else set()
     if len(inputs) > 1:
         raise NoMatch(f"mask depends on several inputs {sorted(v.name for v in inputs)}")
     mask_in = next(iter(inputs), None)
+    kind = "none" if mask_in is None else "key_padding"
     if mask_in is not None and mask_in.type.shape != (b, sk):
-        raise NoMatch(f"mask input {mask_in.name!r} is not [B, S]")
+        if not _full_mask_shape(mask_in.type.shape, b, sq, sk):
+            raise NoMatch(f"mask input {mask_in.name!r} is not [B, S] nor [B, 1, ≥S_q, ≥S_kv]")
+        kind = "full"
     nodes = sorted({n for _, v, _ in terms for n in view.ancestors(v)}, key=view.index.__getitem__)
     probe = 4 * b * sq * sk + sum(
         math.prod(v.type.shape) * v.type.dtype.itemsize for n in nodes for v in n.outputs
@@ -561,7 +607,7 @@ def _evaluate_mask(
             f"shape [{b}, 1, {sq}, {sk}], {probe / 2**20:,.0f} MiB with its intermediates (over "
             f"{MASK_PROBE_BYTES >> 20:,} MiB); compile at a shorter --seq"
         )
-    fills = [f for kind, _, f in terms if not kind.startswith("add")]
+    fills = [f for kind, _, f in terms if kind.startswith("where")]
 
     def keep_for(mask: np.ndarray | None) -> tuple[np.ndarray, list[np.ndarray]]:
         """The kept pairs [b, 1, sq, sk], and what the additive terms that do not only mask add
@@ -573,13 +619,14 @@ def _evaluate_mask(
         )
         vals = eval_nodes(nodes, env)
         keep = np.ones((b, 1, sq, sk), dtype=bool)
+        later = np.ones((b, 1, sq, sk), dtype=bool)  # kept by the terms applied after this one
         biases = []
         for kind, v, after in terms:
             a = v.const if v.is_const else vals[v]
             assert a is not None
-            if kind.startswith("add"):
-                a = a.astype(np.float64)
-                if kind == "add_bh":  # a bias of the [B·H, Sq, Sk] scores
+            if kind.startswith(("add", "sub")):
+                a = a.astype(np.float64) * (-1 if kind.startswith("sub") else 1)
+                if kind.endswith("_bh"):  # a bias of the [B·H, Sq, Sk] scores
                     a = a.reshape((1,) * (3 - a.ndim) + a.shape)
                     a = a.reshape(b, h, *a.shape[1:]) if a.shape[0] == b * h else a[None]
                 kept = a > VERY_NEGATIVE
@@ -587,17 +634,27 @@ def _evaluate_mask(
                     fills.append(float(a[~kept].min()))
                 if np.any(np.where(kept, a, 0.0)):
                     biases.append(a * after)
+            elif kind == "mul":
+                if not np.isin(a, (0, 1)).all():
+                    raise NoMatch("scores are multiplied by a term that is not a 0/1 mask")
+                kept = a != 0
             else:
                 kept = a.astype(bool) if kind == "where_keep" else ~a.astype(bool)
             if kept.ndim == 4 and kept.shape[1] > 1:  # expanded over the heads (DistilBERT's)
                 if not (kept == kept[:, :1]).all():
                     raise NoMatch("the mask differs between heads")
                 kept = kept[:, :1]
-            keep &= np.broadcast_to(kept, keep.shape) if kept.ndim <= 4 else kept
+            kept = np.broadcast_to(kept, keep.shape) if kept.ndim <= 4 else kept
+            if kind == "mul" and np.any(later & ~kept):
+                raise NoMatch("scores multiplied by a 0/1 mask: no later term masks the zeros")
+            if kind != "mul":
+                later &= kept
+            keep &= kept
         return keep, biases
 
+    ones = np.ones(mask_in.type.shape if mask_in is not None else (b, sk), np.int64)
     try:
-        base, base_biases = keep_for(np.ones((b, sk), np.int64))
+        base, base_biases = keep_for(ones)
     except NoMatch:
         raise
     except Exception as e:
@@ -614,22 +671,64 @@ def _evaluate_mask(
         if window == 0 or not np.array_equal(base, np.broadcast_to(banded, base.shape)):
             raise NoMatch("mask with an all-ones input is neither full, causal nor a causal window")
         causal = True
+    if base_biases and kind == "full":
+        raise NoMatch("ALiBi with a full [S_q, S_kv] mask input is not fused")
     slopes = _alibi_slopes(base_biases, base, np.ones((b, sk)), h) if base_biases else ()
     if mask_in is not None:
         rng = np.random.default_rng(0)
         for _ in range(3):
-            m = (rng.random((b, sk)) > 0.3).astype(np.int64)
-            m[:, 0] = 1
-            want = base & (m != 0)[:, None, None, :]
+            m = (rng.random(mask_in.type.shape) > 0.3).astype(np.int64)
+            if kind == "full":
+                want = base & (_corner(m, sq, sk) != 0)[:, None]
+            else:
+                m[:, 0] = 1
+                want = base & (m != 0)[:, None, None, :]
             keep, biases = keep_for(m)
             if biases:
                 _alibi_slopes(biases, keep, m, h, slopes)
             if not np.array_equal(keep, want):
+                if kind == "full":
+                    raise NoMatch(
+                        f"mask does not mean 'full mask' ({mask_in.name}[b, …, query, key] == 0 "
+                        "drops the pair)"
+                    )
                 raise NoMatch("mask does not mean 'key padding' (mask[b, key] == 0 drops the key)")
     finite = [f for f in fills if f < 0]
     fill = min(finite) if finite else -np.inf
     fill = float(max(fill, np.finfo(np.float32).min) if np.isfinite(fill) else fill)
-    return causal, window, mask_in, fill, slopes
+    return _MaskMeaning(causal, window, mask_in, kind, fill, slopes)
+
+
+def _mask_operand(
+    meaning: _MaskMeaning, shape: tuple[int, int, int], name: str, origin: tuple[str, ...]
+) -> tuple[list[Node], list[Value]]:
+    """The attention's mask operand and the layout nodes that make it: a key-padding input as
+    it is; a full mask input's leading [S_q, S_kv] corner per sample as [B, S_q, S_kv] (a Slice
+    and a Reshape: layout ops, which lowering reads through to the input's port)."""
+    v = meaning.mask_in
+    if v is None:
+        return [], []
+    if meaning.kind != "full":
+        return [], [v]
+    b, sq, sk = shape
+    rank, nodes = v.type.rank, []
+    if v.type.shape[-2:] != (sq, sk):
+        nodes.append(
+            make_node(
+                Op.SLICE,
+                [v],
+                f"{name}/mask_corner",
+                origin,
+                starts=(0, 0),
+                ends=(sq, sk),
+                axes=(rank - 2, rank - 1),
+                steps=(1, 1),
+            )
+        )
+    if rank == 4:
+        src = nodes[-1].output if nodes else v
+        nodes.append(make_node(Op.RESHAPE, [src], f"{name}/mask", origin, shape=shape))
+    return nodes, [nodes[-1].output if nodes else v]
 
 
 def _alibi_slopes(
@@ -764,27 +863,28 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
         lin, offsets = _reordered_linear(view, srcs, [q_cols, k_cols, v_cols], region)
         packed, srcs = [lin], [lin.output] * 3
     q_off, k_off, v_off = offsets
-    causal, window, mask_in, fill, alibi = _mask_semantics(memo, view, sc.terms, (b, h, sq, sk))
+    mask = _mask_semantics(memo, view, sc.terms, (b, h, sq, sk))
     attrs: dict[str, object] = {
         "num_heads": h, "head_dim": dh, "q_offset": q_off, "k_offset": k_off, "v_offset": v_off,
-        "scale": float(np.float32(sc.scale * q_scale * k_scale)), "causal": causal, "window": window,
-        "mask": "key_padding" if mask_in is not None else "none", "fill": fill, "nan_to_zero": nan_to_zero,
+        "scale": float(np.float32(sc.scale * q_scale * k_scale)), "causal": mask.causal,
+        "window": mask.window, "mask": mask.kind, "fill": mask.fill, "nan_to_zero": nan_to_zero,
     }  # fmt: skip
     if kv_heads != h:  # grouped-query attention
         attrs["kv_heads"] = kv_heads
     if rotary[0] != "none":
         attrs.update(rotary=rotary[0], rotary_dim=rotary[1])
-    if alibi:
-        attrs["alibi"] = alibi
+    if mask.slopes:
+        attrs["alibi"] = mask.slopes
     origin = origin_of(sorted(region, key=view.index.__getitem__))
-    ins = srcs + ([mask_in] if mask_in is not None else []) + rotary[2]
+    mask_nodes, mask_ins = _mask_operand(mask, (b, sq, sk), out.name, origin)
+    ins = srcs + mask_ins + rotary[2]
     if flat:
         att = make_node(Op.ATTENTION, ins, f"{out.name}/attn", origin, **attrs)
         new = [att, make_node(Op.RESHAPE, [att.output], out.name, origin, shape=out.type.shape)]
     else:
         new = [make_node(Op.ATTENTION, ins, out.name, origin, **attrs)]
     consumed = region | {view.producer[q_src]} if packed else region
-    return Replacement(packed + new, {out: new[-1].output}), consumed
+    return Replacement(mask_nodes + packed + new, {out: new[-1].output}), consumed
 
 
 def _reordered_linear(

@@ -262,6 +262,94 @@ def test_fuse_attention_does_not_fire_on_a_soft_bias():
     assert any("additive bias is not a mask" in n for n in ctx.notes)
 
 
+MEGATRON_MASK = """      %mr: f32[1,1,4,6] = slice(%mask) {'axes': (2,), 'ends': (4,), 'starts': (0,), 'steps': (1,)}
+      %m: f32[1,1,4,4] = slice(%mr) {'axes': (3,), 'ends': (4,), 'starts': (0,), 'steps': (1,)}
+      %kept: f32[1,2,4,4] = mul(%ss, %m)
+      %inv: f32[1,1,4,4] = sub(%one, %m)
+      %drop: f32[1,1,4,4] = mul(%inv, %c)
+      %sb: f32[1,2,4,4] = sub(%kept, %drop)
+"""
+
+
+def _megatron_text(mask: str = MEGATRON_MASK) -> str:
+    """Megatron's attention (B=1, S=4, 2 heads of 2): a per-query float mask [B, 1, max, max]
+    (max 6) the caller fills, read at its [S, S] corner m and applied as scores·m − c·(1 − m)."""
+    text = _attention_text("-10000.0").replace("%mask: i64[1,4]", "%mask: f32[1,1,6,6]")
+    bert = text[text.index("      %m1:") : text.index("      %p:")]
+    return text.replace(bert, mask).replace(
+        "%neg = const f32[] -10000.0", "%c = const f32[] 10000.0"
+    )
+
+
+def _fuse_with_random_masks(text: str) -> tuple[str, PassContext]:
+    """fuse-attention on `text`, the result checked against the input graph on random 0/1
+    masks (each query keeps its own key)."""
+    ctx = PassContext()
+    g = parse_graph(text)
+    out = PASSES["fuse-attention"](g, ctx)
+    verify(out)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        mask = (rng.random((1, 1, 6, 6)) < 0.5).astype(np.float32)
+        mask[0, 0, np.arange(6), np.arange(6)] = 1
+        feeds = {"qkv": rng.standard_normal((1, 4, 12)).astype(np.float32), "mask": mask}
+        np.testing.assert_allclose(run(out, feeds)["y"], run(g, feeds)["y"], rtol=1e-5, atol=1e-6)
+    return format_graph(out), ctx
+
+
+def test_fuse_attention_megatron_mask_is_a_full_mask():
+    out, _ = _fuse_with_random_masks(_megatron_text())
+    assert body(out) == [
+        "%y/mask_corner: f32[1,1,4,4] = slice(%mask) {'axes': (2, 3,), 'ends': (4, 4,), "
+        "'starts': (0, 0,), 'steps': (1, 1,)}",
+        "%y/mask: f32[1,4,4] = reshape(%y/mask_corner) {'shape': (1, 4, 4,)}",
+        "%y: f32[1,4,4] = attention(%qkv, %qkv, %qkv, %y/mask) {'causal': False, 'fill': -10000.0, "
+        "'head_dim': 2, 'k_offset': 4, 'mask': 'full', 'nan_to_zero': False, 'num_heads': 2, "
+        "'q_offset': 0, 'scale': 0.7071067690849304, 'v_offset': 8, 'window': 0}",
+    ]
+
+
+def test_fuse_attention_megatron_mask_commuted():
+    """m·scores, and the masked fill as −(1 − m)·c added rather than subtracted."""
+    commuted = (
+        MEGATRON_MASK.replace("mul(%ss, %m)", "mul(%m, %ss)")
+        .replace("sub(%one, %m)", "sub(%m, %one)")
+        .replace("mul(%inv, %c)", "mul(%c, %inv)")
+        .replace("sub(%kept, %drop)", "add(%kept, %drop)")
+    )
+    out, _ = _fuse_with_random_masks(_megatron_text(commuted))
+    assert "'mask': 'full'" in out and "'fill': -10000.0" in out
+
+
+MEGATRON_TRANSPOSED = MEGATRON_MASK.replace(
+    "      %m: f32[1,1,4,4] = slice(%mr)", "      %mt: f32[1,1,4,4] = slice(%mr)"
+).replace(
+    "      %kept:", "      %m: f32[1,1,4,4] = transpose(%mt) {'perm': (0, 1, 3, 2)}\n      %kept:"
+)
+
+
+@pytest.mark.parametrize(
+    "mask,reason",
+    [
+        # scores·m alone: the masked pairs score 0, which softmax does not drop
+        (
+            MEGATRON_MASK[: MEGATRON_MASK.index("      %kept")]
+            + "      %sb: f32[1,2,4,4] = mul(%ss, %m)\n",
+            "no later term masks the zeros",
+        ),
+        # the mask read with queries and keys swapped is not mask[b, query, key]
+        (MEGATRON_TRANSPOSED, "mask does not mean 'full mask'"),
+    ],
+)
+def test_fuse_attention_does_not_fire_on_what_is_not_a_megatron_mask(mask, reason):
+    g = parse_graph(_megatron_text(mask))
+    ctx = PassContext()
+    out = format_graph(PASSES["fuse-attention"](g, ctx))
+    assert "attention(" not in out
+    (note,) = ctx.notes
+    assert reason in note and "\n" not in note
+
+
 def _bloom_attention_text(positions: str) -> str:
     """BLOOM's form (B=1, S=4, 2 heads of 2): scores baddbmm'd in [B·heads, S, S] with the
     ALiBi bias slope_h × position, the positions (cumsum(mask) - 1)·mask, then reshaped to
