@@ -827,11 +827,13 @@ def _ms_attention(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[V
     mask = c.get(n.input[3]) if len(n.input) > 3 and n.input[3] else None
     kind = "none"
     if mask is not None:
-        kind = {1: "key_length", 2: "key_padding"}.get(mask.type.rank, "")
+        kind = {1: "key_length", 2: "key_padding", 3: "full", 4: "full"}.get(mask.type.rank, "")
         if not kind:
             raise FrontendError(
                 f"Attention {n.name!r}: a {mask.type.rank}-D mask_index is not supported"
             )
+        if kind == "full":
+            mask = _full_mask_index(c, n, mask, x.type.shape[1])
     scale = float(a.get("scale", 0.0)) or 1.0 / float(np.sqrt(dh))
     attrs = {
         "num_heads": heads, "head_dim": dh, "q_offset": 0, "k_offset": d, "v_offset": 2 * d,
@@ -841,6 +843,28 @@ def _ms_attention(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[V
     return c.emit(
         Op.ATTENTION, [qkv, qkv, qkv] + ([mask] if mask is not None else []), attrs, n.output[:1]
     )
+
+
+def _full_mask_index(c: _Converter, n: onnx.NodeProto, mask: Value, s: int) -> Value:
+    """The [B, S, S] operand of a "full" mask from a 3-D mask_index [B, S, S] or Megatron's 4-D
+    [B, 1, M, M] (M ≥ S, read at rows past .. past + S, keys 0 .. past + S: past is 0 here).
+    onnxruntime keeps a pair where the mask is > 0, wsecc where it is not 0: alike on 0/1."""
+    b = mask.type.shape[0]
+    if mask.type.rank == 3:
+        if mask.type.shape != (b, s, s):
+            raise FrontendError(
+                f"Attention {n.name!r}: a 3-D mask_index must be [B, S, S], got {mask.type.shape}"
+            )
+        return mask
+    if mask.type.shape[1] != 1 or min(mask.type.shape[2:]) < s:
+        raise FrontendError(
+            f"Attention {n.name!r}: a 4-D mask_index must be [B, 1, M, M] with M ≥ the sequence "
+            f"({s}), got {mask.type.shape}"
+        )
+    corner = c.emit(
+        Op.SLICE, [mask], {"starts": (0, 0), "ends": (s, s), "axes": (2, 3), "steps": (1, 1)}
+    )[0]
+    return c.emit(Op.RESHAPE, [corner], {"shape": (b, s, s)})[0]
 
 
 # ================================================================ entry point
