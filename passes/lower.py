@@ -7,7 +7,8 @@ residual skip input; Attention -> attention, causal, padding mask; Add, Mul, ...
 elementwise); any other op that computes becomes generic.
 Layout ops (Reshape, Transpose, Split, Slice, Expand, Cast) are not kernels: their data is
 re-addressed on the way, so a flow runs from the producing kernel through them to the
-consumer. Flows carry the producer's elements per sample; graph inputs and outputs are ports.
+consumer. Flows carry the producer's elements per sample; graph inputs and outputs are ports,
+an input port the elements kernels read of it (all, unless every read slices it).
 Provenance: each kernel keeps the ONNX node names of the op it came from.
 Requires a FUSED graph (the pass manager checks it), produces KERNELS.
 """
@@ -15,8 +16,12 @@ Requires a FUSED graph (the pass manager checks it), produces KERNELS.
 from __future__ import annotations
 
 import re
+from collections import defaultdict
+
+import numpy as np
 
 from wsecc.ir.core import DType, Graph, Node, Op, Value
+from wsecc.ir.rewrite import eval_nodes
 from wsecc.kernels import Flow, Kernel, KernelGraph, Port, lower_node
 from wsecc.pm import Level, Pass, PassContext
 
@@ -63,15 +68,20 @@ def lower_to_kernels(graph: Graph, ctx: PassContext | None = None) -> KernelGrap
         kernel_of[n] = k
         kernels.append(k)
 
+    reads: dict[Value, list[tuple[Value, list[Node]]]] = defaultdict(list)
+
     def source(v: Value) -> Kernel | Port | None:
+        read, chain = v, []
         while True:
             if v in ports_in:
+                reads[v].append((read, chain[::-1]))
                 return ports_in[v]
             p = producer.get(v)
             if p is None:
                 return None  # a constant
             if p in kernel_of:
                 return kernel_of[p]
+            chain.append(p)
             v = p.inputs[0]
 
     flows: list[Flow] = []
@@ -107,12 +117,27 @@ def lower_to_kernels(graph: Graph, ctx: PassContext | None = None) -> KernelGrap
         src = source(v)
         if src is not None:
             flows.append(Flow.between(src, port, port.elems_per_sample, name=v.name))
-    seq = graph.inputs[0].type.shape[1] if graph.inputs and graph.inputs[0].type.rank > 1 else 1
-    kg = KernelGraph(
-        graph.name, seq, tuple(kernels), tuple(flows), tuple(ports_in.values()), tuple(outputs)
+    inputs = tuple(
+        Port(p.name, _elems_read(v, reads[v], b), p.elem_type) if reads[v] else p
+        for v, p in ports_in.items()
     )
+    seq = graph.inputs[0].type.shape[1] if graph.inputs and graph.inputs[0].type.rank > 1 else 1
+    kg = KernelGraph(graph.name, seq, tuple(kernels), tuple(flows), inputs, tuple(outputs))
     kg.verify()
     return kg
+
+
+def _elems_read(port: Value, reads: list[tuple[Value, list[Node]]], b: int) -> int:
+    """Elements per sample of the input `port` that kernels read through the view chains
+    `reads`: all of them, unless every chain slices it; then the distinct elements the chains
+    keep (the host sends those: Megatron's [B, 1, max, max] mask is read at its [S, S]
+    corner), found by running the chains on the input's element indices."""
+    whole = max(1, port.type.size // b)
+    if not all(any(n.op is Op.SLICE for n in chain) for _, chain in reads):
+        return whole
+    iota = np.arange(port.type.size).reshape(port.type.shape)
+    read = np.unique(np.concatenate([eval_nodes(c, {port: iota})[v].ravel() for v, c in reads]))
+    return max(1, min(whole, read.size // b))
 
 
 PASS = Pass("lower", lower_to_kernels, requires=Level.FUSED, produces=Level.KERNELS)

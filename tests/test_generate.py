@@ -310,7 +310,8 @@ def test_rmsnorm_and_attention_decode_by_hand() -> None:
     n = RMSNORM.decode({"rows": 8, "dim": 64, "has_residual": False}, 1, 4, ctx, 1)
     assert (n.compute, n.reduction, n.broadcast) == (48, (3 * 5 + 1) + (3 + 1), 8 + 8)
     p = {"seq": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "rotary_dim": 0,
-         "causal": True, "padding_mask": False, "alibi": False, "cache_sequences": 1}  # fmt: skip
+         "causal": True, "padding_mask": False, "full_mask": False, "alibi": False,
+         "cache_sequences": 1}  # fmt: skip
     a = attention_decode(p, 8, 4, ctx, 1)
     assert a.cache == cdiv(4 * 16 * 8, 4) + 11 * 8
     assert a.reduction == (7 * 5 + cdiv(18 * 4, 4)) + (2 * 18 + 16)
@@ -318,3 +319,21 @@ def test_rmsnorm_and_attention_decode_by_hand() -> None:
     assert a.bytes_read == 8 * 2 * 16 * 2
     # twice the context, twice the cached keys per PE to score
     assert attention_decode({**p, "seq": 128}, 8, 4, ctx, 1).cache > 1.9 * a.cache
+
+
+def test_a_full_attention_mask_is_one_error_in_generate_mode() -> None:
+    """Megatron's per-query mask is a full [S_q, S_kv] mask: the cache keeps one mask element
+    per key, so generate mode refuses it in one line, before anything is sized."""
+    from conftest import ORT_CORPUS
+    from wsecc.passes import DEFAULT_PIPELINE
+
+    from wsecc.flow import lower
+    from wsecc.frontend.onnx import import_model
+    from wsecc.generate import generation_kernels
+    from wsecc.pm import PassManager
+
+    graph, _ = import_model(ORT_CORPUS / "gpt2_megatron.onnx", batch=1, seq=16)
+    kg = lower(PassManager(DEFAULT_PIPELINE).run(graph)[0])
+    with pytest.raises(WseccError, match=r"full \[S_q, S_kv\] attention mask") as e:
+        generation_kernels(kg, 1, load_target("wse2"), "mixed")
+    assert "\n" not in str(e.value) and "--mode infer" in str(e.value)

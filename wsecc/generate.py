@@ -96,12 +96,18 @@ def generation_kernels(
     """`kg` with every attention keeping the K/V cache of `sequences` sequences
     (`cache_sequences`), after checking it can generate on `target`: a causal decoder whose
     every kernel has a decode model, whose weights fit the wafer's data SRAM (generation keeps
-    them all resident), and whose attention caches fit some region (else the error names the
+    them all resident), whose attention has no full [S_q, S_kv] mask (the cache keeps one mask
+    element per key), and whose attention caches fit some region (else the error names the
     largest context that would). Raises WseccError naming what does not."""
     attention = [k for k in kg.kernels if k.kind is KernelKind.ATTENTION]
     if not attention:
         raise WseccError(
             f"{kg.name}: generate mode needs a decoder with attention; this graph has none"
+        )
+    if full := [k.name for k in attention if k.params.get("full_mask")]:
+        raise WseccError(
+            f"{kg.name}: generate mode does not support a full [S_q, S_kv] attention mask "
+            f"(Megatron's per-query mask); {full[0]!r} has one: compile it with --mode infer"
         )
     if bidirectional := [k.name for k in attention if not k.params["causal"]]:
         raise WseccError(

@@ -115,6 +115,23 @@ def test_bidirectional_attention_double_buffers_kv() -> None:
     assert c.compute_cycles == 4 * 8 * pairs // 4 + 12 * pairs + 16 * 28
 
 
+def test_a_full_mask_costs_a_mask_row_per_query() -> None:
+    """A full [S, S] mask (Megatron's) in place of a padding mask: S·S elements in per sample,
+    not S; the chunk's mask rows for the PE's keys buffered; each row's lane carries its keys'
+    mask columns with their K/V; the same add per score."""
+    params = dict(seq=16, heads=2, head_dim=8, causal=False)
+    pad = Kernel("attn", KernelKind.ATTENTION, {**params, "padding_mask": True})
+    full = Kernel(
+        "attn", KernelKind.ATTENTION, {**params, "padding_mask": False, "full_mask": True}
+    )
+    p, f = (kernel_cost(k, 4, 2, "mixed", TINY) for k in (pad, full))
+    assert f.in_bytes_per_sample - p.in_bytes_per_sample == (16 * 16 - 16) * 2
+    assert p.sram.kv - f.sram.kv == 2 * 4 * 2  # no per-key mask element with the keys
+    assert f.compute_cycles == p.compute_cycles
+    assert f.sram.buffers - p.sram.buffers == 2 * 8 * 4 * 2  # 2 c sh sb, chunks of c = 8
+    assert f.link_cycles >= p.link_cycles
+
+
 def test_attention_query_groups_when_wider_than_heads() -> None:
     k = Kernel(
         "attn",

@@ -12,18 +12,18 @@ from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule, KindDef, Params
 
 SCORE_OPS = 3 + TRANSCENDENTAL_OPS
 """Per attention score: running max (1), s - max (1), exp (8), running sum (1) = 11.
-The 1/sqrt(d) scale is folded into Q; a padding mask adds 1 op (an add) per score, and so does
-ALiBi's bias (slope × key position: the product is formed once per cached key and head, the add
+The 1/sqrt(d) scale is folded into Q; a padding or full mask adds 1 op (an add) per score, and so
+does ALiBi's bias (slope × key position: the product is formed once per cached key and head, the add
 per score)."""
 
 
 def _bias_ops(p: Params) -> int:
-    """Ops per score the padding mask's add and ALiBi's add take."""
-    return int(p["padding_mask"]) + int(p["alibi"])
+    """Ops per score the mask's add (padding or full) and ALiBi's add take."""
+    return int(p["padding_mask"] or p["full_mask"]) + int(p["alibi"])
 
 
 def _score_ops(p: Params) -> int:
-    """Ops per score: the online softmax, the padding mask's add and ALiBi's add."""
+    """Ops per score: the online softmax, the mask's add and ALiBi's add."""
     return SCORE_OPS + _bias_ops(p)
 
 
@@ -52,7 +52,11 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     """softmax(Q K^T + mask) V for H heads of dimension d over S tokens (online softmax), K and V
     from Hk = kv_heads heads (each serving g_kv = H / Hk query heads), q and k rotated first over
     their first rd = rotary_dim dims when rd > 0; with ALiBi (alibi) each score also gets its
-    head's slope × its key's position added (one op, in `_score_ops`: ops).
+    head's slope × its key's position added (one op, in `_score_ops`: ops). A padding mask
+    (mask) is one element per key, kept with the key; a full mask (full: one element per
+    (query, key) pair, Megatron's) enters each row on the W edge with its keys' K/V, the row's
+    sh columns of the mask for every query, multicast along the row; each PE keeps the rows of
+    the query chunk in flight, double-buffered.
 
     Mapping: heads split over columns, hw = cdiv(H, w) per column, which need
     kw = cdiv(hw, g_kv) K/V heads (at least 1). When w > H, g = w // H
@@ -79,18 +83,20 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
                 + rot 2 c 2 rd sb                          the chunk's cos and sin rows
                 + c sh ab                                  scores of one head for one chunk
                 + 2 c hw (d + 2) ab                        double-buffered partials
+                + full 2 c sh sb                           the chunk's full-mask rows
         pairs   = hw cdiv(sq (sh + 1), 2) if causal else hw sq sh
         compute = cdiv(4 d pairs, f)                       Q K^T and P V
                 + cdiv(ops pairs, v)                       online softmax per score
                 + cdiv(hw sq (red 2 (d + 2) + d), v)       merge partials, normalise
                 + rot cdiv(ROTARY_OPS rd (sq hw + sh kw), v)   rotate queries and keys
         link    = max(cdiv(sq (hw d + rot 2 rd) sb, L),    query lane (and its table rows)
-                      cdiv(2 sh Hk d sb, L),               K/V lane per row
+                      cdiv(sh (2 Hk d + full S) sb, L),    K/V (and full-mask) lane per row
                       red cdiv(sq hw (d + 2) ab, L))       partials lane per column
     """
     S, H, d = p["seq"], p["heads"], p["head_dim"]
     Hk, rd = p["kv_heads"], p["rotary_dim"]
     causal, mask, rot = p["causal"], int(p["padding_mask"]), int(rd > 0)
+    full = int(p["full_mask"])
     sb, ab, L = ctx.sb, ctx.ab, ctx.L
     hw, g = cdiv(H, w), max(1, w // H)
     kw = max(1, cdiv(hw, H // Hk))
@@ -107,17 +113,18 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
         buffers=2 * c * hw * d * sb
         + rot * 4 * c * rd * sb
         + c * sh * ab
-        + 2 * c * hw * (d + 2) * ab,
+        + 2 * c * hw * (d + 2) * ab
+        + full * 2 * c * sh * sb,
         compute=cdiv(4 * d * pairs, ctx.f)
         + cdiv(_score_ops(p) * pairs, ctx.v)
         + cdiv(hw * sq * (red * 2 * (d + 2) + d), ctx.v)
         + rot * cdiv(ROTARY_OPS * rd * (sq * hw + sh * kw), ctx.v),
         link=max(
             cdiv(sq * (hw * d + rot * 2 * rd) * sb, L),
-            cdiv(2 * sh * Hk * d * sb, L),
+            cdiv(sh * (2 * Hk * d + full * S) * sb, L),
             red * cdiv(sq * hw * (d + 2) * ab, L),
         ),
-        in_bytes=S * (H + 2 * Hk) * d * sb + mask * S * sb,
+        in_bytes=S * (H + 2 * Hk) * d * sb + mask * S * sb + full * S * S * sb,
         out_bytes=S * H * d * sb,
     )
 
@@ -176,7 +183,8 @@ def _lower(n: Node, b: int) -> dict[str, object]:
         "head_dim": n.attr("head_dim"),
         "rotary_dim": n.attr("rotary_dim", 0),
         "causal": bool(n.attr("causal")),
-        "padding_mask": n.attr("mask") != "none",
+        "padding_mask": n.attr("mask") in ("key_padding", "key_length"),
+        "full_mask": n.attr("mask") == "full",
         "alibi": bool(n.attr("alibi", ())),
     }
 
@@ -184,7 +192,7 @@ def _lower(n: Node, b: int) -> dict[str, object]:
 def _grad_flops(p: Params) -> int:
     """FlashAttention's backward: the forward keeps Q, K, V, O and each row's log-sum-exp, not
     the probabilities, so per (query, key) pair it recomputes s = q.k (2d) and p = exp(s - lse)
-    (1 + TRANSCENDENTAL_OPS; a padding mask's add and ALiBi's add recomputed too), then dV += p dO (2d), dP = dO.v (2d), dS = p (dP - D) (2),
+    (1 + TRANSCENDENTAL_OPS; a mask's add and ALiBi's add recomputed too), then dV += p dO (2d), dP = dO.v (2d), dS = p (dP - D) (2),
     dQ += dS k (2d), dK += dS q (2d); D = rowsum(dO * O) costs 2d per query. Rotated q and k
     rotate their gradients back (ROTARY_OPS per element); grouped K/V heads sum their query
     heads' dK and dV (an add per element, in the dK/dV accumulation above)."""
@@ -212,6 +220,7 @@ ATTENTION = KindDef(
         "rotary_dim": "int0",
         "causal": "bool",
         "padding_mask": "bool",
+        "full_mask": "bool",
         "alibi": "bool",
         "cache_sequences": "int+",
     },
@@ -226,12 +235,14 @@ ATTENTION = KindDef(
     cyclic_rows=True,
     check=_check,
     # kernels made before grouped K/V heads and rotary embeddings: one K/V head per head;
-    # outside generate mode one sequence's K/V is resident; before ALiBi none had a bias
+    # outside generate mode one sequence's K/V is resident; before ALiBi none had a bias, before
+    # full masks none had one
     defaults=lambda p: {
         "kv_heads": p.get("heads", 1),
         "rotary_dim": 0,
         "cache_sequences": 1,
         "alibi": False,
+        "full_mask": False,
     },
     lowers=frozenset({Op.ATTENTION}),
     lower=_lower,
