@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from wsecc.errors import WseccError
-from wsecc.numerics import compare, ort_run, verdict_line
+from wsecc.numerics import compare, make_inputs, ort_run, verdict_line
 
 
 def test_a_file_onnxruntime_cannot_load_is_a_one_line_error(tmp_path: Path) -> None:
@@ -102,3 +102,17 @@ def test_the_noise_raises_the_limit_only_up_to_mixed_precisions_own():
     off = compare("y", ref + 5e-2, ref, fp32_noise=1.0)
     assert not off.passed and off.fp32_noise == 1.0
     assert compare("y", ref + 2e-2, ref, fp32_noise=1.0).passed
+
+
+def test_make_inputs_fills_a_per_query_mask_with_random_zeros_and_ones() -> None:
+    """Megatron's float mask [B, 1, max, max]: 0/1 of its own element type, masked and kept
+    pairs in every row, the diagonal kept (every query keeps a key); all ones unpadded."""
+    from wsecc.ir.core import DType, Graph, TensorType, Value
+
+    v = Value("attention_mask", TensorType(DType.FLOAT32, (2, 1, 16, 16)))
+    graph = Graph((v,), (v,), ())
+    m = make_inputs(graph, seed=1)["attention_mask"]
+    assert m.dtype == np.float32 and set(np.unique(m)) == {0.0, 1.0}
+    assert (m[:, 0].diagonal(axis1=-2, axis2=-1) == 1).all()
+    assert (m.min(axis=-1) == 0).all()
+    assert (make_inputs(graph, padded=False)["attention_mask"] == 1).all()

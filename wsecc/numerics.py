@@ -184,14 +184,22 @@ def _through_casts(graph: Graph, v: Value) -> Value:
 
 def make_inputs(graph: Graph, *, seed: int = 0, padded: bool = True) -> dict[str, np.ndarray]:
     """Inputs for a numerics run: token ids within the vocabulary; masks 1 with, when `padded`,
-    the last row right-padded by a quarter of the sequence; float inputs N(0, 1)."""
+    the last row right-padded by a quarter of the sequence; a per-query mask ([B, (1,) Sq, Sk],
+    Megatron's, of any element type) 1 or, when `padded`, random 0/1 with the diagonal kept
+    (every query keeps a key of its own, also under a causal mask, and masks others in every
+    row); float inputs N(0, 1)."""
     rng = np.random.default_rng(seed)
     vocab = vocab_sizes(graph)
     feeds: dict[str, np.ndarray] = {}
     for v in graph.inputs:
         shape, dt = v.type.shape, v.type.dtype
         lname = v.name.lower()
-        if dt.is_float:
+        if "mask" in lname and len(shape) >= 3:
+            m = rng.random(shape) < 0.5 if padded else np.ones(shape, bool)
+            diagonal = np.arange(min(shape[-2:]))
+            m[..., diagonal, diagonal] = True
+            feeds[v.name] = m.astype(dt.numpy)
+        elif dt.is_float:
             feeds[v.name] = rng.standard_normal(shape).astype(dt.numpy)
         elif "mask" in lname:
             m = np.ones(shape, dt.numpy)
@@ -244,11 +252,63 @@ def _session(path: str | os.PathLike[str]) -> Any:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
     try:
-        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        model = _with_3d_masks(path)
+        return ort.InferenceSession(model or str(path), so, providers=["CPUExecutionProvider"])
     except MemoryError:
         raise
     except Exception as e:  # onnxruntime's own error types (Fail, InvalidGraph, ...)
         raise _ort_error(path, e) from e
+
+
+def _with_3d_masks(path: str | os.PathLike[str]) -> bytes | None:
+    """The file with each com.microsoft Attention's 4-D mask_index [B, 1, M, M] (Megatron's)
+    given as the 3-D [B, S, S] it stands for, or None when it has none. onnxruntime's CPU kernel
+    does not implement the 4-D form ("4D mask in attention cpu kernel is not supported"); its
+    CUDA kernel reads rows past .. past + S, keys 0 .. past + S of it, and the reference runs
+    with past 0 (`ort_run`): the leading [S, S] corner, which the CPU kernel takes as a 3-D
+    mask_index with the same meaning (a pair is kept where it is > 0). S is read from the
+    Attention's input at run time (Shape, Slice, Reshape: opset 10 or later)."""
+    import onnx
+    from onnx import helper, shape_inference
+
+    head = onnx.load(str(path), load_external_data=False)
+    inferred = shape_inference.infer_shapes(head).graph
+    ranks = {
+        v.name: len(v.type.tensor_type.shape.dim) for v in [*inferred.value_info, *inferred.input]
+    }
+    at = [
+        k
+        for k, n in enumerate(head.graph.node)
+        if (n.domain, n.op_type) == ("com.microsoft", "Attention")
+        and len(n.input) > 3
+        and ranks.get(n.input[3]) == 4
+    ]
+    opset = next((o.version for o in head.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if not at or opset < 10:
+        return None
+    model = onnx.load(str(path))
+    ints = {"one": [1], "two": [2], "zeros": [0, 0], "axes": [2, 3], "keep_b": [0, -1]}
+    model.graph.initializer.extend(
+        helper.make_tensor(f"_wsecc_{k}", onnx.TensorProto.INT64, [len(v)], v)
+        for k, v in ints.items()
+    )
+    nodes = list(model.graph.node)
+    for k in reversed(at):  # inserting before node k leaves the earlier indices in place
+        n, p = nodes[k], f"_wsecc_mask{k}"
+        nodes[k:k] = [
+            helper.make_node("Shape", [n.input[0]], [f"{p}_shape"]),
+            helper.make_node("Slice", [f"{p}_shape", "_wsecc_one", "_wsecc_two"], [f"{p}_s"]),
+            helper.make_node("Concat", [f"{p}_s", f"{p}_s"], [f"{p}_ends"], axis=0),
+            helper.make_node(
+                "Slice", [n.input[3], "_wsecc_zeros", f"{p}_ends", "_wsecc_axes"], [f"{p}_corner"]
+            ),
+            helper.make_node("Concat", ["_wsecc_keep_b", f"{p}_s"], [f"{p}_3d"], axis=0),
+            helper.make_node("Reshape", [f"{p}_corner", f"{p}_3d"], [f"{p}_mask"]),
+        ]
+        n.input[3] = f"{p}_mask"
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model.SerializeToString()
 
 
 def _run(

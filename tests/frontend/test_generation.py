@@ -14,11 +14,14 @@ from conftest import ORT_CORPUS, SAMPLES
 from onnx import TensorProto, helper, numpy_helper
 from wsecc.passes import DEFAULT_PIPELINE
 
-from wsecc.errors import FrontendError, WseccError
+from wsecc.errors import FrontendError
 from wsecc.flow import lower
 from wsecc.frontend.fold import fold
 from wsecc.frontend.generation import SPLIT, STACKED, generation_io
 from wsecc.frontend.onnx import import_model, resolve_bindings
+from wsecc.interp import run
+from wsecc.ir.core import Op
+from wsecc.numerics import make_inputs, ort_run
 from wsecc.pm import PassManager
 
 TWINS = Path(__file__).resolve().parents[1] / "data" / "generation"
@@ -103,13 +106,26 @@ def test_the_megatron_corpus_graph_imports_with_its_stacked_past():
     assert [v.name for v in graph.outputs] == ["logits"]
 
 
-def test_the_megatron_attention_is_not_fused_for_its_4d_mask_input():
+@pytest.mark.parametrize("name", ["gpt2_megatron.onnx", "gpt2_megatron_opt_skiplayernorm.onnx"])
+def test_the_megatron_attention_takes_its_4d_mask_as_a_full_mask(name):
     """Its attention mask is a float input [batch, 1, 64, 64] the caller fills (Megatron's
-    per-query mask), applied as scores·m − 10000·(1 − m): not a function of a [batch, keys]
-    padding mask, so no fusion can know it is causal."""
-    graph, _ = import_model(ORT_CORPUS / "gpt2_megatron.onnx", batch=1, seq=16)
-    with pytest.raises(WseccError, match="SOFTMAX is left outside a fused op"):
-        lower(PassManager(DEFAULT_PIPELINE).run(graph)[0])
+    per-query mask), applied as scores·m − 10000·(1 − m), or after onnxruntime's fusions an
+    Attention's 4-D mask_index: one attention with a full mask, the input's [S, S] corner.
+    Both files hold the same weights, so the fused one is checked against onnxruntime on the
+    unfused one too, with a random 0/1 mask (every query keeps its own key)."""
+    graph, _ = import_model(ORT_CORPUS / name, batch=2, seq=16)
+    fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
+    (att,) = [n for n in fused.nodes if n.op is Op.ATTENTION]
+    assert att.attr("mask") == "full" and not att.attr("causal")
+    assert att.inputs[3].type.shape == (2, 16, 16)
+    feeds = make_inputs(graph, seed=5)
+    mask = feeds["attention_mask"][:, 0, :16, :16]
+    assert 0 < mask.mean() < 1 and (mask.min(axis=-1) == 0).all()  # masked pairs in every row
+    want = ort_run(ORT_CORPUS / "gpt2_megatron.onnx", feeds)["logits"]
+    got = run(fused, feeds)["logits"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    ones = {**feeds, "attention_mask": np.ones_like(feeds["attention_mask"])}
+    assert not np.allclose(run(fused, ones)["logits"], got, atol=1e-3)  # the mask matters
 
 
 def test_gpt2_past_is_refused_for_its_duplicate_definitions():
