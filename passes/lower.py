@@ -127,6 +127,11 @@ def lower_to_kernels(graph: Graph, ctx: PassContext | None = None) -> KernelGrap
     return kg
 
 
+INDEX_PROBE_ELEMS = 1 << 26
+"""The largest input `_elems_read` runs its slices on element by element (an int64 index per
+element: 512 MiB); past it, what the slices read is summed."""
+
+
 def _elems_read(port: Value, reads: list[tuple[Value, list[Node]]], b: int) -> int:
     """Elements per sample of the input `port` that kernels read through the view chains
     `reads`: all of them, unless every chain slices it; then the distinct elements the chains
@@ -135,6 +140,8 @@ def _elems_read(port: Value, reads: list[tuple[Value, list[Node]]], b: int) -> i
     whole = max(1, port.type.size // b)
     if not all(any(n.op is Op.SLICE for n in chain) for _, chain in reads):
         return whole
+    if port.type.size > INDEX_PROBE_ELEMS:  # each chain's elements, overlaps counted twice
+        return max(1, min(whole, sum(v.type.size for v, _ in reads) // b))
     iota = np.arange(port.type.size).reshape(port.type.shape)
     read = np.unique(np.concatenate([eval_nodes(c, {port: iota})[v].ravel() for v, c in reads]))
     return max(1, min(whole, read.size // b))

@@ -272,6 +272,11 @@ def _with_3d_masks(path: str | os.PathLike[str]) -> bytes | None:
     from onnx import helper, shape_inference
 
     head = onnx.load(str(path), load_external_data=False)
+    if not any(
+        (n.domain, n.op_type) == ("com.microsoft", "Attention") and len(n.input) > 3
+        for n in head.graph.node
+    ):
+        return None  # the common case: no shape inference
     inferred = shape_inference.infer_shapes(head).graph
     ranks = {
         v.name: len(v.type.tensor_type.shape.dim) for v in [*inferred.value_info, *inferred.input]
