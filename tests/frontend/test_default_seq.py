@@ -31,6 +31,13 @@ def test_the_sequence_defaults_to_the_models_context(path, context):
     assert graph.inputs[0].type.shape[1] == context
 
 
+def test_an_embed_layer_normalization_position_table_bounds_the_sequence():
+    """onnxruntime's fused EmbedLayerNormalization reads its 64-row position_embedding: the
+    default is 64, which its Megatron mask [B, 1, 64, 64] also needs (128 would not fit it)."""
+    _, info = import_model(DATA / "onnxruntime" / "gpt2_megatron_opt_skiplayernorm.onnx", batch=1)
+    assert info.bindings["seq_len"] == 64 and info.sources["seq_len"] == "position table"
+
+
 def test_seq_given_wins_and_says_so():
     _, info = import_model(DATA / "gpt2_pos64.onnx", batch=1, seq=16)
     assert "=16 (--seq)" in info.describe_bindings()

@@ -247,8 +247,9 @@ def position_table_rows(
     A position table is a 2-D float initializer (or one of the graph inputs named in `weights`:
     `--weights inputs`) read by a Gather (axis 0) whose indices are computed in the graph (a
     Range, a slice of a constant buffer, an offset) or come from an input named like position
-    ids; a table read with a graph input's own ids (tokens, token types) is not one. With
-    several, the one with the most rows."""
+    ids; a table read with a graph input's own ids (tokens, token types) is not one; or an
+    onnxruntime EmbedLayerNormalization's position_embedding (its position_ids input, or "").
+    With several, the one with the most rows."""
     floats = (TensorProto.FLOAT, TensorProto.FLOAT16)
     tables = {
         i.name: int(i.dims[0])
@@ -274,6 +275,10 @@ def position_table_rows(
 
     found = []
     for n in model.graph.node:
+        if n.op_type == "EmbedLayerNormalization" and len(n.input) > 3 and n.input[3] in tables:
+            ids = n.input[8] if len(n.input) > 8 else ""  # its position_ids, if it has them
+            found.append((tables[n.input[3]], ids))
+            continue
         if n.op_type != "Gather" or len(n.input) < 2 or n.input[0] not in tables:
             continue
         if any(a.name == "axis" and a.i != 0 for a in n.attribute):
@@ -336,7 +341,7 @@ def default_seq(model: onnx.ModelProto, weights: Collection[str] = ()) -> tuple[
     if table is None:
         return DEFAULT_SEQ, "default"
     rows, indices = table
-    largest = _largest_position(model, indices, rows)
+    largest = _largest_position(model, indices, rows) if indices else None
     if largest is not None and largest >= rows:
         return rows - (largest - rows + 1), "position table"
     return rows, "position table"
