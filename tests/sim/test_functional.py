@@ -139,8 +139,11 @@ def test_result_json_has_the_report_fields():
         "precision_passed",
         "structure",
         "fault",
+        "fused",
     }
     assert d["structure"]["precision"] == "fp32" and d["structure"]["passed"]
+    assert d["fused"]["precision"] == "fp32" and d["fused"]["passed"]
+    assert d["fused"]["reference"] == d["reference"]
     assert [set(o) for o in d["outputs"]] == [
         {"name", "max_abs_err", "max_rel_err", "pcc", "passed", "fp32_noise"}
     ]
@@ -734,3 +737,29 @@ def test_an_output_the_simulation_lacks_fails_the_verdict():
     assert [(o.name, o.max_rel_err, o.passed) for o in result.outputs] == [
         ("logits", float("inf"), False)
     ]
+
+
+def test_a_meaning_both_references_of_the_program_share_is_checked_against_onnxruntime(
+    monkeypatch,
+):
+    """A wrong rule that the simulator and the reference interpreter share (here: the full
+    attention mask ignored) passes the structure check, and moves gpt2_megatron's logits by
+    2.4e-2, under mixed precision's 3e-2; the fused graph's own check against onnxruntime
+    fails it."""
+    import wsecc.ir.rules as rules
+
+    path = str(ORT_CORPUS / "gpt2_megatron.onnx")
+    fused, feeds = fused_model(path)
+    kg, sizing = products(path, "mixed")
+    assert validate(path, fused, kg, sizing, "mixed", feeds).passed
+    plain = rules.attention_keep
+
+    def no_full_mask(a, b, sq, sk, mask):  # type: ignore[no-untyped-def]
+        return plain({**a, "mask": "none"} if a["mask"] == "full" else a, b, sq, sk, mask)
+
+    monkeypatch.setattr(rules, "attention_keep", no_full_mask)  # the interpreter's
+    monkeypatch.setattr(functional, "attention_keep", no_full_mask)  # the simulator's
+    wrong = validate(path, fused, kg, sizing, "mixed", feeds)
+    assert wrong.precision_passed and wrong.structure_passed, wrong.summary()
+    assert not wrong.fused_passed and not wrong.passed
+    assert "fused graph fp32 FAIL" in wrong.summary()
