@@ -556,8 +556,10 @@ def _route_checked(
 
     rp, program = route(placement)
     first = simulate_l0(program)
-    halos = {k: m for k, m in _halos(program, rp, first).items() if k not in problem.pins}
-    if not halos:  # none short, or only pinned kernels (`with_halos` cannot move them)
+    halos = _halos(program, rp, first)
+    grown = with_halos(problem, halos)  # pinned kernels, and shapes a ring would not fit, stay
+    halos = {k: m for k, m in halos.items() if grown.kernel(k) is not problem.kernel(k)}
+    if not halos:  # none short, or none of them can be given a ring
         return placement, rp, program
     share = first.wafer_samples_per_s / program.sizing.samples_per_s
     ring = ", ".join(f"{k} {m}" for k, m in sorted(halos.items()))

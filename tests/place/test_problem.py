@@ -135,8 +135,8 @@ def test_halos_grow_every_shape_and_leave_pins_and_too_big_shapes_alone():
     grown = with_halos(pinned, {"a": 2, "c": 1, "b": 5})
     assert grown.kernel("a").shapes == ((8, 6),)  # 21x6 leaves the 20-wide fabric: dropped
     assert grown.kernel("a").pool == ((7, 5),)
-    assert grown.kernel("c") == pinned.kernel("c")  # pinned: its pin stands
-    assert grown.kernel("b") == pinned.kernel("b")  # 12x14 or 14x12: neither fits the 20x10 fabric
+    assert grown.kernel("c") is pinned.kernel("c")  # pinned: its pin stands
+    assert grown.kernel("b") is pinned.kernel("b")  # 12x14 or 14x12: neither fits the 20x10 fabric
     assert with_halos(pinned, {}) == pinned
 
 

@@ -160,7 +160,7 @@ def with_halos(problem: PlacementProblem, halos: Mapping[str, int]) -> Placement
     keeps a ring that wide around each of those kernels free of other regions: room on every
     side for the lanes leaving and entering it. Pinned kernels keep their pins; a grown shape
     that no longer fits the fabric is dropped, and a kernel none of whose shapes fit grown
-    keeps its own (no halo)."""
+    keeps its own (no halo). A kernel it does not grow is the same object in the result."""
     W, H = problem.width, problem.height
     kernels = []
     for k in problem.kernels:

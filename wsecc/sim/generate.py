@@ -519,8 +519,6 @@ class Session:
         mask = attention_mask_operand(args, run.attrs)
         if run.attrs["mask"] == "key_padding":
             mask = mask[:, :b]
-        elif run.attrs["mask"] == "full":  # the window's query rows against the cache's keys
-            mask = mask[:, a:b, :b]
         keep = attention_keep(run.attrs, B, n, b, mask)
         bias = attention_bias(run.attrs, B, b, mask)  # ALiBi over the cache's keys [0, b)
         return run.attend(q, k_cache[:, :, :b], v_cache[:, :, :b], keep, bias)
