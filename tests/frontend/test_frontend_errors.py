@@ -150,6 +150,13 @@ def test_unbound_dims_are_all_listed(tmp_path, capsys):
         *run_cli(capsys, "check", str(p)), "weird_a (at x[0])", "weird_b (at x[1])", "--dim"
     )
     assert main(["check", str(p), "--dim", "weird_a=2", "--dim", "weird_b=3"]) == 0
+    # a misspelt name is not silently ignored (the dims it was meant for stay at their default)
+    dims = ["--dim", "weird_a=2", "--dim", "weird_b=3", "--dim", "wierd_a=4"]
+    assert_one_line_error(
+        *run_cli(capsys, "check", str(p), *dims),
+        "--dim wierd_a=4: the file has no symbolic input dim named 'wierd_a'",
+        "weird_a, weird_b",
+    )
 
 
 def test_external_data_through_dotdot(tmp_path, capsys):

@@ -79,11 +79,19 @@ def resolve_bindings(
             f"--dim {past}={dims[past]}: a generation graph's past length is bound to 0 (it "
             f"imports as the forward pass over the whole context); drop --dim {past}"
         )
+    known = symbolic_dims(model)
+    unknown = sorted(set(dims) - set(known))
+    if unknown:
+        have = ", ".join(known) if known else "none: every input's shape is fixed"
+        raise FrontendError(
+            f"--dim {unknown[0]}={dims[unknown[0]]}: the file has no symbolic input dim named "
+            f"{unknown[0]!r} (its symbolic dims: {have}); check the name or drop it"
+        )
     context = _mask_context_dim(model, gen)
     bound: dict[str, int] = {}
     unbound: list[str] = []
     expressions: dict[str, list[str]] = {}
-    for name, places in symbolic_dims(model).items():
+    for name, places in known.items():
         key = name.lower()
         if name == past:
             bound[name] = 0
