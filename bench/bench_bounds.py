@@ -2,6 +2,7 @@
 
     python bench/bench_bounds.py models PATH.onnx:SEQ[:inputs] ... [--target wse2] [--budget 10]
     python bench/bench_bounds.py layers PATH.onnx:SEQ[:inputs] --counts 1 2 4 [--budget 20]
+    python bench/bench_bounds.py density PATH.onnx:SEQ[:inputs] ... [--densities 0.55 0.7 0.86]
 
 `models`: one markdown row per model, compiled as `wsecc compile` does up to placement (CP-SAT,
 the budget given): kernels, the placement's weighted wirelength, the pairwise separation bound
@@ -14,22 +15,32 @@ sized model, placed by CP-SAT alone, against our bound; then layers 2 and 3 plac
 and joined side by side (best of 4 flips × 2 sides × every offset): a legal placement of the
 2-layer problem that says how much of CP-SAT's 2-layer gap is the placement's; then CP-SAT
 started from it.
+
+`density`: what one layer costs when it must be packed as densely as the wafer's fill makes
+the layers (the price the bounds do not see). The compile's placement split into each layer's
+own flows, the joins between layers and the rest; then one layer (L1, the tiled start's
+envelope shapes, pools included) packed by CP-SAT alone in a box of each density and aspect
+(w/h 1, 2, 4, 8), `--budget` seconds each, against the layer's own lower bound. "OPTIMAL" means
+CP-SAT proved the box's least cost.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import platform
 import re
 import time
 
-from wsecc.place import bounds
-from wsecc.place.cpsat import CpSatOptions, place_cpsat
+from wsecc.place import bounds, tiled
+from wsecc.place.cpsat import CpSatOptions, _Data, _Limits, _solve, place_cpsat
+from wsecc.place.greedy import greedy_rects
 from wsecc.place.problem import (
     PlacementProblem,
     Rect,
     pairwise_lower_bound,
     weighted_wirelength,
+    with_pools,
 )
 
 
@@ -153,20 +164,72 @@ def layers(args: argparse.Namespace) -> None:
     )
 
 
+def density(args: argparse.Namespace) -> None:
+    for spec in args.models:
+        placed, _ = _compile(spec, args.target, args.budget)
+        p, placement = placed.problem, placed.program.placement
+        rects = placement.rects
+        _, layers, _ = tiled.repeating_layers(p)
+        layer_of = {n: i for i, layer in enumerate(layers) for n in layer}
+        parts = {"own": 0.0, "joins": 0.0, "rest": 0.0}
+        for f in p.flows:
+            a, b = layer_of.get(f.src), layer_of.get(f.dst)
+            part = "rest" if a is None or b is None else "own" if a == b else "joins"
+            (ax, ay), (bx, by) = rects[f.src].center2(), rects[f.dst].center2()
+            parts[part] += f.bytes_per_sample * (abs(ax - bx) + abs(ay - by)) / 2
+        total = sum(parts.values())
+        q = with_pools(p)
+        env = tiled._envelope(q, layers)
+        area = sum(min(w * h for w, h in shapes) for shapes in env)
+        one = tiled._sub(q, layers[1], env, q.width, q.height)
+        lb = bounds.lower_bound(one)
+        name = spec.split(":")[0].split("/")[-1].removesuffix(".onnx")
+        print(
+            f"\n{name}, {args.target}: WL {total:.4g} (gap {100 * placement.gap:.1f}% to the "
+            f"{placement.bound_kind} bound {placement.bound:.4g}) = each layer's own flows "
+            f"{parts['own'] / len(layers):.3g} x {len(layers)} ({parts['own'] / total:.0%}) + "
+            f"joins {parts['joins'] / total:.0%} + the rest {parts['rest'] / total:.0%}; "
+            f"one layer: {len(env)} kernels, {area:,} PEs at least, bound {lb.value:.3g} "
+            f"({lb.kind})\n"
+        )
+        print("| density | box w x h | least cost found | x the layer's bound | CP-SAT |")
+        print("|---|---|---|---|---|")
+        for d in args.densities:
+            for aspect in (1, 2, 4, 8):
+                h = math.ceil(math.sqrt(area / d / aspect))
+                w = math.ceil(area / d / h)
+                if any(all(sw > w or sh > h for sw, sh in shapes) for shapes in env):
+                    print(f"| {d:.0%} | {w} x {h} | a kernel has no shape that fits | | |")
+                    continue
+                box = tiled._sub(q, layers[1], env, w, h)
+                stretched = PlacementProblem(w, 4 * h + sum(max(s[1] for s in ss) for ss in env),
+                                             box.kernels, box.flows)  # fmt: skip
+                _, start = greedy_rects(stretched)
+                solved = _solve(_Data.of(box), start, list(range(len(env))), Rect(0, 0, w, h),
+                                _Limits(args.budget, 2, 0))  # fmt: skip
+                if solved.rects is None:
+                    print(f"| {d:.0%} | {w} x {h} | none ({solved.status}) | | |", flush=True)
+                    continue
+                cost = weighted_wirelength(box, solved.rects)
+                print(f"| {d:.0%} | {w} x {h} | {cost:.3g} | {cost / lb.value:.2f} | "
+                      f"{solved.status} |", flush=True)  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("what", choices=("models", "layers"))
+    ap.add_argument("what", choices=("models", "layers", "density"))
     ap.add_argument("models", nargs="+", help="PATH.onnx:SEQ[:inputs]")
     ap.add_argument("--target", default="wse2")
     ap.add_argument("--budget", type=float, default=10.0)
     ap.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--densities", type=float, nargs="+", default=[0.55, 0.7, 0.86])
     args = ap.parse_args()
     print(
         f"machine: {platform.machine()}, Python {platform.python_version()}; target {args.target}\n"
     )
-    models(args) if args.what == "models" else layers(args)
+    {"models": models, "layers": layers, "density": density}[args.what](args)
 
 
 if __name__ == "__main__":
