@@ -9,10 +9,9 @@ A stage starts chunk g when
     - it has finished chunk g - 1 (a stage works on one chunk at a time);
     - every input edge holds chunk g (a *barrier* edge, the K/V and mask of a non-causal
       attention, the whole of sample g // n);
-    - every output edge has a free slot in its consumer's input buffer (credit-based flow control:
-      the slot is taken when the producer starts the chunk and freed when the consumer finishes
-      it, so data in flight counts against the buffer). A producer whose consumer's buffer is full
-      stalls: back-pressure.
+    - every output edge has a free slot (credit-based flow control: the slot is taken when the
+      producer starts the chunk and freed when the consumer finishes it). A producer whose
+      edge has no free slot stalls: back-pressure.
 A kernel takes its L0 per-chunk time (cycles_per_sample / n), except where its chunks differ in
 work: a causal attention's chunk k attends to every key up to its own queries, so its time is its
 share of the sample's (query, key) pairs of the compute cycles, at least its share of the link
@@ -24,6 +23,13 @@ starts or ends; a flow moves at the pace of its most shared lane). A flow's chun
 consumer `latency_cycles` (hops and ramps) after the transfer ends.
 
 Buffers. Each edge holds `buffer_chunks` chunks (double buffering, as the cost models assume) plus:
+    - a flow's lanes, the whole chunks they hold in flight at the flow's rate:
+      floor(latency_cycles / its chunk time). The fabric stores what is on a lane, not the
+      consumer: a hop takes a cycle and every link carries a wavelet a cycle (wafer-facts §5.1),
+      so a lane streams at its rate however long it is, stalling hop by hop when its consumer
+      stops taking. These slots are not SRAM. (Counted against the consumer's buffer, a flow
+      whose latency is a few chunk times throttled its chain: −62% on the bundled BERT at
+      seq 64 on WSE-3 with greedy's placement, −12% with them.)
     - barrier edges 2 n more: a whole sample's K/V while the next streams in (the cost model's
       kv_sets = 2);
     - with `skew_buffers` (default), delay-matching chunks on reconvergent edges: an edge whose
@@ -212,7 +218,9 @@ def buffer_depths(
     for i, e in enumerate(pipe.edges):
         extra = math.ceil((phase[e.dst] - arrive[i]) / period - 1e-9) if skew_buffers else 0
         skew.append(extra)
-        depth.append(buffer_chunks + extra + 2 * n * e.barrier)
+        # whole chunks the lanes hold in flight at the flow's rate (module doc, Buffers)
+        in_flight = math.floor(lat[e.src] / max(float(t[e.src]), 1e-12) + 1e-9)
+        depth.append(buffer_chunks + extra + 2 * n * e.barrier + in_flight)
     return depth, skew
 
 
