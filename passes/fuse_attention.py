@@ -21,8 +21,11 @@ Anchored on Softmax over the last axis of a rank-4 tensor [B, H, Sq, Sk]:
    later term masks the pairs it zeroes (Megatron's scores·m − c·(1 − m)); what the additive terms add to the kept pairs must be ALiBi: per head h,
    slope_h × the key's position plus anything constant along the key axis (softmax cancels
    it), a position counting the kept keys before it (BLOOM's cumsum of the mask; the key's
-   index when nothing is padded) — the slopes become the `alibi` attribute. Anything else
-   (relative biases, ALiBi over key indices with a padding mask, MPT's) is not fused;
+   index when nothing is padded) — the slopes become the `alibi` attribute — or else terms
+   that depend on no graph input, the same for every sample: a constant per head, query and
+   key (MPNet's relative position bias, which the frontend folded) that becomes a bias
+   operand [H, Sq, Sk] (`has_bias`). Anything else (a bias that moves with the mask in
+   another way) is not fused;
 4. after Softmax an optional IsNaN/Where clean-up, MatMul with v', and a layout chain that
    must equal merging the heads back to [B, S, H·dh].
 Intermediates may not escape the region. The mask subgraph is left for dead-code removal.
@@ -539,7 +542,8 @@ def _merged_form(
 class _MaskMeaning:
     """What the mask terms implement: causal (within a sliding `window` when not 0), a mask
     input of `kind` "key_padding" ([B, Sk]) or "full" ([B, (1,) ≥Sq, ≥Sk], its leading
-    [Sq, Sk] corner per sample) or none, masked scores replaced by `fill`, ALiBi's slopes."""
+    [Sq, Sk] corner per sample) or none, masked scores replaced by `fill`, ALiBi's slopes or a
+    constant bias."""
 
     causal: bool
     window: int
@@ -547,6 +551,7 @@ class _MaskMeaning:
     kind: str
     fill: float
     slopes: tuple[float, ...]
+    bias: Value | None = None  # a constant [H, Sq, Sk] added to the scaled scores (`_bias_forms`)
 
 
 def _mask_semantics(
@@ -609,9 +614,9 @@ def _evaluate_mask(
         )
     fills = [f for kind, _, f in terms if kind.startswith("where")]
 
-    def keep_for(mask: np.ndarray | None) -> tuple[np.ndarray, list[np.ndarray]]:
-        """The kept pairs [b, 1, sq, sk], and what the additive terms that do not only mask add
-        (each [b | 1, h | 1, sq | 1, sk], as scaled as the scores after it)."""
+    def keep_for(mask: np.ndarray | None) -> tuple[np.ndarray, list[tuple[Value, np.ndarray]]]:
+        """The kept pairs [b, 1, sq, sk], and the additive terms that do not only mask with
+        what they add (each [b | 1, h | 1, sq | 1, sk], as scaled as the scores after it)."""
         env = (
             {mask_in: mask.astype(mask_in.type.dtype.numpy)}
             if mask_in is not None and mask is not None
@@ -633,7 +638,7 @@ def _evaluate_mask(
                 if not kept.all():
                     fills.append(float(a[~kept].min()))
                 if np.any(np.where(kept, a, 0.0)):
-                    biases.append(a * after)
+                    biases.append((v, a * after))
             elif kind == "mul":
                 if not np.isin(a, (0, 1)).all():
                     raise NoMatch("scores are multiplied by a term that is not a 0/1 mask")
@@ -671,9 +676,8 @@ def _evaluate_mask(
         if window == 0 or not np.array_equal(base, np.broadcast_to(banded, base.shape)):
             raise NoMatch("mask with an all-ones input is neither full, causal nor a causal window")
         causal = True
-    if base_biases and kind == "full":
-        raise NoMatch("ALiBi with a full [S_q, S_kv] mask input is not fused")
-    slopes = _alibi_slopes(base_biases, base, np.ones((b, sk)), h) if base_biases else ()
+    # ALiBi's positions count the kept keys of a key-padding mask; a full mask has no such count
+    bias = _bias_forms(base_biases, view, base, np.ones((b, sk)), h, alibi=kind != "full")
     if mask_in is not None:
         rng = np.random.default_rng(0)
         for _ in range(3):
@@ -684,8 +688,7 @@ def _evaluate_mask(
                 m[:, 0] = 1
                 want = base & (m != 0)[:, None, None, :]
             keep, biases = keep_for(m)
-            if biases:
-                _alibi_slopes(biases, keep, m, h, slopes)
+            bias = _bias_forms(biases, view, keep, m, h, was=bias)
             if not np.array_equal(keep, want):
                 if kind == "full":
                     raise NoMatch(
@@ -696,7 +699,72 @@ def _evaluate_mask(
     finite = [f for f in fills if f < 0]
     fill = min(finite) if finite else -np.inf
     fill = float(max(fill, np.finfo(np.float32).min) if np.isfinite(fill) else fill)
-    return _MaskMeaning(causal, window, mask_in, kind, fill, slopes)
+    if bias.slopes is not None:
+        return _MaskMeaning(causal, window, mask_in, kind, fill, bias.slopes)
+    if bias.table is None or not bias.table.any():
+        return _MaskMeaning(causal, window, mask_in, kind, fill, ())
+    named = [v.name for k, v, _ in terms if k != "mul" and not view.input_ancestors(v)]
+    table = np.broadcast_to(bias.table, (h, sq, sk)).astype(np.float32)
+    name = f"{(named or ['attention'])[0]}/bias"  # the layers share it, as they share the terms
+    return _MaskMeaning(causal, window, mask_in, kind, fill, (), Value.constant(name, table))
+
+
+NOT_A_BIAS = (
+    "additive bias is not a mask, nor ALiBi (slope × key position, the position counting the "
+    "kept keys, plus anything constant per query), nor a constant bias per head (terms of no "
+    "graph input, the same for every sample)"
+)
+
+
+@dataclass(frozen=True)
+class _BiasForms:
+    """The forms what the additive terms add to the kept pairs may still take: ALiBi's `slopes`
+    (() when nothing is added), a constant `table` [H, Sq, Sk] (MPNet's relative position
+    bias); None for a form ruled out."""
+
+    slopes: tuple[float, ...] | None
+    table: np.ndarray | None
+
+
+def _bias_forms(
+    terms: list[tuple[Value, np.ndarray]],
+    view: GraphView,
+    keep: np.ndarray,
+    mask: np.ndarray,
+    h: int,
+    was: _BiasForms | None = None,
+    alibi: bool = True,
+) -> _BiasForms:
+    """The forms of `was` that what the additive `terms` (each a value and what it adds, as
+    scaled as the scores after it) add to the kept pairs `keep` [b, 1, Sq, Sk] under `mask`
+    fits; without `was` (the all-ones mask), the forms it fits, ALiBi only if `alibi`. The
+    table's terms must depend on no graph input (constants the frontend folded: a bias that
+    moves with the mask is not probed into one) and be the same for every batch row; nothing
+    added is a zero table [1, 1, 1]. NoMatch when no form is left."""
+    biases = [a for _, a in terms]
+    slopes = (() if alibi else None) if was is None else was.slopes
+    if slopes is not None and biases:
+        try:
+            slopes = _alibi_slopes(biases, keep, mask, h, None if was is None else slopes)
+        except NoMatch:
+            slopes = None
+    if was is not None and slopes is not None:  # ALiBi still fits: no table is needed
+        return _BiasForms(slopes, None)
+    constant = not any(view.input_ancestors(v) for v, _ in terms)
+    table = None
+    if was is not None:
+        table = was.table if constant else None
+    elif constant:
+        added = np.zeros((1, 1, 1, 1))
+        for t in biases:  # each [b | 1, h | 1, Sq | 1, Sk]
+            added = added + t
+        added = np.where(keep, added, 0.0) if biases else added
+        tol = 1e-6 * max(1.0, float(np.abs(added).max()))
+        if np.abs(added - added[:1]).max() <= tol:
+            table = added[0]
+    if slopes is None and table is None:
+        raise NoMatch(NOT_A_BIAS)
+    return _BiasForms(slopes, table)
 
 
 def _mask_operand(
@@ -875,9 +943,11 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
         attrs.update(rotary=rotary[0], rotary_dim=rotary[1])
     if mask.slopes:
         attrs["alibi"] = mask.slopes
+    if mask.bias is not None:
+        attrs["has_bias"] = True
     origin = origin_of(sorted(region, key=view.index.__getitem__))
     mask_nodes, mask_ins = _mask_operand(mask, (b, sq, sk), out.name, origin)
-    ins = srcs + mask_ins + rotary[2]
+    ins = srcs + mask_ins + ([mask.bias] if mask.bias is not None else []) + rotary[2]
     if flat:
         att = make_node(Op.ATTENTION, ins, f"{out.name}/attn", origin, **attrs)
         new = [att, make_node(Op.RESHAPE, [att.output], out.name, origin, shape=out.type.shape)]

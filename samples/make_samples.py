@@ -154,6 +154,16 @@ FAMILIES: dict[str, Family] = {
         _IDS_MASK,
         _HIDDEN_POOLED,
     ),
+    # A learned relative position bias instead of absolute positions alone: the encoder looks
+    # up Embedding(32 buckets, heads) at the bucket of each (query, key) distance, once, and
+    # every layer adds it to its scores. Positions start at padding_idx + 1 = 2 (as RoBERTa's).
+    "mpnet": Family(
+        "MPNetModel",
+        "MPNetConfig",
+        dict(_BERT_TINY, max_position_embeddings=130, vocab_size=256),  # 256: a smaller file
+        _IDS_MASK,
+        _HIDDEN_POOLED,
+    ),
     # ALiBi instead of position embeddings: scores in [B·heads, S, S] (baddbmm), biased by
     # slope_h × the key's position, the positions a cumsum of the attention mask.
     "bloom": Family(
@@ -242,8 +252,12 @@ ROTARY_FAMILIES["gptneox_serial"] = replace(
 )
 
 # The committed samples: file stem -> family, and the exporters each is made with.
-SAMPLES = {"gpt2": "gpt2lm", "bert": "bertseq", "llama": "llama", "gptj": "gptj"}
-SAMPLE_EXPORTERS = {"llama": ("legacy17", "dynamo"), "gptj": ("legacy17", "dynamo")}
+SAMPLES = {
+    "gpt2": "gpt2lm", "bert": "bertseq", "llama": "llama", "gptj": "gptj", "mpnet": "mpnet",
+}  # fmt: skip
+SAMPLE_EXPORTERS = {
+    "llama": ("legacy17", "dynamo"), "gptj": ("legacy17", "dynamo"), "mpnet": ("legacy17",),
+}  # fmt: skip
 SAMPLE_MAX_BYTES = 2 * 1024 * 1024
 GENERATION_TWINS_DIR = SAMPLES_DIR.parent / "tests" / "data" / "generation"
 

@@ -25,7 +25,8 @@ import pytest
 
 EXPORT_VERSION = 1
 FAMILIES = (
-    "gpt2lm", "gpt2", "gptneo", "opt", "bert", "bertseq", "distilbert", "roberta", "bloom",
+    "gpt2lm", "gpt2", "gptneo", "opt", "bert", "bertseq", "distilbert", "roberta", "mpnet",
+    "bloom",
 )  # fmt: skip
 ROTARY_FAMILIES = ("llama", "gptj", "gptj_partial", "gptneox", "gptneox_serial")
 EXPORTERS = ("legacy14", "legacy17", "dynamo")

@@ -186,3 +186,29 @@ def test_an_injected_fault_fails_the_compile(tmp_path, capsys):
     with pytest.raises(SystemExit) as usage:
         main([*args, "--inject-fault", "no_such_fault"])
     assert usage.value.code == 2
+
+
+@pytest.mark.parametrize(
+    "extra", [[], ["--batch", "2", "--placer", "greedy"]], ids=["batch1", "batch2-greedy"]
+)
+def test_mpnet_relative_position_bias_fuses_and_passes(tmp_path, capsys, extra):
+    """MPNet (legacy exporter, opset 17): the relative position bias the encoder computes once
+    folds to a constant, and every layer's attention fuses with it as its bias operand; no
+    MatMul or Softmax is left, and every numerics check passes, with the last row padded (the
+    numerics' default inputs: one of one row, one of two)."""
+    out = tmp_path / "o"
+    argv = ["compile", str(SAMPLES / "mpnet_legacy_op17.onnx"), "--seq", "16", "-o", str(out)]
+    assert main([*argv, *extra]) == 0
+    report = json.loads((out / "report.json").read_text())
+    ops = report["ops_after"]
+    assert ops["ATTENTION"] == 2 and "MATMUL" not in ops and "SOFTMAX" not in ops, ops
+    fused = [f["onnx_nodes"] for f in report["fused"] if f["op"] == "ATTENTION"]
+    for layer, nodes in enumerate(fused):
+        attn = f"/model/encoder/layer.{layer}/attention/attn"
+        assert {f"{attn}/Softmax", f"{attn}/Add", f"{attn}/Add_1"} <= set(nodes)
+    attention = [k for k in report["kernels"] if k["kind"] == "attention"]
+    assert len(attention) == 2 and all(k["sram"]["weights"] > 0 for k in attention)  # the bias
+    numerics = report["numerics"]
+    assert numerics["passed"] and numerics["precision_passed"]
+    assert numerics["structure"]["passed"] and numerics["fused"]["passed"]
+    assert "numerics       PASS: mixed PASS" in capsys.readouterr().out

@@ -37,7 +37,9 @@ def test_lowering_keeps_provenance_and_connects_every_kernel(name):
     attn = [k for k in kg.kernels if k.kind is KernelKind.ATTENTION]
     # a generation export called without a mask has none
     assert all(k.params["padding_mask"] == ("nomask" not in name) for k in attn)
-    assert all(k.params["causal"] == (not name.startswith("bert")) for k in attn)
+    assert all(k.params["causal"] == (not name.startswith(("bert", "mpnet"))) for k in attn)
+    # MPNet's relative position bias is the attention's bias operand; no other sample has one
+    assert all(k.params["bias"] == name.startswith("mpnet") for k in attn)
 
 
 @pytest.mark.parametrize("target", ["wse2", "small64"])

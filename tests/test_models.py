@@ -254,6 +254,26 @@ def test_hf_partial_rotary_exports_fuse_and_match(family, exporter, rotary):
     assert [(a["rotary"], a["rotary_dim"], a["head_dim"]) for a in attn] == [(*rotary, 16)] * 2
 
 
+@pytest.mark.parametrize("exporter", ["legacy14", "legacy17", "dynamo"])
+def test_hf_mpnet_relative_position_bias_exports_fuse_and_match(exporter):
+    """MPNet's relative position bias: the encoder buckets each (query, key) distance, looks
+    the buckets up in an Embedding(32, heads) once and every layer adds the [B, heads, S, S]
+    result to its scores before the padding mask. At a bound sequence it folds to a constant,
+    and each attention fuses with it as its bias operand [heads, S, S] (one constant, shared by
+    the layers); the fused graph matches onnxruntime, padded too."""
+    from hf_exports import export_path
+
+    path = export_path("mpnet", exporter)
+    for batch, seq in BINDINGS:
+        for padded in (True, False):
+            check_model(path, batch, seq, padded)
+    fused, _ = PassManager(DEFAULT_PIPELINE).run(import_model(path, batch=2, seq=16)[0])
+    attn = [n for n in fused.nodes if n.op is Op.ATTENTION]
+    assert len(attn) == 2 and all(n.attr("has_bias") for n in attn)
+    (bias,) = {n.inputs[4] for n in attn}
+    assert bias.type.shape == (4, 16, 16) and bias.const is not None
+
+
 @pytest.mark.parametrize("exporter", ["legacy17", "dynamo"])
 def test_hf_bloom_alibi_exports_fuse_and_match(exporter):
     """BLOOM's ALiBi: scores formed in [B·heads, S, S] (baddbmm of the bias, q and kᵀ),

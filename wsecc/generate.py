@@ -97,7 +97,7 @@ def generation_kernels(
     (`cache_sequences`), after checking it can generate on `target`: a causal decoder whose
     every kernel has a decode model, whose weights fit the wafer's data SRAM (generation keeps
     them all resident), whose attention has no full [S_q, S_kv] mask (the cache keeps one mask
-    element per key), and whose attention caches fit some region (else the error names the
+    element per key) nor bias operand, and whose attention caches fit some region (else the error names the
     largest context that would). Raises WseccError naming what does not."""
     attention = [k for k in kg.kernels if k.kind is KernelKind.ATTENTION]
     if not attention:
@@ -108,6 +108,12 @@ def generation_kernels(
         raise WseccError(
             f"{kg.name}: generate mode does not support a full [S_q, S_kv] attention mask "
             f"(Megatron's per-query mask); {full[0]!r} has one: compile it with --mode infer"
+        )
+    if biased := [k.name for k in attention if k.params.get("bias")]:
+        raise WseccError(
+            f"{kg.name}: generate mode does not support an attention bias operand (a constant "
+            f"[heads, S_q, S_kv], MPNet's relative position bias); {biased[0]!r} has one: "
+            "compile it with --mode infer"
         )
     if bidirectional := [k.name for k in attention if not k.params["causal"]]:
         raise WseccError(

@@ -214,3 +214,41 @@ def test_a_full_attention_mask_is_per_query_and_checked() -> None:
     m = np.array([[[1, 0, 0], [0, 1, 1], [1, 1, 1]]] * 2, np.float32)
     keep = attention_keep(attrs, 2, 3, 3, m)[:, 0]
     assert (keep == (m != 0) & np.tril(np.ones((3, 3), bool))).all()  # and causal
+
+
+def test_an_attention_bias_is_added_per_head_query_and_key_and_checked() -> None:
+    """has_bias: a constant [H, S_q, S_kv] after the mask operand, added to the scaled scores
+    before the masked pairs are filled (MPNet's relative position bias); any other shape, or an
+    operand count that disagrees, is refused."""
+    from wsecc.ir.core import IRError
+    from wsecc.ir.rules import infer_types
+
+    rng = np.random.default_rng(2)
+    b, s, h, dh = 2, 4, 2, 3
+    attrs = {
+        "num_heads": h, "head_dim": dh, "q_offset": 0, "k_offset": h * dh, "v_offset": 2 * h * dh,
+        "scale": 0.5, "causal": False, "mask": "key_padding", "fill": -1e4, "nan_to_zero": False,
+        "has_bias": True,
+    }  # fmt: skip
+    x, m, o = v("qkv", b, s, 3 * h * dh), v("mask", b, s, dt=DType.INT64), v("o", b, s, h * dh)
+    table = rng.standard_normal((h, s, s)).astype(np.float32)
+    bias = Value.constant("bias", table)
+    g = Graph((x, m), (o,), (Node(Op.ATTENTION, (x, x, x, m, bias), (o,), make_attrs(attrs)),))
+    verify(g)
+    qkv = rng.standard_normal((b, s, 3 * h * dh)).astype(np.float32)
+    mask = np.ones((b, s), np.int64)
+    mask[1, 2:] = 0
+    q, k, vv = (
+        qkv[..., i * h * dh : (i + 1) * h * dh].reshape(b, s, h, dh).transpose(0, 2, 1, 3)
+        for i in range(3)
+    )
+    sc = np.where((mask != 0)[:, None, None, :], q @ k.transpose(0, 1, 3, 2) * 0.5 + table, -1e4)
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True) @ vv).transpose(0, 2, 1, 3).reshape(b, s, h * dh)
+    got = run(g, {"qkv": qkv, "mask": mask})["o"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    t, mt = x.type, m.type
+    with pytest.raises(IRError, match=r"bias must be \[H, S_q, S_kv\] with H = 2, got \(1, 4, 4\)"):
+        infer_types(Op.ATTENTION, [t, t, t, mt, TensorType(DType.FLOAT32, (1, s, s))], attrs)
+    with pytest.raises(IRError, match=r"mask kind, bias or rotary form disagrees with its operand"):
+        infer_types(Op.ATTENTION, [t, t, t, mt], attrs)

@@ -132,6 +132,22 @@ def test_a_full_mask_costs_a_mask_row_per_query() -> None:
     assert f.link_cycles >= p.link_cycles
 
 
+def test_a_bias_operand_is_held_like_a_weight() -> None:
+    """A constant [H, S, S] bias (MPNet's relative position bias): each PE holds its heads' rows
+    for its queries against its keys, hw sq sh elements, in storage precision, with the weights;
+    nothing more flows in; one add per score."""
+    params = dict(seq=16, heads=2, head_dim=8, causal=False, padding_mask=True)
+    plain = Kernel("attn", KernelKind.ATTENTION, params)
+    biased = Kernel("attn", KernelKind.ATTENTION, {**params, "bias": True})
+    for w, held in ((2, 1 * 16 * 4), (4, 1 * 8 * 4)):  # w = 4: two query groups of 8 queries
+        p, b = (kernel_cost(k, 4, w, "mixed", TINY) for k in (plain, biased))
+        assert b.sram.weights - p.sram.weights == held * 2  # hw sq sh sb
+        assert b.in_bytes_per_sample == p.in_bytes_per_sample
+        assert b.link_cycles == p.link_cycles
+        assert b.compute_cycles - p.compute_cycles == held  # an add per pair it holds (v = 1)
+    assert biased.flops_per_sample - plain.flops_per_sample == 2 * 16 * 16
+
+
 def test_attention_query_groups_when_wider_than_heads() -> None:
     k = Kernel(
         "attn",

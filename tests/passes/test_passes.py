@@ -7,6 +7,7 @@ import pytest
 from wsecc.passes import PASSES, PassContext
 
 from wsecc.interp import run
+from wsecc.ir.core import Op
 from wsecc.ir.printer import format_graph, parse_graph
 from wsecc.ir.verify import verify
 
@@ -420,6 +421,55 @@ def test_fuse_attention_does_not_fire_on_a_bias_not_linear_in_the_key_position()
     out, ctx = apply("fuse-attention", _bloom_attention_text("mul(%pos, %pos)"))
     assert "attention(" not in out
     assert any("is not a mask, nor ALiBi" in n for n in ctx.notes)
+
+
+# MPNet's relative position bias, folded to a constant [1, heads, S, S] (B=1, 2 heads, S=4)
+_PB = [[[0.5 * ((k - q) % 3) - 0.25 * h for k in range(4)] for q in range(4)] for h in range(2)]
+
+
+def _mpnet_attention_text(bias_term: str = "") -> str:
+    """The BERT-mask attention with a constant position bias %pb added to the scaled scores
+    before the mask (MPNet's), or the %pbm that `bias_term` makes from it."""
+    text = _attention_text("-3.4028234663852886e+38")
+    pb = f"      %pb = const f32[1,2,4,4] {[_PB]}\n"
+    add = bias_term + f"      %sp: f32[1,2,4,4] = add(%ss, {'%pbm' if bias_term else '%pb'})\n"
+    text = text.replace("      %m1:", pb + add + "      %m1:")
+    return text.replace("add(%ss, %bias)", "add(%sp, %bias)")
+
+
+def test_fuse_attention_constant_bias_becomes_a_bias_operand():
+    """A bias that is neither a mask nor ALiBi but a constant per head, query and key becomes
+    the attention's bias operand [H, Sq, Sk], and the fused graph computes what the graph did,
+    padded keys included."""
+    text = _mpnet_attention_text()
+    out, _ = apply("fuse-attention", text)
+    assert body(out) == [
+        "%y: f32[1,4,4] = attention(%qkv, %qkv, %qkv, %mask, %pb/bias) {'causal': False, "
+        "'fill': -3.4028234663852886e+38, 'has_bias': True, 'head_dim': 2, 'k_offset': 4, "
+        "'mask': 'key_padding', 'nan_to_zero': False, 'num_heads': 2, 'q_offset': 0, "
+        "'scale': 0.7071067690849304, 'v_offset': 8, 'window': 0}"
+    ]
+    g = PASSES["fuse-attention"](parse_graph(text), PassContext())
+    (att,) = [n for n in g.nodes if n.op is Op.ATTENTION]
+    np.testing.assert_array_equal(att.inputs[4].const, np.float32(_PB))
+    rng = np.random.default_rng(1)
+    for mask in ([[1, 1, 1, 1]], [[1, 1, 0, 0]], [[1, 0, 1, 1]]):
+        feeds = {"qkv": rng.standard_normal((1, 4, 12)).astype(np.float32), "mask": np.array(mask)}
+        want = run(parse_graph(text), feeds)["y"]
+        np.testing.assert_allclose(run(g, feeds)["y"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_fuse_attention_does_not_fire_on_a_bias_that_moves_with_the_mask():
+    """The same bias scaled by the mask input: with every key kept it is the constant, but it
+    depends on a graph input, so it is no bias operand (nor a mask, nor ALiBi)."""
+    scaled = """      %mk: i64[1,1,1,4] = reshape(%mask) {'shape': (1, 1, 1, 4)}
+      %mkf: f32[1,1,1,4] = cast(%mk) {'to': 'f32'}
+      %pbm: f32[1,2,4,4] = mul(%pb, %mkf)
+"""
+    out, ctx = apply("fuse-attention", _mpnet_attention_text(scaled))
+    assert "attention(" not in out
+    (note,) = ctx.notes
+    assert "is not a mask, nor ALiBi" in note and "nor a constant bias per head" in note
 
 
 def test_fuse_embedding_and_lm_head():

@@ -402,7 +402,8 @@ def reference_attention(qs, k, v, keep, fill, rows, ar, bias=None):
     """The attention kernel's order written out with numpy, one PE row at a time: keys dealt
     cyclically (key t on row t mod rows), each row's max, sum of e = exp(s - max) and e v, then
     the rows merged in order, rescaled by exp of the running max's change. [B, Sq, H, d]. The
-    scores raised by `bias` [B, H, 1, Sk] (ALiBi's) before they are rounded."""
+    scores raised by `bias` [B | 1, H, 1 | Sq, Sk] (ALiBi's, a bias operand's) before they are
+    rounded."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         s = qs @ k.transpose(0, 1, 3, 2) + (np.float32(0) if bias is None else bias)
         s = np.where(keep, ar.acc(s), fill)  # [B, H, Sq, Sk]
@@ -431,12 +432,12 @@ def reference_attention(qs, k, v, keep, fill, rows, ar, bias=None):
 @pytest.mark.parametrize("precision", ["fp32", "mixed", "fp16"])
 @pytest.mark.parametrize("rows", [1, 3, 7, 40])  # 40 rows for 33 keys: seven hold none
 @pytest.mark.parametrize("fill", [-np.inf, np.finfo(np.float32).min, -10000.0])
-@pytest.mark.parametrize("alibi", [(), (0.5, 0.125)])
-def test_attention_kernel_matches_its_row_merge_reference(precision, rows, fill, alibi):
+@pytest.mark.parametrize("added", ["none", "alibi", "table"])
+def test_attention_kernel_matches_its_row_merge_reference(precision, rows, fill, added):
     """Causal, with padded keys, and one batch whose keys are all padded (its rows are fully
     masked: the reference's softmax of fills, or nan made 0). Scores spread over 2^±6, so the
     per-row maxima differ and the rescaling matters; with ALiBi slopes, raised by slope × the
-    key's position among the kept keys."""
+    key's position among the kept keys; with a bias operand, by its [H, Sq, Sk] entry."""
     rng = np.random.default_rng(rows)
     B, H, Sq, Sk, d = 3, 2, 9, 33, 8
     ar = functional.Arithmetic.of(precision)
@@ -446,21 +447,29 @@ def test_attention_kernel_matches_its_row_merge_reference(precision, rows, fill,
     mask = np.ones((B, Sk), np.int64)
     mask[0, -5:], mask[2] = 0, 0
     mask[1, :4] = 0  # left padding: ALiBi's positions count from the first kept key
+    alibi = (0.5, 0.125) if added == "alibi" else ()
     attrs = {"causal": True, "mask": "key_padding", "alibi": alibi}
+    table = rng.standard_normal((H, Sq, Sk)).astype(np.float32) * 2 if added == "table" else None
     keep = attention_keep(attrs, B, Sq, Sk, mask)
-    bias = attention_bias(attrs, B, Sk, mask)
-    per_key = np.zeros((0, 0, 0), np.float32) if bias is None else bias[:, :, 0]
+    bias = attention_bias(attrs, B, Sk, mask, table)
+    held = np.zeros((0, 0, 0, 0), np.float32) if bias is None else bias
     fill = np.float32(fill)
     if ar.half_accum and np.isfinite(fill):
         fill = np.float32(np.finfo(np.float16).min)
     out = np.empty((B, Sq, H, d), np.float32)
     attention_heads(
-        qs, k, v, np.ascontiguousarray(keep[:, 0]), np.ascontiguousarray(per_key), fill, rows,
+        qs, k, v, np.ascontiguousarray(keep[:, 0]), np.ascontiguousarray(held), fill, rows,
         ar.half_accum, ar.store is round_to_f16, True, out, 0, B * H,
     )  # fmt: skip
     want = reference_attention(qs, k, v, keep, fill, rows, ar, bias)
-    rtol = {"fp32": 2e-6, "mixed": 2e-6, "fp16": 2e-3}[precision]
-    np.testing.assert_allclose(out, want, rtol=rtol, atol=rtol * np.abs(want).max())
+    if precision == "mixed":  # float32 throughout, the output rounded to fp16: float32 values
+        # a last bit apart (numba's loop and numpy's exp are not the same code) may round one
+        # fp16 ulp apart, no more (seen once with a bias operand, at 40 rows)
+        ulp = np.spacing(np.abs(want).astype(np.float16)).astype(np.float32)
+        assert (np.abs(out - want) <= ulp).all()
+    else:
+        rtol = {"fp32": 2e-6, "fp16": 2e-3}[precision]
+        np.testing.assert_allclose(out, want, rtol=rtol, atol=rtol * np.abs(want).max())
     assert (out[2] == 0).all() == np.isneginf(fill)  # fully masked: nan made 0, else mean of v
 
 
@@ -489,6 +498,35 @@ def test_alibi_attention_matches_the_reference_interpreter():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     plain = parse_graph(text.replace("ATTRS", "{" + attrs.split("), ", 1)[1]))
     assert np.abs(interp_run(plain, feeds)["y"] - want).max() > 0.1
+
+
+def test_a_bias_operand_attention_matches_the_reference_interpreter():
+    """A bias operand [H, Sq, Sk] (MPNet's relative position bias), bidirectional, a padded
+    row: the tiled kernel holds it and raises each kept score by its entry, as the interpreter
+    does, in fp32 and in mixed (where it is held in fp16); without it the outputs differ."""
+    rng = np.random.default_rng(4)
+    table = (rng.standard_normal((4, 16, 16)) * 3).astype(np.float32)
+    attrs = (
+        "{'causal': False, 'fill': -3.4028234663852886e+38, 'has_bias': True, 'head_dim': 8, "
+        "'k_offset': 32, 'mask': 'key_padding', 'nan_to_zero': False, 'num_heads': 4, "
+        "'q_offset': 0, 'scale': 0.3535533845424652, 'v_offset': 64, 'window': 0}"
+    )
+    text = f"""graph g(%qkv: f32[2,16,96], %mask: i64[2,16]) {{
+      %pb = const f32[4,16,16] {table.tolist()}
+      %y: f32[2,16,32] = attention(%qkv, %qkv, %qkv, %mask, %pb) {attrs}
+      return %y
+    }}"""
+    graph = parse_graph(text)
+    mask = np.ones((2, 16), np.int64)
+    mask[1, -4:] = 0
+    feeds = {"qkv": rng.standard_normal((2, 16, 96)).astype(np.float32) * 2, "mask": mask}
+    want = interp_run(graph, feeds)["y"]
+    for precision, tol in (("fp32", 1e-5), ("mixed", 1e-2)):
+        kg, sizing = lower_and_size(graph, load_target("wse2"), precision)
+        got = simulate_functional(graph, kg, sizing, precision, feeds)["y"]
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    plain = text.replace(", %pb)", ")").replace("'has_bias': True, ", "")
+    assert np.abs(interp_run(parse_graph(plain), feeds)["y"] - want).max() > 0.1
 
 
 # --- the layernorm kernel against its per-PE reference ---------------------------------------

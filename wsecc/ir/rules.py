@@ -543,7 +543,9 @@ def _rms_norm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarr
 ATTENTION_MASKS = ("none", "key_padding", "key_length", "full")
 """Attention mask kinds, by their operand: none; key_padding [B, S_kv] (mask[b, key] == 0 drops
 the key); key_length [B] (keys at or past len[b] dropped); full [B, S_q, S_kv] (mask[b, query,
-key] == 0 drops the pair: Megatron's per-query mask, a 4-D mask_index sliced to the sequence)."""
+key] == 0 drops the pair: Megatron's per-query mask, a 4-D mask_index sliced to the sequence).
+Whatever the kind, `has_bias` adds a constant bias operand [H, S_q, S_kv] after the mask operand
+(`attention_bias_operand`): MPNet's relative position bias, added to the scaled scores."""
 
 ROTARY = ("none", "half", "interleaved")
 """Rotary position embedding forms: none; rotate-half (Llama, GPT-NeoX: the two halves of the
@@ -565,14 +567,18 @@ def _attention_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     rotary = a.get("rotary", "none")
     if rotary not in ROTARY:
         raise IRError(f"attention rotary form {rotary!r} unknown")
-    if len(ts) != 3 + (mask != "none") + 2 * (rotary != "none"):
-        raise IRError("attention mask kind or rotary form disagrees with its operand count")
+    has_bias = bool(a.get("has_bias", False))
+    if len(ts) != 3 + (mask != "none") + has_bias + 2 * (rotary != "none"):
+        raise IRError("attention mask kind, bias or rotary form disagrees with its operand count")
     if mask == "key_padding" and ts[3].shape != (q.shape[0], k.shape[1]):
         raise IRError(f"attention key_padding mask must be [B, S_kv], got {ts[3].shape}")
     if mask == "key_length" and ts[3].shape != (q.shape[0],):
         raise IRError(f"attention key_length mask must be [B], got {ts[3].shape}")
     if mask == "full" and ts[3].shape != (q.shape[0], q.shape[1], k.shape[1]):
         raise IRError(f"attention full mask must be [B, S_q, S_kv], got {ts[3].shape}")
+    bias = ts[3 + (mask != "none")] if has_bias else None
+    if bias is not None and bias.shape != (h, q.shape[1], k.shape[1]):
+        raise IRError(f"attention bias must be [H, S_q, S_kv] with H = {h}, got {bias.shape}")
     if len(a.get("alibi", ())) not in (0, h):
         raise IRError(f"attention alibi has {len(a['alibi'])} slopes for {h} heads")
     if rotary != "none":
@@ -586,8 +592,15 @@ def _attention_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
 
 
 def attention_mask_operand(xs: Sequence[Any], a: Attrs) -> Any:
-    """The mask operand of an attention's inputs (q, k, v, [mask], [cos, sin]), or None."""
+    """The mask operand of an attention's inputs (q, k, v, [mask], [bias], [cos, sin]), or
+    None."""
     return xs[3] if a["mask"] != "none" else None
+
+
+def attention_bias_operand(xs: Sequence[Any], a: Attrs) -> Any:
+    """The bias operand [H, S_q, S_kv] of an attention's inputs (q, k, v, [mask], [bias],
+    [cos, sin]), or None without `has_bias`."""
+    return xs[3 + (a["mask"] != "none")] if a.get("has_bias") else None
 
 
 def rotate(x: np.ndarray, form: str, rd: int) -> np.ndarray:
@@ -641,19 +654,26 @@ def alibi_positions(mask: np.ndarray) -> np.ndarray:
     return np.cumsum(np.not_equal(mask, 0), axis=-1) - 1
 
 
-def attention_bias(a: Attrs, b: int, sk: int, mask: np.ndarray | None) -> np.ndarray | None:
-    """Float32 [B, h, 1, Sk]: ALiBi's slope_h × the key's position (`alibi_positions`), or
-    None without `alibi`."""
+def attention_bias(
+    a: Attrs, b: int, sk: int, mask: np.ndarray | None, table: np.ndarray | None = None
+) -> np.ndarray | None:
+    """Float32 [B | 1, h, 1 | Sq, Sk], what is added to the scaled scores: ALiBi's slope_h ×
+    the key's position (`alibi_positions`; [B, h, 1, Sk]) plus the bias operand `table`
+    [h, Sq, Sk] (`attention_bias_operand`; [1, h, Sq, Sk]); None with neither."""
     slopes = a.get("alibi", ())
-    if not slopes:
-        return None
-    if a["mask"] == "key_padding" and mask is not None:
-        pos = alibi_positions(mask)
-    else:
-        pos = np.broadcast_to(np.arange(sk), (b, sk))
-    return np.asarray(slopes, np.float32)[None, :, None, None] * pos[:, None, None, :].astype(
-        np.float32
-    )
+    out = None
+    if slopes:
+        if a["mask"] == "key_padding" and mask is not None:
+            pos = alibi_positions(mask)
+        else:
+            pos = np.broadcast_to(np.arange(sk), (b, sk))
+        out = np.asarray(slopes, np.float32)[None, :, None, None] * pos[:, None, None, :].astype(
+            np.float32
+        )
+    if table is not None:
+        rows = np.asarray(table, np.float32)[None]
+        out = rows if out is None else out + rows
+    return out
 
 
 def split_heads(x: np.ndarray, offset: int, h: int, dh: int) -> np.ndarray:
@@ -666,8 +686,8 @@ def attention(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     """Multi-head attention over per-head column blocks of q/k/v sources.
 
     q = heads(q_src[..., q_offset:]), likewise k and v; scores = scale·q·kᵀ (+ ALiBi's
-    slope_h × key position with `alibi`, `attention_bias`); positions not
-    kept (causal: key > query; window w: key ≤ query − w, GPT-Neo's local attention;
+    slope_h × key position with `alibi`, + the bias operand with `has_bias`: `attention_bias`);
+    positions not kept (causal: key > query; window w: key ≤ query − w, GPT-Neo's local attention;
     key_padding: mask[b, key] == 0; key_length: key ≥ len[b]; full: mask[b, query, key] == 0)
     are *replaced* by `fill` (exporters' −∞, finfo.min or −10000); p = softmax(scores); with
     `nan_to_zero`, NaN rows (all keys masked with −∞) become 0; out = merge_heads(p·v).
@@ -684,7 +704,7 @@ def _attention_probs(
     q, k, v = attention_heads_of(xs, a)
     scores = _matmul(q, k.transpose(0, 1, 3, 2)) * np.asarray(a["scale"], q.dtype)
     mask = attention_mask_operand(xs, a)
-    bias = attention_bias(a, q.shape[0], k.shape[2], mask)
+    bias = attention_bias(a, q.shape[0], k.shape[2], mask, attention_bias_operand(xs, a))
     if bias is not None:
         scores = scores + bias.astype(q.dtype)
     keep = attention_keep(a, q.shape[0], q.shape[2], k.shape[2], mask)
@@ -992,9 +1012,10 @@ def _attention_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndar
     """dV = pᵀ·dO; dp = dO·Vᵀ; d scores = p·(dp − Σ dp·p), zero where a pair is not kept (the
     fill is a constant) and where `nan_to_zero` zeroed p; dQ = scale·d scores·K and
     dK = scale·d scoresᵀ·Q. Repeated K/V heads sum back into their K/V head, rotated q and k
-    rotate back (`_rope_vjp`). Each lands in its source's columns; the mask gets None, the
-    rotary tables d cos = Σ dq'·q + dk'·k and d sin = Σ dq'·rotate(q) + dk'·rotate(k) over batch
-    and heads (dq', dk' the cotangents of the rotated q and k)."""
+    rotate back (`_rope_vjp`). Each lands in its source's columns; the mask gets None, the bias
+    operand d bias = Σ d scores over the batch (it is added unscaled), the rotary tables
+    d cos = Σ dq'·q + dk'·k and d sin = Σ dq'·rotate(q) + dk'·rotate(k) over batch and heads
+    (dq', dk' the cotangents of the rotated q and k)."""
     q, k, v, keep, p = _attention_probs(xs, a)
     h, dh = a["num_heads"], a["head_dim"]
     kvh = int(a["kv_heads"]) if "kv_heads" in a else int(h)
@@ -1031,6 +1052,8 @@ def _attention_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndar
         d = np.zeros(src.shape, heads.dtype)
         d[:, :, a[off] : a[off] + heads.shape[1] * dh] = merge_heads(heads)
         out.append(d)
+    if a.get("has_bias"):
+        tables = [dscores.sum(axis=0), *tables]
     return out + [None] * (len(xs) - 3 - len(tables)) + tables
 
 

@@ -222,7 +222,7 @@ _EXP_ZERO = np.float32(-104)  # exp(-104) = 6.8e-46 < 2^-150: float32's exp is 0
 
 
 @njit(
-    types.void(_IN4, _IN4, _IN4, _KEEP, _IN3, _f32, _i64, _bool, _bool, _bool, _OUT4, _i64, _i64),
+    types.void(_IN4, _IN4, _IN4, _KEEP, _IN4, _f32, _i64, _bool, _bool, _bool, _OUT4, _i64, _i64),
     nogil=True,
     cache=True,
     error_model="numpy",  # x / 0 is inf or nan, as in numpy
@@ -230,8 +230,8 @@ _EXP_ZERO = np.float32(-104)  # exp(-104) = 6.8e-46 < 2^-150: float32's exp is 0
 def attention_heads(q, k, v, keep, bias, fill, rows, half, store_half, nan_to_zero, out, t0, t1):  # type: ignore[no-untyped-def]  # noqa: E501
     """Heads t0 .. t1 - 1 (t = batch H + head) of an attention kernel in the fabric's order
     (`wsecc.sim.functional._attention` states it). q[B, H, Sq, d] (scaled, in storage), k and
-    v [B, H, Sk, d], keep[B, Sq, Sk], bias[B, H, Sk] added to each kept score (ALiBi; empty
-    without); writes out[B, Sq, H, d]. Scores q k^T are BLAS's, for a
+    v [B, H, Sk, d], keep[B, Sq, Sk], bias[B | 1, H, 1 | Sq, Sk] added to each kept score
+    (ALiBi's per key, a bias operand's per query and key; empty without); writes out[B, Sq, H, d]. Scores q k^T are BLAS's, for a
     block of queries at a time. PE row r holds keys r, r + rows, ...: its max m_r, and, in key
     order, its sum l_r of e = exp(s - m_r) and its sum of e v (each product formed, then
     added; a zero e is skipped when the head's v is finite, which changes no sum that starts
@@ -247,6 +247,7 @@ def attention_heads(q, k, v, keep, bias, fill, rows, half, store_half, nan_to_ze
     acc = np.empty(d, np.float32)
     for t in range(t0, t1):
         b, hh = t // H, t % H
+        bb = b if bias.shape[0] > 1 else 0  # a bias operand is the same for every sample
         kT[:, :] = k[b, hh].T
         vh = v[b, hh]
         v_finite = True
@@ -265,7 +266,8 @@ def attention_heads(q, k, v, keep, bias, fill, rows, half, store_half, nan_to_ze
                         si[key] = fill
                     else:
                         if bias.size:
-                            si[key] = si[key] + bias[b, hh, key]
+                            bq = q0 + i if bias.shape[2] > 1 else 0
+                            si[key] = si[key] + bias[bb, hh, bq, key]
                         if half:
                             si[key] = _f16(si[key])
                     m[r] = max(m[r], si[key])

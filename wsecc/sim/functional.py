@@ -24,7 +24,8 @@ What is emulated, per kernel kind
         softmax: m = max(m, m_i), l = l e^(m_old - m) + l_i e^(m_i - m), same for acc) and
         normalised at the bottom, out = acc / l. Heads and query groups over columns change no
         arithmetic. ALiBi: slope_h × key position (`wsecc.ir.rules.attention_bias`) added
-        to each kept score, in float32, before the fp16 rounding. Rotary: q and k rotated (x cos + rotate(x) sin, in float32, rounded to
+        to each kept score, in float32, before the fp16 rounding; a bias operand (`has_bias`,
+        MPNet's relative position bias) the same way, resident and so rounded to storage. Rotary: q and k rotated (x cos + rotate(x) sin, in float32, rounded to
         storage) before scoring; grouped K/V heads read once per query head they serve.
     layernorm   the feature dim split over the w columns (dw = cdiv(dim, w)). Each PE sums its
         features in order; the per-PE sums are combined along the region row in column order
@@ -436,7 +437,8 @@ def _attention(b: _Build) -> Run:
     n_in = len(b.node.inputs)
     rotary = a.get("rotary", "none") != "none"
     cos, sin = (b.resident(n_in - 2), b.resident(n_in - 1)) if rotary else (None, None)
-    return AttentionRun(a, b.region.h, b.ar, fill, cos, sin)
+    bias = b.resident(3 + (a["mask"] != "none")) if a.get("has_bias") else None
+    return AttentionRun(a, b.region.h, b.ar, fill, cos, sin, bias)
 
 
 @dataclass(frozen=True)
@@ -452,13 +454,15 @@ class AttentionRun:
     fill: np.float32
     cos: np.ndarray | None  # [S, rotary dims] resident tables, None without rotary
     sin: np.ndarray | None
+    bias: np.ndarray | None = None  # [H, Sq, Sk] resident bias operand, None without
 
     def __call__(self, args: Arrays) -> list[np.ndarray]:
         q, k, v = self.heads(args, np.arange(args[0].shape[1]), np.arange(args[1].shape[1]))
         B, _, Sq, _ = q.shape
         mask = attention_mask_operand(args, self.attrs)
         keep = attention_keep(self.attrs, B, Sq, k.shape[2], mask)
-        return [self.attend(q, k, v, keep, attention_bias(self.attrs, B, k.shape[2], mask))]
+        bias = attention_bias(self.attrs, B, k.shape[2], mask, self.bias)
+        return [self.attend(q, k, v, keep, bias)]
 
     def heads(
         self, args: Arrays, q_pos: np.ndarray, k_pos: np.ndarray
@@ -489,7 +493,8 @@ class AttentionRun:
         bias: np.ndarray | None = None,
     ) -> np.ndarray:
         """out [B, Sq, H d] for q [B, H, Sq, d] against k, v [B, Hk, Sk, d] where keep
-        [B, 1, Sq, Sk] is true, the scores raised by bias [B, H, 1, Sk] (ALiBi's) when given."""
+        [B, 1, Sq, Sk] is true, the scores raised by bias [B | 1, H, 1 | Sq, Sk] (ALiBi's, a bias
+        operand's: `attention_bias`) when given."""
         a, ar = self.attrs, self.ar
         H = q.shape[1]
         if k.shape[1] != H:  # each K/V head serves H / Hk query heads: held once per column
@@ -499,10 +504,10 @@ class AttentionRun:
         Sk = k.shape[2]
         qs = np.ascontiguousarray(ar.store(q * np.float32(a["scale"])))
         out = np.empty((B, Sq, H, dh), np.float32)
-        per_key = np.zeros((0, 0, 0), np.float32) if bias is None else bias[:, :, 0]
+        bias = np.zeros((0, 0, 0, 0), np.float32) if bias is None else bias
         heads = functools.partial(
             attention_heads, qs, k, v, np.ascontiguousarray(keep[:, 0]),
-            np.ascontiguousarray(per_key, np.float32), self.fill, self.rows,
+            np.ascontiguousarray(bias, np.float32), self.fill, self.rows,
             ar.half_accum, ar.store is round_to_f16, bool(a.get("nan_to_zero")), out,
         )  # fmt: skip
         _on_threads(heads, B * H, work=B * H * Sq * Sk * dh)

@@ -1,6 +1,7 @@
-"""`attention`: softmax(Q K^T / sqrt(d) + mask) V over `heads` heads, K and V from `kv_heads`
-heads (grouped-query attention when fewer), q and k rotated first when `rotary_dim` > 0 (rotary
-position embedding); the projections are linear kernels."""
+"""`attention`: softmax(Q K^T / sqrt(d) + bias + mask) V over `heads` heads, K and V from
+`kv_heads` heads (grouped-query attention when fewer), q and k rotated first when `rotary_dim` > 0
+(rotary position embedding), a constant per-head bias [heads, S, S] added when `bias` (MPNet's
+relative position bias); the projections are linear kernels."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ SCORE_OPS = 3 + TRANSCENDENTAL_OPS
 """Per attention score: running max (1), s - max (1), exp (8), running sum (1) = 11.
 The 1/sqrt(d) scale is folded into Q; a padding or full mask adds 1 op (an add) per score, and so
 does ALiBi's bias (slope × key position: the product is formed once per cached key and head, the add
-per score)."""
+per score) and a bias operand (its element read from SRAM with the score: the add)."""
 
 
 def _bias_ops(p: Params) -> int:
-    """Ops per score the mask's add (padding or full) and ALiBi's add take."""
-    return int(p["padding_mask"] or p["full_mask"]) + int(p["alibi"])
+    """Ops per score the mask's add (padding or full), ALiBi's add and the bias operand's add
+    take."""
+    return int(p["padding_mask"] or p["full_mask"]) + int(p["alibi"]) + int(p["bias"])
 
 
 def _score_ops(p: Params) -> int:
@@ -56,7 +58,12 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     (mask) is one element per key, kept with the key; a full mask (full: one element per
     (query, key) pair, Megatron's) enters each row on the W edge with its keys' K/V, the row's
     sh columns of the mask for every query, multicast along the row; each PE keeps the rows of
-    the query chunk in flight, double-buffered.
+    the query chunk in flight, double-buffered. A bias operand (bias: a constant [H, S, S],
+    MPNet's relative position bias) is held like a weight: each PE keeps the elements its
+    scores need, its hw heads x the sq queries of its column x its sh keys, loaded once, so it
+    adds no flow; one op per score (the add, in `_score_ops`). A relative-position bias is a
+    Toeplitz table (a function of key - query) that could be held as 2S - 1 values per head;
+    the kernel holds the general table, which is what the IR's operand is.
 
     Mapping: heads split over columns, hw = cdiv(H, w) per column, which need
     kw = cdiv(hw, g_kv) K/V heads (at least 1). When w > H, g = w // H
@@ -79,6 +86,7 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
 
         kv      = Bs kv_sets kw sh (2 d sb + mask sb)      keys, values, additive mask
         weights = rot 2 sh rd sb                           cos and sin rows of its keys
+                + bias hw sq sh sb                         its part of the bias operand
         buffers = 2 c hw d sb                              double-buffered query chunk
                 + rot 2 c 2 rd sb                          the chunk's cos and sin rows
                 + c sh ab                                  scores of one head for one chunk
@@ -96,7 +104,7 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     S, H, d = p["seq"], p["heads"], p["head_dim"]
     Hk, rd = p["kv_heads"], p["rotary_dim"]
     causal, mask, rot = p["causal"], int(p["padding_mask"]), int(rd > 0)
-    full = int(p["full_mask"])
+    full, bias = int(p["full_mask"]), int(p["bias"])
     sb, ab, L = ctx.sb, ctx.ab, ctx.L
     hw, g = cdiv(H, w), max(1, w // H)
     kw = max(1, cdiv(hw, H // Hk))
@@ -108,7 +116,7 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     return ctx.cost(
         h,
         w,
-        weights=rot * 2 * sh * rd * sb,
+        weights=rot * 2 * sh * rd * sb + bias * hw * sq * sh * sb,
         kv=p["cache_sequences"] * kv_sets * kw * sh * (2 * d * sb + mask * sb),
         buffers=2 * c * hw * d * sb
         + rot * 4 * c * rd * sb
@@ -186,16 +194,19 @@ def _lower(n: Node, b: int) -> dict[str, object]:
         "padding_mask": n.attr("mask") in ("key_padding", "key_length"),
         "full_mask": n.attr("mask") == "full",
         "alibi": bool(n.attr("alibi", ())),
+        "bias": bool(n.attr("has_bias", False)),
     }
 
 
 def _grad_flops(p: Params) -> int:
     """FlashAttention's backward: the forward keeps Q, K, V, O and each row's log-sum-exp, not
     the probabilities, so per (query, key) pair it recomputes s = q.k (2d) and p = exp(s - lse)
-    (1 + TRANSCENDENTAL_OPS; a mask's add and ALiBi's add recomputed too), then dV += p dO (2d), dP = dO.v (2d), dS = p (dP - D) (2),
-    dQ += dS k (2d), dK += dS q (2d); D = rowsum(dO * O) costs 2d per query. Rotated q and k
-    rotate their gradients back (ROTARY_OPS per element); grouped K/V heads sum their query
-    heads' dK and dV (an add per element, in the dK/dV accumulation above)."""
+    (1 + TRANSCENDENTAL_OPS; a mask's add, ALiBi's add and a bias operand's add recomputed too),
+    then dV += p dO (2d), dP = dO.v (2d), dS = p (dP - D) (2), dQ += dS k (2d), dK += dS q (2d);
+    D = rowsum(dO * O) costs 2d per query. Rotated q and k rotate their gradients back
+    (ROTARY_OPS per element); grouped K/V heads sum their query heads' dK and dV (an add per
+    element, in the dK/dV accumulation above). A bias operand's gradient (dS summed over the
+    samples: `wsecc.ir.rules`) is not in this count."""
     heads, seq, d = int(p["heads"]), int(p["seq"]), int(p["head_dim"])
     per_pair = 10 * d + 3 + TRANSCENDENTAL_OPS + _bias_ops(p)
     pairs = heads * attention_pairs(seq, bool(p["causal"]))
@@ -222,9 +233,13 @@ ATTENTION = KindDef(
         "padding_mask": "bool",
         "full_mask": "bool",
         "alibi": "bool",
+        "bias": "bool",
         "cache_sequences": "int+",
     },
     flops=_flops,
+    # the rotary tables and the bias operand are constants the frontend folded (from positions;
+    # the bias from a learned [buckets, heads] table too): held (`attention_cost`'s weights),
+    # not counted as parameters
     weight_elems=lambda p: 0,
     in_edge="N",
     out_edge="S",
@@ -236,13 +251,14 @@ ATTENTION = KindDef(
     check=_check,
     # kernels made before grouped K/V heads and rotary embeddings: one K/V head per head;
     # outside generate mode one sequence's K/V is resident; before ALiBi none had a bias, before
-    # full masks none had one
+    # full masks none had one, before bias operands none had one
     defaults=lambda p: {
         "kv_heads": p.get("heads", 1),
         "rotary_dim": 0,
         "cache_sequences": 1,
         "alibi": False,
         "full_mask": False,
+        "bias": False,
     },
     lowers=frozenset({Op.ATTENTION}),
     lower=_lower,
