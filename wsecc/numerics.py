@@ -574,26 +574,27 @@ class OrtWithWeights:
     changes the outputs). Weights stored as external data are refused: the gradient check is
     for small models.
 
-    `float64=True` runs the file widened to double (`_widen_to_float64`): `weights` are then
+    `float64=True` runs the file widened to double (`widen_floats`): `weights` are then
     float64, float feeds are cast to float64 when fed, and the outputs are float64. Raises
     WseccError when onnxruntime cannot load the file (widened or not)."""
 
     def __init__(self, path: str | os.PathLike[str], *, float64: bool = False) -> None:
         import onnx
         import onnxruntime as ort
-        from onnx import numpy_helper
+        from onnx import TensorProto, numpy_helper
 
         from wsecc.frontend.generation import generation_io
+        from wsecc.frontend.widen import widen_floats
 
         model = onnx.load(str(path), load_external_data=False)
         self._generation = generation_io(model)  # a with-past file runs as ort_run runs it
-        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        if any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer):
             raise WseccError(
                 f"{Path(path).name}: the gradient check needs weights stored in the file "
                 "(this one keeps them as external data)"
             )
         if float64:
-            model = _widen_to_float64(model)
+            model = widen_floats(model, TensorProto.FLOAT, TensorProto.DOUBLE) or model
         g = model.graph
         self.frequencies = _sinusoid_frequencies(g)
         listed = {i.name for i in g.input}
@@ -643,51 +644,6 @@ class OrtWithWeights:
             args = {**{k: v for k, v in bound.items() if k in self._inputs}, **args}
         outs = self._session.run(self.output_names, args)
         return dict(zip(self.output_names, outs, strict=True))
-
-
-def _widen_to_float64(model: Any) -> Any:
-    """`model` (an onnx.ModelProto) with its float32 computation in float64: local functions
-    inlined, then float initializers, float tensor attributes (Constant, ConstantOfShape),
-    Cast(to=FLOAT) and float graph inputs and outputs made DOUBLE, in subgraphs too; value_info
-    dropped (onnxruntime infers it again). Other types (integers, float16) are left alone. No op
-    is rewritten: one onnxruntime has no double kernel for (Erf, Gelu) makes the session fail."""
-    import onnx
-    import onnx.inliner
-    from onnx import TensorProto, numpy_helper
-
-    def wide(t: onnx.TensorProto) -> onnx.TensorProto:
-        return numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name)
-
-    def widen(g: onnx.GraphProto) -> None:
-        for vi in [*g.input, *g.output]:
-            if vi.type.tensor_type.elem_type == TensorProto.FLOAT:
-                vi.type.tensor_type.elem_type = TensorProto.DOUBLE
-        del g.value_info[:]
-        for t in g.initializer:
-            if t.data_type == TensorProto.FLOAT:
-                t.CopyFrom(wide(t))
-        for n in g.node:
-            for a in n.attribute:
-                if n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
-                    a.i = TensorProto.DOUBLE
-                elif a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.FLOAT:
-                    a.t.CopyFrom(wide(a.t))
-                elif a.type == onnx.AttributeProto.GRAPH:
-                    widen(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    for sub in a.graphs:
-                        widen(sub)
-            if n.op_type == "Constant" and n.attribute[0].name in ("value_float", "value_floats"):
-                a = n.attribute[0]
-                value = a.f if a.name == "value_float" else list(a.floats)
-                n.ClearField("attribute")
-                n.attribute.append(
-                    onnx.helper.make_attribute("value", numpy_helper.from_array(np.array(value)))
-                )
-
-    model = onnx.inliner.inline_local_functions(model)
-    widen(model.graph)
-    return model
 
 
 def float64_session(

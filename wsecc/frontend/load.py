@@ -47,7 +47,7 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         raise FrontendError(f"{p}: not an ONNX model (no ir_version, opset_import or graph)")
     _check_model(model, p.name)
     base = p.resolve().parent
-    tensors = _graph_tensors(model.graph)
+    tensors = graph_tensors(model.graph)
     for f in model.functions:  # inlined into the graph when it is folded
         tensors += _node_tensors(f.node)
     n_weights = len(model.graph.initializer)  # they come first in `tensors`
@@ -58,8 +58,9 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
     return model
 
 
-def _graph_tensors(g: onnx.GraphProto) -> list[TensorProto]:
-    """The graph's initializers first, then every other tensor it holds."""
+def graph_tensors(g: onnx.GraphProto) -> list[TensorProto]:
+    """The graph's initializers first, then every other tensor it holds (in its nodes'
+    attributes and subgraphs too)."""
     out = list(g.initializer)
     for s in g.sparse_initializer:
         out += [s.values, s.indices]
@@ -83,7 +84,7 @@ def _node_tensors(nodes: Sequence[onnx.NodeProto]) -> list[TensorProto]:
             for sp in sparse:
                 out += [sp.values, sp.indices]
             for g in graphs:
-                out += _graph_tensors(g)
+                out += graph_tensors(g)
     return out
 
 
@@ -458,7 +459,7 @@ def _has_typed_data(t: TensorProto) -> bool:
 
 _MAP_BYTES = 1 << 16
 """External tensors larger than this stay on disk, validated, and are memory-mapped read-only
-when converted (`_array`): the weights of a 6.5 GB GPT-2 XL are then paged in from the file
+when converted (`tensor_array`): the weights of a 6.5 GB GPT-2 XL are then paged in from the file
 instead of being copied into protobuf, then into numpy. Smaller ones (shape data the folder
 reads) are read in."""
 
