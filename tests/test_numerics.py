@@ -49,18 +49,16 @@ def test_numerics_too_large_to_hold_are_refused_in_one_line_or_skipped(
     assert c.report()["numerics_skipped"].startswith("skipped: onnxruntime would hold")
 
 
-def test_a_float16_export_compiles_and_its_numerics_are_skipped_or_refused_in_one_line(
-    tmp_path: Path, capsys
-) -> None:
-    """A file that computes in float16 (half-precision weights behind a Cast) compiles; the
-    numerics check does not take it yet: left to auto it is skipped and the report says why;
-    asked for, --validate fails in one line and writes nothing."""
+def test_a_float16_export_compiles_and_its_numerics_run_and_pass(tmp_path: Path, capsys) -> None:
+    """A file that computes in float16 (half-precision weights behind a Cast) is read as
+    float32: it compiles, its numerics run against onnxruntime on the same float32 model and
+    pass, and the report and the summary say the file was read so."""
+    import json
+
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    import wsecc
     from wsecc.cli import main
-    from wsecc.compiler import NUMERICS_SKIPPED_FLOAT16
 
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float16), "w")
@@ -81,13 +79,55 @@ def test_a_float16_export_compiles_and_its_numerics_are_skipped_or_refused_in_on
         ),
         path,
     )
-    c = wsecc.compile(path, seq=4, placer="greedy")
-    assert c.numerics is None and c.report()["numerics_skipped"] == NUMERICS_SKIPPED_FLOAT16
     code = main(["compile", str(path), "--seq", "4", "--placer", "greedy", "--validate",
                  "-o", str(tmp_path / "out")])  # fmt: skip
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert code == 2 and err.startswith("wsecc: error: --validate: the file computes in float16")
-    assert "--no-validate" in err and not (tmp_path / "out").exists()
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    n = report["numerics"]
+    assert code == 0 and n["passed"] and n["structure"]["passed"] and n["fused"]["passed"]
+    assert "numerics_skipped" not in report and report["model"]["widened"] == ["float16"]
+    assert "the file's float16 read as float32" in out
+
+
+@pytest.mark.parametrize(
+    "sample,half,keep_io_types",
+    [
+        ("bert_legacy_op17.onnx", "float16", False),  # torch exporting model.half()
+        ("gpt2_legacy_op17.onnx", "float16", True),  # onnxconverter-common, keep_io_types
+        ("bert_legacy_op17.onnx", "bfloat16", True),
+    ],
+)
+def test_a_half_precision_export_passes_every_check_as_its_float32_model(
+    sample: str, half: str, keep_io_types: bool, samples_dir: Path, tmp_path: Path
+) -> None:
+    """A bundled export converted to float16 (or bfloat16) compiles, and its numerics pass
+    every check (mixed against onnxruntime, structure, fused) within the tolerances of a
+    float32 file: every stage and onnxruntime compute the same float32 model."""
+    import json
+
+    from half_exports import save_half
+    from onnx import TensorProto
+
+    from wsecc.cli import main
+
+    path = save_half(
+        samples_dir / sample, tmp_path / f"{half}_{sample}", keep_io_types=keep_io_types,
+        half=TensorProto.FLOAT16 if half == "float16" else TensorProto.BFLOAT16,
+    )  # fmt: skip
+    out = tmp_path / "out"
+    assert main(["compile", str(path), "--seq", "16", "--placer", "greedy", "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    n = report["numerics"]
+    assert report["model"]["widened"] == [half] and "numerics_skipped" not in report
+    assert n["precision"] == "mixed" and n["passed"] and n["precision_passed"], verdict_line(n)
+    assert n["structure"]["passed"] and n["fused"]["passed"], verdict_line(n)
+    checked = [*n["outputs"], *n["structure"]["outputs"], *n["fused"]["outputs"]]
+    assert all(o["fp32_noise"] is None for o in checked)  # the plain tolerances
+    jsonschema = pytest.importorskip("jsonschema")
+    from importlib import resources
+
+    schema = json.loads((resources.files("wsecc") / "report.schema.json").read_text())
+    jsonschema.validate(report, schema)
 
 
 TWINS = Path(__file__).resolve().parent / "data" / "generation"

@@ -228,7 +228,9 @@ def make_inputs(graph: Graph, *, seed: int = 0, padded: bool = True) -> dict[str
 
 
 def ort_run(path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run the ORIGINAL file in onnxruntime (graph optimizations off) — the reference.
+    """Run the file in onnxruntime (graph optimizations off) — the reference — as the compiler
+    reads it (`wsecc.frontend.onnx.load_as_compiled`): a file that computes in float16 runs as
+    the float32 model the compiled program computes.
 
     A generation graph (past key/value inputs: `wsecc.frontend.generation`) runs as the frontend
     bound it: its past empty (length 0), `position_ids` arange(sequence) in every row and
@@ -252,54 +254,82 @@ def ort_run(path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]) -> di
 
 
 def _session(path: str | os.PathLike[str]) -> Any:
-    """An onnxruntime session on the file (graph optimizations off, one thread: runs repeat bit
-    for bit), or WseccError naming why onnxruntime cannot load it."""
+    """An onnxruntime session on the file as the compiler reads it (`_reference_model`: its
+    float16 read as float32) with 4-D Megatron masks made 3-D (`_with_3d_masks`); graph
+    optimizations off, one thread: runs repeat bit for bit. Or WseccError naming why
+    onnxruntime cannot load it."""
+    import onnx
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
     try:
-        model = _with_3d_masks(path)
-        return ort.InferenceSession(model or str(path), so, providers=["CPUExecutionProvider"])
+        model, widened = _reference_model(path)
+        if _with_3d_masks(model) or widened:
+            base = str(Path(path).resolve().parent)  # a widened model holds its data already
+            onnx.external_data_helper.load_external_data_for_model(model, base)
+            source: str | bytes = model.SerializeToString()
+        else:  # the file as it is: onnxruntime reads it, external data and all
+            source = str(path)
+        del model
+        return ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
     except MemoryError:
         raise
     except Exception as e:  # onnxruntime's own error types (Fail, InvalidGraph, ...)
         raise _ort_error(path, e) from e
 
 
-def _with_3d_masks(path: str | os.PathLike[str]) -> bytes | None:
-    """The file with each com.microsoft Attention's 4-D mask_index [B, 1, M, M] (Megatron's)
-    given as the 3-D [B, S, S] it stands for, or None when it has none. onnxruntime's CPU kernel
-    does not implement the 4-D form ("4D mask in attention cpu kernel is not supported"); its
-    CUDA kernel reads rows past .. past + S, keys 0 .. past + S of it, and the reference runs
-    with past 0 (`ort_run`): the leading [S, S] corner, which the CPU kernel takes as a 3-D
-    mask_index with the same meaning (a pair is kept where it is > 0). S is read from the
-    Attention's input at run time (Shape, Slice, Reshape: opset 10 or later)."""
+def _reference_model(path: str | os.PathLike[str]) -> tuple[Any, tuple[str, ...]]:
+    """The file as the compiler reads it, for onnxruntime, and the float types read as
+    float32: a file that holds float16 or bfloat16 as the frontend reads it
+    (`load_as_compiled`: float32; the weights its loader leaves on disk read in, so that it
+    serializes whole); any other as onnx reads it, without its external data (onnxruntime
+    reads the file itself), which is the file the compiler reads."""
+    import onnx
+
+    from wsecc.frontend.load import read_mapped
+    from wsecc.frontend.onnx import load_as_compiled, narrow_floats
+
+    model = onnx.load(str(path), load_external_data=False)
+    if not narrow_floats(model):
+        return model, ()
+    model, widened = load_as_compiled(path)
+    read_mapped(model)
+    return model, widened
+
+
+def _with_3d_masks(model: Any) -> bool:
+    """Give each com.microsoft Attention's 4-D mask_index [B, 1, M, M] (Megatron's) in `model`
+    (an onnx.ModelProto, changed in place) as the 3-D [B, S, S] it stands for; whether it had
+    one. onnxruntime's CPU kernel does not implement the 4-D form ("4D mask in attention cpu
+    kernel is not supported"); its CUDA kernel reads rows past .. past + S, keys 0 .. past + S
+    of it, and the reference runs with past 0 (`ort_run`): the leading [S, S] corner, which the
+    CPU kernel takes as a 3-D mask_index with the same meaning (a pair is kept where it is > 0).
+    S is read from the Attention's input at run time (Shape, Slice, Reshape: opset 10 or
+    later)."""
     import onnx
     from onnx import helper, shape_inference
 
-    head = onnx.load(str(path), load_external_data=False)
     if not any(
         (n.domain, n.op_type) == ("com.microsoft", "Attention") and len(n.input) > 3
-        for n in head.graph.node
+        for n in model.graph.node
     ):
-        return None  # the common case: no shape inference
-    inferred = shape_inference.infer_shapes(head).graph
+        return False  # the common case: no shape inference
+    inferred = shape_inference.infer_shapes(model).graph
     ranks = {
         v.name: len(v.type.tensor_type.shape.dim) for v in [*inferred.value_info, *inferred.input]
     }
     at = [
         k
-        for k, n in enumerate(head.graph.node)
+        for k, n in enumerate(model.graph.node)
         if (n.domain, n.op_type) == ("com.microsoft", "Attention")
         and len(n.input) > 3
         and ranks.get(n.input[3]) == 4
     ]
-    opset = next((o.version for o in head.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if not at or opset < 10:
-        return None
-    model = onnx.load(str(path))
+        return False
     ints = {"one": [1], "two": [2], "zeros": [0, 0], "axes": [2, 3], "keep_b": [0, -1]}
     model.graph.initializer.extend(
         helper.make_tensor(f"_wsecc_{k}", onnx.TensorProto.INT64, [len(v)], v)
@@ -321,7 +351,7 @@ def _with_3d_masks(path: str | os.PathLike[str]) -> bytes | None:
         n.input[3] = f"{p}_mask"
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    return model.SerializeToString()
+    return True
 
 
 def _run(
@@ -565,16 +595,17 @@ def _sinusoid_frequencies(graph: Any) -> frozenset[str]:
 
 
 class OrtWithWeights:
-    """The ORIGINAL file in onnxruntime (graph optimizations off, one thread: runs repeat
-    bit for bit) with its float initializers listed as graph inputs, so that one session runs the
-    model at any weights: `run(feeds, weights)` overrides the initializers named in `weights`.
+    """The file in onnxruntime as the compiler reads it (`_reference_model`: float16 read as
+    float32; graph optimizations off, one thread: runs repeat bit for bit) with its float
+    initializers listed as graph inputs, so that one session runs the model at any weights:
+    `run(feeds, weights)` overrides the initializers named in `weights`.
 
     onnxruntime lets a feed override an initializer that is also a graph input, and does not
     constant-fold such an initializer (tests/test_gradcheck.py checks that an override
     changes the outputs). Weights stored as external data are refused: the gradient check is
     for small models.
 
-    `float64=True` runs the file widened to double (`widen_floats`): `weights` are then
+    `float64=True` runs the model widened to double (`widen_floats`): `weights` are then
     float64, float feeds are cast to float64 when fed, and the outputs are float64. Raises
     WseccError when onnxruntime cannot load the file (widened or not)."""
 
@@ -586,7 +617,7 @@ class OrtWithWeights:
         from wsecc.frontend.generation import generation_io
         from wsecc.frontend.widen import widen_floats
 
-        model = onnx.load(str(path), load_external_data=False)
+        model, _ = _reference_model(path)
         self._generation = generation_io(model)  # a with-past file runs as ort_run runs it
         if any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer):
             raise WseccError(

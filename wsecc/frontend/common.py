@@ -3,6 +3,8 @@ data (`tensor_array`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
@@ -37,6 +39,12 @@ READ_AS_FLOAT32 = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat
 """The float types narrower than float32 that the frontend reads as float32 (`read_as_float32`,
 `wsecc.frontend.widen`): a file that computes in them is compiled, simulated and checked as
 the float32 model its values make (each float16 or bfloat16 value is exact in float32)."""
+
+
+def widened_text(types: Sequence[str]) -> str:
+    """'the file's float16 read as float32': what the frontend did to a file that computes in
+    `types` (`ModelInfo.widened`, the report's `model.widened`)."""
+    return f"the file's {' and '.join(types)} read as float32"
 
 
 def tensor_array(t: TensorProto) -> np.ndarray:

@@ -23,7 +23,14 @@ import onnx
 from onnx import TensorProto, helper
 
 from wsecc.errors import FrontendError
-from wsecc.frontend.common import DTYPES, MAX_MODEL_BYTES, MAX_TENSOR_BYTES, VALIDATED_MARK
+from wsecc.frontend.common import (
+    DTYPES,
+    MAX_MODEL_BYTES,
+    MAX_TENSOR_BYTES,
+    READ_AS_FLOAT32,
+    VALIDATED_MARK,
+    tensor_array,
+)
 from wsecc.frontend.convert import CONVERTERS, op_key
 from wsecc.frontend.generation import generation_io
 
@@ -56,6 +63,16 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         if t.data_location == TensorProto.EXTERNAL:
             _load_external(t, base, p, mappable=k < n_weights)
     return model
+
+
+def read_mapped(model: onnx.ModelProto) -> None:
+    """Read into `model` the weights load_model left on disk (memory-mapped when converted:
+    `tensor_array`), so that it serializes whole (onnxruntime takes it as bytes)."""
+    for t in graph_tensors(model.graph):
+        if t.data_location == TensorProto.EXTERNAL:
+            t.raw_data = tensor_array(t).tobytes()
+            del t.external_data[:]
+            t.data_location = TensorProto.DEFAULT
 
 
 def graph_tensors(g: onnx.GraphProto) -> list[TensorProto]:
@@ -184,10 +201,10 @@ def _check_inputs(g: onnx.GraphProto, where: str) -> None:
                 "wsecc compiles tensor inputs only"
             )
         t = i.type.tensor_type
-        if t.elem_type not in DTYPES:
+        if t.elem_type not in DTYPES and t.elem_type not in READ_AS_FLOAT32:  # read as float32
             raise FrontendError(
                 f"{where}: input {i.name!r} has element type {dtype_name(t.elem_type)}; wsecc "
-                f"supports {', '.join(dtype_name(d) for d in DTYPES)}"
+                f"supports {', '.join(dtype_name(d) for d in [*DTYPES, *READ_AS_FLOAT32])}"
             )
         if not t.HasField("shape"):
             raise FrontendError(
