@@ -552,9 +552,10 @@ class Compilation:
                 if o.precision == "fp32"
                 else simulate_functional(*program, "fp32", self.sim_inputs, fault=fault)
             )
+            widened = self.import_info.widened if self.import_info is not None else ()
             self.numerics = verdict(
                 self.model_path, self.fused, self.sim_inputs, self.sim_outputs, o.precision,
-                exact, fault=fault,
+                exact, fault=fault, widened=widened,
             )  # fmt: skip
         self.progress("numerics", self.numerics.summary())
         return self

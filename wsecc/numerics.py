@@ -227,10 +227,13 @@ def make_inputs(graph: Graph, *, seed: int = 0, padded: bool = True) -> dict[str
     return feeds
 
 
-def ort_run(path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def ort_run(
+    path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray], *, as_written: bool = False
+) -> dict[str, np.ndarray]:
     """Run the file in onnxruntime (graph optimizations off) — the reference — as the compiler
     reads it (`wsecc.frontend.onnx.load_as_compiled`): a file that computes in float16 runs as
-    the float32 model the compiled program computes.
+    the float32 model the compiled program computes. `as_written=True` runs the file as it is
+    (in float16; float feeds are cast to its inputs' types): `as_written`.
 
     A generation graph (past key/value inputs: `wsecc.frontend.generation`) runs as the frontend
     bound it: its past empty (length 0), `position_ids` arange(sequence) in every row and
@@ -240,11 +243,16 @@ def ort_run(path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]) -> di
     Raises WseccError (one line) when onnxruntime cannot load or run it: the file may be one
     wsecc compiles but onnxruntime does not support, so there is no reference to check against.
     """
-    session = _session(path)
+    session = _session(path, as_written=as_written)
     gen = file_generation(path)
     names = [o.name for o in session.get_outputs()]
-    wanted = {i.name for i in session.get_inputs()}
-    args = {k: v for k, v in feeds.items() if k in wanted}
+    types = {i.name: np.dtype(_ORT_TYPES.get(i.type, object)) for i in session.get_inputs()}
+    args = {
+        k: v.astype(types[k]) if v.dtype.kind == types[k].kind == "f" else v
+        for k, v in feeds.items()
+        if k in types
+    }
+    wanted = types.keys()
     if gen is not None:
         batch, seq = _batch_and_seq(gen, feeds)
         bound = _prompt_feeds(session, gen, batch, np.arange(seq), past=None)
@@ -253,11 +261,11 @@ def ort_run(path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]) -> di
     return dict(zip(names, _run(session, path, names, args), strict=True))
 
 
-def _session(path: str | os.PathLike[str]) -> Any:
+def _session(path: str | os.PathLike[str], *, as_written: bool = False) -> Any:
     """An onnxruntime session on the file as the compiler reads it (`_reference_model`: its
-    float16 read as float32) with 4-D Megatron masks made 3-D (`_with_3d_masks`); graph
-    optimizations off, one thread: runs repeat bit for bit. Or WseccError naming why
-    onnxruntime cannot load it."""
+    float16 read as float32; with `as_written`, as it is) with 4-D Megatron masks made 3-D
+    (`_with_3d_masks`); graph optimizations off, one thread: runs repeat bit for bit. Or
+    WseccError naming why onnxruntime cannot load it."""
     import onnx
     import onnxruntime as ort
 
@@ -265,7 +273,10 @@ def _session(path: str | os.PathLike[str]) -> Any:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
     try:
-        model, widened = _reference_model(path)
+        if as_written:
+            model, widened = onnx.load(str(path), load_external_data=False), ()
+        else:
+            model, widened = _reference_model(path)
         if _with_3d_masks(model) or widened:
             base = str(Path(path).resolve().parent)  # a widened model holds its data already
             onnx.external_data_helper.load_external_data_for_model(model, base)
@@ -689,10 +700,56 @@ def float64_session(
     except MemoryError:
         raise
     except Exception as e:  # WseccError from loading, onnxruntime's own types from running
-        cause = e.__cause__ or e
-        text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-        return re.sub(r"^\[ONNXRuntimeError\] : \d+ : ", "", text)[:160]
+        return _why(e)
     return session
+
+
+def _why(e: Exception) -> str:
+    """Why onnxruntime could not load or run a model, in a short string: the first line of
+    the error's cause."""
+    cause = e.__cause__ or e
+    text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    return re.sub(r"^\[ONNXRuntimeError\] : \d+ : ", "", text)[:160]
+
+
+@dataclass(frozen=True)
+class AsWritten:
+    """onnxruntime running a widened file as written (its float16 not read as float32)
+    against its run of the file as compiled (`ort_run`), on the numerics' inputs: how far the
+    file's own float16 rounding, as onnxruntime's CPU provider computes it, moves each output.
+    Information, not a check: no tolerance applies. That provider is no exact float16 machine:
+    an op it has no float16 kernel for runs in float32 between inserted Casts, and a Cast to
+    float16 and straight back is dropped (onnxruntime issues 11831, 8787), so the figure can
+    be less than a device computing in float16 loses. `error` says why onnxruntime could not
+    run the file as written (its CPU kernels lack most bfloat16 ops)."""
+
+    types: tuple[str, ...]  # the file's float types read as float32 (`ModelInfo.widened`)
+    outputs: tuple[OutputError, ...] = ()
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        keep = ("name", "max_abs_err", "max_rel_err", "pcc")
+        return {
+            "types": list(self.types),
+            "outputs": [{k: getattr(o, k) for k in keep} for o in self.outputs],
+            "error": self.error,
+        }
+
+
+def as_written(
+    path: str | os.PathLike[str],
+    feeds: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray],
+    types: Sequence[str],
+) -> AsWritten:
+    """`AsWritten` of the file at `path` that the frontend read as float32 from `types`:
+    onnxruntime on it as written against `reference` (`ort_run(path, feeds)`)."""
+    try:
+        written = ort_run(path, feeds, as_written=True)
+    except WseccError as e:
+        return AsWritten(tuple(types), error=_why(e))
+    errors = (compare(k, written[k], r) for k, r in reference.items() if k in written)
+    return AsWritten(tuple(types), tuple(errors))
 
 
 def verdict_line(n: Mapping[str, Any]) -> str:
@@ -726,4 +783,15 @@ def verdict_line(n: Mapping[str, Any]) -> str:
     f = n.get("fused")
     if f:
         line += "; " + part("fused graph fp32", f["outputs"], f["passed"]) + " vs onnxruntime"
+    w = n.get("as_written")
+    if w:
+        line += f"; the file as written ({' and '.join(w['types'])}, not checked): "
+        worst = max(w["outputs"], key=lambda o: o["max_rel_err"], default=None)
+        if worst is not None:
+            line += (
+                f"worst {worst['name']} max rel err {worst['max_rel_err']:.2e} from the float32 "
+                "reference"
+            )
+        else:
+            line += f"onnxruntime did not run it ({w['error']})"
     return line + (f"; fault {n['fault']} injected" if n.get("fault") else "")
