@@ -139,6 +139,30 @@ def test_a_half_precision_export_passes_every_check_as_its_float32_model(
     jsonschema.validate(report, schema)
 
 
+def test_float16_weights_left_on_disk_are_read_as_float32_from_there(
+    samples_dir: Path, tmp_path: Path
+) -> None:
+    """GPT-2's two largest float16 weights (125 KB each) saved as external data stay on disk,
+    memory-mapped by the loader: the frontend reads them as float32 from there, and
+    onnxruntime's reference gets the widened model whole."""
+    import onnx
+    from half_exports import to_half
+
+    import wsecc
+
+    model = to_half(onnx.load(samples_dir / "gpt2_legacy_op17.onnx"))
+    path = tmp_path / "gpt2_float16.onnx"
+    onnx.save_model(
+        model, path, save_as_external_data=True, location="weights.bin", size_threshold=1 << 16
+    )
+    kept = [t.name for t in onnx.load(path, load_external_data=False).graph.initializer
+            if t.data_location == onnx.TensorProto.EXTERNAL]  # fmt: skip
+    assert len(kept) == 2
+    c = wsecc.compile(path, seq=16, placer="greedy")
+    assert c.import_info is not None and c.import_info.widened == ("float16",)
+    assert c.numerics is not None and c.numerics.passed, c.numerics.summary()
+
+
 TWINS = Path(__file__).resolve().parent / "data" / "generation"
 
 
