@@ -52,8 +52,8 @@ def test_numerics_too_large_to_hold_are_refused_in_one_line_or_skipped(
 def test_a_float16_export_compiles_and_its_numerics_run_and_pass(tmp_path: Path, capsys) -> None:
     """A file that computes in float16 (half-precision weights behind a Cast) is read as
     float32: it compiles, its numerics run against onnxruntime on the same float32 model and
-    pass, the report and the summary say the file was read so, and onnxruntime's run of the
-    file as written is reported beside the verdict, unchecked."""
+    pass, the report, the summary and `wsecc inspect` say the file was read so, and
+    onnxruntime's run of the file as written is reported beside the verdict, unchecked."""
     import json
 
     import onnx
@@ -88,6 +88,8 @@ def test_a_float16_export_compiles_and_its_numerics_run_and_pass(tmp_path: Path,
     assert code == 0 and n["passed"] and n["structure"]["passed"] and n["fused"]["passed"]
     assert "numerics_skipped" not in report and report["model"]["widened"] == ["float16"]
     assert "the file's float16 read as float32" in out
+    assert main(["inspect", str(path), "--seq", "4"]) == 0
+    assert "; the file's float16 read as float32" in capsys.readouterr().out.splitlines()[0]
     written = n["as_written"]
     assert written["types"] == ["float16"] and written["error"] is None
     # onnxruntime's CPU provider drops Cast(x, float16) and runs the MatMul in float32: 0 here
