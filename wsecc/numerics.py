@@ -248,7 +248,7 @@ def ort_run(
     names = [o.name for o in session.get_outputs()]
     types = {i.name: np.dtype(_ORT_TYPES.get(i.type, object)) for i in session.get_inputs()}
     args = {
-        k: v.astype(types[k]) if v.dtype.kind == types[k].kind == "f" else v
+        k: v.astype(types[k], copy=False) if v.dtype.kind == types[k].kind == "f" else v
         for k, v in feeds.items()
         if k in types
     }

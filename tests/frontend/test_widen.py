@@ -101,20 +101,27 @@ def test_widening_float32_widens_what_makes_float32_by_default() -> None:
     assert "dtype: int = 11" in text
 
 
-def test_a_local_function_is_inlined_then_widened() -> None:
-    """A function's Cast may take its type from the caller: functions are inlined first."""
+def _with_function(to: int) -> onnx.ModelProto:
+    """y = local.Half(x): a local function whose body casts to `to`."""
     half = helper.make_function(
-        "local", "Half", ["v"], ["h"], [helper.make_node("Cast", ["v"], ["h"], to=FLOAT16)],
+        "local", "Half", ["v"], ["h"], [helper.make_node("Cast", ["v"], ["h"], to=to)],
         [helper.make_opsetid("", 17)],
     )  # fmt: skip
     graph = helper.make_graph(
         [helper.make_node("Half", ["x"], ["y"], domain="local")], "g",
         [helper.make_tensor_value_info("x", FLOAT, [2])],
-        [helper.make_tensor_value_info("y", FLOAT16, [2])],
+        [helper.make_tensor_value_info("y", to, [2])],
     )  # fmt: skip
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
-    model, widened = read_as_float32(
-        helper.make_model(graph, functions=[half], opset_imports=opsets)
-    )
+    return helper.make_model(graph, functions=[half], opset_imports=opsets)
+
+
+def test_a_local_function_is_inlined_then_widened() -> None:
+    """A function's Cast may take its type from the caller: functions are inlined first, and
+    only when there is something to widen (inlining copies the model)."""
+    model, widened = read_as_float32(_with_function(FLOAT16))
     assert widened == ("float16",) and not model.functions
     assert [(n.op_type, n.attribute[0].i) for n in model.graph.node] == [("Cast", FLOAT)]
+    original = _with_function(TensorProto.INT64)
+    model, widened = read_as_float32(original)
+    assert model is original and widened == () and original.functions

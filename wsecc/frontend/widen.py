@@ -46,16 +46,17 @@ def widen_floats(model: onnx.ModelProto, narrow: int, wide: int) -> onnx.ModelPr
     folder infer it again). Widening float32 also widens what makes float32 by default:
     Constant's value_float(s), ConstantOfShape without a value, `FLOAT_BY_DEFAULT`.
 
-    `model` is changed in place, unless it has local functions: they are inlined first, into a
-    copy (a function's Cast may take its type from the caller's attribute). No op is rewritten:
+    `model` is changed in place, unless it has local functions and something to widen: they
+    are inlined first, into a copy (a function's Cast may take its type from the caller's
+    attribute). No op is rewritten:
     where onnxruntime has no `wide` kernel for one (a double Erf), the widened model fails to
     load there. Weights that load_model left on disk are read (`tensor_array`) and held in
     memory, widened."""
+    if not _holds(model, narrow):
+        return None
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
-    sites = _sites(model, narrow)
-    if not sites:
-        return None
+    sites = _sites(model.graph, narrow)
     dtype = helper.tensor_dtype_to_np_dtype(wide)
     for t in sites.tensors:
         t.CopyFrom(numpy_helper.from_array(tensor_array(t).astype(dtype), t.name))
@@ -74,9 +75,7 @@ def narrow_floats(model: onnx.ModelProto) -> tuple[str, ...]:
     """The names of the types of `READ_AS_FLOAT32` that `model` holds ('float16', ...): what
     `read_as_float32` widens. Reads no tensor's data (a model loaded without its external data
     will do); leaves `model` as it is."""
-    if model.functions:
-        model = onnx.inliner.inline_local_functions(model)
-    return tuple(name for narrow, name in READ_AS_FLOAT32.items() if _sites(model, narrow))
+    return tuple(name for narrow, name in READ_AS_FLOAT32.items() if _holds(model, narrow))
 
 
 def read_as_float32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[str, ...]]:
@@ -106,16 +105,22 @@ class _Sites:
         return bool(self.tensors or self.types or self.made or self.defaults)
 
 
-def _sites(model: onnx.ModelProto, narrow: int) -> _Sites:
-    """Where `model` (its local functions inlined) holds `narrow`: tensors of that type,
-    declared types, the type attributes that name it; for float32, the nodes that make it by
-    default."""
-    graphs = _graphs(model.graph)
+def _holds(model: onnx.ModelProto, narrow: int) -> bool:
+    """Whether `model` holds `narrow` in its graph or in its local functions' bodies (looked at
+    without inlining them: that copies the model)."""
+    bodies = [helper.make_graph(f.node, f.name, [], []) for f in model.functions]
+    return any(_sites(g, narrow) for g in [model.graph, *bodies])
+
+
+def _sites(graph: onnx.GraphProto, narrow: int) -> _Sites:
+    """Where `graph` and its subgraphs hold `narrow`: tensors of that type, declared types, the
+    type attributes that name it; for float32, the nodes that make it by default."""
+    graphs = _graphs(graph)
     nodes = [n for g in graphs for n in g.node if n.domain in ("", "ai.onnx")]
     made = [a for n in nodes for a in n.attribute if a.name == TYPE_ATTRIBUTES.get(n.op_type)]
     return _Sites(
         graphs,
-        [t for t in graph_tensors(model.graph) if t.data_type == narrow],
+        [t for t in graph_tensors(graph) if t.data_type == narrow],
         [t for tp in _type_protos(graphs) for t in _tensor_types(tp) if t.elem_type == narrow],
         [a for a in made if a.i == narrow],
         [n for n in nodes if narrow == TensorProto.FLOAT and _float_by_default(n)],
