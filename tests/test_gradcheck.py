@@ -48,6 +48,23 @@ def test_check_passes_on_samples(sample: str, precision: str) -> None:
     assert len(json["rows"]) == len(check.rows) and json["loss_kind"] == check.loss_kind
 
 
+@pytest.mark.parametrize("precision", ["fp32", "mixed"])
+def test_check_passes_on_a_float16_export(precision: str, tmp_path: Path) -> None:
+    """A float16 file is read as float32 by the frontend and by onnxruntime's reference (its
+    weights as inputs, and widened again to float64 for the float64 differences): the
+    gradients of the float32 model it makes pass."""
+    from half_exports import save_half
+
+    path = save_half(SAMPLES / "gpt2_legacy_op17.onnx", tmp_path / "gpt2_float16.onnx")
+    g, feeds = fused(path)
+    check = check_gradients(path, g, feeds, precision, samples=FAST, seed=1)
+    assert check.passed and not check.untraced, check.summary()
+    assert check.loss == pytest.approx(check.loss_onnxruntime, rel=1e-3)
+    assert all(w.dtype == np.float32 for w in OrtWithWeights(path).weights.values())
+    if precision == "fp32":
+        assert check.to_json()["float64"] == "available"
+
+
 def test_tied_wte_is_one_row_with_both_constants() -> None:
     g, feeds = fused(SAMPLES / "gpt2_dynamo.onnx")
     check = check_gradients(SAMPLES / "gpt2_dynamo.onnx", g, feeds, samples=FAST)

@@ -173,6 +173,7 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from wsecc.analysis import flops_per_sample, fused_ops, param_count
+    from wsecc.frontend.common import widened_text
 
     c = _load(args)
     fused, info = c.fused, c.import_info
@@ -202,6 +203,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return 0
     print(
         f"{args.model}: {sum(info.raw_ops.values())} ONNX nodes, bindings {info.describe_bindings()}"
+        + (f"; {widened_text(info.widened)}" if info.widened else "")
     )
     print(f"params {out['params']:,}   FLOPs/sample {out['flops_per_sample']:,}")
     print("ops (raw):   " + ", ".join(f"{k} {v}" for k, v in info.raw_ops.items()))

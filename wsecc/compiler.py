@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wsecc.errors import WseccError
-from wsecc.frontend.common import MAX_TENSOR_BYTES
-from wsecc.ir.core import DType
+from wsecc.frontend.common import MAX_TENSOR_BYTES, widened_text
 from wsecc.limits import Limits
 from wsecc.options import Options
 from wsecc.replicas import GENERATE_MODE, TRAIN_MODE, Replicas, host_samples_per_s
@@ -69,11 +68,6 @@ NUMERICS_SKIPPED_WEIGHTLESS = (
     "skipped: the weights are graph inputs without data (--weights inputs)"
 )
 """The report's `numerics_skipped` (and the summary's numerics line) under `--weights inputs`."""
-NUMERICS_SKIPPED_FLOAT16 = (
-    "skipped: the file computes in float16, which the numerics check does not take yet (the "
-    "simulator holds floats in float32, the reference interpreter in the file's types)"
-)
-"""The report's `numerics_skipped` for a float16 export (`--validate` refuses it in one line)."""
 VALIDATE_AUTO_MAX_PARAMS = 50_000_000
 """`validate=None` (auto) runs the numerics when the model has at most this many parameters:
 the functional simulation then takes seconds, not minutes."""
@@ -174,11 +168,12 @@ class Compilation:
         c._model_sha256 = sha256_beside(c.model_path)
         with c._stage("frontend"):
             c.graph, c.import_info = load(c.model_path, options)
-        n = c.import_info.weight_inputs
+        n, widened = c.import_info.weight_inputs, c.import_info.widened
         c.progress(
             "frontend",
             f"{len(c.graph.nodes)} ops after folding, bindings {c.import_info.describe_bindings()}"
-            + (f"; {n} weights from input shapes, no data" if n else ""),
+            + (f"; {n} weights from input shapes, no data" if n else "")
+            + (f"; {widened_text(widened)}" if widened else ""),
         )
         return c
 
@@ -499,22 +494,10 @@ class Compilation:
         """Why numerics cannot run at all here (the report's `numerics_skipped`), or None."""
         if self.options.weights == "inputs":
             return NUMERICS_SKIPPED_WEIGHTLESS
-        if self._float16():
-            return NUMERICS_SKIPPED_FLOAT16
         large = self._too_large()
         return None if large is None else f"skipped: onnxruntime would hold {large}"
 
-    def _float16(self) -> bool:
-        """Whether the file computes in float16 (an export's half-precision weights)."""
-        g = self.graph if self.graph is not None else self.fused
-        return g is not None and any(
-            v.type.dtype is DType.FLOAT16 for n in g.nodes for v in (*n.inputs, *n.outputs)
-        )
-
     def _check_numerics_fit(self) -> None:
-        if self._float16():
-            why = NUMERICS_SKIPPED_FLOAT16.removeprefix("skipped: ")
-            raise WseccError(f"--validate: {why}; compile with --no-validate")
         large = self._too_large()
         if large is not None:
             raise WseccError(
@@ -569,9 +552,10 @@ class Compilation:
                 if o.precision == "fp32"
                 else simulate_functional(*program, "fp32", self.sim_inputs, fault=fault)
             )
+            widened = self.import_info.widened if self.import_info is not None else ()
             self.numerics = verdict(
                 self.model_path, self.fused, self.sim_inputs, self.sim_outputs, o.precision,
-                exact, fault=fault,
+                exact, fault=fault, widened=widened,
             )  # fmt: skip
         self.progress("numerics", self.numerics.summary())
         return self
@@ -794,6 +778,8 @@ class Compilation:
         rep["mode"] = self.options.mode.value
         if g is not None:
             rep["model"] = self._model(g)
+            if self.import_info is not None and self.import_info.widened:
+                rep["model"]["widened"] = list(self.import_info.widened)
         else:
             rep["model"] = saved["model"]
         t = self.target

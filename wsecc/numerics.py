@@ -227,8 +227,13 @@ def make_inputs(graph: Graph, *, seed: int = 0, padded: bool = True) -> dict[str
     return feeds
 
 
-def ort_run(path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run the ORIGINAL file in onnxruntime (graph optimizations off) — the reference.
+def ort_run(
+    path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray], *, as_written: bool = False
+) -> dict[str, np.ndarray]:
+    """Run the file in onnxruntime (graph optimizations off) — the reference — as the compiler
+    reads it (`wsecc.frontend.onnx.load_as_compiled`): a file that computes in float16 runs as
+    the float32 model the compiled program computes. `as_written=True` runs the file as it is
+    (in float16; float feeds are cast to its inputs' types): `as_written`.
 
     A generation graph (past key/value inputs: `wsecc.frontend.generation`) runs as the frontend
     bound it: its past empty (length 0), `position_ids` arange(sequence) in every row and
@@ -238,11 +243,16 @@ def ort_run(path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]) -> di
     Raises WseccError (one line) when onnxruntime cannot load or run it: the file may be one
     wsecc compiles but onnxruntime does not support, so there is no reference to check against.
     """
-    session = _session(path)
+    session = _session(path, as_written=as_written)
     gen = file_generation(path)
     names = [o.name for o in session.get_outputs()]
-    wanted = {i.name for i in session.get_inputs()}
-    args = {k: v for k, v in feeds.items() if k in wanted}
+    types = {i.name: np.dtype(_ORT_TYPES.get(i.type, object)) for i in session.get_inputs()}
+    args = {
+        k: v.astype(types[k], copy=False) if v.dtype.kind == types[k].kind == "f" else v
+        for k, v in feeds.items()
+        if k in types
+    }
+    wanted = types.keys()
     if gen is not None:
         batch, seq = _batch_and_seq(gen, feeds)
         bound = _prompt_feeds(session, gen, batch, np.arange(seq), past=None)
@@ -251,55 +261,86 @@ def ort_run(path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]) -> di
     return dict(zip(names, _run(session, path, names, args), strict=True))
 
 
-def _session(path: str | os.PathLike[str]) -> Any:
-    """An onnxruntime session on the file (graph optimizations off, one thread: runs repeat bit
-    for bit), or WseccError naming why onnxruntime cannot load it."""
+def _session(path: str | os.PathLike[str], *, as_written: bool = False) -> Any:
+    """An onnxruntime session on the file as the compiler reads it (`_reference_model`: its
+    float16 read as float32; with `as_written`, as it is) with 4-D Megatron masks made 3-D
+    (`_with_3d_masks`); graph optimizations off, one thread: runs repeat bit for bit. Or
+    WseccError naming why onnxruntime cannot load it."""
+    import onnx
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
     try:
-        model = _with_3d_masks(path)
-        return ort.InferenceSession(model or str(path), so, providers=["CPUExecutionProvider"])
+        if as_written:
+            model, widened = onnx.load(str(path), load_external_data=False), ()
+        else:
+            model, widened = _reference_model(path)
+        if _with_3d_masks(model) or widened:
+            base = str(Path(path).resolve().parent)  # a widened model holds its data already
+            onnx.external_data_helper.load_external_data_for_model(model, base)
+            source: str | bytes = model.SerializeToString()
+        else:  # the file as it is: onnxruntime reads it, external data and all
+            source = str(path)
+        del model
+        return ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
     except MemoryError:
         raise
     except Exception as e:  # onnxruntime's own error types (Fail, InvalidGraph, ...)
         raise _ort_error(path, e) from e
 
 
-def _with_3d_masks(path: str | os.PathLike[str]) -> bytes | None:
-    """The file with each com.microsoft Attention's 4-D mask_index [B, 1, M, M] (Megatron's)
-    given as the 3-D [B, S, S] it stands for, or None when it has none. onnxruntime's CPU kernel
-    does not implement the 4-D form ("4D mask in attention cpu kernel is not supported"); its
-    CUDA kernel reads rows past .. past + S, keys 0 .. past + S of it, and the reference runs
-    with past 0 (`ort_run`): the leading [S, S] corner, which the CPU kernel takes as a 3-D
-    mask_index with the same meaning (a pair is kept where it is > 0). S is read from the
-    Attention's input at run time (Shape, Slice, Reshape: opset 10 or later)."""
+def _reference_model(path: str | os.PathLike[str]) -> tuple[Any, tuple[str, ...]]:
+    """The file as the compiler reads it, for onnxruntime, and the float types read as
+    float32: a file that holds float16 or bfloat16 as the frontend reads it
+    (`load_as_compiled`: float32; the weights its loader leaves on disk read in, so that it
+    serializes whole); any other as onnx reads it, without its external data (onnxruntime
+    reads the file itself), which is the file the compiler reads."""
+    import onnx
+
+    from wsecc.frontend.load import read_mapped
+    from wsecc.frontend.onnx import load_as_compiled, narrow_floats
+
+    model = onnx.load(str(path), load_external_data=False)
+    if not narrow_floats(model):
+        return model, ()
+    model, widened = load_as_compiled(path)
+    read_mapped(model)
+    return model, widened
+
+
+def _with_3d_masks(model: Any) -> bool:
+    """Give each com.microsoft Attention's 4-D mask_index [B, 1, M, M] (Megatron's) in `model`
+    (an onnx.ModelProto, changed in place) as the 3-D [B, S, S] it stands for; whether it had
+    one. onnxruntime's CPU kernel does not implement the 4-D form ("4D mask in attention cpu
+    kernel is not supported"); its CUDA kernel reads rows past .. past + S, keys 0 .. past + S
+    of it, and the reference runs with past 0 (`ort_run`): the leading [S, S] corner, which the
+    CPU kernel takes as a 3-D mask_index with the same meaning (a pair is kept where it is > 0).
+    S is read from the Attention's input at run time (Shape, Slice, Reshape: opset 10 or
+    later)."""
     import onnx
     from onnx import helper, shape_inference
 
-    head = onnx.load(str(path), load_external_data=False)
     if not any(
         (n.domain, n.op_type) == ("com.microsoft", "Attention") and len(n.input) > 3
-        for n in head.graph.node
+        for n in model.graph.node
     ):
-        return None  # the common case: no shape inference
-    inferred = shape_inference.infer_shapes(head).graph
+        return False  # the common case: no shape inference
+    inferred = shape_inference.infer_shapes(model).graph
     ranks = {
         v.name: len(v.type.tensor_type.shape.dim) for v in [*inferred.value_info, *inferred.input]
     }
     at = [
         k
-        for k, n in enumerate(head.graph.node)
+        for k, n in enumerate(model.graph.node)
         if (n.domain, n.op_type) == ("com.microsoft", "Attention")
         and len(n.input) > 3
         and ranks.get(n.input[3]) == 4
     ]
-    opset = next((o.version for o in head.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if not at or opset < 10:
-        return None
-    model = onnx.load(str(path))
+        return False
     ints = {"one": [1], "two": [2], "zeros": [0, 0], "axes": [2, 3], "keep_b": [0, -1]}
     model.graph.initializer.extend(
         helper.make_tensor(f"_wsecc_{k}", onnx.TensorProto.INT64, [len(v)], v)
@@ -321,7 +362,7 @@ def _with_3d_masks(path: str | os.PathLike[str]) -> bytes | None:
         n.input[3] = f"{p}_mask"
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    return model.SerializeToString()
+    return True
 
 
 def _run(
@@ -565,35 +606,37 @@ def _sinusoid_frequencies(graph: Any) -> frozenset[str]:
 
 
 class OrtWithWeights:
-    """The ORIGINAL file in onnxruntime (graph optimizations off, one thread: runs repeat
-    bit for bit) with its float initializers listed as graph inputs, so that one session runs the
-    model at any weights: `run(feeds, weights)` overrides the initializers named in `weights`.
+    """The file in onnxruntime as the compiler reads it (`_reference_model`: float16 read as
+    float32; graph optimizations off, one thread: runs repeat bit for bit) with its float
+    initializers listed as graph inputs, so that one session runs the model at any weights:
+    `run(feeds, weights)` overrides the initializers named in `weights`.
 
     onnxruntime lets a feed override an initializer that is also a graph input, and does not
     constant-fold such an initializer (tests/test_gradcheck.py checks that an override
     changes the outputs). Weights stored as external data are refused: the gradient check is
     for small models.
 
-    `float64=True` runs the file widened to double (`_widen_to_float64`): `weights` are then
+    `float64=True` runs the model widened to double (`widen_floats`): `weights` are then
     float64, float feeds are cast to float64 when fed, and the outputs are float64. Raises
     WseccError when onnxruntime cannot load the file (widened or not)."""
 
     def __init__(self, path: str | os.PathLike[str], *, float64: bool = False) -> None:
         import onnx
         import onnxruntime as ort
-        from onnx import numpy_helper
+        from onnx import TensorProto, numpy_helper
 
         from wsecc.frontend.generation import generation_io
+        from wsecc.frontend.widen import widen_floats
 
-        model = onnx.load(str(path), load_external_data=False)
+        model, _ = _reference_model(path)
         self._generation = generation_io(model)  # a with-past file runs as ort_run runs it
-        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        if any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer):
             raise WseccError(
                 f"{Path(path).name}: the gradient check needs weights stored in the file "
                 "(this one keeps them as external data)"
             )
         if float64:
-            model = _widen_to_float64(model)
+            model = widen_floats(model, TensorProto.FLOAT, TensorProto.DOUBLE) or model
         g = model.graph
         self.frequencies = _sinusoid_frequencies(g)
         listed = {i.name for i in g.input}
@@ -645,51 +688,6 @@ class OrtWithWeights:
         return dict(zip(self.output_names, outs, strict=True))
 
 
-def _widen_to_float64(model: Any) -> Any:
-    """`model` (an onnx.ModelProto) with its float32 computation in float64: local functions
-    inlined, then float initializers, float tensor attributes (Constant, ConstantOfShape),
-    Cast(to=FLOAT) and float graph inputs and outputs made DOUBLE, in subgraphs too; value_info
-    dropped (onnxruntime infers it again). Other types (integers, float16) are left alone. No op
-    is rewritten: one onnxruntime has no double kernel for (Erf, Gelu) makes the session fail."""
-    import onnx
-    import onnx.inliner
-    from onnx import TensorProto, numpy_helper
-
-    def wide(t: onnx.TensorProto) -> onnx.TensorProto:
-        return numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name)
-
-    def widen(g: onnx.GraphProto) -> None:
-        for vi in [*g.input, *g.output]:
-            if vi.type.tensor_type.elem_type == TensorProto.FLOAT:
-                vi.type.tensor_type.elem_type = TensorProto.DOUBLE
-        del g.value_info[:]
-        for t in g.initializer:
-            if t.data_type == TensorProto.FLOAT:
-                t.CopyFrom(wide(t))
-        for n in g.node:
-            for a in n.attribute:
-                if n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
-                    a.i = TensorProto.DOUBLE
-                elif a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.FLOAT:
-                    a.t.CopyFrom(wide(a.t))
-                elif a.type == onnx.AttributeProto.GRAPH:
-                    widen(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    for sub in a.graphs:
-                        widen(sub)
-            if n.op_type == "Constant" and n.attribute[0].name in ("value_float", "value_floats"):
-                a = n.attribute[0]
-                value = a.f if a.name == "value_float" else list(a.floats)
-                n.ClearField("attribute")
-                n.attribute.append(
-                    onnx.helper.make_attribute("value", numpy_helper.from_array(np.array(value)))
-                )
-
-    model = onnx.inliner.inline_local_functions(model)
-    widen(model.graph)
-    return model
-
-
 def float64_session(
     path: str | os.PathLike[str], feeds: Mapping[str, np.ndarray]
 ) -> OrtWithWeights | str:
@@ -702,10 +700,56 @@ def float64_session(
     except MemoryError:
         raise
     except Exception as e:  # WseccError from loading, onnxruntime's own types from running
-        cause = e.__cause__ or e
-        text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-        return re.sub(r"^\[ONNXRuntimeError\] : \d+ : ", "", text)[:160]
+        return _why(e)
     return session
+
+
+def _why(e: Exception) -> str:
+    """Why onnxruntime could not load or run a model, in a short string: the first line of
+    the error's cause."""
+    cause = e.__cause__ or e
+    text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    return re.sub(r"^\[ONNXRuntimeError\] : \d+ : ", "", text)[:160]
+
+
+@dataclass(frozen=True)
+class AsWritten:
+    """onnxruntime running a widened file as written (its float16 not read as float32)
+    against its run of the file as compiled (`ort_run`), on the numerics' inputs: how far the
+    file's own float16 rounding, as onnxruntime's CPU provider computes it, moves each output.
+    Information, not a check: no tolerance applies. That provider is no exact float16 machine:
+    an op it has no float16 kernel for runs in float32 between inserted Casts, and a Cast to
+    float16 and straight back is dropped (onnxruntime issues 11831, 8787), so the figure can
+    be less than a device computing in float16 loses. `error` says why onnxruntime could not
+    run the file as written (its CPU kernels lack most bfloat16 ops)."""
+
+    types: tuple[str, ...]  # the file's float types read as float32 (`ModelInfo.widened`)
+    outputs: tuple[OutputError, ...] = ()
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        keep = ("name", "max_abs_err", "max_rel_err", "pcc")
+        return {
+            "types": list(self.types),
+            "outputs": [{k: getattr(o, k) for k in keep} for o in self.outputs],
+            "error": self.error,
+        }
+
+
+def as_written(
+    path: str | os.PathLike[str],
+    feeds: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray],
+    types: Sequence[str],
+) -> AsWritten:
+    """`AsWritten` of the file at `path` that the frontend read as float32 from `types`:
+    onnxruntime on it as written against `reference` (`ort_run(path, feeds)`)."""
+    try:
+        written = ort_run(path, feeds, as_written=True)
+    except WseccError as e:
+        return AsWritten(tuple(types), error=_why(e))
+    errors = (compare(k, written[k], r) for k, r in reference.items() if k in written)
+    return AsWritten(tuple(types), tuple(errors))
 
 
 def verdict_line(n: Mapping[str, Any]) -> str:
@@ -739,4 +783,15 @@ def verdict_line(n: Mapping[str, Any]) -> str:
     f = n.get("fused")
     if f:
         line += "; " + part("fused graph fp32", f["outputs"], f["passed"]) + " vs onnxruntime"
+    w = n.get("as_written")
+    if w:
+        line += f"; the file as written ({' and '.join(w['types'])}, not checked): "
+        worst = max(w["outputs"], key=lambda o: o["max_rel_err"], default=None)
+        if worst is not None:
+            line += (
+                f"worst {worst['name']} max rel err {worst['max_rel_err']:.2e} from the float32 "
+                "reference"
+            )
+        else:
+            line += f"onnxruntime did not run it ({w['error']})"
     return line + (f"; fault {n['fault']} injected" if n.get("fault") else "")

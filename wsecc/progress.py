@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from wsecc.frontend.common import widened_text
 from wsecc.limits import Limits, si
 from wsecc.numerics import verdict_line
 
@@ -30,6 +31,8 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     m = report.get("model", {})
     if m.get("params") is not None:
         rows.append(("model", f"{m['params']:,} params, {m['flops_per_sample']:,} FLOPs/sample"))
+        if m.get("widened"):
+            rows[-1] = ("model", f"{rows[-1][1]}; {widened_text(m['widened'])}")
     t = report.get("target", {})
     if t:
         rows.append(("target", f"{t['name']} ({t['fabric']['width']}x{t['fabric']['height']} PEs)"))

@@ -1,9 +1,14 @@
-"""What the frontend's modules share: the dtype table and the size caps."""
+"""What the frontend's modules share: the dtype table, the size caps and reading a tensor's
+data (`tensor_array`)."""
 
 from __future__ import annotations
 
-from onnx import TensorProto
+from collections.abc import Sequence
 
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from wsecc.errors import FrontendError
 from wsecc.ir.core import DType
 
 MAX_TENSOR_BYTES = 16 << 30  # one tensor: larger than any weight of a model that fits a wafer
@@ -29,3 +34,35 @@ DTYPES = {
     TensorProto.UINT8: DType.UINT8,
     TensorProto.BOOL: DType.BOOL,
 }
+
+READ_AS_FLOAT32 = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
+"""The float types narrower than float32 that the frontend reads as float32 (`read_as_float32`,
+`wsecc.frontend.widen`): a file that computes in them is compiled, simulated and checked as
+the float32 model its values make (each float16 or bfloat16 value is exact in float32)."""
+
+
+def widened_text(types: Sequence[str]) -> str:
+    """'the file's float16 read as float32': what the frontend did to a file that computes in
+    `types` (`ModelInfo.widened`, the report's `model.widened`)."""
+    return f"the file's {' and '.join(types)} read as float32"
+
+
+def tensor_array(t: TensorProto) -> np.ndarray:
+    """The tensor's data; raw little-endian bytes are viewed, not copied again, and external
+    weights that load_model validated are memory-mapped read-only."""
+    if t.data_location == TensorProto.EXTERNAL:
+        info = {e.key: e.value for e in t.external_data}
+        known = t.data_type in DTYPES or t.data_type in READ_AS_FLOAT32
+        if info.get(VALIDATED_MARK) != "1" or not known:
+            raise FrontendError(f"tensor {t.name!r}: external data not validated by load_model")
+        return np.memmap(
+            info["location"],
+            dtype=helper.tensor_dtype_to_np_dtype(t.data_type).newbyteorder("<"),
+            mode="r",
+            offset=int(info["offset"]),
+            shape=tuple(t.dims),
+        )
+    if t.HasField("raw_data") and t.data_type in DTYPES and t.data_type != TensorProto.BOOL:
+        dt = DTYPES[t.data_type].numpy.newbyteorder("<")
+        return np.frombuffer(t.raw_data, dtype=dt).reshape(tuple(t.dims))
+    return numpy_helper.to_array(t)

@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from wsecc.errors import FrontendError
-from wsecc.frontend.common import DTYPES, MAX_ACTIVATION_BYTES, MAX_TENSOR_BYTES, VALIDATED_MARK
+from wsecc.frontend.common import DTYPES, MAX_ACTIVATION_BYTES, MAX_TENSOR_BYTES, tensor_array
 from wsecc.ir.core import Graph, IRError, Node, Op, TensorType, Value, make_attrs
 from wsecc.ir.rules import infer_types
 
@@ -172,7 +172,7 @@ class _Converter:
     def run(self) -> Graph:
         g = self.model.graph
         for t in (*g.initializer, *self.weights):
-            self.env[t.name] = Value.constant(self.fresh(t.name), _array(t))
+            self.env[t.name] = Value.constant(self.fresh(t.name), tensor_array(t))
         for name, data in self.placeholders.items():  # weight inputs: shapes, no data
             self.env[name] = Value.constant(self.fresh(name), data)
         inputs = []
@@ -218,26 +218,6 @@ class _Converter:
             Graph(tuple(inputs), tuple(outputs), tuple(self.nodes), g.name or "main"),
             [o.name for o in g.output],
         )
-
-
-def _array(t: TensorProto) -> np.ndarray:
-    """The tensor's data; raw little-endian bytes are viewed, not copied again, and external
-    weights that load_model validated are memory-mapped read-only."""
-    if t.data_location == TensorProto.EXTERNAL:
-        info = {e.key: e.value for e in t.external_data}
-        if info.get(VALIDATED_MARK) != "1" or t.data_type not in DTYPES:
-            raise FrontendError(f"tensor {t.name!r}: external data not validated by load_model")
-        return np.memmap(
-            info["location"],
-            dtype=DTYPES[t.data_type].numpy.newbyteorder("<"),
-            mode="r",
-            offset=int(info["offset"]),
-            shape=tuple(t.dims),
-        )
-    if t.HasField("raw_data") and t.data_type in DTYPES and t.data_type != TensorProto.BOOL:
-        dt = DTYPES[t.data_type].numpy.newbyteorder("<")
-        return np.frombuffer(t.raw_data, dtype=dt).reshape(tuple(t.dims))
-    return numpy_helper.to_array(t)
 
 
 def _rename_outputs(g: Graph, names: list[str]) -> Graph:

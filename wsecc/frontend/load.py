@@ -23,7 +23,14 @@ import onnx
 from onnx import TensorProto, helper
 
 from wsecc.errors import FrontendError
-from wsecc.frontend.common import DTYPES, MAX_MODEL_BYTES, MAX_TENSOR_BYTES, VALIDATED_MARK
+from wsecc.frontend.common import (
+    DTYPES,
+    MAX_MODEL_BYTES,
+    MAX_TENSOR_BYTES,
+    READ_AS_FLOAT32,
+    VALIDATED_MARK,
+    tensor_array,
+)
 from wsecc.frontend.convert import CONVERTERS, op_key
 from wsecc.frontend.generation import generation_io
 
@@ -47,7 +54,7 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         raise FrontendError(f"{p}: not an ONNX model (no ir_version, opset_import or graph)")
     _check_model(model, p.name)
     base = p.resolve().parent
-    tensors = _graph_tensors(model.graph)
+    tensors = graph_tensors(model.graph)
     for f in model.functions:  # inlined into the graph when it is folded
         tensors += _node_tensors(f.node)
     n_weights = len(model.graph.initializer)  # they come first in `tensors`
@@ -58,8 +65,19 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
     return model
 
 
-def _graph_tensors(g: onnx.GraphProto) -> list[TensorProto]:
-    """The graph's initializers first, then every other tensor it holds."""
+def read_mapped(model: onnx.ModelProto) -> None:
+    """Read into `model` the weights load_model left on disk (memory-mapped when converted:
+    `tensor_array`), so that it serializes whole (onnxruntime takes it as bytes)."""
+    for t in graph_tensors(model.graph):
+        if t.data_location == TensorProto.EXTERNAL:
+            t.raw_data = tensor_array(t).tobytes()
+            del t.external_data[:]
+            t.data_location = TensorProto.DEFAULT
+
+
+def graph_tensors(g: onnx.GraphProto) -> list[TensorProto]:
+    """The graph's initializers first, then every other tensor it holds (in its nodes'
+    attributes and subgraphs too)."""
     out = list(g.initializer)
     for s in g.sparse_initializer:
         out += [s.values, s.indices]
@@ -83,7 +101,7 @@ def _node_tensors(nodes: Sequence[onnx.NodeProto]) -> list[TensorProto]:
             for sp in sparse:
                 out += [sp.values, sp.indices]
             for g in graphs:
-                out += _graph_tensors(g)
+                out += graph_tensors(g)
     return out
 
 
@@ -183,10 +201,10 @@ def _check_inputs(g: onnx.GraphProto, where: str) -> None:
                 "wsecc compiles tensor inputs only"
             )
         t = i.type.tensor_type
-        if t.elem_type not in DTYPES:
+        if t.elem_type not in DTYPES and t.elem_type not in READ_AS_FLOAT32:  # read as float32
             raise FrontendError(
                 f"{where}: input {i.name!r} has element type {dtype_name(t.elem_type)}; wsecc "
-                f"supports {', '.join(dtype_name(d) for d in DTYPES)}"
+                f"supports {', '.join(dtype_name(d) for d in [*DTYPES, *READ_AS_FLOAT32])}"
             )
         if not t.HasField("shape"):
             raise FrontendError(
@@ -458,7 +476,7 @@ def _has_typed_data(t: TensorProto) -> bool:
 
 _MAP_BYTES = 1 << 16
 """External tensors larger than this stay on disk, validated, and are memory-mapped read-only
-when converted (`_array`): the weights of a 6.5 GB GPT-2 XL are then paged in from the file
+when converted (`tensor_array`): the weights of a 6.5 GB GPT-2 XL are then paged in from the file
 instead of being copied into protobuf, then into numpy. Smaller ones (shape data the folder
 reads) are read in."""
 

@@ -2,6 +2,10 @@
 
 load_model(path)            hardened read (`load.py`): external data confined to the
                             model's folder, the file checked before anything reads it
+read_as_float32(model)      float16 and bfloat16 read as float32 (`widen.py`);
+narrow_floats(model)        which of them a model holds (its data not read)
+load_as_compiled(path)      load_model, then read_as_float32: the model every stage sees, and
+                            onnxruntime's numerics reference of a float16 file (this module)
 resolve_bindings, bind_dims every symbolic input dim bound to an int, or one error naming
                             all (`bind.py`)
 generation_io,              a decoder with past key/values: its cache interface, bound as a
@@ -13,7 +17,7 @@ to_graph(model, weights)    ONNX -> wsecc Graph; one error lists every unsupport
                             (`convert.py`)
 weight_inputs(model)        graph inputs that are weights without data, for
                             `--weights inputs` (`weights.py`)
-import_model(path, ...)     all four, in that order (this module)
+import_model(path, ...)     load_as_compiled, bind, fold, convert, in that order (this module)
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wsecc.errors import FrontendError
 from wsecc.frontend.bind import (
@@ -40,8 +45,12 @@ from wsecc.frontend.fold import fold
 from wsecc.frontend.generation import CacheLayer, GenerationIO, bind_generation, generation_io
 from wsecc.frontend.load import dtype_name, load_model
 from wsecc.frontend.weights import check_weights, placeholders, weight_inputs
+from wsecc.frontend.widen import narrow_floats, read_as_float32
 from wsecc.ir.core import Graph
 from wsecc.vocab import Weights, parse
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = [
     "BATCH_NAMES",
@@ -56,7 +65,10 @@ __all__ = [
     "fold",
     "generation_io",
     "import_model",
+    "load_as_compiled",
     "load_model",
+    "narrow_floats",
+    "read_as_float32",
     "resolve_bindings",
     "symbolic_dims",
     "to_graph",
@@ -77,6 +89,7 @@ class ModelInfo:
     sources: dict[str, str] = field(default_factory=dict)  # dim name -> where its value came from
     weight_inputs: int = 0  # graph inputs taken as weights without data (--weights inputs)
     generation: GenerationIO | None = None  # a decoder with past key/values, as it was bound
+    widened: tuple[str, ...] = ()  # the file's float types read as float32 ('float16', ...)
 
     def describe_bindings(self) -> str:
         """'batch=1 (--batch), sequence=64 (position table)': each value and its source; for a
@@ -90,6 +103,14 @@ class ModelInfo:
             bound = self.generation.bound.items()
             parts += [f"{k}={v}" for k, v in bound if k not in self.bindings]
         return ", ".join(parts)
+
+
+def load_as_compiled(path: str | os.PathLike[str]) -> tuple[onnx.ModelProto, tuple[str, ...]]:
+    """The file as every stage of a compile reads it: `load_model`, then its float16 and
+    bfloat16 read as float32 (`read_as_float32`); and the names of the types read so. The
+    numerics' onnxruntime reference runs a float16 file as this model (`wsecc.numerics`), so
+    that it computes what the compiled program computes."""
+    return read_as_float32(load_model(path))
 
 
 def import_model(
@@ -109,8 +130,11 @@ def import_model(
     `weights="inputs"`: the graph inputs that are weights (`weight_inputs`) become constants
     without data (`placeholders`); the folder sees them as typed inputs, as it sees every large
     weight, so nothing ever reads or allocates them. Without it, a file whose weights are such
-    inputs fails in one line that names the flag (`check_weights`)."""
-    model = load_model(path)
+    inputs fails in one line that names the flag (`check_weights`).
+
+    A file that computes in float16 or bfloat16 is read as float32 (`load_as_compiled`);
+    `ModelInfo.widened` names the types."""
+    model, widened = load_as_compiled(path)
     gen = generation_io(model)
     found = weight_inputs(model)
     as_inputs = parse(Weights, weights, "weights") is Weights.INPUTS
@@ -137,6 +161,7 @@ def import_model(
         sources=binding_sources(bindings, dims, seq_source, gen),
         weight_inputs=len(found),
         generation=gen,
+        widened=widened,
     )
     declared = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
     folded, stored = fold(model)

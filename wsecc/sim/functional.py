@@ -112,7 +112,9 @@ from wsecc.ir.rules import (
 from wsecc.kernels import KernelGraph, KernelKind, KernelSizing, Sizing, precision
 from wsecc.kernels.costs import cdiv
 from wsecc.numerics import (
+    AsWritten,
     OutputError,
+    as_written,
     compare,
     float32_noise,
     ort_run,
@@ -798,7 +800,9 @@ class NumericsResult:
     not fail for it.
 
     `passed` needs all of them. `fault` names a fault injected on purpose (`wsecc compile
-    --inject-fault`, a check of the checks)."""
+    --inject-fault`, a check of the checks). `as_written`, for a file the frontend read as
+    float32 (float16 weights): onnxruntime on the file as written against the reference, the
+    file's own float16 rounding; information, no part of `passed`."""
 
     reference: str  # "onnxruntime <version>"
     precision: str
@@ -807,6 +811,7 @@ class NumericsResult:
     fault: str | None = None
     structure_reference: str = "wsecc reference interpreter (fused graph)"
     fused: tuple[OutputError, ...] = ()
+    as_written: AsWritten | None = None  # a file read as float32: onnxruntime on it as written
 
     @property
     def precision_passed(self) -> bool:
@@ -825,7 +830,7 @@ class NumericsResult:
         return self.precision_passed and self.structure_passed and self.fused_passed
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "reference": self.reference,
             "precision": self.precision,
             "outputs": [asdict(o) for o in self.outputs],
@@ -838,18 +843,17 @@ class NumericsResult:
                 "passed": self.structure_passed,
             },
             "fault": self.fault,
-        } | (
-            {
-                "fused": {
-                    "reference": self.reference,
-                    "precision": "fp32",
-                    "outputs": [asdict(o) for o in self.fused],
-                    "passed": self.fused_passed,
-                }
+        }
+        if self.fused:
+            out["fused"] = {
+                "reference": self.reference,
+                "precision": "fp32",
+                "outputs": [asdict(o) for o in self.fused],
+                "passed": self.fused_passed,
             }
-            if self.fused
-            else {}
-        )
+        if self.as_written is not None:
+            out["as_written"] = self.as_written.to_json()
+        return out
 
     def summary(self) -> str:
         """Every check in one line (`wsecc.numerics.verdict_line`)."""
@@ -886,12 +890,15 @@ def verdict(
     exact: Mapping[str, np.ndarray],
     *,
     fault: str | None = None,
+    widened: Sequence[str] = (),
 ) -> NumericsResult:
     """Compare the simulated `outputs` with onnxruntime running the original ONNX file on
     `inputs`, within the tolerance of `precision`; `exact` (the same program in fp32) with the
     reference interpreter on `fused`, within fp32's; and, when `precision` is not fp32, the
     interpreter's outputs with onnxruntime's, within `TOLERANCE["fused"]`. An output the
-    simulation lacks fails.
+    simulation lacks fails. onnxruntime runs the file as the compiler read it
+    (`wsecc.numerics.ort_run`): when the frontend read its `widened` types (float16) as float32,
+    it also runs the file as written, as information (`wsecc.numerics.as_written`).
 
     When an output fails an fp32-level check (the precision check in fp32, structure, fused)
     the interpreter runs again in float64, and those outputs are judged again within
@@ -920,7 +927,7 @@ def verdict(
             errors = within_noise(errors, outputs, ort, precision, noise)
     return NumericsResult(
         f"onnxruntime {metadata.version('onnxruntime')}", precision, errors, structure, fault,
-        fused=meaning,
+        fused=meaning, as_written=as_written(model_path, inputs, ort, widened) if widened else None,
     )  # fmt: skip
 
 
