@@ -23,8 +23,10 @@ Anchored on Softmax over the last axis of a rank-4 tensor [B, H, Sq, Sk]:
    it), a position counting the kept keys before it (BLOOM's cumsum of the mask; the key's
    index when nothing is padded) — the slopes become the `alibi` attribute — or else terms
    that depend on no graph input, the same for every sample: a constant per head, query and
-   key (MPNet's relative position bias, which the frontend folded) that becomes a bias
-   operand [H, Sq, Sk] (`has_bias`). Anything else (a bias that moves with the mask in
+   key (MPNet's relative position bias, which the frontend folded; MPT's ALiBi, over key
+   indices whatever the padding) that becomes a bias operand [H, Sq, Sk] (`has_bias`). The
+   probe masks include one with every other key dropped: only gaps tell a position over the
+   kept keys from a key index. Anything else (a bias that moves with the mask in
    another way) is not fused;
 4. after Softmax an optional IsNaN/Where clean-up, MatMul with v', and a layout chain that
    must equal merging the heads back to [B, S, H·dh].
@@ -634,6 +636,8 @@ def _evaluate_mask(
                 if kind.endswith("_bh"):  # a bias of the [B·H, Sq, Sk] scores
                     a = a.reshape((1,) * (3 - a.ndim) + a.shape)
                     a = a.reshape(b, h, *a.shape[1:]) if a.shape[0] == b * h else a[None]
+                else:  # broadcast against the [B, H, Sq, Sk] scores (MPT's ALiBi: [H, 1, Sk])
+                    a = a.reshape((1,) * (4 - a.ndim) + a.shape)
                 kept = a > VERY_NEGATIVE
                 if not kept.all():
                     fills.append(float(a[~kept].min()))
@@ -680,8 +684,12 @@ def _evaluate_mask(
     bias = _bias_forms(base_biases, view, base, np.ones((b, sk)), h, alibi=kind != "full")
     if mask_in is not None:
         rng = np.random.default_rng(0)
-        for _ in range(3):
-            m = (rng.random(mask_in.type.shape) > 0.3).astype(np.int64)
+        gapped = np.broadcast_to(np.arange(mask_in.type.shape[-1]) % 2 == 0, mask_in.type.shape)
+        # every other key dropped, then random masks: a bias over key indices (MPT's ALiBi) and
+        # one over kept keys (BLOOM's) differ only where a row's kept keys have gaps
+        for m in [gapped.astype(np.int64)] + [
+            (rng.random(mask_in.type.shape) > 0.3).astype(np.int64) for _ in range(3)
+        ]:
             if kind == "full":
                 want = base & (_corner(m, sq, sk) != 0)[:, None]
             else:

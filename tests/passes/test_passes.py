@@ -459,6 +459,26 @@ def test_fuse_attention_constant_bias_becomes_a_bias_operand():
         np.testing.assert_allclose(run(g, feeds)["y"], want, rtol=1e-5, atol=1e-6)
 
 
+def test_fuse_attention_a_lower_rank_bias_broadcasts_against_the_scores():
+    """MPT's ALiBi is a constant [heads, 1, S] (slope × key index, whatever the padding), added
+    to the [B, heads, S, S] scores: numpy broadcasting aligns it on the right, so it is a
+    bias operand like MPNet's (it failed to evaluate before, aligned against a [B, 1, S, S]
+    mask)."""
+    slopes = [[[-0.5 * k for k in range(4)]], [[-0.25 * k for k in range(4)]]]
+    term = f"""      %alibi = const f32[2,1,4] {slopes}
+      %pbm: f32[2,1,4] = identity(%alibi)
+"""
+    text = _mpnet_attention_text(term)
+    out, _ = apply("fuse-attention", text)
+    assert "'has_bias': True" in out and "softmax" not in out and "alibi" not in out
+    g = PASSES["fuse-attention"](parse_graph(text), PassContext())
+    rng = np.random.default_rng(2)
+    for mask in ([[1, 1, 1, 1]], [[1, 1, 0, 0]], [[0, 1, 1, 1]]):
+        feeds = {"qkv": rng.standard_normal((1, 4, 12)).astype(np.float32), "mask": np.array(mask)}
+        want = run(parse_graph(text), feeds)["y"]
+        np.testing.assert_allclose(run(g, feeds)["y"], want, rtol=1e-5, atol=1e-6)
+
+
 def test_fuse_attention_does_not_fire_on_a_bias_that_moves_with_the_mask():
     """The same bias scaled by the mask input: with every key kept it is the constant, but it
     depends on a graph input, so it is no bias operand (nor a mask, nor ALiBi)."""
