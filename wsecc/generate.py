@@ -112,8 +112,8 @@ def generation_kernels(
     if biased := [k.name for k in attention if k.params.get("bias")]:
         raise WseccError(
             f"{kg.name}: generate mode does not support an attention bias operand (a constant "
-            f"[heads, S_q, S_kv], MPNet's relative position bias); {biased[0]!r} has one: "
-            "compile it with --mode infer"
+            f"[heads, S_q, S_kv]: MPNet's relative position bias, MPT's ALiBi); {biased[0]!r} "
+            "has one: compile it with --mode infer"
         )
     if bidirectional := [k.name for k in attention if not k.params["causal"]]:
         raise WseccError(
