@@ -327,7 +327,7 @@ def test_rmsnorm_and_attention_decode_by_hand() -> None:
     n = RMSNORM.decode({"rows": 8, "dim": 64, "has_residual": False}, 1, 4, ctx, 1)
     assert (n.compute, n.reduction, n.broadcast) == (48, (3 * 5 + 1) + (3 + 1), 8 + 8)
     p = {"seq": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "rotary_dim": 0,
-         "causal": True, "padding_mask": False, "full_mask": False, "alibi": False,
+         "causal": True, "padding_mask": False, "full_mask": False, "alibi": False, "bias": False,
          "cache_sequences": 1}  # fmt: skip
     a = attention_decode(p, 8, 4, ctx, 1)
     assert a.cache == cdiv(4 * 16 * 8, 4) + 11 * 8
