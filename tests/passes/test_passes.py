@@ -7,7 +7,7 @@ import pytest
 from wsecc.passes import PASSES, PassContext
 
 from wsecc.interp import run
-from wsecc.ir.core import Op
+from wsecc.ir.core import Graph, Op
 from wsecc.ir.printer import format_graph, parse_graph
 from wsecc.ir.verify import verify
 
@@ -452,11 +452,16 @@ def test_fuse_attention_constant_bias_becomes_a_bias_operand():
     g = PASSES["fuse-attention"](parse_graph(text), PassContext())
     (att,) = [n for n in g.nodes if n.op is Op.ATTENTION]
     np.testing.assert_array_equal(att.inputs[4].const, np.float32(_PB))
+    _computes_as(g, text, [[1, 1, 1, 1]], [[1, 1, 0, 0]], [[1, 0, 1, 1]])
+
+
+def _computes_as(fused: Graph, text: str, *masks: list[list[int]]) -> None:
+    """`fused` computes what the graph `text` does, under each of the key-padding `masks`."""
     rng = np.random.default_rng(1)
-    for mask in ([[1, 1, 1, 1]], [[1, 1, 0, 0]], [[1, 0, 1, 1]]):
+    for mask in masks:
         feeds = {"qkv": rng.standard_normal((1, 4, 12)).astype(np.float32), "mask": np.array(mask)}
         want = run(parse_graph(text), feeds)["y"]
-        np.testing.assert_allclose(run(g, feeds)["y"], want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(run(fused, feeds)["y"], want, rtol=1e-5, atol=1e-6)
 
 
 def test_fuse_attention_a_lower_rank_bias_broadcasts_against_the_scores():
@@ -472,11 +477,7 @@ def test_fuse_attention_a_lower_rank_bias_broadcasts_against_the_scores():
     out, _ = apply("fuse-attention", text)
     assert "'has_bias': True" in out and "softmax" not in out and "alibi" not in out
     g = PASSES["fuse-attention"](parse_graph(text), PassContext())
-    rng = np.random.default_rng(2)
-    for mask in ([[1, 1, 1, 1]], [[1, 1, 0, 0]], [[0, 1, 1, 1]]):
-        feeds = {"qkv": rng.standard_normal((1, 4, 12)).astype(np.float32), "mask": np.array(mask)}
-        want = run(parse_graph(text), feeds)["y"]
-        np.testing.assert_allclose(run(g, feeds)["y"], want, rtol=1e-5, atol=1e-6)
+    _computes_as(g, text, [[1, 1, 1, 1]], [[0, 1, 1, 1]], [[1, 0, 1, 1]], [[1, 0, 0, 1]])
 
 
 def test_fuse_attention_does_not_fire_on_a_bias_that_moves_with_the_mask():
