@@ -856,9 +856,10 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     token_inputs = _token_inputs(view)
 
     def mask_class(v: Value) -> bool:
-        if v.is_const:
+        inputs = view.input_ancestors(v)
+        if v.is_const or not inputs:  # a function of constants alone (a folder left it: large)
             return True
-        if view.input_ancestors(v) & token_inputs:
+        if inputs & token_inputs:
             return False
         return not any(
             n.op in (Op.MATMUL, Op.LINEAR, Op.EMBEDDING, Op.SOFTMAX) for n in view.ancestors(v)

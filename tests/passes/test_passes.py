@@ -464,6 +464,25 @@ def _computes_as(fused: Graph, text: str, *masks: list[list[int]]) -> None:
         np.testing.assert_allclose(run(fused, feeds)["y"], want, rtol=1e-5, atol=1e-6)
 
 
+def test_fuse_attention_bias_the_folder_left_as_a_lookup_of_constants():
+    """At long sequences the folder leaves MPNet's bias as ops (its [S, S, heads] lookup is over
+    the folder's output limit): an Embedding of constant bucket ids into the learned [buckets,
+    heads] table, permuted to [1, heads, S, S]. A function of constants alone, it is a bias
+    operand like the folded one (an Embedding among a term's ancestors meant data before)."""
+    buckets = [[(k - q) % 3 for k in range(4)] for q in range(4)]
+    term = f"""      %bucket = const i64[4,4] {buckets}
+      %table = const f32[3,2] [[0.5, -0.25], [0.0, 0.75], [-1.0, 0.25]]
+      %e: f32[4,4,2] = embedding(%bucket, %table)
+      %et: f32[2,4,4] = transpose(%e) {{'perm': (2, 0, 1)}}
+      %pbm: f32[1,2,4,4] = reshape(%et) {{'shape': (1, 2, 4, 4)}}
+"""
+    text = _mpnet_attention_text(term)
+    out, _ = apply("fuse-attention", text)
+    assert "'has_bias': True" in out and "softmax" not in out
+    g = PASSES["fuse-attention"](parse_graph(text), PassContext())
+    _computes_as(g, text, [[1, 1, 1, 1]], [[1, 1, 0, 0]], [[1, 0, 1, 1]])
+
+
 def test_fuse_attention_a_lower_rank_bias_broadcasts_against_the_scores():
     """MPT's ALiBi is a constant [heads, 1, S] (slope × key index, whatever the padding), added
     to the [B, heads, S, S] scores: numpy broadcasting aligns it on the right, so it is a
