@@ -20,6 +20,9 @@ DATA = Path(__file__).resolve().parents[1] / "data"
         (DATA / "gpt2_pos64.onnx", 64),  # 64 rows, read at positions 0..63
         (DATA / "opt_pos64.onnx", 64),  # 66 rows, read at positions 2..65
         (SAMPLES / "bert_dynamo.onnx", 128),
+        # 130 rows read at positions 2..129: RoBERTa's numbering, from padding id 1 + 1, of the
+        # tokens that are not padding (fed ids of 1, every token was padding: 130 was bound)
+        (SAMPLES / "mpnet_legacy_op17.onnx", 128),
     ],
 )
 def test_the_sequence_defaults_to_the_models_context(path, context):

@@ -297,11 +297,17 @@ def position_table_rows(
     return max(found) if found else None
 
 
+TOKEN_ID = 5
+"""A token id no exporter pads with (BERT pads with 0, RoBERTa and MPNet with 1, GPT-2-like
+vocabularies with one of their last ids): positions are counted over real tokens."""
+
+
 def _largest_position(model: onnx.ModelProto, indices: str, seq: int) -> int | None:
     """The largest index the position lookup reads for one sample of `seq` tokens, all of
-    them attended: the subgraph computing `indices` run by onnx's reference evaluator on
-    ones (a mask of ones; token ids of 1) and position ids 0..seq-1 (what a generation
-    graph's are bound to). None when it cannot be run."""
+    them attended: the subgraph computing `indices` run by onnx's reference evaluator on a
+    mask of ones, position ids 0..seq-1 (what a generation graph's are bound to) and token ids
+    of `TOKEN_ID` (RoBERTa and MPNet number the tokens that are not their padding id, 1, from
+    padding id + 1). None when it cannot be run."""
     from onnx.reference import ReferenceEvaluator
 
     try:
@@ -331,8 +337,9 @@ def _largest_position(model: onnx.ModelProto, indices: str, seq: int) -> int | N
             rank = len(i.type.tensor_type.shape.dim)
             shape = (1, seq)[:rank] + (1,) * max(0, rank - 2)
             dtype = onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
-            feeds[i.name] = np.ones(shape, dtype)
-            if "position" in i.name.lower() and rank:  # position ids: 0..seq-1, as bound
+            name = i.name.lower()
+            feeds[i.name] = np.full(shape, 1 if "mask" in name else TOKEN_ID, dtype)
+            if "position" in name and rank:  # position ids: 0..seq-1, as bound
                 feeds[i.name] = np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape)
         (out,) = ReferenceEvaluator(sub).run(None, feeds)
         return int(np.max(out))
