@@ -212,3 +212,15 @@ def test_mpnet_relative_position_bias_fuses_and_passes(tmp_path, capsys, extra):
     assert numerics["passed"] and numerics["precision_passed"]
     assert numerics["structure"]["passed"] and numerics["fused"]["passed"]
     assert "numerics       PASS: mixed PASS" in capsys.readouterr().out
+
+
+def test_positions_past_the_table_stop_in_one_line(tmp_path, capsys):
+    """MPNet numbers its tokens from padding id + 1 = 2, so --seq 130 reads row 131 of its
+    130-row table: the positions are computed from the ids, so only the numerics see it; they
+    stop in one line that says what to do, and no folder is left."""
+    out = tmp_path / "o"
+    argv = ["compile", str(SAMPLES / "mpnet_legacy_op17.onnx"), "--seq", "130", "-o", str(out)]
+    assert main([*argv, "--placer", "greedy"]) == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "the table holds 130 rows: bind a shorter --seq" in lines[0]
+    assert not out.exists()

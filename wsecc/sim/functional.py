@@ -602,7 +602,10 @@ def _embedding(b: _Build) -> Run:
         out = None
         for ids, n, start in zip(args[0::2], sizes, starts, strict=True):
             if ids.size and (ids.min() < -n or ids.max() >= n):
-                raise b.fail(f"an index is out of range [{-n}, {n})")
+                raise b.fail(
+                    f"an index is out of range [{-n}, {n}) (if these are positions, the table "
+                    f"holds {n} rows: bind a shorter --seq)"
+                )
             g = np.where(ids < 0, ids + n, ids) + start
             row = resident[g // vh, g % vh]
             out = row if out is None else ar.acc(out + row)
