@@ -29,7 +29,7 @@ Buffers. Each edge holds `buffer_chunks` chunks (double buffering, as the cost m
       so a lane streams at its rate however long it is, stalling hop by hop when its consumer
       stops taking. These slots are not SRAM. (Counted against the consumer's buffer, a flow
       whose latency is a few chunk times throttled its chain: −62% on the bundled BERT at
-      seq 64 on WSE-3 with greedy's placement, −12% with them.)
+      seq 64 on WSE-3 with greedy's placement, −11% with them.)
     - barrier edges 2 n more: a whole sample's K/V while the next streams in (the cost model's
       kv_sets = 2);
     - with `skew_buffers` (default), delay-matching chunks on reconvergent edges: an edge whose
