@@ -11,6 +11,8 @@ from wsecc.place.cpsat import CpSatOptions, _Limits, pack_unit, place_cpsat
 from wsecc.place.greedy import greedy_rects
 from wsecc.place.layered import layered_rects
 from wsecc.place.problem import (
+    PlaceFlow,
+    PlaceKernel,
     Placement,
     PlacementError,
     Rect,
@@ -40,6 +42,15 @@ def test_layers_are_found_by_structure():
     assert [n.split("_", 1)[1] for n in layers[0]][:3] == ["layernorm", "linear_qkv", "attention"]
     assert after == ["022_layernorm", "023_lm_head"]
     assert repeating_layers(chain_problem(12))[1] == []  # no attention: no layers
+    # RoBERTa and MPNet compute position ids from the token ids in kernels before the embedding
+    problem = gpt2_small_problem(3)
+    ids = (PlaceKernel("a_equal", ((4, 2),), kind="elementwise"),
+           PlaceKernel("a_cumsum", ((4, 2),), kind="elementwise"))  # fmt: skip
+    into = (PlaceFlow("a_equal", "a_cumsum", 1e2), PlaceFlow("a_cumsum", "000_embedding", 1e2))
+    roberta = replace(problem, kernels=ids + problem.kernels, flows=into + problem.flows)
+    before, layers, after = repeating_layers(roberta)
+    assert before == ["a_equal", "a_cumsum", "000_embedding"]
+    assert [len(layer) for layer in layers] == [7, 7, 7]
 
 
 def test_tiled_beats_greedy_and_layered_on_a_gpt2_shaped_problem():

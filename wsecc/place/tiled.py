@@ -74,9 +74,11 @@ def repeating_layers(problem: PlacementProblem) -> tuple[list[str], list[list[st
     order = flow_order(problem)
     kinds = [problem.kernel(n).kind for n in order]
     att = [i for i, k in enumerate(kinds) if k == "attention"]
-    lead = next((i for i, k in enumerate(kinds) if k != "embedding"), len(order))
-    if len(att) < 2 or lead > att[0]:
+    if len(att) < 2:
         return order, [], []
+    # the layers start after the last embedding before them (RoBERTa and MPNet compute their
+    # position ids from the token ids in kernels of their own, before the embedding)
+    lead = max((i + 1 for i, k in enumerate(kinds[: att[0]]) if k == "embedding"), default=0)
     starts = [a - (att[0] - lead) for a in att]
     size = starts[1] - starts[0]
     end = starts[-1] + size
