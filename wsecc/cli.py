@@ -380,8 +380,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from wsecc.compiler import Compilation
     from wsecc.progress import StageDisplay
 
+    from wsecc.outdir import check_compile_output
+
     model = Path(args.model)
     out_dir = Path(args.out) if args.out else Path(f"{model.stem}.wsecc")
+    inputs = [model] + [Path(p) for p in (args.pins, args.inputs, args.dump_dir) if p]
+    check_compile_output(out_dir, inputs)  # before any work: never the user's folder
     options = _options(args)
     with StageDisplay(quiet=args.json) as display:
         c = Compilation.load(model, options, display.update).run()
@@ -403,8 +407,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from wsecc.progress import SweepDisplay
     from wsecc.sweep import load_spec, run_sweep
 
+    from wsecc.outdir import check_sweep_output
+
     spec = load_spec(args.spec)
     out = Path(args.out) if args.out else Path(f"{spec.path.stem}.sweep")
+    check_sweep_output(out, [spec.path])
     with SweepDisplay() as display:
         s = run_sweep(
             spec, out, workers=args.workers, ray=args.ray, retry_failed=args.retry_failed,

@@ -23,7 +23,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -36,6 +35,7 @@ from wsecc.errors import WseccError
 from wsecc.frontend.common import MAX_TENSOR_BYTES, widened_text
 from wsecc.limits import Limits
 from wsecc.options import Options
+from wsecc.outdir import write_folder
 from wsecc.replicas import GENERATE_MODE, TRAIN_MODE, Replicas, host_samples_per_s
 from wsecc.targets import target_source
 from wsecc.version import __version__
@@ -1047,27 +1047,6 @@ def _drop_timings(obj: Any) -> None:
     elif isinstance(obj, list):
         for v in obj:
             _drop_timings(v)
-
-
-def write_folder(out_dir: Path, files: Mapping[str, str | bytes]) -> Path:
-    """Write `files` into a temporary sibling folder, then move it into place in one rename:
-    an interrupted or failed write leaves no half-written `out_dir`."""
-    out_dir = out_dir.resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary folder
-    try:
-        for name, data in files.items():
-            (tmp / name).write_bytes(data.encode() if isinstance(data, str) else data)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out_dir
 
 
 def compile(  # noqa: A001 - the verb users expect: wsecc.compile(...)

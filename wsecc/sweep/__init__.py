@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wsecc.outdir import check_sweep_output
 from wsecc.sweep.run import Message, Task, make_tasks
 from wsecc.sweep.spec import Point, Spec, SpecError, load_spec
 from wsecc.sweep.table import append_journal, read_journal, read_table, write_table
@@ -54,7 +55,7 @@ def run_sweep(
     that points added to the spec later reuse them; deleting it costs only time.
     `share=False` compiles every point as a separate `wsecc compile` would (its own frontend at
     its batch, its own placement), for measuring what sharing saves."""
-    folder = Path(folder)
+    folder = check_sweep_output(folder, [spec.path])
     if ray:  # a runner that cannot start fails before the folder is made
         from wsecc.sweep.pool import check_ray
 
