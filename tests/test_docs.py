@@ -29,10 +29,10 @@ def test_python_api_page_runs(capsys):
     assert namespace["fp32"].numerics.precision == "fp32" and namespace["fp32"].numerics.passed
 
 
-def test_the_readmes_sweep_spec_is_the_sample_and_loads():
+def test_the_sweep_pages_spec_is_the_sample_and_loads():
     from wsecc.sweep import load_spec
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "sweep.md").read_text()
     sample = (ROOT / "samples" / "sweep.toml").read_text()
     assert f"```toml\n{sample}```" in readme
     points = load_spec(ROOT / "samples" / "sweep.toml").points()

@@ -234,7 +234,7 @@ def test_a_sweep_takes_the_weights(weightless, tmp_path):
     ("family", "sample"), [("gpt2lm", "gpt2_dynamo.onnx"), ("bertseq", "bert_dynamo.onnx")]
 )
 def test_a_meta_device_export_compiles_as_the_sample(tmp_path, family, sample):
-    """The README's recipe on the samples' configs: built on the meta device, exported
+    """docs/frontend.md's recipe on the samples' configs: built on the meta device, exported
     weightless, it compiles to what the sample (the same config, with weights) compiles to."""
     from hf_exports import _recipe
 

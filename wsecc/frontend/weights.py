@@ -2,7 +2,7 @@
 one error when they come without the flag, and the data-less constants that stand for them.
 
 A weightless export — a model built on torch's meta device, exported with the dynamo exporter
-and saved without its initializers (README, "Models bigger than this machine") — lists every
+and saved without its initializers (docs/frontend.md, "Models bigger than this machine") — lists every
 parameter as a graph input with a static shape and no data. An input is taken as a weight when
 
 - its element type is a float and every dim is a number (nothing --batch/--seq/--dim binds), and
