@@ -1,0 +1,126 @@
+"""Regenerate the committed mixture-of-experts samples: ``python samples/make_moe_samples.py``.
+
+Needs ``pip install -e '.[export]'`` (torch 2.13.0 CPU, transformers 5). Nothing is downloaded:
+each model is built from a transformers config with random weights, every parameter perturbed
+by N(0, 0.02) from a fixed seed (``make_samples.perturb_``), and exported with the dynamo
+exporter (``torch.onnx.export(dynamo=True)``), batch and sequence dynamic, then checked against
+torch with onnxruntime as ``make_samples.py`` checks its files.
+
+transformers' default ("eager") experts loop over the experts a batch hits, which no exporter
+can write; ``model.set_experts_implementation("batched_mm")`` computes every (token, chosen
+expert) pair as a batched matmul of the gathered expert weights instead, which the dynamo
+exporter writes as TopK, Gather of the expert weight stacks and MatMul (samples/README.md
+lists the pattern).
+
+The tiny models: 2 layers, hidden 64, 4 heads (2 K/V heads), 4 experts, top 2, vocabulary 256.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import onnx
+import torch
+import transformers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_samples import (  # noqa: E402  (a script beside this one, not a package)
+    SAMPLE_MAX_BYTES,
+    SAMPLES_DIR,
+    Family,
+    build_family,
+    check_export,
+    export_onnx,
+    make_inputs,
+    op_counts,
+)
+
+_TINY = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=256,
+    max_position_embeddings=128,
+    use_cache=False,
+    bos_token_id=0,
+    eos_token_id=0,
+    pad_token_id=0,
+)
+_IDS_MASK = ("input_ids", "attention_mask")
+_LM = {"logits": ("batch", "sequence")}
+
+MOE_FAMILIES: dict[str, Family] = {
+    # softmax router over 4 experts, top 2, the kept probabilities renormalised; SwiGLU experts
+    "mixtral": Family(
+        "MixtralForCausalLM",
+        "MixtralConfig",
+        dict(_TINY, intermediate_size=96, num_local_experts=4, num_experts_per_tok=2),
+        _IDS_MASK,
+        _LM,
+    ),
+    # as Mixtral, plus a shared SwiGLU expert scaled by sigmoid(x w_shared_gate); top-k
+    # probabilities not renormalised (norm_topk_prob=False, Qwen2-MoE's default)
+    "qwen2moe": Family(
+        "Qwen2MoeForCausalLM",
+        "Qwen2MoeConfig",
+        dict(
+            _TINY,
+            intermediate_size=96,
+            moe_intermediate_size=48,
+            shared_expert_intermediate_size=96,
+            num_experts=4,
+            num_experts_per_tok=2,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        ),
+        _IDS_MASK,
+        _LM,
+    ),
+}
+
+MOE_SAMPLES = {"mixtral": "mixtral", "qwen2moe": "qwen2moe"}
+
+
+def build_moe_family(family: Family) -> torch.nn.Module:
+    """`make_samples.build_family` with the experts computed as batched matmuls."""
+    module = build_family(family)
+    module.model.set_experts_implementation("batched_mm")
+    return module
+
+
+def main(out_dir: Path = SAMPLES_DIR, only: tuple[str, ...] = ()) -> None:
+    versions = (torch.__version__, transformers.__version__, onnx.__version__)
+    print("torch {}, transformers {}, onnx {}".format(*versions))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stem, family_name in MOE_SAMPLES.items():
+        if only and stem not in only:
+            continue
+        family = MOE_FAMILIES[family_name]
+        module = build_moe_family(family)
+        example = make_inputs(family, 2, 16, pad_last_row=True)
+        path = out_dir / f"{stem}_dynamo.onnx"
+        export_onnx(module, example, family.outputs, path, "dynamo")
+        onnx.checker.check_model(str(path), full_check=True)
+        size = path.stat().st_size
+        if size > SAMPLE_MAX_BYTES or path.with_name(f"{path.name}.data").exists():
+            raise AssertionError(f"{path.name} is not one file under 2 MB ({size} bytes)")
+        model = onnx.load(str(path))
+        opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        counts = op_counts(path)
+        diffs = ", ".join(
+            f"(b{b},s{s}{',padded' if p else ''}) {d:.1e}"
+            for (b, s, p), d in check_export(module, family, path)
+        )
+        print(
+            f"{path.name}: opset {opset}, IR {model.ir_version}, {sum(counts.values())} nodes, "
+            f"{size} bytes; max |torch - ORT| {diffs}"
+        )
+        print(f"    ops: {counts}")
+
+
+if __name__ == "__main__":
+    # optional: an output folder, then the stems to make
+    args = sys.argv[1:]
+    main(Path(args[0]) if args else SAMPLES_DIR, tuple(args[1:]))
