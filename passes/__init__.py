@@ -17,6 +17,7 @@ from wsecc.passes import (
     fuse_layernorm,
     fuse_linear,
     fuse_lm_head,
+    fuse_moe,
     fuse_swiglu,
     lower,
 )
@@ -30,6 +31,7 @@ PASSES: Mapping[str, Pass] = MappingProxyType(
             canonicalize,
             fuse_embedding,
             fuse_linear,
+            fuse_moe,
             fuse_swiglu,
             fuse_layernorm,
             fuse_gelu,
@@ -45,6 +47,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "canonicalize",
     "fuse-embedding",
     "fuse-linear",
+    "fuse-moe",
     "fuse-swiglu",
     "fuse-layernorm",
     "fuse-gelu",

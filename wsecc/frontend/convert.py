@@ -684,6 +684,26 @@ def _softmax(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]
     return c.emit(Op.SOFTMAX, [x], {"axis": ax}, n.output)
 
 
+@_conv("TopK")
+def _top_k(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    x = c.get(n.input[0])
+    k = c.const_input(n, 1, "k")
+    ax = _axis(n, _attr_int(a, "axis", -1), x.type.rank)
+    if (
+        k is None
+        or np.asarray(k).size != 1
+        or not 0 <= int(np.asarray(k).reshape(-1)[0]) <= (x.type.shape[ax])
+    ):
+        raise FrontendError(f"TopK {n.name!r}: k must be one constant in [0, {x.type.shape[ax]}]")
+    attrs = {
+        "k": int(np.asarray(k).reshape(-1)[0]),
+        "axis": ax,
+        "largest": bool(_attr_int(a, "largest", 1)),
+        "sorted": bool(_attr_int(a, "sorted", 1)),
+    }
+    return c.emit(Op.TOP_K, [x], attrs, n.output)
+
+
 @_conv("LayerNormalization")
 def _layer_norm(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     x, gamma = c.get(n.input[0]), c.get(n.input[1])

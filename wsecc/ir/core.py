@@ -166,6 +166,7 @@ class Op(enum.Enum):
     REDUCE_MAX = "reduce_max"
     CUMSUM = "cumsum"
     SOFTMAX = "softmax"
+    TOP_K = "top_k"
     # fused transformer ops (produced by the passes or by onnxruntime-fused input graphs)
     LINEAR = "linear"
     LAYER_NORM = "layer_norm"
@@ -175,6 +176,7 @@ class Op(enum.Enum):
     ATTENTION = "attention"
     EMBEDDING = "embedding"
     LM_HEAD = "lm_head"
+    MOE = "moe"
 
 
 FUSED_OPS = frozenset(
@@ -187,6 +189,7 @@ FUSED_OPS = frozenset(
         Op.ATTENTION,
         Op.EMBEDDING,
         Op.LM_HEAD,
+        Op.MOE,
     }
 )
 

@@ -464,6 +464,94 @@ def rms_norm(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     return [y, s] if a.get("emit_sum") else [y]
 
 
+def _top_k_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
+    x = ts[0]
+    ax = _axis(a["axis"], x.rank)
+    if not 0 <= a["k"] <= x.shape[ax]:
+        raise IRError(f"top_k k={a['k']} is outside [0, {x.shape[ax]}]")
+    shape = x.shape[:ax] + (a["k"],) + x.shape[ax + 1 :]
+    return [TensorType(x.dtype, shape), TensorType(DType.INT64, shape)]
+
+
+def top_k_indices(x: np.ndarray, k: int, axis: int, largest: bool = True) -> np.ndarray:
+    """The indices of the k largest (or smallest) entries along `axis`, best first; equal
+    values in index order, as ONNX TopK specifies."""
+    key = -x if largest else x
+    return np.argsort(key, axis=axis, kind="stable").take(np.arange(k), axis=axis)
+
+
+def _top_k_impl(xs: Arrays, a: Attrs) -> list[np.ndarray]:
+    x = xs[0]
+    ax = _axis(a["axis"], x.ndim)
+    idx = top_k_indices(x, a["k"], ax, a["largest"])
+    return [np.take_along_axis(x, idx, axis=ax), idx.astype(np.int64)]
+
+
+def _top_k_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    """The kept values' cotangents go back to where they were taken from (the choice is
+    locally constant)."""
+    x, idx = xs[0], ys[1]
+    dx = np.zeros_like(x)
+    np.put_along_axis(dx, idx, gs[0], axis=_axis(a["axis"], x.ndim))
+    return [dx]
+
+
+MOE_ROUTERS = ("softmax", "sigmoid")
+"""How `moe` scores the experts before choosing its top k: softmax over all E, or a sigmoid
+each."""
+
+
+def _moe_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
+    x, wr, wg, wu, wd = ts[:5]
+    h = x.shape[-1] if x.rank else 0
+    e, i = (wg.shape[0], wg.shape[2]) if wg.rank == 3 else (0, 0)
+    if wr.shape != (h, e) or wg.shape != (e, h, i) or wu != wg or wd.shape != (e, i, h):
+        raise IRError(
+            f"moe expects x[..., H], W_router[H, E], W_gate and W_up [E, H, I], W_down [E, I, H], "
+            f"got {x.shape}, {wr.shape}, {wg.shape}, {wu.shape}, {wd.shape}"
+        )
+    if a["router"] not in MOE_ROUTERS or a["activation"] not in GATES:
+        raise IRError(f"moe router must be one of {MOE_ROUTERS}, activation one of {GATES}")
+    if not 1 <= a["k"] <= e:
+        raise IRError(f"moe chooses k={a['k']} of {e} experts")
+    return [TensorType(_same_dtype(ts), x.shape)]
+
+
+def moe_routing(x2: np.ndarray, wr: np.ndarray, a: Attrs) -> tuple[np.ndarray, np.ndarray]:
+    """The router of `moe` on tokens x2[T, H]: the chosen experts [T, k] (best first, ties to
+    the lower index, as ONNX TopK) and their weights [T, k] (renormalised to sum 1 when
+    `normalize`)."""
+    logits = _matmul(x2, wr)
+    if a["router"] == "softmax":
+        scores = softmax(logits, -1).astype(x2.dtype)
+    else:
+        scores = special.expit(logits.astype(np.float64)).astype(x2.dtype)
+    idx = top_k_indices(scores, a["k"], 1)
+    w = np.take_along_axis(scores, idx, axis=1)
+    if a["normalize"]:
+        w = (w / w.sum(axis=1, keepdims=True)).astype(x2.dtype)
+    return idx, w
+
+
+def moe(xs: Arrays, a: Attrs) -> list[np.ndarray]:
+    """A mixture-of-experts block (Mixtral's, Qwen-MoE's without the shared expert):
+    scores = softmax(x·W_router) (or sigmoid), the k best experts per token with their scores
+    as weights (divided by their sum when `normalize`), and
+    y = Σ_j w_j · (silu(x·W_gate[e_j]) · (x·W_up[e_j]))·W_down[e_j] over the k chosen e_j,
+    summed in choice order (best first), as the exporters' combine sums them."""
+    x, wr, wg, wu, wd = xs[:5]
+    x2 = x.reshape(-1, x.shape[-1])
+    idx, w = moe_routing(x2, wr, a)
+    y = np.zeros((a["k"],) + x2.shape, x.dtype)
+    for e in range(wg.shape[0]):
+        rows, slot = np.nonzero(idx == e)
+        if rows.size:
+            xe = x2[rows]
+            he = silu(_matmul(xe, wg[e])) * _matmul(xe, wu[e])
+            y[slot, rows] = _matmul(he.astype(x.dtype), wd[e]) * w[rows, slot, None]
+    return [y.sum(axis=0).astype(x.dtype).reshape(x.shape)]
+
+
 def _gated_linear_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     x, wg, wu = ts[0], ts[1], ts[2]
     if wg.rank != 2 or wg != wu or x.shape[-1] != wg.shape[0]:
@@ -1196,6 +1284,8 @@ RULES: dict[Op, Rule] = {
         lambda xs, a: [softmax(xs[0], _axis(a["axis"], xs[0].ndim)).astype(xs[0].dtype)],
         _softmax_vjp,
     ),
+    Op.TOP_K: Rule(1, 1, _top_k_infer, _top_k_impl, _top_k_vjp),
+    Op.MOE: Rule(5, 5, _moe_infer, moe),
     Op.LINEAR: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LM_HEAD: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LAYER_NORM: Rule(3, 4, _layer_norm_infer, layer_norm, _layer_norm_vjp),

@@ -68,6 +68,7 @@ class KernelKind(enum.StrEnum):
     LAYERNORM = "layernorm"
     RMSNORM = "rmsnorm"
     GATED_LINEAR = "gated_linear"
+    MOE = "moe"
     SOFTMAX = "softmax"
     ELEMENTWISE = "elementwise"
     EMBEDDING = "embedding"

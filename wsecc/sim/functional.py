@@ -427,6 +427,68 @@ def _gated_linear(b: _Build) -> Run:
     return run
 
 
+def _moe(b: _Build) -> Run:
+    """moe: `wsecc.kernels.kinds.moe`'s mapping. The router's W[H, E] tiled H over the rows of
+    column 0 (`_tiled_linear`, one column), its logits, scores, choice and weights kept in the
+    accumulate type; each expert on its band (h rows by wb columns): gate and up as
+    `_gated_linear`'s tiles, silu(g)·u rounded to storage (it travels back up the column),
+    W_down[F, H] with F over the band's columns (each output's partials chained along the row)
+    and H over the rows; the combine adds w_j · y_e into each token's running sum in band order
+    (band 0, nearest the W edge, first; experts of one band in index order), in the accumulate
+    type, rounded to storage as it leaves."""
+    from wsecc.ir.rules import top_k_indices
+    from wsecc.kernels.kinds.moe import _bands
+
+    b.expect(Op.MOE)
+    a: dict[str, Any] = b.node.attr_dict
+    wr, wg, wu, wd = (b.resident(i) for i in range(1, 5))
+    E, H, F = wg.shape
+    h, w = b.region.h, b.region.w
+    bands, wb, _ = _bands(E, w)
+    xt = b.node.inputs[0].type
+    M = xt.size // xt.shape[-1]
+    ar = b.ar
+    inner = Arithmetic(ar.name, _identity, ar.acc)  # sums that stay in the region
+    router = _MatmulTiles.of(wr, h, 1, M, None)
+    gate_up, down = [], []
+    for e in range(E):
+        W = np.empty((H, 2 * F), np.float32)
+        W[:, 0::2], W[:, 1::2] = wg[e], wu[e]
+        gate_up.append(_MatmulTiles.of(W, h, wb, M, None))
+        down.append(_MatmulTiles.of(wd[e], wb, h, M, None))
+    order = sorted(range(E), key=lambda e: (e % bands, e // bands))  # the combine's order
+    k = int(a["k"])
+
+    def run(args: Arrays) -> list[np.ndarray]:
+        shape = args[0].shape
+        x = args[0].reshape(-1, shape[-1])
+        logits = _tiled_linear(x, router, inner, None, "none")
+        with np.errstate(over="ignore"):
+            if a["router"] == "softmax":
+                z = np.exp(logits - logits.max(axis=1, keepdims=True))
+                scores = ar.acc(z / z.sum(axis=1, keepdims=True, dtype=np.float32))
+            else:
+                scores = ar.acc(np.float32(1) / (np.float32(1) + np.exp(-logits)))
+        idx = top_k_indices(scores, k, 1)
+        weights = np.take_along_axis(scores, idx, axis=1)
+        if a["normalize"]:
+            weights = ar.acc(weights / weights.sum(axis=1, keepdims=True, dtype=np.float32))
+        acc = np.zeros(x.shape, np.float32)
+        for e in order:
+            rows, slot = np.nonzero(idx == e)
+            if not rows.size:
+                continue
+            y = _tiled_linear(x[rows], gate_up[e], ar, None, "none")
+            g, u = y[:, 0::2], y[:, 1::2]
+            with np.errstate(over="ignore"):
+                hid = ar.store(ar.acc(ar.acc(g / (np.float32(1) + np.exp(-g))) * u))
+            ye = _tiled_linear(hid, down[e], inner, None, "none")
+            acc[rows] = ar.acc(acc[rows] + ar.acc(ye * weights[rows, slot, None]))
+        return [ar.store(acc).reshape(shape)]
+
+    return run
+
+
 def _attention(b: _Build) -> Run:
     """attention_cost's mapping: keys cyclic over the rows, per-PE online-softmax partials merged
     down the column in row order, normalised at the bottom (`wsecc.sim.compiled.attention_heads`,

@@ -145,6 +145,7 @@ _FRAMES: Mapping[KernelKind, Frame | None] = {
     KernelKind.LINEAR: None,
     KernelKind.LM_HEAD: None,
     KernelKind.GATED_LINEAR: None,
+    KernelKind.MOE: None,
     KernelKind.LAYERNORM: None,
     KernelKind.RMSNORM: None,
     KernelKind.SOFTMAX: None,

@@ -4,6 +4,7 @@
     attention.py  attention
     rowwise.py    layernorm, rmsnorm, softmax, elementwise
     embedding.py  embedding
+    moe.py        moe (a mixture-of-experts block)
     generic.py    generic (lowering's fallback)
     contest.py    conv, dblock, cblock (the ISPD 2020 contest)
 
@@ -24,6 +25,7 @@ from wsecc.kernels.kinds.contest import CBLOCK, CONV, DBLOCK
 from wsecc.kernels.kinds.embedding import EMBEDDING
 from wsecc.kernels.kinds.generic import GENERIC, lower_generic
 from wsecc.kernels.kinds.matmul import GATED_LINEAR, LINEAR, LM_HEAD
+from wsecc.kernels.kinds.moe import MOE
 from wsecc.kernels.kinds.rowwise import ELEMENTWISE, LAYERNORM, RMSNORM, SOFTMAX
 
 KINDS: Mapping[KernelKind, KindDef] = MappingProxyType(
@@ -33,6 +35,7 @@ KINDS: Mapping[KernelKind, KindDef] = MappingProxyType(
             LINEAR,
             GATED_LINEAR,
             LM_HEAD,
+            MOE,
             ATTENTION,
             LAYERNORM,
             RMSNORM,

@@ -1,0 +1,208 @@
+"""The `moe` kind: a mixture-of-experts block (router, E SwiGLU experts, combine) in one region,
+every expert's weights resident, each token computed by the k experts its router chooses.
+
+Params: tokens per sample, H (the model's width), F (each expert's hidden width), E experts, k
+chosen per token, the router's form and whether the k weights are renormalised.
+
+Mapping on an h x w region (docs/cost-models.md, "moe"):
+
+    bands     the columns are cut into b = min(E, w) bands of wb = w // b columns (columns past
+              b wb idle); band j holds ep = cdiv(E, b) experts (expert e in band e mod b)
+    experts   in its band, PE (i, c) holds, for each of its experts, W_gate[e][H_i, F_c] and
+              W_up[e][H_i, F_c] (the gated_linear tiles: H over the h rows, kh = cdiv(H, h); F
+              over the band's columns, ni = cdiv(F, wb)) and W_down[e][F_c, H_i]
+    router    W_router[H_i, :] on column 0 of row i (kh x E)
+
+A token's x[H_i] enters row i on the W edge and is multicast east along the whole row, through
+every band (the dispatch: each band sees every token, only the chosen ones compute). Column 0
+forms the router's partial logits, reduced down the column; the last row scores (softmax or
+sigmoid), chooses the top k and renormalises, and multicasts each token's k expert ids and
+weights back up column 0 and east along the rows (the routing decision, 2k values a token).
+In a band, a chosen expert's gate/up partials are reduced down each column as gated_linear's;
+the finished h = silu(g)·u (ni values per column) goes back up the column, each PE multiplies
+it by its W_down[F_c, H_i] tile, and the partial y[H_i] runs east along the row through the
+band, weighted by the router's weight at the band's last column and added into the row's
+running sum of the token's k expert outputs (the combine), which leaves on the E edge. The
+dispatch (x east along the rows) and the combine (the running sums east) are the block's
+all-to-all traffic: every token crosses every band both ways, H values out and H back.
+
+Costs per sample (M = tokens), busiest PE (a band's column 0 also holds the router):
+
+    Mb       = cdiv(M k ep, E)          (token, choice) pairs a band computes: the router's
+                                        choices spread evenly over the experts (the expected
+                                        load; a skewed router's busiest band is not modelled)
+    weights  = (ep 3 kh ni + kh E) sb
+    buffers  = 2 c kh sb + 2 c 2 ni ab + 2 c kh ab      input chunk, gate/up partials, running
+                                                        sums (c = the chunk's tokens)
+    compute  = cdiv(2 M kh E, f) + cdiv(M ROUTER_OPS, v)             the router
+             + cdiv(2 Mb kh 3 ni, f) + cdiv(Mb cdiv(ni, h) GATE_OPS, v) the chosen experts
+             + cdiv(2 Mb kh, v)                                        weight and add (combine)
+    link     = max(cdiv(M kh sb, L),            dispatch: x east along a row
+                   cdiv(M 2k sb, L),            the routing decision
+                   red cdiv(Mb 2 ni ab, L),     gate/up partials down a band column
+                   cdiv(Mb ni sb, L),           h back up the band column
+                   cdiv(M kh ab, L))            combine: the running sums east along a row
+    with red = 1 if h > 1 else 0; ROUTER_OPS per token: E (TRANSCENDENTAL_OPS + 3) to score
+    and normalise, E k to choose, 2k to renormalise.
+
+The decode step (`moe_decode`, B tokens): only the experts the step's tokens choose are read —
+the busiest band computes B min(k, ep) (token, choice) pairs and reads min(ep, B k) experts'
+tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decode`:
+
+    broadcast = multicast(w, B kh sb)            x east along the row, through every band
+              + multicast(h, B 2k sb)            the routing decision up column 0
+              + multicast(h, B ni sb)            h back up the band column
+    compute   = matvec(B kh E, kh E sb) + cdiv(B ROUTER_OPS, v)
+              + matvec(cb 3 kh ni, re 3 kh ni sb) + cdiv(cb cdiv(ni, h) GATE_OPS, v)
+    reduction = chain(h, B E ab)                 router logits down column 0
+              + chain(h, cb 2 ni ab)             gate/up partials down a band column
+              + chain(wb, cb kh ab)              W_down partials along the band
+              + (w - wb) hop + k relay           the combine: across the other bands, k adds
+    with cb = B min(k, ep) and re = min(ep, cb).
+"""
+
+from __future__ import annotations
+
+from wsecc.ir.core import Node, Op
+from wsecc.ir.rules import MOE_ROUTERS
+from wsecc.kernels.conv import cdiv
+from wsecc.kernels.costs import CostContext, KernelCost, breakpoints
+from wsecc.kernels.decode import DecodeCost, chain, matvec, multicast, relay
+from wsecc.kernels.ir import KernelKind
+from wsecc.kernels.kind import TRANSCENDENTAL_OPS, KindDef, Params
+from wsecc.kernels.kinds.common import rows_per_sample
+from wsecc.kernels.kinds.matmul import GATE_OPS
+
+
+def router_ops(E: int, k: int) -> int:
+    """Vector ops per token of the router after its logits: score and normalise each of the E
+    (TRANSCENDENTAL_OPS + 3: an exp or sigmoid, a max, a sum, a scale), choose k (E compares
+    per choice), renormalise the k (a sum and a scale each)."""
+    return E * (TRANSCENDENTAL_OPS + 3) + E * k + 2 * k
+
+
+def _bands(E: int, w: int) -> tuple[int, int, int]:
+    """(bands, columns per band, experts per band) on w columns."""
+    b = min(E, w)
+    return b, w // b, cdiv(E, b)
+
+
+def _moe_flops(p: Params) -> int:
+    """Work per sample counting only the chosen experts: the router (2 T H E and its vector
+    ops), k SwiGLU experts per token (6 H F multiply-adds as flops, GATE_OPS per hidden
+    unit), and the combine's weight and add per output."""
+    T, H, F, E, k = p["tokens"], p["H"], p["F"], p["E"], p["k"]
+    return int(2 * T * H * E + T * router_ops(E, k) + T * k * (6 * H * F + F * GATE_OPS + 2 * H))
+
+
+def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
+    """SRAM per PE and cycles per sample on h x w (module doc)."""
+    M, H, F, E, k = p["tokens"], p["H"], p["F"], p["E"], p["k"]
+    sb, ab, c = ctx.sb, ctx.ab, ctx.chunk(M)
+    _, wb, ep = _bands(E, w)
+    kh, ni = cdiv(H, h), cdiv(F, wb)
+    Mb = cdiv(M * k * ep, E)
+    red = int(h > 1)
+    return ctx.cost(
+        h,
+        w,
+        weights=(ep * 3 * kh * ni + kh * E) * sb,
+        buffers=2 * c * kh * sb + 2 * c * 2 * ni * ab + 2 * c * kh * ab,
+        compute=cdiv(2 * M * kh * E, ctx.f)
+        + cdiv(M * router_ops(E, k), ctx.v)
+        + cdiv(2 * Mb * kh * 3 * ni, ctx.f)
+        + cdiv(Mb * cdiv(ni, h) * GATE_OPS, ctx.v)
+        + cdiv(2 * Mb * kh, ctx.v),
+        link=max(
+            cdiv(M * kh * sb, ctx.L),
+            cdiv(M * 2 * k * sb, ctx.L),
+            red * cdiv(Mb * 2 * ni * ab, ctx.L),
+            cdiv(Mb * ni * sb, ctx.L),
+            cdiv(M * kh * ab, ctx.L),
+        ),
+        in_bytes=M * H * sb,
+        out_bytes=M * H * sb,
+    )
+
+
+def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCost:
+    """One decode step of B tokens on `moe_cost`'s mapping (module doc)."""
+    H, F, E, k = p["H"], p["F"], p["E"], p["k"]
+    sb, ab = ctx.sb, ctx.ab
+    _, wb, ep = _bands(E, w)
+    kh, ni = cdiv(H, h), cdiv(F, wb)
+    cb = B * min(k, ep)
+    re = min(ep, cb)
+    hop = ctx.target.link.hop_latency_cycles
+    return DecodeCost(
+        compute=matvec(ctx, B * kh * E, kh * E * sb)
+        + cdiv(B * router_ops(E, k), ctx.v)
+        + matvec(ctx, cb * 3 * kh * ni, re * 3 * kh * ni * sb)
+        + cdiv(cb * cdiv(ni, h) * GATE_OPS, ctx.v),
+        reduction=chain(ctx, h, B * E * ab)
+        + chain(ctx, h, cb * 2 * ni * ab)
+        + chain(ctx, wb, cb * kh * ab)
+        + (w - wb) * hop
+        + k * relay(ctx),
+        broadcast=multicast(ctx, w, B * kh * sb)
+        + multicast(ctx, h, B * 2 * k * sb)
+        + multicast(ctx, h, B * ni * sb),
+        bytes_read=(re * 3 * kh * ni + kh * E) * sb,
+        flops=2 * B * H * E + B * router_ops(E, k) + B * k * (6 * H * F + F * GATE_OPS + 2 * H),
+    )
+
+
+def moe_shapes(p: Params, hmax: int, wmax: int) -> tuple[list[int], list[int]]:
+    """Rows: H's breakpoints. Columns: whole bands, E times F's breakpoints over a band (or
+    fewer columns than experts when the fabric has fewer, experts sharing bands)."""
+    E = p["E"]
+    if wmax < E:
+        return breakpoints(p["H"], hmax), breakpoints(E, wmax)
+    return breakpoints(p["H"], hmax), [E * c for c in breakpoints(p["F"], wmax // E)]
+
+
+def _lower_moe(n: Node, b: int) -> dict[str, object]:
+    x, wg = n.inputs[0], n.inputs[2]
+    E, H, F = wg.type.shape
+    return {
+        "tokens": rows_per_sample(x, b),
+        "H": H,
+        "F": F,
+        "E": E,
+        "k": int(n.attr("k")),
+        "router": str(n.attr("router")),
+        "normalize": bool(n.attr("normalize")),
+    }
+
+
+def _check(p: Params) -> str:
+    if p["router"] not in MOE_ROUTERS:
+        return f"router {p['router']!r} is not one of {', '.join(MOE_ROUTERS)}"
+    return "" if p["k"] <= p["E"] else f"k {p['k']} is more than the {p['E']} experts"
+
+
+MOE = KindDef(
+    kind=KernelKind.MOE,
+    params={
+        "tokens": "int+",
+        "H": "int+",
+        "F": "int+",
+        "E": "int+",
+        "k": "int+",
+        "router": "str",
+        "normalize": "bool",
+    },
+    check=_check,
+    flops=_moe_flops,
+    weight_elems=lambda p: p["H"] * p["E"] + 3 * p["E"] * p["H"] * p["F"],
+    in_edge="W",
+    out_edge="E",
+    cost=moe_cost,
+    tile_split=("H", None),  # H over the rows; the columns hold bands of experts
+    shapes=moe_shapes,
+    lowers=frozenset({Op.MOE}),
+    lower=_lower_moe,
+    tokens="tokens",
+    decode=moe_decode,
+    simulate="wsecc.sim.functional:_moe",
+)
