@@ -1,0 +1,110 @@
+"""The moe kind: its cost and decode step worked by hand from the formulas of
+`wsecc.kernels.kinds.moe`, and the bundled Mixtral export compiled with numerics checked.
+
+Tiny32 and wse2, mixed precision: sb = 2, ab = 4 bytes; f = 4 flop/cycle; v = 1 op/cycle;
+L = 4 B/cycle; chunk c = min(8, tokens) on tiny32; hop 1, ramp 2 (relay 5), SRAM reads
+R = 2 x 64 / 8 = 16 B/cycle. TRANSCENDENTAL_OPS = 8, so GATE_OPS = sigmoid (10) + 2 = 12 and
+router_ops(E=4, k=2) = 4 (8 + 3) + 4 x 2 + 2 x 2 = 56.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from wsecc.targets import load_target
+
+from wsecc.kernels import Kernel, KernelKind, kernel_cost
+from wsecc.kernels.costs import CostContext
+from wsecc.kernels.kinds.matmul import GATE_OPS
+from wsecc.kernels.kinds.moe import moe_decode, router_ops
+
+P = dict(tokens=16, H=64, F=32, E=4, k=2, router="softmax", normalize=True)
+
+
+def test_constants_of_the_hand_calculations() -> None:
+    assert GATE_OPS == 12 and router_ops(4, 2) == 56
+
+
+def test_moe_cost_on_4x8_by_hand() -> None:
+    """4 bands of 2 columns, one expert each: kh = 16, ni = cdiv(32, 2) = 16; the band computes
+    Mb = cdiv(16 x 2 x 1, 4) = 8 (token, choice) pairs of the 16 tokens' 32."""
+    c = kernel_cost(Kernel("moe", KernelKind.MOE, P), 4, 8, "mixed", load_target("tiny32"))
+    assert c.sram.weights == (3 * 16 * 16 + 16 * 4) * 2 == 1664  # one expert + router tile
+    assert c.sram.buffers == 2 * 8 * 16 * 2 + 2 * 8 * 32 * 4 + 2 * 8 * 16 * 4 == 3584
+    router = 2 * 16 * 16 * 4 // 4 + 16 * 56  # logits' MACs, then scoring and choosing
+    experts = 2 * 8 * 16 * 3 * 16 // 4 + 8 * 4 * 12  # 3 matrices, silu(g) u on own = 4
+    combine = 2 * 8 * 16
+    assert c.compute_cycles == router + experts + combine == 5120
+    # dispatch x 128, decision 32, gate/up partials 256, h back up 64, combine 256
+    assert c.link_cycles == 256
+
+
+def test_moe_cost_counts_the_chosen_experts_not_all_of_them() -> None:
+    """Top 1 of 4 does half the expert work of top 2 (the router's the same but for its
+    choosing); every expert's weights stay resident either way."""
+    t = load_target("tiny32")
+    two = kernel_cost(Kernel("m", KernelKind.MOE, P), 4, 8, "mixed", t)
+    one = kernel_cost(Kernel("m", KernelKind.MOE, {**P, "k": 1}), 4, 8, "mixed", t)
+    assert one.sram.weights == two.sram.weights
+    expert_two = two.compute_cycles - (2 * 16 * 16 * 4 // 4 + 16 * router_ops(4, 2))
+    expert_one = one.compute_cycles - (2 * 16 * 16 * 4 // 4 + 16 * router_ops(4, 1))
+    assert expert_one * 2 == expert_two
+    assert Kernel("m", KernelKind.MOE, P).spec.flops(P) == (
+        2 * 16 * 64 * 4 + 16 * 56 + 16 * 2 * (6 * 64 * 32 + 32 * 12 + 2 * 64)
+    )
+
+
+def test_moe_decode_step_by_hand() -> None:
+    """One token on 4 x 8 of wse2: the busiest band computes cb = 1 (token, choice) pair and
+    reads re = 1 expert's tiles (48 KB-class PE: 768 multiply-adds)."""
+    ctx = CostContext(load_target("wse2"), "mixed")
+    d = moe_decode(P, 4, 8, ctx, 1)
+    router = max(2 * 64 // 4, 64 * 2 // 16) + 56  # 64 MACs of W_r, then 56 vector ops
+    experts = max(2 * 768 // 4, 768 * 2 // 16) + 1 * 4 * 12
+    assert d.compute == router + experts == 520
+    # logits down column 0, gate/up partials down the band, W_down along it, then the combine:
+    # 6 hops past the other bands and k = 2 adds (relays)
+    assert d.reduction == (3 * 5 + 4) + (3 * 5 + 32) + (5 + 16) + 6 + 2 * 5 == 103
+    # x along the row's 8 PEs, the decision up 4, h up 4
+    assert d.broadcast == (7 + 8) + (3 + 2) + (3 + 8) == 31
+    assert d.bytes_read == (3 * 16 * 16 + 16 * 4) * 2
+    assert d.flops == 2 * 64 * 4 + 56 + 2 * (6 * 64 * 32 + 32 * 12 + 128)
+    assert d.latency == d.compute + d.reduction + d.broadcast
+
+
+def test_moe_decode_reads_only_the_experts_its_tokens_choose() -> None:
+    """Two experts per band (w = 2): one token's two choices may both land in one band, which
+    then reads both experts; four tokens read no more than the band holds."""
+    ctx = CostContext(load_target("wse2"), "mixed")
+    one_band = (3 * 16 * 32 + 16 * 4) * 2  # kh 16, ni 32 on a 1-column band
+    assert moe_decode(P, 4, 2, ctx, 1).bytes_read == (2 * 3 * 16 * 32 + 16 * 4) * 2
+    assert moe_decode(P, 4, 2, ctx, 4).bytes_read == (2 * 3 * 16 * 32 + 16 * 4) * 2
+    assert moe_decode({**P, "k": 1}, 4, 2, ctx, 1).bytes_read == one_band
+
+
+def test_sizing_offers_whole_bands() -> None:
+    k = Kernel("m", KernelKind.MOE, P)
+    assert k.spec.shapes is not None
+    rows, cols = k.spec.shapes(P, 32, 32)
+    assert all(c % 4 == 0 for c in cols) and cols[0] == 4
+    # fewer columns than experts: bands shared (3 columns hold no fewer experts a band than 2)
+    assert k.spec.shapes(P, 32, 3)[1] == [1, 2]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "mixed"])
+def test_mixtral_sample_compiles_to_moe_kernels_and_matches_onnxruntime(
+    samples_dir: Path, precision: str
+) -> None:
+    import wsecc
+
+    c = wsecc.compile(
+        samples_dir / "mixtral_dynamo.onnx",
+        seq=16,
+        placer="greedy",
+        validate=True,
+        precision=precision,
+    )
+    kinds = [k.kind for k in c.kernel_graph.kernels]
+    assert kinds.count(KernelKind.MOE) == 2 and KernelKind.GENERIC not in kinds
+    assert c.numerics is not None and c.numerics.passed, c.numerics.summary()

@@ -1,0 +1,86 @@
+"""fuse-moe on the bundled Mixtral export: the router, the gathered experts and the combine
+become one `moe` op computing what the block computed; a block that computes something else
+(or leaks a value) is left alone, with the reason noted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from wsecc.passes import PASSES, PassContext
+
+from wsecc.frontend.onnx import import_model
+from wsecc.interp import run
+from wsecc.ir.core import Graph, Node, Op
+from wsecc.ir.verify import verify
+
+BEFORE = ("canonicalize", "fuse-embedding", "fuse-linear")
+
+
+def _graph(samples_dir: Path, name: str = "mixtral_dynamo.onnx") -> Graph:
+    g, _ = import_model(samples_dir / name, batch=2, seq=8)
+    ctx = PassContext()
+    for p in BEFORE:
+        g = PASSES[p](g, ctx)
+    return g
+
+
+def _feeds(g: Graph) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "input_ids": rng.integers(3, 256, (2, 8)).astype(np.int64),
+        "attention_mask": np.ones((2, 8), np.int64),
+    }
+
+
+def test_mixtral_blocks_become_one_moe_op_each(samples_dir: Path) -> None:
+    g = _graph(samples_dir)
+    out = PASSES["fuse-moe"](g, PassContext())
+    verify(out)
+    ops = [n.op for n in out.nodes]
+    assert ops.count(Op.MOE) == 2
+    assert Op.TOP_K not in ops
+    assert not any(n.op is Op.GATHER_ND and n.inputs[0].is_const for n in out.nodes)
+    moe = next(n for n in out.nodes if n.op is Op.MOE)
+    assert moe.attr_dict == {"activation": "silu", "k": 2, "normalize": True, "router": "softmax"}
+    # x[.., 64], W_router [64, 4], W_gate, W_up [4, 64, 96], W_down [4, 96, 64]
+    assert [v.type.shape for v in moe.inputs[1:]] == [
+        (64, 4),
+        (4, 64, 96),
+        (4, 64, 96),
+        (4, 96, 64),
+    ]
+    feeds = _feeds(g)
+    want, got = run(g, feeds), run(out, feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def _replace(g: Graph, old: Node, new: Node) -> Graph:
+    return g.replace(new if n is old else n for n in g.nodes)
+
+
+def test_a_block_that_combines_otherwise_is_not_fused(samples_dir: Path) -> None:
+    """The k weighted expert outputs maxed instead of summed: everything else is in place, but
+    the block no longer computes a mixture of experts."""
+    g = _graph(samples_dir)
+    combine = next(n for n in g.nodes if n.op is Op.REDUCE_SUM and n.output.type.shape[-1] == 64)
+    g = _replace(g, combine, Node(Op.REDUCE_MAX, combine.inputs, combine.outputs, combine.attrs,
+                                  combine.name, combine.origin))  # fmt: skip
+    ctx = PassContext()
+    out = PASSES["fuse-moe"](g, ctx)
+    assert [n.op for n in out.nodes].count(Op.MOE) == 1  # the other layer still fuses
+    assert any("computes what the block computes" in n for n in ctx.notes)
+
+
+@pytest.mark.parametrize("leak", ["weights", "ids"])
+def test_a_block_whose_routing_is_used_outside_is_not_fused(samples_dir: Path, leak: str) -> None:
+    g = _graph(samples_dir)
+    topk = next(n for n in g.nodes if n.op is Op.TOP_K)
+    extra = topk.outputs[0 if leak == "weights" else 1]
+    g = Graph(g.inputs, (*g.outputs, extra), g.nodes, g.name)
+    ctx = PassContext()
+    out = PASSES["fuse-moe"](g, ctx)
+    assert [n.op for n in out.nodes].count(Op.MOE) == 1
+    assert any("used outside it" in n for n in ctx.notes)
