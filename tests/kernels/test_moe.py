@@ -108,3 +108,22 @@ def test_mixtral_sample_compiles_to_moe_kernels_and_matches_onnxruntime(
     kinds = [k.kind for k in c.kernel_graph.kernels]
     assert kinds.count(KernelKind.MOE) == 2 and KernelKind.GENERIC not in kinds
     assert c.numerics is not None and c.numerics.passed, c.numerics.summary()
+
+
+def test_mixtral_sample_generates_the_ids_onnxruntime_generates(samples_dir: Path) -> None:
+    """Generate mode (prompt 8, context 32, fp32): the moe kernels decode token by token and
+    the greedy ids equal onnxruntime's."""
+    import wsecc
+
+    c = wsecc.compile(
+        samples_dir / "mixtral_dynamo.onnx",
+        seq=32,
+        prompt=8,
+        mode="generate",
+        placer="greedy",
+        validate=True,
+        precision="fp32",
+    )
+    check = c.generation_check
+    assert check is not None and check.passed, check.summary() if check else None
+    assert "ids identical" in check.summary()
