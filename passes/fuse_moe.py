@@ -22,8 +22,12 @@ exporter's node order. Anchored on a TopK:
    and the region are evaluated on random x of the graph's shape; the first candidate that
    agrees to float32 rounding replaces the region.
 
+A shared expert (Qwen2-MoE: a SwiGLU MLP of plain Linears every token goes through, scaled or
+not by sigmoid(x·w) per token) added to the routed sum joins the block: the Add is the block's
+output and the shared expert's Linears its weights, checked the same way.
+
 Not matched (the region stays, and lowering leaves generic kernels, so the pass notes why):
-a shared expert added to the routed sum (Qwen2-MoE), gpt-oss's clamped SwiGLU with biases,
+gpt-oss's clamped SwiGLU with biases,
 Llama 4's dense-then-scatter experts, onnxruntime-genai's `com.microsoft.MoE`.
 Requires fuse-linear's Linears (the router) and runs before fuse-swiglu, whose SiLU matcher
 never sees inside the gathered experts anyway.
@@ -155,6 +159,38 @@ def _agrees(want: np.ndarray, got: np.ndarray) -> bool:
     return bool(scale > 0 and np.max(np.abs(want - got)) <= _RTOL * scale)
 
 
+def _with_shared(view: GraphView, topk: Node, out: Value) -> Value | None:
+    """The sum of the routed output and a term that does not depend on the routing (a shared
+    expert), when that Add is the routed output's only use; else None."""
+    add = view.sole_user(out)
+    if add is None or add.op is not Op.ADD:
+        return None
+    other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
+    if other.type.shape != out.type.shape or topk in view.ancestors(other):
+        return None
+    return add.output
+
+
+def _shared_experts(
+    region: list[Node], router: Node, h: int
+) -> Iterator[tuple[str, list[np.ndarray]]]:
+    """Candidate shared experts from the region's other plain Linears: (form, [S_gate [H, S],
+    S_up [H, S], S_down [S, H]] and, "sigmoid", w_gate [H, 1])."""
+    weights = []
+    for n in region:
+        if n.op is Op.LINEAR and n is not router:
+            if n.attr("activation") != "none" or n.attr("has_bias") or not n.inputs[1].is_const:
+                return
+            weights.append(np.asarray(n.inputs[1].const))
+    gates = [w for w in weights if w.shape == (h, 1)]
+    rest = [w for w in weights if w.shape != (h, 1)]
+    if len(rest) != 3 or len(gates) > 1:
+        return
+    for g, u, d in itertools.permutations(rest):
+        if g.shape == u.shape and g.shape[0] == h and d.shape == g.shape[::-1]:
+            yield ("sigmoid", [g, u, d, gates[0]]) if gates else ("plain", [g, u, d])
+
+
 def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
     if topk.attr("axis") != topk.inputs[0].type.rank - 1 or not topk.attr("largest"):
         raise NoMatch("not a TopK of the largest scores over the last axis")
@@ -165,37 +201,64 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
     h, e = wr.type.shape
     if x.type.shape[-1] != h or not x.type.dtype.is_float:
         raise NoMatch("the router does not read one H-vector per token")
-    out = _block_output(view, topk, x)
-    region = _region(view, x, out)
-    stacks = _stacks(region, e)
+    routed = _block_output(view, topk, x)
+    blocks: list[tuple[Value, list[Node], list[tuple[str, list[np.ndarray]]]]] = []
+    why = None
+    summed = _with_shared(view, topk, routed)
+    if summed is not None:
+        try:
+            region = _region(view, x, summed)
+            blocks.append((summed, region, list(_shared_experts(region, router, h))))
+        except NoMatch as err:
+            why = err
+    try:
+        blocks.append((routed, _region(view, x, routed), [("none", [])]))
+    except NoMatch as err:
+        why = why or err
+    if not blocks:
+        raise why or NoMatch("no block")
     probe = np.random.default_rng(_SEED).standard_normal(x.type.shape).astype(x.type.dtype.numpy)
-    want = eval_nodes(region, {x: probe})[out].reshape(x.type.shape)
     k = int(topk.attr("k"))
-    for g, u, d in _layouts(stacks, h):
-        for router_form, normalize in itertools.product(MOE_ROUTERS, (True, False)):
-            attrs: dict[str, object] = {
-                "k": k,
-                "router": router_form,
-                "normalize": normalize,
-                "activation": GATES[0],
-            }
-            got = moe([probe, wr.const, g, u, d], attrs)[0]
-            if not _agrees(want, got):
-                continue
-            consts = [
-                Value.constant(f"{router.name}/moe_{part}", np.ascontiguousarray(a))
-                for part, a in (("gate", g), ("up", u), ("down", d))
-            ]
-            origin = origin_of(region)
-            name = f"{out.name}/moe" if out.type.shape != x.type.shape else out.name
-            node = make_node(Op.MOE, [x, wr, *consts], name, origin, (), **attrs)
-            new = [node]
-            if out.type.shape != x.type.shape:
-                new.append(
-                    make_node(Op.RESHAPE, [node.output], out.name, origin, shape=out.type.shape)
-                )
-            return Replacement(new, {out: new[-1].output}), set(region)
+    for out, region, shared_forms in blocks:
+        stacks = _stacks(region, e)
+        want = eval_nodes(region, {x: probe})[out].reshape(x.type.shape)
+        for (shared, extra), (g, u, d) in itertools.product(shared_forms, _layouts(stacks, h)):
+            for router_form, normalize in itertools.product(MOE_ROUTERS, (True, False)):
+                attrs: dict[str, object] = {
+                    "k": k,
+                    "router": router_form,
+                    "normalize": normalize,
+                    "activation": GATES[0],
+                    "shared": shared,
+                }
+                got = moe([probe, wr.const, g, u, d, *extra], attrs)[0]
+                if _agrees(want, got):
+                    return _replacement(view, router, x, out, region, [g, u, d, *extra], attrs)
     raise NoMatch("no router form and expert weight layout computes what the block computes")
+
+
+def _replacement(
+    view: GraphView,
+    router: Node,
+    x: Value,
+    out: Value,
+    region: list[Node],
+    weights: list[np.ndarray],
+    attrs: dict[str, object],
+) -> tuple[Replacement, set[Node]]:
+    parts = ("gate", "up", "down", "shared_gate", "shared_up", "shared_down", "shared_scale")
+    consts = [
+        Value.constant(f"{router.name}/moe_{part}", np.ascontiguousarray(a))
+        for part, a in zip(parts, weights, strict=False)
+    ]
+    origin = origin_of(region)
+    reshaped = out.type.shape != x.type.shape
+    name = f"{out.name}/moe" if reshaped else out.name
+    node = make_node(Op.MOE, [x, router.inputs[1], *consts], name, origin, (), **attrs)
+    new = [node]
+    if reshaped:
+        new.append(make_node(Op.RESHAPE, [node.output], out.name, origin, shape=out.type.shape))
+    return Replacement(new, {out: new[-1].output}), set(region)
 
 
 def fuse_moe(graph: Graph, ctx: PassContext) -> Graph:

@@ -19,7 +19,7 @@ from wsecc.kernels.costs import CostContext
 from wsecc.kernels.kinds.matmul import GATE_OPS
 from wsecc.kernels.kinds.moe import moe_decode, router_ops
 
-P = dict(tokens=16, H=64, F=32, E=4, k=2, router="softmax", normalize=True)
+P = dict(tokens=16, H=64, F=32, E=4, k=2, router="softmax", normalize=True, S=0, shared="none")
 
 
 def test_constants_of_the_hand_calculations() -> None:
@@ -92,14 +92,37 @@ def test_sizing_offers_whole_bands() -> None:
     assert k.spec.shapes(P, 32, 3)[1] == [1, 2]
 
 
+def test_a_shared_expert_adds_its_work_on_every_token() -> None:
+    """Qwen2-MoE's shared expert, S = 32 over all 8 columns (ns = 4), sigmoid-gated: on top
+    of the routed block's figures, 3 kh ns weights and a gate column per PE; its MACs for all
+    16 tokens, its gates on own = cdiv(4, 4) = 1 hidden unit, the gate's logit and scale."""
+    t = load_target("tiny32")
+    routed = kernel_cost(Kernel("m", KernelKind.MOE, P), 4, 8, "mixed", t)
+    q = {**P, "S": 32, "shared": "sigmoid"}
+    c = kernel_cost(Kernel("m", KernelKind.MOE, q), 4, 8, "mixed", t)
+    assert c.sram.weights - routed.sram.weights == (3 * 16 * 4 + 16) * 2
+    assert c.sram.buffers - routed.sram.buffers == 2 * 8 * 2 * 4 * 4
+    shared = 2 * 16 * 16 * 3 * 4 // 4 + 16 * 1 * 12 + (2 * 16 * 16 // 4 + 16 * (10 + 16))
+    assert c.compute_cycles - routed.compute_cycles == shared
+    spec = Kernel("m", KernelKind.MOE, q).spec
+    assert spec.flops(q) - spec.flops(P) == 16 * (6 * 64 * 32 + 32 * 12 + 64 + 3 * 64 + 10)
+    assert spec.weight_elems(q) - spec.weight_elems(P) == 3 * 64 * 32 + 64
+    ctx = CostContext(load_target("wse2"), "mixed")
+    assert (
+        moe_decode(q, 4, 8, ctx, 1).bytes_read - moe_decode(P, 4, 8, ctx, 1).bytes_read
+        == (3 * 16 * 4 + 16) * 2
+    )
+
+
 @pytest.mark.parametrize("precision", ["fp32", "mixed"])
-def test_mixtral_sample_compiles_to_moe_kernels_and_matches_onnxruntime(
-    samples_dir: Path, precision: str
+@pytest.mark.parametrize("sample", ["mixtral_dynamo.onnx", "qwen2moe_dynamo.onnx"])
+def test_moe_samples_compile_to_moe_kernels_and_match_onnxruntime(
+    samples_dir: Path, sample: str, precision: str
 ) -> None:
     import wsecc
 
     c = wsecc.compile(
-        samples_dir / "mixtral_dynamo.onnx",
+        samples_dir / sample,
         seq=16,
         placer="greedy",
         validate=True,

@@ -43,7 +43,9 @@ def test_mixtral_blocks_become_one_moe_op_each(samples_dir: Path) -> None:
     assert Op.TOP_K not in ops
     assert not any(n.op is Op.GATHER_ND and n.inputs[0].is_const for n in out.nodes)
     moe = next(n for n in out.nodes if n.op is Op.MOE)
-    assert moe.attr_dict == {"activation": "silu", "k": 2, "normalize": True, "router": "softmax"}
+    assert moe.attr_dict == {
+        "activation": "silu", "k": 2, "normalize": True, "router": "softmax", "shared": "none",
+    }  # fmt: skip
     # x[.., 64], W_router [64, 4], W_gate, W_up [4, 64, 96], W_down [4, 96, 64]
     assert [v.type.shape for v in moe.inputs[1:]] == [
         (64, 4),
@@ -51,6 +53,23 @@ def test_mixtral_blocks_become_one_moe_op_each(samples_dir: Path) -> None:
         (4, 64, 96),
         (4, 96, 64),
     ]
+    feeds = _feeds(g)
+    want, got = run(g, feeds), run(out, feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_qwen2_moe_shared_expert_joins_the_block(samples_dir: Path) -> None:
+    """Qwen2-MoE: top 2 of 4 not renormalised, plus a shared SwiGLU expert (width 96) scaled
+    by sigmoid(x w): the Add of the two is the block's output."""
+    g = _graph(samples_dir, "qwen2moe_dynamo.onnx")
+    out = PASSES["fuse-moe"](g, PassContext())
+    moes = [n for n in out.nodes if n.op is Op.MOE]
+    assert len(moes) == 2
+    assert moes[0].attr_dict == {
+        "activation": "silu", "k": 2, "normalize": False, "router": "softmax", "shared": "sigmoid",
+    }  # fmt: skip
+    assert [v.type.shape for v in moes[0].inputs[5:]] == [(64, 96), (64, 96), (96, 64), (64, 1)]
     feeds = _feeds(g)
     want, got = run(g, feeds), run(out, feeds)
     for k in want:

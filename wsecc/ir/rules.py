@@ -501,6 +501,11 @@ MOE_ROUTERS = ("softmax", "sigmoid")
 each."""
 
 
+MOE_SHARED = ("none", "plain", "sigmoid")
+"""A `moe` block's shared expert: none; one every token goes through, added to the routed sum;
+or that, scaled per token by sigmoid(x·w_shared_gate) (Qwen2-MoE)."""
+
+
 def _moe_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     x, wr, wg, wu, wd = ts[:5]
     h = x.shape[-1] if x.rank else 0
@@ -514,6 +519,20 @@ def _moe_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
         raise IRError(f"moe router must be one of {MOE_ROUTERS}, activation one of {GATES}")
     if not 1 <= a["k"] <= e:
         raise IRError(f"moe chooses k={a['k']} of {e} experts")
+    shared = a.get("shared", "none")
+    want = {"none": 5, "plain": 8, "sigmoid": 9}.get(shared)
+    if want != len(ts):
+        raise IRError(f"moe shared {shared!r} takes {want} operands, got {len(ts)}")
+    if shared != "none":
+        sg, su, sd = ts[5:8]
+        s_ = sg.shape[-1] if sg.rank == 2 else 0
+        if sg.shape != (h, s_) or su != sg or sd.shape != (s_, h):
+            raise IRError(
+                f"moe's shared expert expects W_gate, W_up [H, S], W_down [S, H], got "
+                f"{sg.shape}, {su.shape}, {sd.shape}"
+            )
+        if shared == "sigmoid" and ts[8].shape != (h, 1):
+            raise IRError(f"moe's shared expert gate must be [H, 1], got {ts[8].shape}")
     return [TensorType(_same_dtype(ts), x.shape)]
 
 
@@ -534,11 +553,13 @@ def moe_routing(x2: np.ndarray, wr: np.ndarray, a: Attrs) -> tuple[np.ndarray, n
 
 
 def moe(xs: Arrays, a: Attrs) -> list[np.ndarray]:
-    """A mixture-of-experts block (Mixtral's, Qwen-MoE's without the shared expert):
+    """A mixture-of-experts block (Mixtral's, Qwen2-MoE's, Qwen3-MoE's):
     scores = softmax(x·W_router) (or sigmoid), the k best experts per token with their scores
     as weights (divided by their sum when `normalize`), and
     y = Σ_j w_j · (silu(x·W_gate[e_j]) · (x·W_up[e_j]))·W_down[e_j] over the k chosen e_j,
-    summed in choice order (best first), as the exporters' combine sums them."""
+    summed in choice order (best first), as the exporters' combine sums them; then, with a
+    shared expert (`shared`), y + s·(silu(x·S_gate) · (x·S_up))·S_down, s = 1 or, "sigmoid",
+    sigmoid(x·w_shared_gate)."""
     x, wr, wg, wu, wd = xs[:5]
     x2 = x.reshape(-1, x.shape[-1])
     idx, w = moe_routing(x2, wr, a)
@@ -549,7 +570,14 @@ def moe(xs: Arrays, a: Attrs) -> list[np.ndarray]:
             xe = x2[rows]
             he = silu(_matmul(xe, wg[e])) * _matmul(xe, wu[e])
             y[slot, rows] = _matmul(he.astype(x.dtype), wd[e]) * w[rows, slot, None]
-    return [y.sum(axis=0).astype(x.dtype).reshape(x.shape)]
+    out = y.sum(axis=0).astype(x.dtype)
+    if a.get("shared", "none") != "none":
+        hs = silu(_matmul(x2, xs[5])) * _matmul(x2, xs[6])
+        ys = _matmul(hs.astype(x.dtype), xs[7])
+        if a["shared"] == "sigmoid":
+            ys = ys * special.expit(_matmul(x2, xs[8]).astype(np.float64)).astype(x.dtype)
+        out = (out + ys).astype(x.dtype)
+    return [out.reshape(x.shape)]
 
 
 def _gated_linear_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
@@ -1285,7 +1313,7 @@ RULES: dict[Op, Rule] = {
         _softmax_vjp,
     ),
     Op.TOP_K: Rule(1, 1, _top_k_infer, _top_k_impl, _top_k_vjp),
-    Op.MOE: Rule(5, 5, _moe_infer, moe),
+    Op.MOE: Rule(5, 9, _moe_infer, moe),
     Op.LINEAR: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LM_HEAD: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LAYER_NORM: Rule(3, 4, _layer_norm_infer, layer_norm, _layer_norm_vjp),

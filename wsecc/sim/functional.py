@@ -449,7 +449,19 @@ def _moe(b: _Build) -> Run:
     M = xt.size // xt.shape[-1]
     ar = b.ar
     inner = Arithmetic(ar.name, _identity, ar.acc)  # sums that stay in the region
+    shared = a.get("shared", "none")
+    if shared == "sigmoid":
+        wr = np.concatenate([wr, b.resident(8)], axis=1)
     router = _MatmulTiles.of(wr, h, 1, M, None)
+    if shared != "none":
+        sg, su, sd = (b.resident(i) for i in range(5, 8))
+        S = sg.shape[1]
+        W = np.empty((H, 2 * S), np.float32)
+        W[:, 0::2], W[:, 1::2] = sg, su
+        shared_gate_up, shared_down = (
+            _MatmulTiles.of(W, h, w, M, None),
+            _MatmulTiles.of(sd, w, h, M, None),
+        )
     gate_up, down = [], []
     for e in range(E):
         W = np.empty((H, 2 * F), np.float32)
@@ -463,6 +475,17 @@ def _moe(b: _Build) -> Run:
         shape = args[0].shape
         x = args[0].reshape(-1, shape[-1])
         logits = _tiled_linear(x, router, inner, None, "none")
+        acc = np.zeros(x.shape, np.float32)
+        if shared != "none":
+            y = _tiled_linear(x, shared_gate_up, ar, None, "none")
+            g, u = y[:, 0::2], y[:, 1::2]
+            with np.errstate(over="ignore"):
+                hid = ar.store(ar.acc(ar.acc(g / (np.float32(1) + np.exp(-g))) * u))
+                acc = _tiled_linear(hid, shared_down, inner, None, "none")
+                if shared == "sigmoid":
+                    gate = ar.acc(np.float32(1) / (np.float32(1) + np.exp(-logits[:, E:])))
+                    acc = ar.acc(acc * gate)
+            logits = logits[:, :E]
         with np.errstate(over="ignore"):
             if a["router"] == "softmax":
                 z = np.exp(logits - logits.max(axis=1, keepdims=True))
@@ -473,7 +496,6 @@ def _moe(b: _Build) -> Run:
         weights = np.take_along_axis(scores, idx, axis=1)
         if a["normalize"]:
             weights = ar.acc(weights / weights.sum(axis=1, keepdims=True, dtype=np.float32))
-        acc = np.zeros(x.shape, np.float32)
         for e in order:
             rows, slot = np.nonzero(idx == e)
             if not rows.size:

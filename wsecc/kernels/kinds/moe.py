@@ -2,7 +2,9 @@
 every expert's weights resident, each token computed by the k experts its router chooses.
 
 Params: tokens per sample, H (the model's width), F (each expert's hidden width), E experts, k
-chosen per token, the router's form and whether the k weights are renormalised.
+chosen per token, the router's form and whether the k weights are renormalised; S, the shared
+expert's hidden width (0: none), and `shared` ("none", "plain", or "sigmoid": scaled per token
+by sigmoid(x·w), one more router column).
 
 Mapping on an h x w region (docs/cost-models.md, "moe"):
 
@@ -45,6 +47,20 @@ Costs per sample (M = tokens), busiest PE (a band's column 0 also holds the rout
     with red = 1 if h > 1 else 0; ROUTER_OPS per token: E (TRANSCENDENTAL_OPS + 3) to score
     and normalise, E k to choose, 2k to renormalise.
 
+A shared expert (S > 0) is spread over the whole region, every token going through it: PE
+(i, c) holds S_gate, S_up [H_i, S_c] and S_down [S_c, H_i] (ns = cdiv(S, w)); its gate/up
+partials reduce down the columns, h_s goes back up, and its W_down partial joins the row's
+running sum; its sigmoid gate is one more column of the router's tile. It adds
+
+    weights  + (3 kh ns + sig kh) sb          buffers + 2 c 2 ns ab
+    compute  + cdiv(2 M kh 3 ns, f) + cdiv(M cdiv(ns, h) GATE_OPS, v)
+             + sig (cdiv(2 M kh, f) + cdiv(M (SIGMOID_OPS + kh), v))
+    link     max with red cdiv(M 2 ns ab, L) and cdiv(M ns sb, L)
+    decode   compute + matvec(B 3 kh ns, 3 kh ns sb) + cdiv(B cdiv(ns, h) GATE_OPS, v);
+             reduction + chain(h, B 2 ns ab) + chain(w, B kh ab); broadcast + multicast(h,
+             B ns sb); bytes read + 3 kh ns sb
+with sig = 1 for the sigmoid-gated form.
+
 The decode step (`moe_decode`, B tokens): only the experts the step's tokens choose are read —
 the busiest band computes B min(k, ep) (token, choice) pairs and reads min(ep, B k) experts'
 tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decode`:
@@ -64,7 +80,7 @@ tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decod
 from __future__ import annotations
 
 from wsecc.ir.core import Node, Op
-from wsecc.ir.rules import MOE_ROUTERS
+from wsecc.ir.rules import MOE_ROUTERS, MOE_SHARED
 from wsecc.kernels.conv import cdiv
 from wsecc.kernels.costs import CostContext, KernelCost, breakpoints
 from wsecc.kernels.decode import DecodeCost, chain, matvec, multicast, relay
@@ -72,6 +88,9 @@ from wsecc.kernels.ir import KernelKind
 from wsecc.kernels.kind import TRANSCENDENTAL_OPS, KindDef, Params
 from wsecc.kernels.kinds.common import rows_per_sample
 from wsecc.kernels.kinds.matmul import GATE_OPS
+from wsecc.kernels.kinds.rowwise import ELEMENTWISE_OPS
+
+SIGMOID_OPS = ELEMENTWISE_OPS["sigmoid"]
 
 
 def router_ops(E: int, k: int) -> int:
@@ -87,12 +106,21 @@ def _bands(E: int, w: int) -> tuple[int, int, int]:
     return b, w // b, cdiv(E, b)
 
 
+def _shared_flops(p: Params) -> int:
+    """Per token, the shared expert: 6 H S, GATE_OPS per hidden unit, the add into the sum;
+    its sigmoid gate 2 H, SIGMOID_OPS and the scale H."""
+    H, S = p["H"], p["S"]
+    sig = int(p["shared"] == "sigmoid")
+    return (6 * H * S + S * GATE_OPS + H + sig * (3 * H + SIGMOID_OPS)) if S else 0
+
+
 def _moe_flops(p: Params) -> int:
     """Work per sample counting only the chosen experts: the router (2 T H E and its vector
     ops), k SwiGLU experts per token (6 H F multiply-adds as flops, GATE_OPS per hidden
-    unit), and the combine's weight and add per output."""
+    unit), the combine's weight and add per output, and the shared expert if any."""
     T, H, F, E, k = p["tokens"], p["H"], p["F"], p["E"], p["k"]
-    return int(2 * T * H * E + T * router_ops(E, k) + T * k * (6 * H * F + F * GATE_OPS + 2 * H))
+    per_token = router_ops(E, k) + k * (6 * H * F + F * GATE_OPS + 2 * H) + _shared_flops(p)
+    return int(2 * T * H * E + T * per_token)
 
 
 def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
@@ -103,22 +131,33 @@ def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     kh, ni = cdiv(H, h), cdiv(F, wb)
     Mb = cdiv(M * k * ep, E)
     red = int(h > 1)
+    ns, sig = cdiv(p["S"], w), int(p["shared"] == "sigmoid")
+    shared_compute = (
+        cdiv(2 * M * kh * 3 * ns, ctx.f)
+        + cdiv(M * cdiv(ns, h) * GATE_OPS, ctx.v)
+        + sig * (cdiv(2 * M * kh, ctx.f) + cdiv(M * (SIGMOID_OPS + kh), ctx.v))
+        if ns
+        else 0
+    )
     return ctx.cost(
         h,
         w,
-        weights=(ep * 3 * kh * ni + kh * E) * sb,
-        buffers=2 * c * kh * sb + 2 * c * 2 * ni * ab + 2 * c * kh * ab,
+        weights=(ep * 3 * kh * ni + kh * E + 3 * kh * ns + sig * kh) * sb,
+        buffers=2 * c * kh * sb + 2 * c * 2 * (ni + ns) * ab + 2 * c * kh * ab,
         compute=cdiv(2 * M * kh * E, ctx.f)
         + cdiv(M * router_ops(E, k), ctx.v)
         + cdiv(2 * Mb * kh * 3 * ni, ctx.f)
         + cdiv(Mb * cdiv(ni, h) * GATE_OPS, ctx.v)
-        + cdiv(2 * Mb * kh, ctx.v),
+        + cdiv(2 * Mb * kh, ctx.v)
+        + shared_compute,
         link=max(
             cdiv(M * kh * sb, ctx.L),
             cdiv(M * 2 * k * sb, ctx.L),
             red * cdiv(Mb * 2 * ni * ab, ctx.L),
             cdiv(Mb * ni * sb, ctx.L),
             cdiv(M * kh * ab, ctx.L),
+            red * cdiv(M * 2 * ns * ab, ctx.L),
+            cdiv(M * ns * sb, ctx.L),
         ),
         in_bytes=M * H * sb,
         out_bytes=M * H * sb,
@@ -134,21 +173,40 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
     cb = B * min(k, ep)
     re = min(ep, cb)
     hop = ctx.target.link.hop_latency_cycles
+    ns = cdiv(p["S"], w)
+    rows = E + int(p["shared"] == "sigmoid")  # the shared expert's gate: one more column
+    shared = (
+        DecodeCost(
+            compute=matvec(ctx, B * 3 * kh * ns, 3 * kh * ns * sb)
+            + cdiv(B * cdiv(ns, h) * GATE_OPS, ctx.v),
+            reduction=chain(ctx, h, B * 2 * ns * ab) + chain(ctx, w, B * kh * ab),
+            broadcast=multicast(ctx, h, B * ns * sb),
+            bytes_read=3 * kh * ns * sb,
+        )
+        if ns
+        else DecodeCost()
+    )
     return DecodeCost(
-        compute=matvec(ctx, B * kh * E, kh * E * sb)
+        compute=matvec(ctx, B * kh * rows, kh * rows * sb)
         + cdiv(B * router_ops(E, k), ctx.v)
         + matvec(ctx, cb * 3 * kh * ni, re * 3 * kh * ni * sb)
-        + cdiv(cb * cdiv(ni, h) * GATE_OPS, ctx.v),
-        reduction=chain(ctx, h, B * E * ab)
+        + cdiv(cb * cdiv(ni, h) * GATE_OPS, ctx.v)
+        + shared.compute,
+        reduction=chain(ctx, h, B * rows * ab)
         + chain(ctx, h, cb * 2 * ni * ab)
         + chain(ctx, wb, cb * kh * ab)
         + (w - wb) * hop
-        + k * relay(ctx),
+        + k * relay(ctx)
+        + shared.reduction,
         broadcast=multicast(ctx, w, B * kh * sb)
         + multicast(ctx, h, B * 2 * k * sb)
-        + multicast(ctx, h, B * ni * sb),
-        bytes_read=(re * 3 * kh * ni + kh * E) * sb,
-        flops=2 * B * H * E + B * router_ops(E, k) + B * k * (6 * H * F + F * GATE_OPS + 2 * H),
+        + multicast(ctx, h, B * ni * sb)
+        + shared.broadcast,
+        bytes_read=(re * 3 * kh * ni + kh * rows) * sb + shared.bytes_read,
+        flops=2 * B * H * E
+        + B * router_ops(E, k)
+        + B * k * (6 * H * F + F * GATE_OPS + 2 * H)
+        + B * _shared_flops(p),
     )
 
 
@@ -172,10 +230,16 @@ def _lower_moe(n: Node, b: int) -> dict[str, object]:
         "k": int(n.attr("k")),
         "router": str(n.attr("router")),
         "normalize": bool(n.attr("normalize")),
+        "S": n.inputs[5].type.shape[1] if len(n.inputs) > 5 else 0,
+        "shared": str(n.attr("shared", "none")),
     }
 
 
 def _check(p: Params) -> str:
+    if p["shared"] not in MOE_SHARED or (p["shared"] == "none") != (p["S"] == 0):
+        return (
+            f"shared {p['shared']!r} with S {p['S']}: one of {', '.join(MOE_SHARED)}, S 0 for none"
+        )
     if p["router"] not in MOE_ROUTERS:
         return f"router {p['router']!r} is not one of {', '.join(MOE_ROUTERS)}"
     return "" if p["k"] <= p["E"] else f"k {p['k']} is more than the {p['E']} experts"
@@ -191,10 +255,18 @@ MOE = KindDef(
         "k": "int+",
         "router": "str",
         "normalize": "bool",
+        "S": "int0",
+        "shared": "str",
     },
     check=_check,
+    defaults=lambda p: {"S": 0, "shared": "none"},
     flops=_moe_flops,
-    weight_elems=lambda p: p["H"] * p["E"] + 3 * p["E"] * p["H"] * p["F"],
+    weight_elems=lambda p: (
+        p["H"] * p["E"]
+        + 3 * p["E"] * p["H"] * p["F"]
+        + 3 * p["H"] * p["S"]
+        + int(p["shared"] == "sigmoid") * p["H"]
+    ),
     in_edge="W",
     out_edge="E",
     cost=moe_cost,
