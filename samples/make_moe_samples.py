@@ -78,9 +78,28 @@ MOE_FAMILIES: dict[str, Family] = {
         _IDS_MASK,
         _LM,
     ),
+    # top 2 of 4 renormalised (norm_topk_prob, as Qwen3-30B-A3B), no shared expert; layer 1 a
+    # dense SwiGLU MLP (mlp_only_layers): dense and MoE layers interleaved; per-head q/k RMSNorm
+    "qwen3moe": Family(
+        "Qwen3MoeForCausalLM",
+        "Qwen3MoeConfig",
+        dict(
+            _TINY,
+            head_dim=16,
+            intermediate_size=96,
+            moe_intermediate_size=48,
+            num_experts=4,
+            num_experts_per_tok=2,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[1],
+        ),
+        _IDS_MASK,
+        _LM,
+    ),
 }
 
-MOE_SAMPLES = {"mixtral": "mixtral", "qwen2moe": "qwen2moe"}
+MOE_SAMPLES = {"mixtral": "mixtral", "qwen2moe": "qwen2moe", "qwen3moe": "qwen3moe"}
 
 
 def build_moe_family(family: Family) -> torch.nn.Module:

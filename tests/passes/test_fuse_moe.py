@@ -76,6 +76,20 @@ def test_qwen2_moe_shared_expert_joins_the_block(samples_dir: Path) -> None:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
+def test_qwen3_moe_interleaved_dense_and_moe_layers(samples_dir: Path) -> None:
+    """Qwen3-MoE with layer 1 dense (mlp_only_layers): layer 0's block fuses (renormalised,
+    no shared expert), layer 1's SwiGLU MLP is left for fuse-swiglu."""
+    g = _graph(samples_dir, "qwen3moe_dynamo.onnx")
+    out = PASSES["fuse-moe"](g, PassContext())
+    moes = [n for n in out.nodes if n.op is Op.MOE]
+    assert len(moes) == 1 and moes[0].attr("normalize") and moes[0].attr("shared") == "none"
+    assert Op.TOP_K not in [n.op for n in out.nodes]
+    feeds = _feeds(g)
+    want, got = run(g, feeds), run(out, feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
 def _replace(g: Graph, old: Node, new: Node) -> Graph:
     return g.replace(new if n is old else n for n in g.nodes)
 
