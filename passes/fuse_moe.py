@@ -40,6 +40,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from wsecc.ir.arrays import dense, is_uniform, same_data
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import (
     LAYOUT,
@@ -57,6 +58,10 @@ from wsecc.pm import Pass, PassContext
 _VIEWS = LAYOUT | {Op.IDENTITY, Op.CAST}
 _RTOL = 1e-4  # of the output's largest magnitude: float32 rounding, not a different function
 _SEED = 0
+MAX_PROBE_ELEMS = 1 << 26
+"""The most elements the block's values may hold for the check to evaluate it (each gathered
+expert weight is materialised per token and choice: 256 MiB of float32 here); a larger block
+is not fused, and the note says to bind fewer tokens."""
 
 
 def _viewed(view: GraphView, v: Value) -> Value:
@@ -221,6 +226,12 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
     k = int(topk.attr("k"))
     for out, region, shared_forms in blocks:
         stacks = _stacks(region, e)
+        size = sum(v.type.size for n in region for v in n.outputs)
+        if size > MAX_PROBE_ELEMS:
+            raise NoMatch(
+                f"the block holds {size:,} elements, over the {MAX_PROBE_ELEMS:,} its check "
+                "evaluates: bind fewer tokens (--seq, --batch)"
+            )
         want = eval_nodes(region, {x: probe})[out].reshape(x.type.shape)
         for (shared, extra), (g, u, d) in itertools.product(shared_forms, _layouts(stacks, h)):
             for router_form, normalize in itertools.product(MOE_ROUTERS, (True, False)):
@@ -247,8 +258,13 @@ def _replacement(
     attrs: dict[str, object],
 ) -> tuple[Replacement, set[Node]]:
     parts = ("gate", "up", "down", "shared_gate", "shared_up", "shared_down", "shared_scale")
+    if is_uniform(weights[0]) and same_data(weights[0], weights[1]):
+        # halves of one weight without data (`--weights inputs`): one stored value each would
+        # make them the same weight to the parameter count; the up half gets the negated tag
+        up = weights[1]
+        weights = [weights[0], np.broadcast_to(-up.reshape(-1)[:1], up.shape), *weights[2:]]
     consts = [
-        Value.constant(f"{router.name}/moe_{part}", np.ascontiguousarray(a))
+        Value.constant(f"{router.name}/moe_{part}", dense(a))
         for part, a in zip(parts, weights, strict=False)
     ]
     origin = origin_of(region)

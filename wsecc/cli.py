@@ -691,6 +691,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_args(k)
     k.set_defaults(fn=cmd_check)
 
+    from wsecc.frontend.hf_export import cmd_export  # issue 30; torch only when it runs
+
+    x = sub.add_parser(
+        "export",
+        help="a Hugging Face config.json becomes a weightless ONNX export (pip install "
+        "'wsecc[export]'); compile it with --weights inputs",
+    )
+    x.add_argument("config", help="the model's config.json as Hugging Face publishes it")
+    x.add_argument("-o", "--out", required=True, help="the ONNX file to write")
+    x.add_argument("--debug", action="store_true", help="show tracebacks")
+    x.set_defaults(fn=cmd_export)
+
     w = sub.add_parser(
         "sweep",
         help="compile every point of a sweep spec into one results table (resumable); "

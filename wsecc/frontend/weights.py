@@ -8,7 +8,7 @@ parameter as a graph input with a static shape and no data. An input is taken as
 - its element type is a float and every dim is a number (nothing --batch/--seq/--dim binds), and
 - some node reads it where a parameter goes, directly or through a view (Transpose, Cast,
   Reshape, Identity, Unsqueeze, Squeeze, Flatten): `PARAMETER_SLOTS` — the right operand of
-  MatMul, the B and C of Gemm, the table of Gather, the scale and bias of LayerNormalization
+  MatMul, the B and C of Gemm, the table of Gather or GatherND (experts' weight stacks), the scale and bias of LayerNormalization
   (and of the contrib ops onnxruntime fuses), or a 0-d or 1-d operand of Add, Sub, Mul or Div
   (a bias or a scale: activations have batch and sequence dims).
 
@@ -31,6 +31,7 @@ PARAMETER_SLOTS: Mapping[str, frozenset[int]] = {
     "MatMul": frozenset({1}),
     "Gemm": frozenset({1, 2}),
     "Gather": frozenset({0}),
+    "GatherND": frozenset({0}),  # a mixture of experts' weight stacks [E, ., .]
     "LayerNormalization": frozenset({1, 2}),
     "SkipLayerNormalization": frozenset({2, 3, 4}),
     "EmbedLayerNormalization": frozenset({2, 3, 4, 5, 6}),
