@@ -117,3 +117,19 @@ def test_a_block_whose_routing_is_used_outside_is_not_fused(samples_dir: Path, l
     out = PASSES["fuse-moe"](g, ctx)
     assert [n.op for n in out.nodes].count(Op.MOE) == 1
     assert any("used outside it" in n for n in ctx.notes)
+
+
+def test_a_block_too_large_to_check_is_left_with_a_note(
+    samples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check evaluates the block; past MAX_PROBE_ELEMS (real-size experts at long
+    sequences) it is not fused, and the note says what to bind."""
+    import importlib
+
+    fuse_moe = importlib.import_module("wsecc.passes.fuse_moe")
+    monkeypatch.setattr(fuse_moe, "MAX_PROBE_ELEMS", 1000)
+    g = _graph(samples_dir)
+    ctx = PassContext()
+    out = PASSES["fuse-moe"](g, ctx)
+    assert Op.MOE not in [n.op for n in out.nodes]
+    assert any("bind fewer tokens (--seq, --batch)" in n for n in ctx.notes)
