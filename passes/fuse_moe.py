@@ -61,7 +61,8 @@ _SEED = 0
 MAX_PROBE_ELEMS = 1 << 26
 """The most elements the block's values may hold for the check to evaluate it (each gathered
 expert weight is materialised per token and choice: 256 MiB of float32 here); a larger block
-is not fused, and the note says to bind fewer tokens."""
+is not fused, and the note says how many tokens fit, or that even one does not (real-size
+experts: Mixtral 8x7B's block holds 353M elements a token)."""
 
 
 def _viewed(view: GraphView, v: Value) -> Value:
@@ -228,9 +229,14 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
         stacks = _stacks(region, e)
         size = sum(v.type.size for n in region for v in n.outputs)
         if size > MAX_PROBE_ELEMS:
+            per_token = -(-size // max(1, x.type.size // h))
             raise NoMatch(
                 f"the block holds {size:,} elements, over the {MAX_PROBE_ELEMS:,} its check "
-                "evaluates: bind fewer tokens (--seq, --batch)"
+                + (
+                    f"evaluates: bind at most {MAX_PROBE_ELEMS // per_token} tokens (--seq x --batch)"
+                    if per_token <= MAX_PROBE_ELEMS
+                    else f"evaluates, {per_token:,} a token: experts this large are not fused yet"
+                )
             )
         want = eval_nodes(region, {x: probe})[out].reshape(x.type.shape)
         for (shared, extra), (g, u, d) in itertools.product(shared_forms, _layouts(stacks, h)):
