@@ -248,25 +248,29 @@ def relative_gap(objective: float, bound: float) -> float:
 @dataclass(frozen=True)
 class Search:
     """What CP-SAT's search did after its start: which start it began from ("greedy",
-    "layered", "tiled" or "initial") and that start's wirelength, the neighbourhoods it solved
-    and how many of them improved the placement, and why it stopped (`STOPS`)."""
+    "layered", "tiled" or "initial"), that start's wirelength and the one it ended at (on the
+    problem it searched: a placement with halos or copies reports its own objective elsewhere),
+    the neighbourhoods it solved and how many of them improved the placement, and why it stopped
+    (a key of `STOPS`)."""
 
     start: str
     start_objective: float
+    objective: float
     windows: int
     improved: int
     stopped: str
 
-    def gain(self, objective: float) -> float:
-        """The fraction of the start's wirelength the search removed to reach `objective`."""
-        return 1 - objective / self.start_objective if self.start_objective > 0 else 0.0
+    @property
+    def gain(self) -> float:
+        """The fraction of the start's wirelength the search removed."""
+        return 1 - self.objective / self.start_objective if self.start_objective > 0 else 0.0
 
-    def summary(self, objective: float) -> str:
+    def summary(self) -> str:
         """One phrase for the compile's placement line: what the search added, why it stopped."""
         return (
-            f"search {100 * self.gain(objective):.1f}% below the {self.start} start's "
-            f"{self.start_objective:.4g} in {self.windows} neighbourhoods ({self.improved} "
-            f"improved), stopped: {self.stopped}"
+            f"CP-SAT search {100 * self.gain:.1f}% below the {self.start} start "
+            f"({self.start_objective:.4g}) in {self.windows} neighbourhoods, {self.improved} "
+            f"improved; stopped: {STOPS[self.stopped]}"
         )
 
 
