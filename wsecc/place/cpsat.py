@@ -38,6 +38,7 @@ guards against runaway (and the status then says "-GUARD"). Same input + seed �
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -559,8 +560,9 @@ def place_cpsat(
             budget.check()
             return packed
 
+        layered = layered_rects(problem)  # before the tiled start, whose shares see its time
         tiled = tiled_rects(problem, pack)
-        starts = {"greedy": greedy, "layered": layered_rects(problem), "tiled": tiled}
+        starts = {"greedy": greedy, "layered": layered, "tiled": tiled}
         found = {k: r for k, r in starts.items() if r is not None}
         if not found:
             raise failed
@@ -606,8 +608,8 @@ def place_cpsat(
 
     if not proven and opts.bound_share > 0:
         seconds = opts.bound_share * time_budget_s
-        wall = budget.guard() if deterministic else None
-        tight = cluster_bound(problem, lambda cs: cluster_values(cs, seconds, wall))
+        end = budget.t0 + (budget.guard_s() if deterministic else time_budget_s)
+        tight = cluster_bound(problem, lambda cs: cluster_values(cs, seconds, end, deterministic))
         budget.check()
         if tight.value > bound:
             bound, bound_kind = tight.value, tight.kind
@@ -674,20 +676,28 @@ def pack_unit(
 
 
 def cluster_values(
-    clusters: Sequence[Cluster], seconds: float, wall_s: float | None = None
+    clusters: Sequence[Cluster],
+    seconds: float,
+    deadline: float | None = None,
+    deterministic: bool = False,
 ) -> list[float]:
     """A lower bound per cluster on its weighted wirelength over every placement of its
     kernels in the plane (`wsecc.place.clusters`, whose doc proves the model's reductions):
     the optimum where CP-SAT proves it, else CP-SAT's proven objective bound. The solves (one
     per hub shape) share `seconds` evenly as deterministic time (`BOUND_DTIME_PER_SECOND`) on
-    one worker. Each solve's wall limit is `wall_s` when given (deterministic mode: the time
-    left to its guard, which the caller checks afterwards, so the bound is a function of the
-    clusters only), else 3× its share (a loaded machine may then get a weaker bound)."""
+    one worker. Wall limits: `deterministic`, the time left to `deadline` (the guard, which the
+    caller checks afterwards, so the bound is a function of the clusters only); else 3× a
+    solve's share, cut at `deadline` (a `time.perf_counter()` time) when given — a loaded
+    machine then gets a weaker bound, not a longer compile."""
     solves = sum(len(c.shapes[_hub(c)]) for c in clusters)
     share = seconds / max(1, solves)
-    wall = 3 * share + 0.05 if wall_s is None else wall_s
-    limits = _Limits(wall, 1, 0, BOUND_DTIME_PER_SECOND * share)
-    return [min(_plane_bound(c, s, limits) for s in c.shapes[_hub(c)]) for c in clusters]
+
+    def limits() -> _Limits:
+        left = math.inf if deadline is None else deadline - time.perf_counter()
+        wall = left if deterministic else min(3 * share + 0.05, left)
+        return _Limits(max(wall, 0.01), 1, 0, BOUND_DTIME_PER_SECOND * share)
+
+    return [min(_plane_bound(c, s, limits()) for s in c.shapes[_hub(c)]) for c in clusters]
 
 
 # deterministic time per second of the bound's share, one worker: 0.6 fills about the share on
