@@ -29,11 +29,20 @@ Time budget: greedy, then each sub-solve gets min(its share, remaining − margi
 is checked between LNS windows; the full model (the only solve whose presolve can overrun its
 limit) runs only for N ≤ full_model_max_kernels. Wall time thus stays within the budget.
 
+Search: large-neighbourhood search over `NEIGHBOURHOODS` in turn (a layer's chain, a window of
+the fabric, the ends of a costly flow), the incumbent as hint, no linear relaxation; it stops
+when `stall_windows` neighbourhoods in a row improved nothing (the budget is a ceiling, not a
+target). `Placement.search` says from which start, by how much and why it stopped.
+
 Deterministic mode: every solve uses one worker, a fixed seed and a deterministic-time limit
-(2-worker interleaved search was measured NOT to be reproducible in 9.15); the LNS runs a fixed
-number of windows (budget × det_windows_per_second) drawn from a seeded RNG; wall time only
-guards against runaway (and the status then says "-GUARD"). Same input + seed → byte-identical
-`Placement.dumps(include_timing=False)`. It finds less than the 2-worker default mode.
+(2-worker interleaved search was measured NOT to be reproducible in 9.15); the LNS runs at most
+a fixed number of windows (budget × det_windows_per_second, less the tiled start's share) drawn
+from a seeded RNG, and the stall rule depends on results only. Wall time only guards: each
+solve's wall limit is the time left to max(wall_guard_floor_s, wall_guard_factor × budget),
+and once that has passed the placement fails in one line (`GuardError`) — a solve the wall
+clock cut short never decides a result. Same input + seed → byte-identical
+`Placement.dumps(include_timing=False)`, whatever the machine's load. It finds less than the
+2-worker default mode.
 """
 
 from __future__ import annotations
@@ -89,7 +98,8 @@ class CpSatOptions:
     # of the budget kept for the windows from the tiled start's later packings (default mode).
     # 0: on GPT-2 small the windows took 0.3-0.6% off the tiled start where its pool packing
     # takes 16% off a layer's (bench/RESULTS.md, "CP-SAT that earns its time"), so the time
-    # goes to the packing first. Deterministic mode runs at least `stall_windows` windows.
+    # goes to the packing first (deterministic mode too: its quota is the windows' less what
+    # the tiled start's packings took).
     window_share: float = 0.0
     # deterministic mode (work-based limits, calibrated on 2 cores to roughly fill the budget)
     det_window_dtime: float = 0.05  # CP-SAT deterministic time per window
@@ -431,7 +441,7 @@ class _Budget:
             share = 1 - self.opts.full_model_share * full_model_ran - self.opts.bound_share
             quota = round(self.seconds * share * self.opts.det_windows_per_second)
             quota -= round(tiled_dtime / self.opts.det_window_dtime)
-            if done >= max(quota, self.opts.stall_windows):
+            if done >= quota:
                 return None
             return _Limits(
                 self.guard(), 1, self.seed, self.opts.det_window_dtime, lp=self.opts.window_lp
