@@ -267,10 +267,11 @@ class Search:
 
     def summary(self) -> str:
         """One phrase for the compile's placement line: what the search added, why it stopped."""
+        packed = " of CP-SAT's layer packings" if self.start == "tiled" else ""
         return (
-            f"CP-SAT search {100 * self.gain:.1f}% below the {self.start} start "
-            f"({self.start_objective:.4g}) in {self.windows} neighbourhoods, {self.improved} "
-            f"improved; stopped: {STOPS[self.stopped]}"
+            f"CP-SAT search {100 * self.gain:.1f}% below the {self.start} start{packed}, "
+            f"{self.start_objective:.4g}, in {self.windows} neighbourhoods ({self.improved} "
+            f"improved); stopped: {STOPS[self.stopped]}"
         )
 
 
