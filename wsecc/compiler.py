@@ -387,7 +387,8 @@ class Compilation:
             "place",
             f"{o.placer}: weighted wirelength {p.objective:.4g} B·PE, bound {p.bound:.4g} "
             f"({p.bound_kind}), gap {100 * p.gap:.1f}%, {p.status} ({p.seconds:.1f} s), "
-            f"{self.pool_shapes} kernels in pool shapes",
+            f"{self.pool_shapes} kernels in pool shapes"
+            + (f"; {p.search.summary()}" if p.search is not None else ""),
         )
         self.progress(
             "route",
@@ -818,6 +819,8 @@ class Compilation:
                 "bound_kind": p.bound_kind, "gap": p.gap, "status": p.status, "seconds": p.seconds,
                 "pool_shapes": self.pool_shapes,
             }  # fmt: skip
+            if p.search is not None:  # what CP-SAT's search added to its start, why it stopped
+                rep["placement"]["search"] = {**dataclasses.asdict(p.search), "gain": p.search.gain}
             rep["routing"] = {
                 "flows": len(self.problem.flows), "lanes": len(r.lanes),
                 "colors_max": r.colors_used_max, "color_budget": r.color_budget,

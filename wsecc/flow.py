@@ -609,6 +609,7 @@ def _place_again(
         status=f"{grown.status}, halos around {len(halos)} kernels",
         seconds=first.seconds + grown.seconds,
         seed=seed,
+        search=grown.search,
     )
 
 

@@ -195,6 +195,7 @@ def whole_placement(problem: PlacementProblem, placement: Placement, reps: Repli
     return Placement.of(
         problem, rects, placer=placement.placer, bound=reps.k * placement.bound,
         status=placement.status, seconds=placement.seconds, seed=placement.seed,
+        search=placement.search,
     )  # fmt: skip
 
 

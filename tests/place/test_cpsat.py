@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from wsecc.place.api import place
-from wsecc.place.cpsat import place_cpsat
+from wsecc.place.cpsat import CpSatOptions, GuardError, place_cpsat
 from wsecc.place.greedy import place_greedy
-from wsecc.place.problem import PlacementError, Rect, validate_placement
+from wsecc.place.problem import (
+    PlaceFlow,
+    PlaceKernel,
+    PlacementError,
+    PlacementProblem,
+    Rect,
+    Search,
+    validate_placement,
+)
 from wsecc.place.synthetic import chain_problem, transformer_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,3 +79,74 @@ def test_place_dispatches_and_rejects_unknown_placers():
         PlacementError, match="unknown placer 'sa'; choose one of cpsat, greedy, manual"
     ):
         place(problem, placer="sa", time_budget_s=1.0)
+
+
+# ---------------------------------------------------------------------- the search's stall rule
+
+
+def _row_problem(n: int) -> tuple[PlacementProblem, dict[str, Rect]]:
+    """n unit squares chained k0→k1→…, in a fabric one row high: in order is optimal."""
+    kernels = tuple(PlaceKernel(f"k{i}", ((1, 1),), (f"n{i}",), "chain") for i in range(n))
+    flows = tuple(PlaceFlow(f"k{i}", f"k{i + 1}", 1024.0) for i in range(n - 1))
+    return PlacementProblem(n, 1, kernels, flows), {f"k{i}": Rect(i, 0, 1, 1) for i in range(n)}
+
+
+_SEARCH_ONLY = CpSatOptions(full_model_max_kernels=0, bound_share=0.0, stall_windows=6)
+
+
+def _trace_windows(monkeypatch) -> list[bool]:
+    """Whether each window of the next `place_cpsat` improved the placement, in order."""
+    import wsecc.place.cpsat as cpsat
+
+    flags: list[bool] = []
+
+    def accept(*args):
+        out = _accept(*args)
+        flags.append(out[2])
+        return out
+
+    _accept = cpsat._accept
+    monkeypatch.setattr(cpsat, "_accept", accept)
+    return flags
+
+
+def test_the_search_stops_early_when_no_neighbourhood_improves(monkeypatch):
+    # the start is optimal: the search gives up after `stall_windows` windows, not at the
+    # budget's work quota (60 s deterministic: 306 windows)
+    problem, optimal = _row_problem(10)
+    flags = _trace_windows(monkeypatch)
+    p = place_cpsat(
+        problem, time_budget_s=60.0, deterministic=True, options=_SEARCH_ONLY, initial=optimal
+    )
+    assert p.rects == optimal
+    assert flags == [False] * _SEARCH_ONLY.stall_windows
+    assert p.search == Search("initial", p.objective, p.objective, 6, 0, "stalled")
+    assert "stopped: the last neighbourhoods improved nothing" in p.search.summary()
+
+
+def test_the_search_runs_on_while_neighbourhoods_improve(monkeypatch):
+    # a bad start (the chain's kernels in a scrambled row): the search goes on past every run
+    # of fewer than `stall_windows` windows without gain, and stops at the first full run
+    problem, _ = _row_problem(24)
+    order = random.Random(5).sample(range(24), 24)
+    scrambled = {f"k{i}": Rect(x, 0, 1, 1) for i, x in enumerate(order)}
+    flags = _trace_windows(monkeypatch)
+    p = place_cpsat(
+        problem, time_budget_s=60.0, deterministic=True, options=_SEARCH_ONLY, initial=scrambled
+    )
+    k = _SEARCH_ONLY.stall_windows
+    assert p.search is not None and p.search.start == "initial"
+    assert p.search.improved == sum(flags) >= 2 and p.search.windows == len(flags) > k
+    assert p.search.stopped == "stalled" and flags[-k:] == [False] * k and flags[-k - 1]
+    runs = "".join("x" if f else "." for f in flags[:-k]).split("x")
+    assert all(len(run) < k for run in runs)  # it never stopped while it could
+    assert p.objective == p.search.objective < p.search.start_objective
+    assert validate_placement(problem, p) == []
+
+
+def test_deterministic_mode_past_its_wall_clock_guard_fails_in_one_line():
+    # a guard that has passed before the first solve ends: no placement, one line saying why
+    opts = CpSatOptions(wall_guard_factor=0.0, wall_guard_floor_s=0.0)
+    with pytest.raises(GuardError, match="ran past its 0 s wall-clock guard") as e:
+        place_cpsat(chain_problem(12), time_budget_s=1.0, deterministic=True, options=opts)
+    assert "\n" not in str(e.value)

@@ -5,8 +5,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from wsecc.place.greedy import flow_order, greedy_variants, place_greedy
+from wsecc.place.greedy import (
+    _Skyline,
+    bottom_left_step,
+    flow_order,
+    greedy_variants,
+    place_greedy,
+)
 from wsecc.place.problem import (
     PlaceFlow,
     PlaceKernel,
@@ -92,3 +100,35 @@ def test_flow_order_is_topological_and_survives_cycles():
     order = flow_order(PlacementProblem(10, 10, kernels, flows))
     assert sorted(order) == list("abcd")
     assert order.index("a") < order.index("b") and order.index("c") < order.index("d")
+
+
+def _bottom_left_by_column(sky: _Skyline, shapes, prev_cx2: int) -> Rect | None:
+    """`bottom_left_step`'s rule, one column and shape at a time with `_Skyline.drop`: least
+    (y + h, |2x + w − prev|), then the earlier shape, the lower unobstructed top, the lower x."""
+    found = []
+    for s, (w, h) in enumerate(shapes):
+        for x in range(sky.width - w + 1):
+            y = sky.drop(x, w, h)
+            if y is not None:
+                free = int(sky.top[x : x + w].max()) + h
+                found.append(((y + h, abs(2 * x + w - prev_cx2), s, free, x), Rect(x, y, w, h)))
+    return min(found, key=lambda f: f[0])[1] if found else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_bottom_left_step_takes_the_least_key_over_every_column(data):
+    # all columns scored at once (pins pushing down included) = the rule column by column
+    W, H = data.draw(st.integers(3, 30)), data.draw(st.integers(3, 30))
+    pins = {}
+    for i in range(data.draw(st.integers(0, 3))):
+        w, h = data.draw(st.integers(1, W)), data.draw(st.integers(1, H))
+        x, y = data.draw(st.integers(0, W - w)), data.draw(st.integers(0, H - h))
+        pins[f"p{i}"] = Rect(x, y, w, h)
+    sky = _Skyline(W, H, pins)
+    sky.top[:] = data.draw(st.lists(st.integers(0, H // 2), min_size=W, max_size=W))
+    shapes = tuple(
+        data.draw(st.lists(st.tuples(st.integers(1, W), st.integers(1, H)), min_size=1, max_size=3))
+    )
+    prev = data.draw(st.integers(0, 2 * W))
+    assert bottom_left_step(sky, shapes, prev) == _bottom_left_by_column(sky, shapes, prev)

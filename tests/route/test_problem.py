@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wsecc.place.problem import PlaceFlow, PlaceKernel, Placement, PlacementProblem, Rect
@@ -19,7 +20,9 @@ from wsecc.route.problem import (
     edge_shares,
     encode_path,
     facing_sides,
+    link_loads,
     make_routing_problem,
+    router_passes,
     validate_routing,
 )
 from wsecc.route.router import route
@@ -222,3 +225,37 @@ def test_crossed_regions_names_the_regions_a_lane_runs_through():
         [RoutedLane("A->B", 0, through, 0), RoutedLane("A->B#2", 0, around, 1)], 21, 1
     )
     assert crossed_regions(routing, placement) == {"A->B": {"M"}}
+
+
+_STEP = st.sampled_from([(1, 0), (-1, 0), (0, 1), (0, -1)])
+
+
+@st.composite
+def _lanes(draw) -> tuple[RoutedLane, ...]:
+    """Lanes of a few flows: walks of unit steps (a rare non-unit step too) from random PEs."""
+    lanes = []
+    for i in range(draw(st.integers(0, 12))):
+        x, y = draw(st.integers(0, 6)), draw(st.integers(0, 6))
+        path = [(x, y)]
+        for dx, dy in draw(st.lists(_STEP | st.just((2, 1)), max_size=8)):
+            x, y = x + dx, y + dy
+            path.append((x, y))
+        flow, color = draw(st.sampled_from("abc")), draw(st.integers(0, 3))
+        lanes.append(RoutedLane(flow, i, tuple(path), color))
+    return tuple(lanes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lanes=_lanes())
+def test_routing_figures_count_every_router_pass(lanes):
+    # Routing.of counts all passes at once; here one router and one link at a time
+    r = Routing.of(lanes, color_budget=8, iterations=0)
+    passes = router_passes(r.lanes)
+    colors = {at: len({r.lanes[i].color for i, _ in ps}) for at, ps in passes.items()}
+    classes = {at: len({(r.lanes[i].flow, cfg) for i, cfg in ps}) for at, ps in passes.items()}
+    assert r.color_histogram == dict(sorted(Counter(colors.values()).items()))
+    assert r.colors_used_max == max(colors.values(), default=0)
+    assert r.color_lower_bound == max(classes.values(), default=0)
+    lb = r.color_lower_bound
+    assert r.lower_bound_router == min((at for at, n in classes.items() if n == lb), default=(0, 0))
+    assert r.link_load_max == max(link_loads(r.lanes).values(), default=0)

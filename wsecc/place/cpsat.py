@@ -29,15 +29,25 @@ Time budget: greedy, then each sub-solve gets min(its share, remaining − margi
 is checked between LNS windows; the full model (the only solve whose presolve can overrun its
 limit) runs only for N ≤ full_model_max_kernels. Wall time thus stays within the budget.
 
+Search: large-neighbourhood search over `NEIGHBOURHOODS` in turn (a layer's chain, a window of
+the fabric, the ends of a costly flow), the incumbent as hint, no linear relaxation; it stops
+when `stall_windows` neighbourhoods in a row improved nothing (the budget is a ceiling, not a
+target). `Placement.search` says from which start, by how much and why it stopped.
+
 Deterministic mode: every solve uses one worker, a fixed seed and a deterministic-time limit
-(2-worker interleaved search was measured NOT to be reproducible in 9.15); the LNS runs a fixed
-number of windows (budget × det_windows_per_second) drawn from a seeded RNG; wall time only
-guards against runaway (and the status then says "-GUARD"). Same input + seed → byte-identical
-`Placement.dumps(include_timing=False)`. It finds less than the 2-worker default mode.
+(2-worker interleaved search was measured NOT to be reproducible in 9.15); the LNS runs at most
+a fixed number of windows (budget × det_windows_per_second, less the tiled start's share) drawn
+from a seeded RNG, and the stall rule depends on results only. Wall time only guards: each
+solve's wall limit is the time left to max(wall_guard_floor_s, wall_guard_factor × budget),
+and once that has passed the placement fails in one line (`GuardError`) — a solve the wall
+clock cut short never decides a result. Same input + seed → byte-identical
+`Placement.dumps(include_timing=False)`, whatever the machine's load. It finds less than the
+2-worker default mode.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -56,6 +66,7 @@ from wsecc.place.problem import (
     PlacementError,
     PlacementProblem,
     Rect,
+    Search,
     kernel_shapes,
     tailored,
     validate_placement,
@@ -77,11 +88,29 @@ class CpSatOptions:
     window_max: int = 12
     window_time_s: float = 0.25
     margin_s: float = 0.1
+    # the search stops when this many neighbourhoods in a row improved nothing (each kind,
+    # `NEIGHBOURHOODS`, had 5 tries): the budget is a ceiling, not a target. GPT-2 small from its
+    # tiled start, deterministic: gains came at most 11 windows apart (bench/RESULTS.md)
+    stall_windows: int = 15
+    # windows solve without the linear relaxation: on GPT-2 small's tiled start, 60 windows
+    # took 0.55x the wall time and found 0.6% (against 0.4%) with it off (bench/RESULTS.md)
+    window_lp: bool = False
+    # of the budget kept for the windows from the tiled start's later packings (default mode).
+    # 0: on GPT-2 small the windows took 0.3-0.6% off the tiled start where its pool packing
+    # takes 16% off a layer's (bench/RESULTS.md, "CP-SAT that earns its time"), so the time
+    # goes to the packing first (deterministic mode too: its quota is the windows' less what
+    # the tiled start's packings took).
+    window_share: float = 0.0
     # deterministic mode (work-based limits, calibrated on 2 cores to roughly fill the budget)
     det_window_dtime: float = 0.05  # CP-SAT deterministic time per window
     det_windows_per_second: float = 6.0  # windows per second of budget
     dtime_per_second: float = 0.2  # full-model deterministic time per second of its share
-    wall_guard_factor: float = 3.0  # deterministic mode gives up (status says so) past this
+    # deterministic mode's wall-clock guard: past max(floor, factor × budget) the placement
+    # fails in one line (`GuardError`), never returns a different result; far enough out that
+    # a loaded machine does not reach it: the work quota takes about the budget on an idle
+    # machine, and GPT-2 small's 10 s quota took 173 s at load 19 on 2 cores (bench/RESULTS.md)
+    wall_guard_factor: float = 60.0
+    wall_guard_floor_s: float = 300.0
     # tiled start (`wsecc.place.tiled`): one CP-SAT solve per layer block size tried
     unit_time_s: float = 0.3
     det_unit_dtime: float = 0.1
@@ -150,6 +179,7 @@ class _Limits:
     workers: int
     seed: int
     dtime: float | None = None
+    lp: bool = True  # False: no linear relaxation (a window needs a better placement, not a bound)
 
 
 @dataclass(frozen=True)
@@ -298,6 +328,8 @@ def _solve(
     p.max_time_in_seconds = max(limits.seconds, 0.01)
     if limits.dtime is not None:
         p.max_deterministic_time = limits.dtime
+    if not limits.lp:
+        p.linearization_level = 0
     # Ctrl-C must interrupt wsecc (which cleans up and says so), not only end this one solve.
     p.catch_sigint_signal = False
     status = solver.solve(model)
@@ -314,17 +346,49 @@ def _solve(
 
 # ------------------------------------------------------------------------------------ windows
 
+# The neighbourhoods the search takes in turn, each small enough (6-12 kernels, the fixed ones
+# as obstacles) to solve in a fraction of a second at real size:
+#   "chain": consecutive kernels in flow order (a layer and its neighbours);
+#   "area":  the kernels nearest a random kernel (a window of the fabric);
+#   "flow":  the kernels nearest both ends of a pair drawn by its share of the wirelength
+#            (the flows that cost most).
+NEIGHBOURHOODS = ("chain", "area", "flow")
+
 
 def _pick_window(
-    data: _Data, rects: Mapping[str, Rect], rng: random.Random, opts: CpSatOptions
+    data: _Data, rects: Mapping[str, Rect], rng: random.Random, opts: CpSatOptions, kind: str
 ) -> list[int]:
-    """Consecutive kernels in flow order, or the spatial neighbours of a random kernel."""
+    """The free kernels of one neighbourhood of kind `kind` (`NEIGHBOURHOODS`), drawn by `rng`."""
     order = data.order
     size = min(rng.randint(opts.window_min, opts.window_max), len(order))
-    if rng.random() < 0.5:
+    if kind == "chain":
         start = rng.randrange(len(order) - size + 1)
         return sorted(order[start : start + size])
     centres = np.array([rects[data.names[i]].center2() for i in order])
+    if kind == "flow":
+        every = [rects[n].center2() for n in data.names]
+        costs = [
+            (e, q * (abs(every[e[0]][0] - every[e[1]][0]) + abs(every[e[0]][1] - every[e[1]][1])))
+            for e, q in data.pairs.items()
+        ]
+        costs = [(e, c) for e, c in costs if c > 0]
+        if costs:
+            i, j = rng.choices([e for e, _ in costs], weights=[c for _, c in costs])[0]
+            near_i = np.abs(centres - np.array(every[i])).sum(axis=1)
+            near_j = np.abs(centres - np.array(every[j])).sum(axis=1)
+            ranked = np.argsort(np.minimum(near_i, near_j), kind="stable")
+            half_i = np.argsort(near_i, kind="stable")[: size // 2]
+            picked = dict.fromkeys(int(k) for k in half_i)
+            for k in ranked:
+                if len(picked) >= size:
+                    break
+                if near_j[k] <= near_i[k]:
+                    picked.setdefault(int(k))
+            for k in ranked:  # top up when one end's side is short
+                if len(picked) >= size:
+                    break
+                picked.setdefault(int(k))
+            return sorted(order[k] for k in picked)
     seed = rng.randrange(len(order))
     dist = np.abs(centres - centres[seed]).sum(axis=1)
     return sorted(order[k] for k in np.argsort(dist, kind="stable")[:size])
@@ -343,10 +407,18 @@ def _window_box(data: _Data, rects: Mapping[str, Rect], free: list[int], W: int,
 # ------------------------------------------------------------------------------------- placer
 
 
+class GuardError(PlacementError):
+    """Deterministic placement ran past its wall-clock guard (`CpSatOptions.wall_guard_factor`):
+    its result would depend on the machine's load, so there is none."""
+
+
 @dataclass(frozen=True)
 class _Budget:
     """Turns the time budget into per-solve limits: wall-clock shares capped by the deadline,
-    or, in deterministic mode, deterministic time and a window count (wall time only guards)."""
+    or, in deterministic mode, deterministic time and a window count. In deterministic mode
+    wall time only guards: every solve's wall limit is the time left to the guard, and `check`
+    (after each solve) raises `GuardError` once it has passed, so a solve the wall clock cut
+    short never decides a result."""
 
     t0: float
     seconds: float
@@ -370,12 +442,16 @@ class _Budget:
             share = 1 - self.opts.full_model_share * full_model_ran - self.opts.bound_share
             quota = round(self.seconds * share * self.opts.det_windows_per_second)
             quota -= round(tiled_dtime / self.opts.det_window_dtime)
-            if done >= quota or self.guard() == 0.0:
+            if done >= quota:
                 return None
-            return _Limits(self.guard(), 1, self.seed, self.opts.det_window_dtime)
+            return _Limits(
+                self.guard(), 1, self.seed, self.opts.det_window_dtime, lp=self.opts.window_lp
+            )
         left = self.remaining() - self.opts.bound_share * self.seconds
         seconds = min(self.opts.window_time_s, left)
-        return _Limits(seconds, self.opts.workers, self.seed) if seconds >= 0.05 else None
+        if seconds < 0.05:
+            return None
+        return _Limits(seconds, self.opts.workers, self.seed, lp=self.opts.window_lp)
 
     def unit(self, stage: Stage, spent_dtime: float) -> _Limits | None:
         """Limits for one layer packing of the tiled start (`tiled.Stage`), or None past the
@@ -391,19 +467,35 @@ class _Budget:
                 "pools": o.det_unit_pools_dtime,
             }[stage]
             need = dtime + (o.unit_again_factor * o.det_unit_dtime if stage == "first" else 0.0)
-            if (stage == "first" and spent_dtime + need > share + 1e-9) or self.guard() == 0.0:
+            if stage == "first" and spent_dtime + need > share + 1e-9:
                 return None
             return _Limits(self.guard(), 1, self.seed, dtime)
         if stage == "first":
             left = self.t0 + o.tiled_share * self.seconds - time.perf_counter()
         else:
-            left = self.remaining() - o.bound_share * self.seconds
+            left = self.remaining() - (o.bound_share + o.window_share) * self.seconds
         wanted = {"first": o.unit_time_s, "again": o.unit_again_factor * o.unit_time_s}
         seconds = min(wanted.get(stage, o.unit_pools_s), left)
         return _Limits(seconds, o.workers, self.seed) if seconds >= 0.05 else None
 
+    def guard_s(self) -> float:
+        """Deterministic mode's wall-clock guard, seconds after the start."""
+        return max(self.opts.wall_guard_floor_s, self.opts.wall_guard_factor * self.seconds)
+
     def guard(self) -> float:
-        return max(0.0, self.t0 + self.opts.wall_guard_factor * self.seconds - time.perf_counter())
+        """Wall seconds left before the guard (deterministic mode's wall limit of a solve)."""
+        return max(0.0, self.t0 + self.guard_s() - time.perf_counter())
+
+    def check(self) -> None:
+        """Deterministic mode: raise `GuardError` once the guard has passed (a solve may then
+        have stopped at its wall limit rather than at its deterministic time)."""
+        if self.deterministic and self.guard() == 0.0:
+            raise GuardError(
+                f"deterministic placement ran past its {self.guard_s():.0f} s wall-clock guard "
+                f"(for a {self.seconds:g} s budget): the machine is too loaded for a result "
+                "that depends on the inputs and seed only; run again on a quieter machine, "
+                "or without --deterministic"
+            )
 
 
 def _accept(
@@ -435,15 +527,17 @@ def place_cpsat(
     `tiled_share` of the budget; deterministic mode: their deterministic time comes off the
     window quota).
     Steps: start hint → full model with hint and cuts (if N ≤ full_model_max_kernels and the
-    start is not the tiled one) → window LNS until the budget (deterministic mode: the work
-    quota) is spent.
+    start is not the tiled one) → large-neighbourhood search (`NEIGHBOURHOODS` in turn, the
+    incumbent as hint) until `stall_windows` neighbourhoods in a row improve nothing, or the
+    budget (deterministic mode: the work quota) is spent. `result.search` says from which start,
+    by how much, and why it stopped.
     Kernels' pools (`PlaceKernel.pool`): the tiled start may take pool shapes (and `initial`
     may hold them); everything after the start, the bound included, is on
     `tailored(problem, start)`, whose menus hold the ones taken. The result is legal for
     `tailored(problem, result.rects)`, and its bound holds there (fewer shapes, no lower optimum).
-    Status: OPTIMAL when the full model proved it (exact integer weights only), else FEASIBLE;
-    "FEASIBLE-GUARD" if deterministic mode hit its wall-clock guard (then not reproducible).
-    Raises PlacementError (greedy's) when no start packs the kernels.
+    Status: OPTIMAL when the full model proved it (exact integer weights only), else FEASIBLE.
+    Raises PlacementError (greedy's) when no start packs the kernels, and `GuardError` when
+    deterministic mode runs past its wall-clock guard (its result would depend on the load).
     """
     opts = options or CpSatOptions()
     budget = _Budget(time.perf_counter(), time_budget_s, deterministic, seed, opts)
@@ -457,7 +551,7 @@ def place_cpsat(
     tiled_dtime = 0.0  # deterministic time the tiled start's solves were given
     tiled = None
     if start is not None and not validate_placement(with_pools(problem), start):
-        rects = dict(initial)  # type: ignore[arg-type]
+        rects, begun = dict(initial), "initial"  # type: ignore[arg-type]
     else:
         try:
             greedy: dict[str, Rect] | None = greedy_rects(problem)[1]
@@ -475,16 +569,21 @@ def place_cpsat(
             if limits is None:
                 return None
             tiled_dtime += limits.dtime or 0.0
-            return pack_unit(unit, joins, limits, opts.unit_height_weight, start)
+            packed = pack_unit(unit, joins, limits, opts.unit_height_weight, start)
+            budget.check()
+            return packed
 
+        layered = layered_rects(problem)  # before the tiled start, whose shares see its time
         tiled = tiled_rects(problem, pack)
-        found = [r for r in (greedy, layered_rects(problem), tiled) if r is not None]
+        starts = {"greedy": greedy, "layered": layered, "tiled": tiled}
+        found = {k: r for k, r in starts.items() if r is not None}
         if not found:
             raise failed
-        rects = min(found, key=lambda r: weighted_wirelength(problem, r))  # greedy on ties
+        begun = min(found, key=lambda k: weighted_wirelength(problem, found[k]))  # greedy on ties
+        rects = found[begun]
     problem = tailored(problem, rects)  # from here on, the pool shapes the start took are menu
     data = _Data.of(problem)
-    wl = weighted_wirelength(problem, rects)
+    wl = start_wl = weighted_wirelength(problem, rects)
     own = lower_bound(problem)
     bound, bound_kind = own.value, own.kind
     fabric = Rect(0, 0, problem.width, problem.height)
@@ -495,6 +594,7 @@ def place_cpsat(
     full = 0 < len(data.order) <= opts.full_model_max_kernels and rects is not tiled
     if full:
         solved = _solve(data, rects, list(data.order), fabric, budget.full_model())
+        budget.check()
         rects, wl, _ = _accept(problem, rects, wl, solved)
         if solved.rects is not None:
             if solved.bound * data.unit / 2 > bound:
@@ -502,25 +602,32 @@ def place_cpsat(
             proven = solved.status == "OPTIMAL" and data.exact
 
     rng = random.Random(seed)
-    windows = improved = 0
-    while not proven and len(data.order) > 1:
+    windows = improved = stale = 0
+    stopped = "optimal" if proven else "nothing to move" if len(data.order) <= 1 else ""
+    while not stopped:
         limits = budget.window(windows, full, tiled_dtime)
         if limits is None:
+            stopped = "quota" if deterministic else "budget"
             break
-        free = _pick_window(data, rects, rng, opts)
+        kind = NEIGHBOURHOODS[windows % len(NEIGHBOURHOODS)]
+        free = _pick_window(data, rects, rng, opts, kind)
         box = _window_box(data, rects, free, problem.width, problem.height)
-        rects, wl, better = _accept(problem, rects, wl, _solve(data, rects, free, box, limits))
-        windows, improved = windows + 1, improved + better
+        solved = _solve(data, rects, free, box, limits)
+        budget.check()
+        rects, wl, better = _accept(problem, rects, wl, solved)
+        windows, improved, stale = windows + 1, improved + better, 0 if better else stale + 1
+        if stale >= opts.stall_windows:
+            stopped = "stalled"
 
     if not proven and opts.bound_share > 0:
         seconds = opts.bound_share * time_budget_s
-        tight = cluster_bound(problem, lambda cs: cluster_values(cs, seconds))
+        end = budget.t0 + (budget.guard_s() if deterministic else time_budget_s)
+        tight = cluster_bound(problem, lambda cs: cluster_values(cs, seconds, end, deterministic))
+        budget.check()
         if tight.value > bound:
             bound, bound_kind = tight.value, tight.kind
 
     status = "OPTIMAL" if proven else "FEASIBLE"
-    if deterministic and budget.guard() == 0.0:
-        status += "-GUARD"
     return Placement.of(
         problem,
         rects,
@@ -530,6 +637,7 @@ def place_cpsat(
         seconds=time.perf_counter() - budget.t0,
         seed=seed,
         bound_kind="optimal" if proven else bound_kind,
+        search=Search(begun, start_wl, wl, windows, improved, stopped),
     )
 
 
@@ -580,16 +688,29 @@ def pack_unit(
 # --------------------------------------------------------------------------------- cluster bound
 
 
-def cluster_values(clusters: Sequence[Cluster], seconds: float) -> list[float]:
+def cluster_values(
+    clusters: Sequence[Cluster],
+    seconds: float,
+    deadline: float | None = None,
+    deterministic: bool = False,
+) -> list[float]:
     """A lower bound per cluster on its weighted wirelength over every placement of its
     kernels in the plane (`wsecc.place.clusters`, whose doc proves the model's reductions):
     the optimum where CP-SAT proves it, else CP-SAT's proven objective bound. The solves (one
     per hub shape) share `seconds` evenly as deterministic time (`BOUND_DTIME_PER_SECOND`) on
-    one worker, so the bound does not depend on the machine's load; wall time only guards."""
+    one worker. Wall limits: `deterministic`, the time left to `deadline` (the guard, which the
+    caller checks afterwards, so the bound is a function of the clusters only); else 3× a
+    solve's share, cut at `deadline` (a `time.perf_counter()` time) when given — a loaded
+    machine then gets a weaker bound, not a longer compile."""
     solves = sum(len(c.shapes[_hub(c)]) for c in clusters)
     share = seconds / max(1, solves)
-    limits = _Limits(3 * share + 0.05, 1, 0, BOUND_DTIME_PER_SECOND * share)  # wall: 3x at most
-    return [min(_plane_bound(c, s, limits) for s in c.shapes[_hub(c)]) for c in clusters]
+
+    def limits() -> _Limits:
+        left = math.inf if deadline is None else deadline - time.perf_counter()
+        wall = left if deterministic else min(3 * share + 0.05, left)
+        return _Limits(max(wall, 0.01), 1, 0, BOUND_DTIME_PER_SECOND * share)
+
+    return [min(_plane_bound(c, s, limits()) for s in c.shapes[_hub(c)]) for c in clusters]
 
 
 # deterministic time per second of the bound's share, one worker: 0.6 fills about the share on

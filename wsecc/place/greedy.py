@@ -181,27 +181,43 @@ def _bottom_left(problem: PlacementProblem, order: list[str]) -> dict[str, Rect]
 
 def bottom_left_step(sky: _Skyline, shapes: tuple[Shape, ...], prev_cx2: int) -> Rect | None:
     """Where one rectangle of `shapes` goes on `sky`: y + h smallest, then doubled centre x
-    nearest `prev_cx2`; None if no shape fits (`sky` is not changed)."""
+    nearest `prev_cx2`; None if no shape fits (`sky` is not changed). Ties go to the earlier
+    shape, then to the column whose unobstructed key (before the pins push it down) is lower,
+    then to the lower column."""
     best: tuple[int, int, Rect] | None = None
     for w, h in shapes:
         if w > sky.width:
             continue
         rest = np.lib.stride_tricks.sliding_window_view(sky.top, w).max(axis=1)
         xs = np.arange(rest.size)
-        keys = (rest + h) * (4 * sky.width) + np.abs(2 * xs + w - prev_cx2)
-        for x in np.argsort(keys, kind="stable"):
-            x = int(x)
-            # Candidates come in key order and pins only push them down: stop once the
-            # next candidate's unobstructed key cannot beat the best.
-            if best is not None and (int(rest[x]) + h, abs(2 * x + w - prev_cx2)) >= best[:2]:
-                break
-            y = sky.drop(x, w, h)
-            if y is None:
-                continue
-            key = (y + h, abs(2 * x + w - prev_cx2))
-            if best is None or key < best[:2]:
-                best = (*key, Rect(x, y, w, h))
+        dist = np.abs(2 * xs + w - prev_cx2)
+        ys = _below_pins(sky.pins, xs, rest, w, h)
+        fits = np.flatnonzero(ys + h <= sky.height)
+        if fits.size == 0:
+            continue
+        scale = 4 * sky.width  # > any dist: the key orders by y + h, then by dist
+        final, free = (ys + h) * scale + dist, (rest + h) * scale + dist
+        x = int(fits[np.lexsort((fits, free[fits], final[fits]))[0]])
+        key = (int(ys[x]) + h, int(dist[x]))
+        if best is None or key < best[:2]:
+            best = (*key, Rect(x, int(ys[x]), w, h))
     return None if best is None else best[2]
+
+
+def _below_pins(pins: list[Rect], xs: np.ndarray, ys: np.ndarray, w: int, h: int) -> np.ndarray:
+    """For each column x in `xs`, the smallest y' ≥ its y in `ys` at which a w×h rectangle
+    misses every pin (`_Skyline.below_pins`, all columns at once): each push down to a pin's
+    bottom is forced, so the fixed point is the least such y'."""
+    ys = ys.copy()
+    moved = bool(pins)
+    while moved:
+        moved = False
+        for p in pins:
+            hit = (xs < p.x + p.w) & (xs + w > p.x) & (ys < p.y + p.h) & (ys + h > p.y)
+            if hit.any():
+                ys[hit] = p.y + p.h
+                moved = True
+    return ys
 
 
 STRATEGIES: dict[str, Callable[[PlacementProblem, list[str]], dict[str, Rect]]] = {

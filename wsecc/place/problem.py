@@ -246,6 +246,46 @@ def relative_gap(objective: float, bound: float) -> float:
 
 
 @dataclass(frozen=True)
+class Search:
+    """What CP-SAT's search did after its start: which start it began from ("greedy",
+    "layered", "tiled" or "initial"), that start's wirelength and the one it ended at (on the
+    problem it searched: a placement with halos or copies reports its own objective elsewhere),
+    the neighbourhoods it solved and how many of them improved the placement, and why it stopped
+    (a key of `STOPS`)."""
+
+    start: str
+    start_objective: float
+    objective: float
+    windows: int
+    improved: int
+    stopped: str
+
+    @property
+    def gain(self) -> float:
+        """The fraction of the start's wirelength the search removed."""
+        return 1 - self.objective / self.start_objective if self.start_objective > 0 else 0.0
+
+    def summary(self) -> str:
+        """One phrase for the compile's placement line: what the search added, why it stopped."""
+        packed = " of CP-SAT's layer packings" if self.start == "tiled" else ""
+        return (
+            f"CP-SAT search {100 * self.gain:.1f}% below the {self.start} start{packed}, "
+            f"{self.start_objective:.4g}, in {self.windows} neighbourhoods ({self.improved} "
+            f"improved); stopped: {STOPS[self.stopped]}"
+        )
+
+
+# why a CP-SAT search stops (`Search.stopped`)
+STOPS = {
+    "optimal": "the full model proved its placement optimal",
+    "stalled": "the last neighbourhoods improved nothing",
+    "budget": "the time budget was spent",
+    "quota": "deterministic mode's work quota was spent",
+    "nothing to move": "at most one kernel is free",
+}
+
+
+@dataclass(frozen=True)
 class Placement:
     """A rectangle per kernel, with the placer's quality certificate.
 
@@ -253,7 +293,8 @@ class Placement:
     `bound` is a proven lower bound on the optimum, `gap` = (objective − bound) / objective,
     `bound_kind` which bound that is: "cpsat" (the solver's own), "separation" or "star"
     (`wsecc.place.bounds`), "cluster" (`wsecc.place.clusters`), "optimal" (the solver proved
-    the objective optimal), "" if unknown.
+    the objective optimal), "" if unknown. `search`: what CP-SAT's search added to its start
+    (None for the other placers).
     The shape a kernel took is implied by its rectangle's (w, h).
     """
 
@@ -266,6 +307,7 @@ class Placement:
     seconds: float
     seed: int
     bound_kind: str = ""
+    search: Search | None = None
 
     @staticmethod
     def of(
@@ -278,6 +320,7 @@ class Placement:
         seconds: float,
         seed: int,
         bound_kind: str = "",
+        search: Search | None = None,
     ) -> Placement:
         """Build a Placement whose objective and gap are recomputed from `rects`."""
         objective = weighted_wirelength(problem, rects)
@@ -291,6 +334,7 @@ class Placement:
             seconds=seconds,
             seed=seed,
             bound_kind=bound_kind,
+            search=search,
         )
 
     def to_json(self, include_timing: bool = True) -> dict[str, Any]:
@@ -304,6 +348,8 @@ class Placement:
             "status": self.status,
             "seed": self.seed,
         }
+        if self.search is not None:
+            d["search"] = asdict(self.search)
         if include_timing:
             d["seconds"] = self.seconds
         return d
@@ -320,6 +366,7 @@ class Placement:
             seconds=float(d.get("seconds", 0.0)),
             seed=int(d["seed"]),
             bound_kind=d.get("bound_kind", ""),
+            search=Search(**d["search"]) if "search" in d else None,
         )
 
     def dumps(self, include_timing: bool = True) -> str:

@@ -21,10 +21,10 @@ from __future__ import annotations
 import functools
 import heapq
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from itertools import pairwise
+from itertools import chain, pairwise
 from typing import Any
 
 import numpy as np
@@ -288,23 +288,15 @@ class Routing:
     def of(lanes: Iterable[RoutedLane], color_budget: int, iterations: int) -> Routing:
         """Build a Routing, computing every summary figure from the lanes."""
         lanes = tuple(sorted(lanes, key=lambda ln: (ln.flow, ln.index)))
-        passes = router_passes(lanes)
-        hist: dict[int, int] = defaultdict(int)
-        classes: dict[Point, int] = {}
-        for at, ps in passes.items():
-            hist[len({lanes[i].color for i, _ in ps})] += 1
-            classes[at] = len({(lanes[i].flow, cfg) for i, cfg in ps})
-        lb = max(classes.values(), default=0)
-        lb_at = min((at for at, n in classes.items() if n == lb), default=(0, 0))
-        loads = link_loads(lanes)
+        hist, lb, lb_at, load_max = _summary(lanes)
         return Routing(
             lanes=lanes,
             color_budget=color_budget,
             colors_used_max=max(hist, default=0),
-            color_histogram=dict(sorted(hist.items())),
+            color_histogram=hist,
             color_lower_bound=lb,
             lower_bound_router=lb_at,
-            link_load_max=max(loads.values(), default=0),
+            link_load_max=load_max,
             total_length=sum(len(ln.path) - 1 for ln in lanes),
             iterations=iterations,
         )
@@ -349,6 +341,55 @@ class Routing:
     def dumps(self) -> str:
         """Deterministic JSON (sorted keys)."""
         return json.dumps(self.to_json(), indent=1, sort_keys=True)
+
+
+def _summary(lanes: tuple[RoutedLane, ...]) -> tuple[dict[int, int], int, Point, int]:
+    """`Routing.of`'s figures, every router pass at once (numpy; the same as counting over
+    `router_passes` and `link_loads`): routers by their number of distinct colors, the largest
+    number of distinct (flow, configuration) classes at a router and the least router (x, y)
+    with it, and the busiest link's lanes."""
+    sizes = np.array([len(ln.path) for ln in lanes], np.int64)
+    if sizes.sum() == 0:
+        return {}, 0, (0, 0), 0
+    flat = chain.from_iterable(chain.from_iterable(ln.path for ln in lanes))
+    pts = np.fromiter(flat, np.int64, count=2 * int(sizes.sum())).reshape(-1, 2)
+    lane = np.repeat(np.arange(len(lanes)), sizes)
+    ends = np.cumsum(sizes)
+    first = np.zeros(len(pts), bool)
+    last = np.zeros(len(pts), bool)
+    first[(ends - sizes)[sizes > 0]] = True
+    last[(ends - 1)[sizes > 0]] = True
+    # direction codes: 0-3 the unit steps E W S N, 4 any other step ("?"), 5 the ramp
+    step = np.zeros_like(pts)
+    step[:-1] = pts[1:] - pts[:-1]
+    code = np.full(len(pts), 4, np.int64)
+    for k, (dx, dy) in enumerate(STEPS.values()):
+        code[(step[:, 0] == dx) & (step[:, 1] == dy)] = k
+    out = np.where(last, 5, code)
+    opposite = np.array([1, 0, 3, 2, 4, 5])  # E<->W, S<->N, "?" stays
+    came = np.where(first, 5, opposite[np.roll(out, 1)])
+    xs, ys = pts[:, 0] - pts[:, 0].min(), pts[:, 1] - pts[:, 1].min()
+    router = xs * (int(ys.max()) + 1) + ys  # orders as (x, y)
+
+    def per_router(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Routers and how many distinct `key`s pass each."""
+        span = int(key.max()) + 1
+        pairs = np.unique(router * span + key)  # (router, key) as one integer
+        return np.unique(pairs // span, return_counts=True)
+
+    colors = np.array([ln.color for ln in lanes], np.int64)[lane]
+    _, n_colors = per_router(colors)
+    hist = dict(sorted(Counter(int(n) for n in n_colors).items()))
+    flow_ids = {f: i for i, f in enumerate(sorted({ln.flow for ln in lanes}))}
+    flow = np.array([flow_ids[ln.flow] for ln in lanes], np.int64)[lane]
+    at, n_classes = per_router((flow * 6 + came) * 6 + out)
+    lb = int(n_classes.max())
+    k = int(np.flatnonzero(n_classes == lb)[0])  # routers come sorted: the least (x, y)
+    i = int(np.flatnonzero(router == at[k])[0])
+    lb_at = (int(pts[i, 0]), int(pts[i, 1]))
+    link = ~last & (code < 4)
+    _, loads = np.unique(router[link] * 4 + code[link], return_counts=True)
+    return hist, lb, lb_at, int(loads.max(initial=0))
 
 
 def step_dir(a: Point, b: Point) -> str | None:
