@@ -599,11 +599,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--inject-fault",
-        choices=GENERATE_FAULTS + TRAIN_FAULTS,
         default=None,
+        metavar="{" + ",".join(GENERATE_FAULTS + TRAIN_FAULTS) + "}",
         help="a check of the checks: break the functional simulation on purpose (drop_partial: "
         "lose one PE's partial sum; misplace_tile: swap two PEs' weight tiles, both in the first "
-        "linear kernel; in train mode layernorm_gamma breaks LayerNorm's scale gradient rule; "
+        "linear kernel; in train mode layernorm_gamma breaks LayerNorm's scale gradient rule and "
+        "grad_scale=F multiplies the last linear kernel's weight gradient by F, e.g. 1.05; "
         "in generate mode rotary_position rotates each decode step's new keys with the position "
         "before their own); the numerics verdict must then FAIL",
     )
