@@ -195,8 +195,12 @@ class GradCheck:
         if worst is not None:
             text += (
                 f", worst {worst.name}: max rel err {worst.max_rel_err:.2e}, |g|/|fd| "
-                f"{worst.norm_ratio:.4f}, PCC {worst.pcc:.5f}, FD resolution "
-                f"{worst.resolution:.1e}"
+                f"{worst.norm_ratio:.4f}, PCC {worst.pcc:.5f}, "
+                + (
+                    "against float64 FD"
+                    if worst.reference == "float64 FD"
+                    else f"FD resolution {worst.resolution:.1e}"
+                )
             )
         if n64 := sum(r.reference == "float64 FD" for r in self.rows):
             text += f"; {n64} judged by float64 FD"
