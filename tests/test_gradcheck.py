@@ -223,3 +223,106 @@ def test_check_passes_with_the_full_budget(path: Path, precision: str) -> None:
     g, feeds = fused(path)
     check = check_gradients(path, g, feeds, precision)
     assert check.passed, check.summary()
+
+
+@pytest.mark.parametrize("factor", [1.05, 2.0])
+@pytest.mark.parametrize("precision", ["fp32", "mixed"])
+@pytest.mark.parametrize("sample", ["gpt2_legacy_op17.onnx", "bert_dynamo.onnx"])
+def test_a_scaled_weight_gradient_fails_in_every_precision(
+    sample: str, precision: str, factor: float
+) -> None:
+    """grad_scale=F multiplies the last Linear's weight gradient by F: a wrong scale, which a
+    PCC alone cannot see (PCC stays 1.00000). The whole-tensor bound fails exactly that row."""
+    path = SAMPLES / sample
+    g, feeds = fused(path)
+    fault = f"grad_scale={factor}"
+    check = check_gradients(path, g, feeds, precision, samples=FAST, seed=1, fault=fault)
+    failed = [r for r in check.rows if r.status == "failed"]
+    assert not check.passed and fault in check.summary(), check.summary()
+    assert len(failed) == 1 and failed[0].pcc > 0.999
+    assert failed[0].norm_ratio == pytest.approx(factor, rel=2e-3)
+    last = [n.inputs[1].name for n in g.nodes if n.op is Op.LINEAR][-1]
+    assert any(t.startswith(f"%{last}") for t in failed[0].traced_from)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "mixed"])
+def test_one_percent_fails_where_the_differences_resolve_it(precision: str) -> None:
+    """fp32 and mixed bounds follow the row's resolution (‖spread of the steps‖/‖fd‖, 1.7e-5
+    for BERT's classifier) and, in mixed, the precision's own measured share: ×1.01 fails."""
+    path = SAMPLES / "bert_dynamo.onnx"
+    g, feeds = fused(path)
+    check = check_gradients(
+        path, g, feeds, precision, samples=FAST, seed=1, fault="grad_scale=1.01"
+    )
+    row = next(r for r in check.rows if r.name == "model.classifier.weight")
+    assert row.resolution < 1e-3 and row.bound < 5e-3
+    assert row.status == "failed" and not check.passed
+
+
+def test_unresolved_rows_are_counted_unchecked_not_passed() -> None:
+    """BERT has no float64 reference (no double Erf): rows whose differences disagree with
+    themselves by more than 1e-2 (the key bias, which softmax ignores; the Q/K weights) are
+    unchecked — not among the passed, listed in the verdict and the report."""
+    path = SAMPLES / "bert_dynamo.onnx"
+    g, feeds = fused(path)
+    check = check_gradients(path, g, feeds, "mixed", samples=FAST, seed=1)
+    unchecked = [r for r in check.rows if r.unchecked]
+    assert check.passed and unchecked, check.summary()
+    assert all(not r.passed and (r.noisy or r.resolution > 1e-2) for r in unchecked)
+    assert check.unchecked == tuple(r.name for r in unchecked)
+    assert f"{len(unchecked)} unchecked" in check.summary()
+    passed = sum(r.passed for r in check.rows)
+    assert passed + len(unchecked) == len(check.rows)
+    assert f"{passed}/{len(check.rows)} tensors passed" in check.summary()
+    assert check.to_json()["unchecked"] == list(check.unchecked)
+    assert any("key.bias" in n for n in check.unchecked)
+
+
+def test_a_correct_gradient_passes_within_its_resolution() -> None:
+    """GPT-2 in fp32 with its float64 reference: every row resolved and passed, each within
+    its own bound (twice its resolution, at least 1e-4), none unchecked."""
+    path = SAMPLES / "gpt2_legacy_op17.onnx"
+    g, feeds = fused(path)
+    check = check_gradients(path, g, feeds, "fp32", samples=FAST, seed=1)
+    assert check.passed and not check.unchecked, check.summary()
+    assert all(r.rel_err <= r.bound for r in check.rows)
+    assert max(r.bound for r in check.rows) < 1e-2
+
+
+def test_grad_scale_needs_a_positive_factor() -> None:
+    from wsecc.errors import WseccError
+    from wsecc.options import Options
+
+    assert Options(mode="train", inject_fault="grad_scale=1.05").inject_fault == "grad_scale=1.05"
+    for bad in ("grad_scale=", "grad_scale=x", "grad_scale=-1", "grad_scale=nan"):
+        with pytest.raises(WseccError, match="positive number"):
+            Options(mode="train", inject_fault=bad)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "mixed"])
+def test_cli_grad_scale_fault_fails_the_verdict(
+    precision: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`wsecc compile --mode train --validate --inject-fault grad_scale=1.05` exits 1 with the
+    gradient verdict FAIL in each precision the check accepts; a factor that is no number is
+    refused in one line (exit 2)."""
+    import json
+
+    from wsecc.cli import main
+
+    monkeypatch.setattr("wsecc.compiler.GRAD_SAMPLES", 4)
+    args = ["compile", str(SAMPLES / "gpt2_legacy_op17.onnx"), "--seq", "8", "--mode", "train",
+            "--precision", precision, "--placer", "greedy", "--validate"]  # fmt: skip
+    out = tmp_path / "out"
+    assert main([*args, "-o", str(out), "--inject-fault", "grad_scale=1.05"]) == 1
+    assert "gradients      FAIL" in capsys.readouterr().out
+    rows = json.loads((out / "report.json").read_text())["numerics"]["rows"]
+    assert [r["name"] for r in rows if r["status"] == "failed"] == [
+        "model.transformer.h.1.mlp.c_proj.weight"
+    ]
+    assert main([*args, "-o", str(tmp_path / "bad"), "--inject-fault", "grad_scale=big"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "positive number" in err[0]

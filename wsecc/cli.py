@@ -378,9 +378,8 @@ def _options(args: argparse.Namespace) -> Any:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from wsecc.compiler import Compilation
-    from wsecc.progress import StageDisplay
-
     from wsecc.outdir import check_compile_output
+    from wsecc.progress import StageDisplay
 
     model = Path(args.model)
     out_dir = Path(args.out) if args.out else Path(f"{model.stem}.wsecc")
@@ -404,10 +403,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run a sweep spec's points not yet finished in the output folder."""
+    from wsecc.outdir import check_sweep_output
     from wsecc.progress import SweepDisplay
     from wsecc.sweep import load_spec, run_sweep
-
-    from wsecc.outdir import check_sweep_output
 
     spec = load_spec(args.spec)
     out = Path(args.out) if args.out else Path(f"{spec.path.stem}.sweep")
@@ -599,11 +597,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--inject-fault",
-        choices=GENERATE_FAULTS + TRAIN_FAULTS,
         default=None,
+        metavar="{" + ",".join(GENERATE_FAULTS + TRAIN_FAULTS) + "}",
         help="a check of the checks: break the functional simulation on purpose (drop_partial: "
         "lose one PE's partial sum; misplace_tile: swap two PEs' weight tiles, both in the first "
-        "linear kernel; in train mode layernorm_gamma breaks LayerNorm's scale gradient rule; "
+        "linear kernel; in train mode layernorm_gamma breaks LayerNorm's scale gradient rule and "
+        "grad_scale=F multiplies the last linear kernel's weight gradient by F, e.g. 1.05; "
         "in generate mode rotary_position rotates each decode step's new keys with the position "
         "before their own); the numerics verdict must then FAIL",
     )

@@ -25,9 +25,10 @@ GENERATE_FAULTS = (*FAULTS, "rotary_position")
 """Faults for generation's numerics (`wsecc.sim.generate`): the functional simulation's, and
 rotary_position, which rotates every decode step's new keys with the position before their own
 (t - 1 for token t), a broken rotary rule that prefill cannot show."""
-TRAIN_FAULTS = ("layernorm_gamma",)
+TRAIN_FAULTS = ("layernorm_gamma", "grad_scale=F")
 """Faults for train mode's gradient check (`wsecc.ir.grad`): layernorm_gamma breaks the gradient
-rule of LayerNorm's scale."""
+rule of LayerNorm's scale; grad_scale=F (F a positive number, e.g. grad_scale=1.05) multiplies
+the last Linear's weight gradient by F, a wrong scale."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,17 @@ class Options:
         if self.placer is Placer.MANUAL and not self.pins:
             raise WseccError("placer 'manual' needs pins (--pins FILE)")
         faults = {Mode.TRAIN: TRAIN_FAULTS, Mode.GENERATE: GENERATE_FAULTS}.get(self.mode, FAULTS)
-        if self.inject_fault is not None and self.inject_fault not in faults:
+        kind = self.inject_fault
+        if self.mode is Mode.TRAIN and kind is not None and kind.startswith("grad_scale="):
+            from wsecc.ir.core import IRError
+            from wsecc.ir.grad import grad_scale_factor
+
+            try:
+                grad_scale_factor(kind)
+            except IRError as e:  # a factor that is no positive number
+                raise WseccError(str(e)) from None
+            kind = "grad_scale=F"
+        if kind is not None and kind not in faults:
             raise WseccError(
                 f"unknown fault {self.inject_fault!r} in {self.mode} mode: choose one of "
                 + ", ".join(faults)

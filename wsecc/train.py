@@ -5,7 +5,7 @@ kind's `GradRule`: the gradient of its inputs and weights, and the activations i
 for it), the loss's gradient (in the LM head's rule) and an AdamW update. The tensor-level
 gradient rules these count are the `vjp`s of `wsecc.ir.rules`, checked numerically by
 `--validate`. Two executions (`wsecc.vocab.Execution`), both costed with the kinds' own cost
-models on the target, with no constant fitted to a measurement:
+models on the target; the one constant fitted to a measurement is the step overhead (below):
 
 Pipelined — every kernel's forward and backward on its own region, weights, gradients and
 optimizer state resident (`TrainCosts`: compute grows by backward/forward flops, weights by the

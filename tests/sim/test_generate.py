@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ulps import assert_within_fp16_ulps
 from wsecc.passes.lower import lower_to_kernels
 from wsecc.targets import load_target
 
@@ -165,11 +166,17 @@ def test_prefill_then_decode_equals_one_window_and_the_whole_program(sample, pre
     seq = np.concatenate([_prompt(), ids[:, :-1]], axis=1)  # every token the steps fed
     session = wp.session(generation_inputs(fused))
     one = session.step(seq)["logits"][:, P - 1 :]
-    np.testing.assert_allclose(one, logits, rtol=1e-6, atol=1e-6)
     feeds = generation_inputs(fused)
     feeds["input_ids"][:, : seq.shape[1]] = seq
     whole = wp.program.run(feeds)["logits"][:, P - 1 : seq.shape[1]]
-    np.testing.assert_allclose(whole, logits, rtol=1e-6, atol=1e-6)
+    for other in (one, whole):
+        if precision == "mixed":
+            # the paths differ in float32 summation order only: the logits' own fp16 rounding
+            # may flip (1 ulp: 9.8e-4 at |logit| 1.44 seen on a loaded machine, issue 32) and
+            # a flip upstream may carry one more; 2 ulps at the logits' largest magnitude
+            assert_within_fp16_ulps(other, logits, 2)
+        else:  # fp32: the same order differences, ~8 float32 ulps at |logit| ~1.4
+            np.testing.assert_allclose(other, logits, rtol=1e-6, atol=1e-6)
 
 
 def test_windows_of_any_size_continue_the_cache():

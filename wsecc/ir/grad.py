@@ -168,11 +168,52 @@ FAULTS: Mapping[str, tuple[Op, Callable[[Vjp], Vjp]]] = {
 """Deliberately broken gradient rules, to show a check fails on exactly what they break."""
 
 
+GRAD_SCALE = "grad_scale"
+"""A fault with a factor, `grad_scale=F`: the weight gradient of the graph's last Linear (the
+one nearest the loss, which finite differences resolve best) multiplied by F. A wrong scale is
+what a check by correlation alone (PCC) cannot see."""
+
+
+def grad_scale_factor(fault: str | None) -> float | None:
+    """F of a `grad_scale=F` fault (a finite positive number); None for any other fault.
+    Raises IRError on `grad_scale=` with no such number."""
+    if fault is None or not fault.startswith(GRAD_SCALE + "="):
+        return None
+    text = fault.partition("=")[2]
+    try:
+        factor = float(text)
+    except ValueError:
+        factor = float("nan")
+    if not np.isfinite(factor) or factor <= 0:
+        raise IRError(
+            f"fault {fault!r}: the factor must be a positive number, e.g. grad_scale=1.05"
+        )
+    return factor
+
+
+def _scaled_weight(graph: Graph, fault: str | None) -> tuple[Value, float] | None:
+    """The weight a `grad_scale=F` fault scales (the last Linear's), and F."""
+    factor = grad_scale_factor(fault)
+    if factor is None:
+        return None
+    linears = [
+        n.inputs[1] for n in graph.nodes if n.op is Op.LINEAR and n.inputs[1].const is not None
+    ]
+    if not linears:
+        raise IRError(
+            f"fault {fault!r} needs a Linear with a constant weight; {graph.name!r} has none"
+        )
+    return linears[-1], factor
+
+
 def _vjp(op: Op, fault: str | None) -> Vjp | None:
     vjp = RULES[op].vjp
-    if fault is not None:
+    if fault is not None and grad_scale_factor(fault) is None:
         if fault not in FAULTS:
-            raise IRError(f"unknown gradient fault {fault!r}: choose one of {', '.join(FAULTS)}")
+            raise IRError(
+                f"unknown gradient fault {fault!r}: choose one of {', '.join(FAULTS)}, "
+                f"{GRAD_SCALE}=F"
+            )
         target, breaker = FAULTS[fault]
         if op is target and vjp is not None:
             return breaker(vjp)
@@ -203,11 +244,13 @@ def value_and_grad(
     fault: str | None = None,
 ) -> tuple[float, dict[Value, np.ndarray]]:
     """The loss of `graph` on `feeds`, and its gradient with respect to each of `wrt` (default:
-    `weights(graph)`), shaped and typed like it. `fault` names a broken rule of FAULTS."""
+    `weights(graph)`), shaped and typed like it. `fault` names a broken rule of FAULTS, or is
+    `grad_scale=F` (`GRAD_SCALE`)."""
     prec = Precision(precision)
     if prec is Precision.FP16:
         raise IRError("gradients are computed in fp32 or mixed, not fp16")
     targets = list(weights(graph) if wrt is None else wrt)
+    scaled = _scaled_weight(graph, fault)
     operands = _rounding(prec)
     env = evaluate(graph, feeds, keep_all=True, operands=operands)
 
@@ -249,4 +292,8 @@ def value_and_grad(
             if d is None:
                 raise IRError(f"{n.op.name} {n.name!r} gives no gradient for its operand %{v.name}")
             add(v, d)
-    return loss_value, {w: cots.get(w, np.zeros(w.type.shape, w.type.dtype.numpy)) for w in targets}
+    grads = {w: cots.get(w, np.zeros(w.type.shape, w.type.dtype.numpy)) for w in targets}
+    if scaled is not None and scaled[0] in grads:  # the grad_scale fault
+        w, factor = scaled
+        grads[w] = (grads[w] * factor).astype(grads[w].dtype)
+    return loss_value, grads
