@@ -327,13 +327,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_sweep_report(args: argparse.Namespace) -> int:
     """Draw a sweep's table; compare it with published figures or a golden table."""
-    from wsecc.sweep.report import check_golden, parse_tolerances, write_report
+    from wsecc.sweep.report import check_golden, parse_tolerances, read_golden, write_report
 
     folder = Path(args.folder)
+    tol = parse_tolerances(args.tolerance)  # the golden and the tolerances before any write
+    gold = read_golden(folder, args.check_golden, tol) if args.check_golden else None
     written = write_report(folder, measured=args.measured)
     print(f"{written}")
     if args.check_golden:
-        moved = check_golden(folder, args.check_golden, parse_tolerances(args.tolerance))
+        moved = check_golden(folder, args.check_golden, tol, gold)
         for line in moved:
             print(f"moved: {line}")
         if moved:
