@@ -220,15 +220,16 @@ def _routing_problems(problem: Any, program: Any) -> list[str]:
     return validate_routing(rp, program.placement, routing)
 
 
-def read_json(path: Path) -> Any:
-    """A product file's JSON; ProductError naming it when it is missing or not JSON."""
+def read_json(path: Path, missing: str = "") -> Any:
+    """A product file's JSON; ProductError naming it when it is missing (followed by `missing`,
+    a hint) or not JSON."""
     try:
         return json.loads(path.read_bytes())
     except FileNotFoundError:
-        raise ProductError(f"{path}: missing") from None
+        raise ProductError(f"{path}: missing{missing}") from None
     except IsADirectoryError:
         raise ProductError(f"{path}: a folder, not a file") from None
     except OSError as e:
         raise ProductError(f"{path}: cannot read ({e.strerror or e})") from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise ProductError(f"{path}: not JSON ({e})") from None
+        raise ProductError(f"{path}: cannot read: not JSON ({e})") from None

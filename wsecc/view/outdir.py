@@ -53,7 +53,8 @@ def load_outdir(path: str | os.PathLike[str]) -> ViewInputs:
     if not folder.is_dir():
         what = "no such folder" if not folder.exists() else "a file, not a folder"
         raise WseccError(f"{folder}: {what} (give a `wsecc compile` output folder)")
-    docs = {name: read_json(folder / name) for name in OUTDIR_FILES}
+    hint = f" (is {folder} a `wsecc compile` output folder?)"
+    docs = {name: read_json(folder / name, hint) for name in OUTDIR_FILES}
     report = check_report(docs["report.json"], folder / "report.json")
     target_name = report["target"]["name"]
     model = Path(str(report["model"]["path"])).name
