@@ -421,8 +421,8 @@ def _number(o: Option, v: Any, label: str) -> Any:
         raise OptionError(f"{label} {v}", "must be a finite number")
     low = o.low if o.low is not None else -math.inf
     high = o.high if o.high is not None else math.inf
-    if o.kind is float and o.low == 0.0 and v <= 0:
-        raise OptionError(f"{label} {v:g}", f"must be positive (at most {high:g})")
+    if o.kind is float and o.low == 0.0 and not 0 < v <= high:
+        raise OptionError(f"{label} {v:g}", f"must be above 0, at most {high:g}")
     if not low <= v <= high:
         span = f"from {low:g} to {high:g}" if o.kind is float else f"from {low:,.0f} to {high:,.0f}"
         raise OptionError(f"{label} {v}", f"must be {span}")

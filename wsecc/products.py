@@ -220,11 +220,15 @@ def _routing_problems(problem: Any, program: Any) -> list[str]:
     return validate_routing(rp, program.placement, routing)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def read_json(path: Path, missing: str = "") -> Any:
     """A product file's JSON; ProductError naming it when it is missing (followed by `missing`,
     a hint) or not JSON."""
     try:
-        return json.loads(path.read_bytes())
+        return json.loads(path.read_bytes(), parse_constant=_no_constant)
     except FileNotFoundError:
         raise ProductError(f"{path}: missing{missing}") from None
     except IsADirectoryError:
