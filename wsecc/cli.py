@@ -260,8 +260,11 @@ def cmd_view(args: argparse.Namespace) -> int:
     html = render_viewer(v.program, title=v.title, limits=v.limits)
     out = folder / "viewer.html"
     tmp = out.with_name(".viewer.html.tmp")
-    tmp.write_text(html)
-    os.replace(tmp, out)
+    try:
+        tmp.write_text(html)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)  # left only when the replace failed
     if args.png:
         write_placement_png(
             folder / "placement.png", v.program.kg, v.program.placement, v.program.target,
@@ -542,6 +545,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("wsecc: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:  # the environment, not wsecc: a path that cannot be read or written
+        if e.filename is None or interrupted:
+            raise
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        target = f" -> {e.filename2}" if e.filename2 else ""
+        print(
+            f"wsecc: error: {one_line(str(e.filename))}{target}: {e.strerror or e}; check the "
+            "path and its permissions",
+            file=sys.stderr,
+        )
+        return 2
     except MemoryError:  # not a bug: the model, or the dims it was bound to, are too big here
         if getattr(args, "debug", False):
             traceback.print_exc()

@@ -136,9 +136,19 @@ def _check_pins(path: str) -> None:
 
 
 def _check_dump_dir(path: str) -> None:
+    """A folder, or one that can be made (made and removed again to find out)."""
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise OptionError(f"--dump-dir {path}", "names a file, not a folder; name a folder")
+    if p.exists():
+        return
+    made = [q for q in (p, *p.parents) if not q.exists()]
+    try:
+        p.mkdir(parents=True)
+    except OSError as e:
+        raise OptionError(f"--dump-dir {path}", f"cannot be made ({e.strerror or e})") from None
+    for q in made:  # deepest first
+        q.rmdir()
 
 
 def _check_target(name: str) -> None:

@@ -29,12 +29,15 @@ FAST = ["--seq", "16", "--placer", "greedy", "--sim", "l0", "--no-validate"]
 
 
 def _snapshot(root: Path) -> dict[str, tuple[Any, ...]]:
-    """Every entry under root: kind, size, mtime."""
+    """Every entry under root: kind, size, mtime (a folder: its kind)."""
     out = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             p = Path(dirpath) / name
             st = p.lstat()
+            if p.is_dir() and not p.is_symlink():  # a temporary made and removed is fine
+                out[str(p.relative_to(root))] = (st.st_mode,)
+                continue
             out[str(p.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns)
     return out
 
@@ -372,6 +375,31 @@ def test_golden_files(swept: Path, case_dir: Path, capsys: pytest.CaptureFixture
         assert not (swept / "report.html").exists()
 
 
+MEASURED = [
+    ("model,seq,batch,tokens_per_s\ngpt2,16,,abc\n", "'abc' is not a positive number"),
+    ("model,seq,batch,tokens_per_s\ngpt2,16,,nan\n", "nan is not a positive number"),
+    ("model,seq,batch,tokens_per_s\ngpt2,16,,-5\n", "-5 is not a positive number"),
+    ("a,b\n", "needs a header with model"),
+]
+
+
+def test_measured_files(swept: Path, case_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for text, message in MEASURED:
+        (case_dir / "m.csv").write_text(text)
+        err = refused(["sweep", "report", "t.sweep", "--measured", "m.csv"], case_dir, capsys)
+        assert message in err, (text, err)
+
+
+def test_unwritable_paths(compiled: Path, case_dir: Path, capsys) -> None:
+    """A path wsecc cannot write is the environment's problem, said in one line."""
+    shutil.copytree(compiled, case_dir / "c.wsecc")
+    (case_dir / "c.wsecc" / "viewer.html").unlink()
+    (case_dir / "c.wsecc" / "viewer.html").mkdir()
+    assert "viewer.html: Is a directory" in refused(["view", "c.wsecc"], case_dir, capsys)
+    argv = ["compile", str(GPT2), *FAST, "--dump-dir", "/proc/wsecc-nope", "-o", "out"]
+    assert "cannot be made" in refused(argv, case_dir, capsys)
+
+
 def test_a_golden_that_can_fail_fails(swept: Path, case_dir: Path, capsys) -> None:
     golden = case_dir / "golden.csv"
     shutil.copy(swept / "results.csv", golden)
@@ -397,7 +425,8 @@ CASES = {
     "saved products": 2 * len(PRODUCT_CASES) + 2 + 3,
     "sweep specs": len(SPEC_CASES),
     "sweep journals and tables": len(JOURNALS) + 2,
-    "golden files": len(GOLDENS) + 1 + 5,
+    "golden and measured files": len(GOLDENS) + 1 + 5 + len(MEASURED),
+    "unwritable paths": 2,
 }
 """Refused cases by surface (the report of issue 35 quotes these)."""
 

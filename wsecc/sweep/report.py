@@ -110,6 +110,13 @@ def read_measured(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         raise WseccError(
             f"--measured {path}: needs a header with model and tokens_per_s or samples_per_s"
         )
+    for n, r in enumerate(rows, 2):  # line 1 is the header
+        for metric in METRICS:
+            v = r.get(metric)
+            if v is not None and not (_is_number(v) and math.isfinite(v) and v > 0):
+                raise WseccError(
+                    f"--measured {path}: row {n}: {metric} = {v!r} is not a positive number"
+                )
     return rows
 
 
