@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import functools
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -152,6 +153,15 @@ def _check_dump_dir(path: str) -> None:
 
 
 def _check_target(name: str) -> None:
+    """A built-in target or a target file that loads (`load_target`); each name and file
+    version is loaded once per process (a sweep spec makes thousands of `Options`)."""
+    p = Path(name)
+    st = p.stat() if p.is_file() else None
+    _load_target_once(name, (st.st_mtime_ns, st.st_size) if st else None)
+
+
+@functools.lru_cache(maxsize=64)
+def _load_target_once(name: str, version: tuple[int, int] | None) -> None:
     from wsecc.targets import load_target
 
     load_target(name)

@@ -207,11 +207,10 @@ def _axes(table: Any, where: str, base: Path) -> dict[str, tuple[Any, ...]]:
 
 
 def _check_options(p: Point) -> None:
-    from wsecc.targets import load_target
-
+    """The point's options together (each value was checked alone; `Options` loads the
+    target)."""
     try:
-        options = p.options()
-        load_target(options.target)
+        p.options()
     except WseccError as e:
         raise SpecError(f"{p.label()}: {e}") from None
 
@@ -219,6 +218,8 @@ def _check_options(p: Point) -> None:
 def _models(raw: Any, path: Path, base: Path, axes: set[str]) -> tuple[Model, ...]:
     if not isinstance(raw, list) or not raw:
         raise SpecError(f"{path}: no models; add [[models]] tables with a path each")
+    if len(raw) > MAX_POINTS:
+        raise SpecError(f"{path}: {len(raw):,} models; a sweep takes at most {MAX_POINTS:,} points")
     models = []
     for i, m in enumerate(raw):
         where = f"{path} [[models]] #{i + 1}"
