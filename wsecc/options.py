@@ -61,6 +61,10 @@ MAX_COPIES = 2**16
 """Systems (train mode) and replicas (infer mode): 65,536 is far beyond any cluster or wafer
 (a replica needs at least one PE per kernel)."""
 
+MAX_PINS = 4096
+"""Pins a --pins file may hold: one per kernel, and a kernel graph holds hundreds (the pins'
+pairwise overlap check made 100,000 pins run for minutes)."""
+
 COMPILE = frozenset({"compile"})
 MODEL = frozenset({"compile", "check", "inspect"})  # the options that bind and size a model
 SIMULATE = frozenset({"compile", "simulate"})
@@ -132,6 +136,10 @@ def _check_pins(path: str) -> None:
         raise OptionError(
             f"--pins {path}",
             'must be a JSON object {"kernel": {"x": .., "y": .., "w": .., "h": ..}}',
+        )
+    if len(raw) > MAX_PINS:
+        raise OptionError(
+            f"--pins {path}", f"{len(raw):,} pins; at most {MAX_PINS:,} (one per kernel)"
         )
     load_pins(path)
 

@@ -83,6 +83,7 @@ OPTION_CASES = [
     (["--pins", "truncated.json"], "not valid JSON"),
     (["--pins", "binary.bin"], "not valid JSON"),
     (["--pins", "."], "a folder, not a file"),
+    (["--pins", "many.json"], "100,000 pins; at most 4,096"),
     (["--inputs", "list.json"], "not an .npz file"),
     (["--dump-dir", "list.json"], "names a file"),
     (["--replicas", "-2"], "must be from 1"),
@@ -99,6 +100,8 @@ def case_dir(tmp_path: Path) -> Path:
     (tmp_path / "truncated.json").write_text('{"a": {"x": 1')
     (tmp_path / "binary.bin").write_bytes(bytes(range(256)))
     (tmp_path / "notes.txt").write_text("the user's")
+    pin = {"x": 0, "y": 0, "w": 1, "h": 1}
+    (tmp_path / "many.json").write_text(json.dumps({f"k{i}": pin for i in range(100_000)}))
     return tmp_path
 
 
