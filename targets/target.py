@@ -237,6 +237,8 @@ def parse_target(text: str, filename: str) -> Target:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise fail(f"invalid TOML: {e}") from None
+    except RecursionError:
+        raise fail("invalid TOML: nested too deeply") from None
 
     known = {"name", "description", "sources", *_SECTIONS}
     for key in doc:

@@ -493,6 +493,8 @@ def check_value(o: Option, v: Any) -> Any:
             o.check(v)
         except WseccError:
             raise
+        except RecursionError:
+            raise OptionError(f"{label} {v}", "nested too deeply to read") from None
         except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError) as e:
             why = e.strerror if isinstance(e, OSError) and e.strerror else e
             raise OptionError(f"{label} {v}", f"cannot be read ({one_line_reason(why)})") from None

@@ -237,3 +237,5 @@ def read_json(path: Path, missing: str = "") -> Any:
         raise ProductError(f"{path}: cannot read ({e.strerror or e})") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise ProductError(f"{path}: cannot read: not JSON ({e})") from None
+    except RecursionError:
+        raise ProductError(f"{path}: cannot read: nested too deeply") from None

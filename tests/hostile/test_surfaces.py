@@ -24,6 +24,8 @@ from wsecc.cli import main
 from wsecc.sweep.table import write_table
 
 GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
+DEEP_JSON = '{"a":' * 100_000 + "1" + "}" * 100_000  # past Python's recursion limit
+DEEP_TOML = "x = " + "[" * 5000 + "]" * 5000 + "\n"
 WSE2 = Path(__file__).resolve().parents[2] / "targets" / "wse2.toml"
 FAST = ["--seq", "16", "--placer", "greedy", "--sim", "l0", "--no-validate"]
 
@@ -84,6 +86,7 @@ OPTION_CASES = [
     (["--pins", "binary.bin"], "not valid JSON"),
     (["--pins", "."], "a folder, not a file"),
     (["--pins", "many.json"], "100,000 pins; at most 4,096"),
+    (["--pins", "deep.json"], "nested too deeply"),
     (["--inputs", "list.json"], "not an .npz file"),
     (["--dump-dir", "list.json"], "names a file"),
     (["--replicas", "-2"], "must be from 1"),
@@ -100,6 +103,7 @@ def case_dir(tmp_path: Path) -> Path:
     (tmp_path / "truncated.json").write_text('{"a": {"x": 1')
     (tmp_path / "binary.bin").write_bytes(bytes(range(256)))
     (tmp_path / "notes.txt").write_text("the user's")
+    (tmp_path / "deep.json").write_text(DEEP_JSON)
     pin = {"x": 0, "y": 0, "w": 1, "h": 1}
     (tmp_path / "many.json").write_text(json.dumps({f"k{i}": pin for i in range(100_000)}))
     return tmp_path
@@ -160,6 +164,7 @@ TARGET_CASES: list[tuple[Callable[[Path], str], str]] = [
     (_raw(b"\x00\xff\xfe" * 100), "t.toml"),
     (_raw(b""), "missing field"),
     (_raw(None), "t.toml"),
+    (_raw(DEEP_TOML.encode()), "nested too deeply"),
 ]
 
 
@@ -234,6 +239,7 @@ PRODUCT_CASES: list[tuple[str, Callable[[Path], None], str]] = [
         "a folder",
     ),  # fmt: skip
     ("missing", lambda f: (f / "sizing.json").unlink(), "sizing.json: missing"),
+    ("deep", lambda f: (f / "placement.json").write_text(DEEP_JSON), "nested too deeply"),
 ]
 
 
@@ -284,6 +290,7 @@ SPEC_CASES = [
     ),
     ('[fixed]\ntarget = "huge.toml"\n', "fabric.width"),
     ("[axes]\nseq = [16, 2147483648]\n", "must be from 1 to 2,147,483,647"),
+    ("[axes]\n" + DEEP_TOML.replace("x", "seq"), "nested too deeply"),
 ]
 
 
@@ -309,6 +316,7 @@ JOURNALS: list[tuple[Callable[[Path], None], str]] = [
     (lambda p: p.write_text('{"config_hash": "a", "status": "ok", "x": [1]}\n'), "has x = [1]"),
     (lambda p: p.write_text('garbage\n{"config_hash": "a", "status": "ok"}\n'), "is not JSON"),
     (lambda p: p.mkdir(), "not a file"),
+    (lambda p: p.write_text(DEEP_JSON + "\n"), "line 1 is nested too deeply"),
 ]
 
 

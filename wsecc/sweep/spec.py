@@ -156,6 +156,8 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError(f"{path}: cannot read the spec ({e.strerror or e})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise SpecError(f"{path}: not valid TOML ({e})") from None
+    except RecursionError:
+        raise SpecError(f"{path}: not valid TOML (nested too deeply)") from None
     unknown = set(raw) - {"models", "axes", "fixed"}
     if unknown:
         raise SpecError(

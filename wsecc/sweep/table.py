@@ -59,6 +59,8 @@ def read_journal(folder: Path) -> dict[str, dict[str, Any]]:
             row = json.loads(line)
         except UnicodeDecodeError:
             raise TableError(_damaged(path, n, "is not text")) from None
+        except RecursionError:
+            raise TableError(_damaged(path, n, "is nested too deeply")) from None
         except json.JSONDecodeError:
             if line.lstrip().startswith("{"):
                 continue  # a line torn by a kill mid-write
