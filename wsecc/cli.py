@@ -519,10 +519,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         from wsecc.ispd2020.cli import main_ispd2020
 
         return main_ispd2020(argv[1:])
-    if argv[:2] == ["sweep", "report"]:
-        args = build_sweep_report_parser().parse_args(argv[2:])
-    else:
-        args = build_parser().parse_args(argv)
+    try:  # the flags' checks read files (--pins, --target): a bug there is still one line
+        if argv[:2] == ["sweep", "report"]:
+            args = build_sweep_report_parser().parse_args(argv[2:])
+        else:
+            args = build_parser().parse_args(argv)
+    except Exception as e:
+        if "--debug" in argv:
+            traceback.print_exc()
+        msg = one_line(str(e).splitlines()[0] if str(e) else "")
+        print(
+            f"wsecc: internal error: {type(e).__name__}: {msg} (reading the command line; rerun "
+            "with --debug)",
+            file=sys.stderr,
+        )
+        return 2
     interrupted = False
 
     def on_sigint(signum: int, frame: object) -> None:
