@@ -373,8 +373,8 @@ class Options:
             if self.new_tokens != DEFAULT_NEW_TOKENS and prompt + self.new_tokens - 1 > self.seq:
                 raise WseccError(
                     f"--new-tokens {self.new_tokens} after a {prompt}-token prompt needs a "
-                    f"context of {prompt + self.new_tokens - 1}, --context is {self.seq}: at "
-                    f"most {self.seq - prompt + 1} new tokens fit"
+                    f"context of {prompt + self.new_tokens - 1}, the graph is bound at {self.seq} "
+                    f"(--context): at most {self.seq - prompt + 1} new tokens fit"
                 )
         if self.weights is Weights.INPUTS and (
             self.validate or self.inject_fault or self.check_each_pass or self.inputs
