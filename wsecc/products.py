@@ -195,6 +195,40 @@ def check_program(program: Any, folder: Path, pinned: bool = False, layer: bool 
     problems = _routing_problems(problem, program)
     if problems:
         raise _fail(folder / "routing.json", problems)
+    problems = _replica_problems(program)
+    if problems:
+        raise _fail(folder / "report.json", problems)
+
+
+def _replica_problems(program: Any) -> list[str]:
+    """The copies (`wsecc.replicas`): k origins, each tile inside the program rectangle, no two
+    tiles overlapping, copy 0's rectangles inside its tile; one copy has no tile."""
+    reps, fab = program.replicas, program.target.fabric
+    W, H = fab.program_width, fab.program_height
+    if reps.k != len(reps.origins) or reps.k < 1:
+        return [f"replicas.k {reps.k} but {len(reps.origins)} origins"]
+    if reps.tile is None:
+        return [] if reps.k == 1 else [f"replicas.k {reps.k} copies but no tile"]
+    w, h = reps.tile
+    out = [
+        f"replicas: tile at {o} ({w}x{h}) leaves the {W}x{H} program rectangle"
+        for o in reps.origins
+        if w < 1 or h < 1 or o[0] < 0 or o[1] < 0 or o[0] + w > W or o[1] + h > H
+    ]
+    ordered = sorted(reps.origins)
+    for i, (x, y) in enumerate(ordered):  # sweep in x: only tiles starting within w overlap
+        for x2, y2 in ordered[i + 1 :]:
+            if x2 >= x + w:
+                break
+            if abs(y2 - y) < h:
+                out.append(f"replicas: tiles at {(x, y)} and {(x2, y2)} overlap")
+                break
+    out += [
+        f"kernel {n!r} at x={r.x}, y={r.y} ({r.w}x{r.h}) leaves copy 0's {w}x{h} tile"
+        for n, r in sorted(program.placement.rects.items())
+        if r.x + r.w > w or r.y + r.h > h
+    ]
+    return out
 
 
 def _routing_problems(problem: Any, program: Any) -> list[str]:

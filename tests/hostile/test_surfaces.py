@@ -201,6 +201,11 @@ def _first_rect(doc: Any) -> dict[str, int]:
     return doc["rects"][sorted(doc["rects"])[0]]  # type: ignore[no-any-return]
 
 
+def _copy_off(doc: Any) -> None:
+    """Two copies, the second's tile past the program rectangle's right edge."""
+    doc["replicas"].update(k=2, tile={"w": 100, "h": 100}, origins=[[0, 0], [700, 0]])
+
+
 def _overlap(doc: Any) -> None:
     a, b = (doc["rects"][n] for n in sorted(doc["rects"])[:2])
     b["x"], b["y"] = a["x"], a["y"]
@@ -240,6 +245,12 @@ PRODUCT_CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ),  # fmt: skip
     ("missing", lambda f: (f / "sizing.json").unlink(), "sizing.json: missing"),
     ("deep", lambda f: (f / "placement.json").write_text(DEEP_JSON), "nested too deeply"),
+    (
+        "copies",
+        _json_edit("report.json", lambda d: d["replicas"].update(k=2, tile=None)),
+        "2 copies need 2 origins",
+    ),  # fmt: skip
+    ("copy off", _json_edit("report.json", _copy_off), "leaves the"),
 ]
 
 
