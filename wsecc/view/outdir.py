@@ -24,6 +24,9 @@ from wsecc.route.problem import Routing
 from wsecc.targets import Target, load_target, parse_target
 
 T = TypeVar("T")
+NOT_NEEDED = frozenset({"performance"})
+"""Report keys a saved compile may lack here: without a simulation the viewer draws sizing's
+figures (`Limits.from_report`), and `wsecc simulate` makes the performance again."""
 
 OUTDIR_FILES = ("kernels.json", "sizing.json", "placement.json", "routing.json", "report.json")
 
@@ -55,7 +58,7 @@ def load_outdir(path: str | os.PathLike[str]) -> ViewInputs:
         raise WseccError(f"{folder}: {what} (give a `wsecc compile` output folder)")
     hint = f" (is {folder} a `wsecc compile` output folder?)"
     docs = {name: read_json(folder / name, hint) for name in OUTDIR_FILES}
-    report = check_report(docs["report.json"], folder / "report.json")
+    report = check_report(docs["report.json"], folder / "report.json", NOT_NEEDED)
     target_name = report["target"]["name"]
     model = Path(str(report["model"]["path"])).name
     target = _target(folder, target_name)
