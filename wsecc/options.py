@@ -175,11 +175,28 @@ def _load_target_once(name: str, version: tuple[int, int] | None) -> None:
     load_target(name)
 
 
+def _size(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
 def _check_inputs(path: str) -> None:
+    """An .npz whose arrays, unpacked, fit `tensor_budget_bytes()` together (a compressed
+    npz of zeros is small on disk and any size in memory)."""
     import zipfile
+
+    from wsecc.frontend.bind import tensor_budget_bytes
 
     if not zipfile.is_zipfile(path):
         raise OptionError(f"--inputs {path}", "not an .npz file (numpy.savez); write one")
+    with zipfile.ZipFile(path) as z:
+        unpacked = sum(i.file_size for i in z.infolist())
+    budget = tensor_budget_bytes()
+    if unpacked > budget:
+        raise OptionError(
+            f"--inputs {path}",
+            f"its arrays unpack to {_size(unpacked)}, over the {_size(budget)} a tensor may "
+            "take here (wsecc.frontend.bind)",
+        )
 
 
 @dataclass(frozen=True)

@@ -449,6 +449,7 @@ CASES = {
     "sweep journals and tables": len(JOURNALS) + 2,
     "golden and measured files": len(GOLDENS) + 1 + 5 + len(MEASURED),
     "unwritable paths": 2,
+    "bombs and multitudes": 2,
 }
 """Refused cases by surface (the report of issue 35 quotes these)."""
 
@@ -475,3 +476,21 @@ def test_the_schema_check_agrees_with_jsonschema(compiled: Path) -> None:
         ours = list(schema_errors(doc, report_schema()))
         theirs = list(jsonschema.Draft202012Validator(report_schema()).iter_errors(doc))
         assert bool(ours) == bool(theirs), (ours, [e.message for e in theirs])
+
+
+def test_bombs_and_multitudes(
+    case_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A compressed --inputs that unpacks past the tensor budget (here lowered to 1 MiB: the
+    same rule at the scale of a test), and --workers past what memory holds."""
+    import numpy as np
+
+    import wsecc.frontend.bind as bind
+
+    monkeypatch.setattr(bind, "tensor_budget_bytes", lambda: 1 << 20)
+    np.savez_compressed(case_dir / "bomb.npz", input_ids=np.zeros((1, 8 << 20), dtype=np.int8))
+    argv = ["compile", str(GPT2), *FAST, "--inputs", "bomb.npz", "-o", "out"]
+    assert "unpack to 8.0 MiB, over the 1.0 MiB" in refused(argv, case_dir, capsys)
+    _spec(case_dir, "")
+    argv = ["sweep", "s.toml", "-o", "s.sweep", "--workers", "1000000000"]
+    assert "1,000,000,000 workers" in refused(argv, case_dir, capsys)
