@@ -35,6 +35,7 @@ from typing import Any
 from wsecc.compiler import sha256_of
 from wsecc.errors import WseccError
 from wsecc.options import Option, OptionError, Options, check_value, spec_keys, toml_types
+from wsecc.sweep.table import MAX_POINTS
 from wsecc.version import __version__
 
 SPEC_KEYS: dict[str, Option] = spec_keys()
@@ -44,9 +45,6 @@ one option definition (`wsecc.options`), with its types, ranges and checks."""
 MAX_AXIS_VALUES = 10_000
 """Values one axis may list: a study's axis is a handful of sizes; 10,000 is a typo or a
 generated list that would take days to compile."""
-MAX_POINTS = 100_000
-"""Points a spec may expand to (models x axes), counted before they are built: beyond it the
-results table alone would take hours to write, the compiles months."""
 
 
 class SpecError(WseccError):

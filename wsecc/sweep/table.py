@@ -28,6 +28,11 @@ CSV = "results.csv"
 
 
 STATUSES = ("ok", "failed")
+MAX_POINTS = 100_000
+"""Points a spec may expand to (models x axes), counted before they are built, and so rows a
+results table may hold: beyond it the table alone takes minutes to write after every point,
+and the compiles months. A table with more rows (a golden, published figures) is refused
+before it is read."""
 
 
 class TableError(WseccError):
@@ -141,6 +146,11 @@ def read_table(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         raise TableError(f"{path}: {what}")
     if path.suffix == ".parquet":
         try:
+            n = pq.ParquetFile(path).metadata.num_rows
+            if n > MAX_POINTS:
+                raise TableError(
+                    f"{path}: {n:,} rows; a results table holds at most {MAX_POINTS:,}"
+                )
             rows: list[dict[str, Any]] = pq.read_table(path).to_pylist()
         except (pa.ArrowException, OSError, ValueError) as e:
             raise TableError(f"{path}: not a readable Parquet table ({_first_line(e)})") from None
@@ -150,6 +160,10 @@ def read_table(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
             for r in reader:
+                if len(out) == MAX_POINTS:
+                    raise TableError(
+                        f"{path}: over {MAX_POINTS:,} rows; a results table holds no more"
+                    )
                 if None in r:
                     n = reader.line_num
                     raise TableError(f"{path}: line {n} has more cells than the header")
