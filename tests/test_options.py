@@ -147,7 +147,8 @@ def test_the_default_new_tokens_still_fit_a_short_context() -> None:
     assert Options(mode="generate", seq=8).new_tokens == 16  # cut to the context when validating
 
 
-def test_simulate_takes_the_compiles_values_by_default() -> None:
+def test_simulate_takes_the_compiles_precision_and_validation_by_default() -> None:
     flags = _flags(_subparser("simulate"))
     assert {f for f in flags if f.startswith("--")} >= {"--sim", "--precision", "--validate"}
-    assert all(flags[f].default is None for f in ("--sim", "--precision", "--validate"))
+    assert all(flags[f].default is None for f in ("--precision", "--validate"))
+    assert flags["--sim"].default == "l1"  # as a compile's

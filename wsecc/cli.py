@@ -458,8 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("outdir", help="a `wsecc compile` output folder")
     add_flags(
-        s, "simulate", {"sim": None, "precision": None, "validate": None},
-        notes={n: " (default: the compile's)" for n in ("sim", "precision", "validate")},
+        s, "simulate", {"precision": None, "validate": None},
+        notes={n: " (default: the compile's)" for n in ("precision", "validate")},
     )  # fmt: skip
     s.add_argument("--json", action="store_true", help="print the updated report as JSON")
     s.add_argument("--debug", action="store_true", help="show tracebacks")
