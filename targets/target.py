@@ -237,6 +237,8 @@ def parse_target(text: str, filename: str) -> Target:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise fail(f"invalid TOML: {e}") from None
+    except RecursionError:
+        raise fail("invalid TOML: nested too deeply") from None
 
     known = {"name", "description", "sources", *_SECTIONS}
     for key in doc:
@@ -322,9 +324,40 @@ def _read_sources(table: Any, sections: dict[str, Any], fail: _Fail) -> tuple[tu
     return tuple(sorted(table.items()))
 
 
+MAX_FABRIC_SIDE = 4096
+"""The widest and tallest fabric a target may describe: 5.4x WSE-3's 762 columns, 3.5x its 1172
+rows (docs/hardware.md §2). wsecc's placement and routing grids grow with the fabric; measured
+(a 2-core machine under load): GPT-2's sample at --seq 16, greedy, L0, on a 4096 x 4096 fabric,
+32 s and 2.2 GB peak. A 10^9 x 10^9 fabric would run for hours; it is refused when the target
+loads."""
+
+
+MAX_SRAM_BYTES_PER_PE = 1 << 24
+"""16 MiB per PE, 341x WSE-3's 48 KB (docs/hardware.md §4): sizing's menus grow with the SRAM a
+PE offers (10^15 bytes ran out of memory); a wafer with more is not a PE of this kind."""
+CLOCK_RANGE_HZ = (1e6, 1e12)
+"""Clocks from 1 MHz to 1 THz (WSE-2 delivers 850 MHz, docs/hardware.md §13.1): a clock far
+outside overflows the cycle counts turned into seconds (1e-300 Hz did)."""
+
+
 def _check_consistency(t: Target, fail: _Fail) -> None:
     """Relations between fields that single-field checks cannot see."""
     fab = t.fabric
+    if t.sram.bytes_per_pe > MAX_SRAM_BYTES_PER_PE:
+        raise fail(
+            f"sram.bytes_per_pe {t.sram.bytes_per_pe:,} is over the {MAX_SRAM_BYTES_PER_PE:,} a "
+            "PE may have (targets.target.MAX_SRAM_BYTES_PER_PE; WSE-3's is 49,152)"
+        )
+    low, high = CLOCK_RANGE_HZ
+    for key, hz in (("clock.hz", t.clock.hz), ("clock.max_hz", t.clock.max_hz)):
+        if not low <= hz <= high:
+            raise fail(f"{key} {hz:g} is outside {low:g} to {high:g} Hz")
+    for key, n in (("fabric.width", fab.width), ("fabric.height", fab.height)):
+        if n > MAX_FABRIC_SIDE:
+            raise fail(
+                f"{key} {n:,} is over the {MAX_FABRIC_SIDE:,} PEs a fabric side may have "
+                "(targets.target.MAX_FABRIC_SIDE; WSE-3's is 762 x 1172)"
+            )
     if fab.program_x + fab.program_width > fab.width:
         raise fail(
             f"fabric.program_width: program_x {fab.program_x} + program_width "

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from wsecc.errors import WseccError
 from wsecc.frontend.common import MAX_TENSOR_BYTES, widened_text
 from wsecc.limits import Limits
-from wsecc.options import Options
+from wsecc.options import DEFAULT_NEW_TOKENS, Options, saved_options
 from wsecc.outdir import write_folder
 from wsecc.replicas import GENERATE_MODE, TRAIN_MODE, Replicas, host_samples_per_s
 from wsecc.targets import target_source
@@ -190,8 +190,7 @@ class Compilation:
         folder = Path(folder)
         v = load_outdir(folder)
         saved = json.loads((folder / "report.json").read_text())
-        known = {f.name for f in dataclasses.fields(Options)}
-        opts = {k: v for k, v in saved.get("options", {}).items() if k in known}
+        opts = saved_options(saved.get("options", {}))
         opts["target"] = (
             str(folder / "target.toml") if (folder / "target.toml").is_file() else v.target.name
         )
@@ -579,7 +578,7 @@ class Compilation:
         self._check_numerics_fit()
         fused, kg = self._need(self.fused, "fuse"), self._need(self.kernel_graph, "lower")
         P, N, C = self.prompt, o.new_tokens, kg.tokens_per_sample
-        if P + N - 1 > C and o.validate is None:  # auto: as many as the context has room for
+        if P + N - 1 > C and o.validate is None and N == DEFAULT_NEW_TOKENS:  # auto: what fits
             N = C - P + 1
         if P + N - 1 > C:
             raise WseccError(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from wsecc.errors import WseccError
+from wsecc.products import check_report, read_json
 
 # (label, path into report.json, lower is better?)
 METRICS: tuple[tuple[str, tuple[str, ...], bool | None], ...] = (
@@ -30,21 +30,14 @@ METRICS: tuple[tuple[str, tuple[str, ...], bool | None], ...] = (
 
 
 def load_report(path: str | Path) -> dict[str, Any]:
-    """A report.json, given the file or the compile's output folder."""
+    """A report.json, given the file or the compile's output folder, checked against the report
+    schema (`wsecc.products.check_report`) so a wrong type fails here, naming the key."""
     p = Path(path)
     if p.is_dir():
         p = p / "report.json"
-    try:
-        rep = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise WseccError(
-            f"{p}: no such report (give a compile's output folder or its report.json)"
-        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise WseccError(f"{p}: not a JSON report ({e})") from None
-    if not isinstance(rep, dict) or not str(rep.get("schema", "")).startswith("wsecc.report/"):
-        raise WseccError(f"{p}: not a wsecc report (no 'schema': 'wsecc.report/1')")
-    return rep
+    if not p.exists():
+        raise WseccError(f"{p}: no such report (give a compile's output folder or its report.json)")
+    return check_report(read_json(p), p)
 
 
 def _get(rep: dict[str, Any], path: tuple[str, ...]) -> Any:

@@ -146,6 +146,6 @@ def _check_common(out: Path, inputs: Iterable[Path], *, hint: str, label: str) -
 def _is_compile_output(path: Path) -> bool:
     try:
         report = json.loads((path / "report.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(report, dict) and str(report.get("schema", "")).startswith("wsecc.report/")

@@ -78,13 +78,13 @@ def test_a_list_under_a_model_is_its_own_axis(tmp_path: Path) -> None:
         ("b", 8, b, t) for t in ("wse2", "wse3") for b in (2, 4, 8)
     ]
     assert points[0].axes == {"target": "wse2", "seq": 16}
-    with pytest.raises(SpecError, match="seq = 0 must be positive"):
+    with pytest.raises(SpecError, match="seq = 0: must be from 1 to"):
         load_spec(write(tmp_path, f'[[models]]\npath = "{GPT2}"\nseq = [16, 0]\n'))
     with pytest.raises(SpecError, match="batch is both an axis and this model's own"):
         load_spec(
             write(tmp_path, f'[[models]]\npath = "{GPT2}"\nbatch = [1]\n[axes]\nbatch = [2]\n')
         )
-    with pytest.raises(SpecError, match="unknown mode 'fly'"):
+    with pytest.raises(SpecError, match="mode = 'fly': choose one of infer"):
         load_spec(write(tmp_path, models(BERT) + f'[[models]]\npath = "{GPT2}"\nmode = ["fly"]\n'))
 
 
@@ -92,19 +92,32 @@ def test_a_list_under_a_model_is_its_own_axis(tmp_path: Path) -> None:
     "body, message",
     [
         ("[axes]\nwafers = [2]\n", "unknown option 'wafers'"),
-        ("[axes]\nmode = ['fly']\n", "unknown mode 'fly'"),
+        ("[axes]\nmode = ['fly']\n", "mode = 'fly': choose one of infer, train, generate"),
         ("[axes]\nbatch = [1, 'two']\n", "batch = 'two' is not an int"),
         ("[axes]\nbatch = [true]\n", "batch = True is not an int"),
         ("[axes]\nbatch = []\n", "batch must be a non-empty list"),
         ("[axes]\nbatch = [1, 1]\n", "lists a value twice"),
         ("[axes]\nprecision = ['fp8']\n", "precision"),
         ("[axes]\ntarget = ['wse9']\n", "unknown target 'wse9'"),
-        ("[fixed]\nseq = 0\n", "seq = 0 must be positive"),
+        ("[fixed]\nseq = 0\n", "seq = 0: must be from 1 to 2,147,483,647"),
+        ("[fixed]\ntime-budget = nan\n", "time-budget = nan: must be a finite number"),
+        ("[fixed]\ntime_budget = inf\n", "time-budget = inf: must be a finite number"),
+        ("[fixed]\nseed = -1\n", "seed = -1: must be from 0 to"),
+        ("[fixed]\nnew-tokens = 1000000000\n", "must be from 1 to 1,048,576"),
+        (
+            "[axes]\nseed = [" + ", ".join(map(str, range(10_001))) + "]\n",
+            "seed lists 10,001 values",
+        ),
+        (
+            "[axes]\nseed = [" + ", ".join(map(str, range(1000))) + "]\n"
+            "batch = [" + ", ".join(map(str, range(1, 1001))) + "]\n",
+            "1,000,000 points",
+        ),
         ("[axes]\nseq = [16]\n[fixed]\nseq = 32\n", "seq is both an axis and fixed"),
         ("[sweep]\nx = 1\n", "unknown section 'sweep'"),
         ("[fixed]\npins = 'nowhere.json'\n", "no such file"),
-        ("[axes]\nreplicas = [0]\n", 'replicas = 0 is not a positive integer or "auto"'),
-        ("[axes]\nreplicas = ['all']\n", "replicas = 'all' is not a positive integer"),
+        ("[axes]\nreplicas = [0]\n", "replicas = 0: must be from 1 to"),
+        ("[axes]\nreplicas = ['all']\n", "replicas = 'all': must be a positive integer or auto"),
     ],
 )
 def test_a_bad_spec_fails_in_one_line(tmp_path: Path, body: str, message: str) -> None:

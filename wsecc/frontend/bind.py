@@ -196,9 +196,61 @@ def binding_sources(
     return out
 
 
+MEMORY_SHARE = 32
+"""One tensor wsecc materializes (an input, a folded constant such as the int64 positions a
+Range makes from the sequence dim) may take at most 1/32 of the memory this process may use:
+folding keeps several such arrays alive at once (the positions, their casts, offsets and
+masks; measured: `--seq 300000000` on llama_dynamo, 2.2 GiB of positions, peaked at 4.9 GB
+before its unsupported ops stopped it), and the OOM killer must never be the one to stop a
+compile (issue 35: `--seq 2147483648` was killed at 24 GB)."""
+
+
+def memory_bytes() -> int:
+    """The memory this process may use: the machine's physical memory, or less where a cgroup
+    (`memory.max`) or an address-space limit (`ulimit -v`, `prlimit --as`) caps it."""
+    import os
+    import resource
+
+    limits = [os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append(soft)
+    try:
+        text = open("/sys/fs/cgroup/memory.max").read().strip()  # noqa: SIM115
+        if text.isdigit():
+            limits.append(int(text))
+    except OSError:
+        pass
+    return min(limits)
+
+
+def tensor_budget_bytes() -> int:
+    """What one materialized tensor may take here: MAX_TENSOR_BYTES, or 1/MEMORY_SHARE of
+    `memory_bytes()` where that is less."""
+    return min(MAX_TENSOR_BYTES, memory_bytes() // MEMORY_SHARE)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _too_big(what: str, nbytes: int) -> FrontendError:
+    memory = memory_bytes()
+    return FrontendError(
+        f"{what} ({_gib(nbytes)}) is over the {_gib(tensor_budget_bytes())} one tensor may take "
+        f"here (1/{MEMORY_SHARE} of the {_gib(memory)} this process may use, at most "
+        f"{MAX_TENSOR_BYTES >> 30} GiB); bind smaller dims (--batch, --seq, --dim)"
+    )
+
+
 def _check_input_sizes(model: onnx.ModelProto, bound: Mapping[str, int]) -> None:
-    """No input may exceed MAX_TENSOR_BYTES once its dims are bound (before anything is
-    allocated for it, and before a dim overflows int64)."""
+    """No input, and no int64 vector as long as a bound dim (the positions a Range makes from
+    it), may exceed `tensor_budget_bytes()` once the dims are bound: checked before anything is
+    allocated, and before a dim overflows int64."""
+    budget = tensor_budget_bytes()
+    for name, v in bound.items():
+        if v * 8 > budget:
+            raise _too_big(f"dim {name} = {v:,}: a vector of as many int64 positions", v * 8)
     inits = {i.name for i in model.graph.initializer}
     for inp in model.graph.input:
         if inp.name in inits:
@@ -211,11 +263,8 @@ def _check_input_sizes(model: onnx.ModelProto, bound: Mapping[str, int]) -> None
             for ax, d in enumerate(t.shape.dim)
         ]
         item = DTYPES[t.elem_type].itemsize if t.elem_type in DTYPES else 1
-        if math.prod(shape) * item > MAX_TENSOR_BYTES:
-            raise FrontendError(
-                f"input {inp.name!r} would have shape {shape}, over "
-                f"{MAX_TENSOR_BYTES >> 30} GiB; bind smaller dims (--batch, --seq, --dim)"
-            )
+        if math.prod(shape) * item > budget:
+            raise _too_big(f"input {inp.name!r} of shape {shape}", math.prod(shape) * item)
 
 
 def bind_dims(model: onnx.ModelProto, bindings: Mapping[str, int]) -> onnx.ModelProto:

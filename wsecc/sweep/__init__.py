@@ -60,11 +60,11 @@ def run_sweep(
         from wsecc.sweep.pool import check_ray
 
         check_ray(ray)
+    done = read_journal(folder)  # a damaged journal fails before anything is written
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "spec.toml").write_text(spec.text, encoding="utf-8")
     points = spec.points()
     by_hash = {p.config_hash: p for p in points}
-    done = read_journal(folder)
     keep = {
         h for h, r in done.items()
         if h in by_hash and (r["status"] == "ok" or not retry_failed)

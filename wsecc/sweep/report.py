@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from wsecc.errors import WseccError
-from wsecc.sweep.table import read_table
+from wsecc.sweep.table import TEXT_COLUMNS, read_table
 
 METRICS = ("tokens_per_s", "samples_per_s")
 IGNORED = frozenset({"wall_s", "compile_s", "config_hash"})  # differ from run to run
@@ -109,6 +110,13 @@ def read_measured(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         raise WseccError(
             f"--measured {path}: needs a header with model and tokens_per_s or samples_per_s"
         )
+    for n, r in enumerate(rows, 2):  # line 1 is the header
+        for metric in METRICS:
+            v = r.get(metric)
+            if v is not None and not (_is_number(v) and math.isfinite(v) and v > 0):
+                raise WseccError(
+                    f"--measured {path}: row {n}: {metric} = {v!r} is not a positive number"
+                )
     return rows
 
 
@@ -221,37 +229,82 @@ def _html(
 
 
 def parse_tolerances(items: Sequence[str]) -> dict[str, float]:
+    """`--tolerance COLUMN=REL` values: REL a finite number >= 0 (NaN or infinity would let
+    every point pass)."""
     out = {}
     for it in items:
         col, sep, val = it.partition("=")
         try:
-            out[col] = float(val)
+            rel = float(val)
         except ValueError:
             raise WseccError(f"--tolerance {it!r}: expected COLUMN=REL (a number)") from None
-        if not sep or not col or out[col] < 0:
-            raise WseccError(f"--tolerance {it!r}: expected COLUMN=REL, REL >= 0")
+        if not sep or not col or not math.isfinite(rel) or rel < 0:
+            raise WseccError(f"--tolerance {it!r}: expected COLUMN=REL, REL a finite number >= 0")
+        out[col] = rel
     return out
+
+
+def read_golden(
+    folder: str | os.PathLike[str],
+    golden: str | os.PathLike[str],
+    tolerances: Mapping[str, float] | None = None,
+) -> list[dict[str, Any]]:
+    """A golden table's rows, checked against the sweep's table in `folder` so that the check
+    can fail: at least one row; a model and a status column; every column one the sweep's
+    table has; numbers where the table has numbers, finite; every --tolerance column present.
+    WseccError (one line) otherwise, before anything is written."""
+    rows = _rows(Path(folder))
+    try:
+        gold = read_table(golden)
+    except (OSError, ValueError) as e:
+        raise WseccError(f"--check-golden {golden}: cannot read ({e})") from None
+    if not gold:
+        raise WseccError(
+            f"--check-golden {golden}: no rows, so nothing could move; give a results table "
+            "with the points to hold (a sweep's results.csv or results.parquet)"
+        )
+    have = {c for r in rows for c in r}
+    numeric = {c for r in rows for c, v in r.items() if _is_number(v) and c not in TEXT_COLUMNS}
+    for c in ("model", "status"):
+        if c not in gold[0]:
+            raise WseccError(f"--check-golden {golden}: no {c!r} column; is it a results table?")
+    unknown = sorted(set(gold[0]) - have - IGNORED)
+    if unknown:
+        raise WseccError(
+            f"--check-golden {golden}: column {unknown[0]!r} is not in {folder}'s table "
+            f"(its columns: {', '.join(sorted(have))})"
+        )
+    for n, g in enumerate(gold, 2):  # line 1 is the header
+        for c, v in g.items():
+            if c in numeric and v is not None and not (_is_number(v) and math.isfinite(v)):
+                raise WseccError(
+                    f"--check-golden {golden}: row {n}: {c} = {v!r} is not a finite number"
+                )
+    unknown = sorted(set(tolerances or {}) - set(gold[0]))
+    if unknown:
+        raise WseccError(f"--tolerance: no column {unknown[0]!r} in {golden}")
+    return gold
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def check_golden(
     folder: str | os.PathLike[str],
     golden: str | os.PathLike[str],
     tolerances: Mapping[str, float] | None = None,
+    gold: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[str]:
     """The points whose figures moved against `golden`, one line each (empty: none moved).
     Points are matched by their point columns; numbers within the column's relative tolerance
     (`tolerances`, else DEFAULT_REL_TOL for floats, exact for integers) and everything else
-    equal; wall times and config hashes are ignored. A golden point missing here moved too."""
+    equal; wall times and config hashes are ignored. A golden point missing here moved too.
+    `gold`: its rows as `read_golden` returned them (read and checked here otherwise)."""
     tol = dict(tolerances or {})
+    gold = read_golden(folder, golden, tol) if gold is None else gold
     rows = read_table(Path(folder))
-    try:
-        gold = read_table(golden)
-    except (OSError, ValueError) as e:
-        raise WseccError(f"--check-golden {golden}: cannot read ({e})") from None
     keys = point_keys(gold)
-    unknown = set(tol) - set(gold[0] if gold else {})
-    if unknown:
-        raise WseccError(f"--tolerance: no column {sorted(unknown)[0]!r} in {golden}")
 
     def ident(r: Mapping[str, Any]) -> str:
         return " ".join(f"{k}={r.get(k)}" for k in keys)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,34 +34,17 @@ from typing import Any
 
 from wsecc.compiler import sha256_of
 from wsecc.errors import WseccError
-from wsecc.options import Options
+from wsecc.options import Option, OptionError, Options, check_value, spec_keys, toml_types
+from wsecc.sweep.table import MAX_POINTS
 from wsecc.version import __version__
 
-SPEC_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
-    # `wsecc compile` long option -> (Options field, accepted TOML types)
-    "batch": ("batch", int),
-    "seq": ("seq", int),
-    "dim": ("dims", dict),
-    "weights": ("weights", str),
-    "target": ("target", str),
-    "precision": ("precision", str),
-    "chunk-tokens": ("chunk_tokens", int),
-    "placer": ("placer", str),
-    "time-budget": ("time_budget_s", (int, float)),
-    "seed": ("seed", int),
-    "deterministic": ("deterministic", bool),
-    "pins": ("pins", str),
-    "sim": ("sim", str),
-    "validate": ("validate", bool),
-    "mode": ("mode", str),
-    "execution": ("execution", str),
-    "systems": ("systems", int),
-    "replicas": ("replicas", (int, str)),
-}
-"""The options a spec may set. tests/sweep checks every key is a long option of `wsecc
-compile`, so the two cannot drift apart."""
+SPEC_KEYS: dict[str, Option] = spec_keys()
+"""The options a spec may set: `wsecc compile`'s long options without dashes, derived from the
+one option definition (`wsecc.options`), with its types, ranges and checks."""
 
-_PATH_KEYS = ("pins",)  # file options (and a target .toml): relative to the spec's folder
+MAX_AXIS_VALUES = 10_000
+"""Values one axis may list: a study's axis is a handful of sizes; 10,000 is a typo or a
+generated list that would take days to compile."""
 
 
 class SpecError(WseccError):
@@ -85,7 +69,7 @@ class Point:
     settings: Mapping[str, Any]  # every option the spec sets (fixed, model, axes)
 
     def options(self) -> Options:
-        return Options(**{SPEC_KEYS[k][0]: v for k, v in self.settings.items()})
+        return Options(**{SPEC_KEYS[k].name: v for k, v in self.settings.items()})
 
     @property
     def config_hash(self) -> str:
@@ -134,32 +118,24 @@ def _key(raw: str, where: str) -> str:
 
 
 def _value(key: str, value: Any, where: str, base: Path) -> Any:
-    """One option's value checked and normalized: files resolved against the spec's folder,
-    a dim table sorted, a budget a float."""
-    types = SPEC_KEYS[key][1]
-    kinds = types if isinstance(types, tuple) else (types,)
+    """One option's value checked and normalized by its definition (`wsecc.options`): files
+    resolved against the spec's folder, a dim table sorted, a budget a float."""
+    o = SPEC_KEYS[key]
+    kinds = toml_types(o)
     # TOML booleans are ints to Python: an int option must not take true/false
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         expected = " or ".join(t.__name__ for t in kinds)
         article = "an" if expected[0] in "aeiou" else "a"
         raise SpecError(f"{where}: {key} = {value!r} is not {article} {expected}")
-    if key == "dim":
-        for name, v in value.items():
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise SpecError(f"{where}: dim {name} = {v!r} is not a positive integer")
-        return dict(sorted(value.items()))
-    if key in ("batch", "seq", "chunk-tokens", "systems") and value <= 0:
-        raise SpecError(f"{where}: {key} = {value} must be positive")
-    if key == "replicas" and (value != "auto" if isinstance(value, str) else value <= 0):
-        raise SpecError(f'{where}: replicas = {value!r} is not a positive integer or "auto"')
-    if key in _PATH_KEYS or (key == "target" and value.endswith(".toml")):
-        path = (base / value).resolve()
-        if not path.is_file():
-            raise SpecError(f"{where}: {key} = {value!r}: no such file ({path})")
-        return str(path)
-    if key == "time-budget":
-        return float(value)
-    return value
+    if isinstance(value, str) and (o.file or (key == "target" and value.endswith(".toml"))):
+        value = str((base / value).resolve())
+    try:
+        checked = check_value(o, value)
+    except OptionError as e:
+        raise SpecError(f"{where}: {key} = {value!r}: {e.reason}") from None
+    except WseccError as e:
+        raise SpecError(f"{where}: {key} = {value!r}: {e}") from None
+    return value if o.auto and value == "auto" else checked  # "auto" as written: the hash
 
 
 def _options(table: Any, where: str, base: Path) -> dict[str, Any]:
@@ -178,6 +154,8 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError(f"{path}: cannot read the spec ({e.strerror or e})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise SpecError(f"{path}: not valid TOML ({e})") from None
+    except RecursionError:
+        raise SpecError(f"{path}: not valid TOML (nested too deeply)") from None
     unknown = set(raw) - {"models", "axes", "fixed"}
     if unknown:
         raise SpecError(
@@ -192,6 +170,12 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError(f"{path}: {sorted(clash)[0]} is both an axis and fixed; choose one")
     models = _models(raw.get("models"), path, base, set(axes))
     spec = Spec(path, models, axes, fixed, text)
+    count = sum(math.prod(len(v) for v in {**axes, **m.axes}.values()) for m in models)
+    if count > MAX_POINTS:
+        raise SpecError(
+            f"{path}: {count:,} points (models x axes); a sweep takes at most {MAX_POINTS:,} "
+            "(wsecc.sweep.spec.MAX_POINTS): split it into several specs"
+        )
     points = spec.points()
     for p in points[:1] + points[-1:]:  # each value alone was checked; the combination too
         _check_options(p)
@@ -210,6 +194,11 @@ def _axes(table: Any, where: str, base: Path) -> dict[str, tuple[Any, ...]]:
         key = _key(k, where)
         if not isinstance(values, list) or not values:
             raise SpecError(f"{where}: {k} must be a non-empty list of values")
+        if len(values) > MAX_AXIS_VALUES:
+            raise SpecError(
+                f"{where}: {k} lists {len(values):,} values; an axis takes at most "
+                f"{MAX_AXIS_VALUES:,} (wsecc.sweep.spec.MAX_AXIS_VALUES)"
+            )
         vals = tuple(_value(key, v, where, base) for v in values)
         if len({json.dumps(v, sort_keys=True) for v in vals}) != len(vals):
             raise SpecError(f"{where}: {k} lists a value twice")
@@ -218,11 +207,10 @@ def _axes(table: Any, where: str, base: Path) -> dict[str, tuple[Any, ...]]:
 
 
 def _check_options(p: Point) -> None:
-    from wsecc.targets import load_target
-
+    """The point's options together (each value was checked alone; `Options` loads the
+    target)."""
     try:
-        options = p.options()
-        load_target(options.target)
+        p.options()
     except WseccError as e:
         raise SpecError(f"{p.label()}: {e}") from None
 
@@ -230,6 +218,8 @@ def _check_options(p: Point) -> None:
 def _models(raw: Any, path: Path, base: Path, axes: set[str]) -> tuple[Model, ...]:
     if not isinstance(raw, list) or not raw:
         raise SpecError(f"{path}: no models; add [[models]] tables with a path each")
+    if len(raw) > MAX_POINTS:
+        raise SpecError(f"{path}: {len(raw):,} models; a sweep takes at most {MAX_POINTS:,} points")
     models = []
     for i, m in enumerate(raw):
         where = f"{path} [[models]] #{i + 1}"

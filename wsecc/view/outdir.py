@@ -7,20 +7,26 @@ report.json (whose target name picks the target); that is all the viewer needs, 
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from wsecc.errors import WseccError
+from wsecc.errors import WseccError, one_line
 from wsecc.kernels import KernelGraph, Sizing
 from wsecc.limits import Limits
 from wsecc.place.problem import Placement
+from wsecc.products import check_program, check_report, read_json
 from wsecc.program import Program
 from wsecc.replicas import Replicas
 from wsecc.route.problem import Routing
 from wsecc.targets import Target, load_target, parse_target
+
+T = TypeVar("T")
+NOT_NEEDED = frozenset({"performance"})
+"""Report keys a saved compile may lack here: without a simulation the viewer draws sizing's
+figures (`Limits.from_report`), and `wsecc simulate` makes the performance again."""
 
 OUTDIR_FILES = ("kernels.json", "sizing.json", "placement.json", "routing.json", "report.json")
 
@@ -37,33 +43,69 @@ class ViewInputs:
 def load_outdir(path: str | os.PathLike[str]) -> ViewInputs:
     """Read and verify the products in a compile output folder.
 
-    The title is the model file's name and the target's, and the limits what its performance
-    simulation found (else sizing's bottleneck), all from report.json. Raises WseccError
-    (one line) if a file is missing or unreadable; TargetError if the target named in the
-    report is neither built in nor a file that still exists.
+    Every file is checked before it is used (`wsecc.products`): report.json by its schema,
+    each product's keys and types as it is built, then the program through the compile's own
+    validators (placement legal on the target's fabric, routing consistent with it, sizing
+    within the target's SRAM). The title is the model file's name and the target's, and the
+    limits what its performance simulation found (else sizing's bottleneck), all from
+    report.json. Raises WseccError (one line, naming the file and the entry) if a file is
+    missing, unreadable or wrong; TargetError if the target named in the report is neither
+    built in nor a file that still exists.
     """
     folder = Path(path)
-    docs = {name: _read(folder, name) for name in OUTDIR_FILES}
-    report = docs["report.json"]
+    if not folder.is_dir():
+        what = "no such folder" if not folder.exists() else "a file, not a folder"
+        raise WseccError(f"{folder}: {what} (give a `wsecc compile` output folder)")
+    hint = f" (is {folder} a `wsecc compile` output folder?)"
+    docs = {name: read_json(folder / name, hint) for name in OUTDIR_FILES}
+    report = check_report(docs["report.json"], folder / "report.json", NOT_NEEDED)
+    target_name = report["target"]["name"]
+    model = Path(str(report["model"]["path"])).name
+    target = _target(folder, target_name)
+    program = Program(
+        kg=_build(folder, "kernels.json", KernelGraph.from_json, docs),
+        sizing=_build(folder, "sizing.json", Sizing.from_json, docs),
+        placement=_build(folder, "placement.json", _placement, docs),
+        routing=_build(folder, "routing.json", Routing.from_json, docs),
+        target=target,
+        replicas=_build(folder, "report.json", _replicas, docs),
+    )
+    options = report.get("options", {})
+    pinned, layer = bool(options.get("pins")), report.get("mode") == "train"
+    check_program(program, folder, pinned=pinned, layer=layer)
     try:
-        target_name = report["target"]["name"]
-    except (KeyError, TypeError):
-        raise WseccError(f"{folder / 'report.json'}: no target.name") from None
-    model = Path(str(report.get("model", {}).get("path", folder.name))).name
+        limits = Limits.from_report(report)
+    except (KeyError, TypeError, ValueError) as e:
+        raise WseccError(f"{folder / 'report.json'}: malformed performance ({e!r})") from None
+    return ViewInputs(program, title=f"{model} on {target_name}", limits=limits)
+
+
+def _build(folder: Path, name: str, make: Callable[[Any], T], docs: dict[str, Any]) -> T:
+    """`make(docs[name])`, a WseccError naming the file when its contents do not build."""
     try:
-        program = Program(
-            kg=KernelGraph.from_json(docs["kernels.json"]),
-            sizing=Sizing.from_json(docs["sizing.json"]),
-            placement=Placement.from_json(docs["placement.json"]),
-            routing=Routing.from_json(docs["routing.json"]),
-            target=_target(folder, target_name),
-            replicas=Replicas.from_json(report["replicas"]) if "replicas" in report else Replicas(),
-        )
-        return ViewInputs(
-            program, title=f"{model} on {target_name}", limits=Limits.from_report(report)
-        )
-    except (KeyError, TypeError) as e:
-        raise WseccError(f"{folder}: malformed compile output ({type(e).__name__}: {e})") from None
+        return make(docs[name])
+    except WseccError as e:
+        raise WseccError(f"{folder / name}: {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise WseccError(
+            f"{folder / name}: malformed ({type(e).__name__}: {one_line(str(e))})"
+        ) from None
+
+
+def _placement(doc: Any) -> Placement:
+    """Placement.from_json after checking each rectangle is four integers."""
+    for kernel, r in doc["rects"].items():
+        if (
+            not isinstance(r, dict)
+            or sorted(r) != ["h", "w", "x", "y"]
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in r.values())
+        ):
+            raise ValueError(f"rects.{kernel} must be integers x, y, w, h, got {r!r}")
+    return Placement.from_json(doc)
+
+
+def _replicas(report: Any) -> Replicas:
+    return Replicas.from_json(report["replicas"]) if "replicas" in report else Replicas()
 
 
 def _target(folder: Path, name: str) -> Target:
@@ -72,13 +114,3 @@ def _target(folder: Path, name: str) -> Target:
     if saved.is_file():
         return parse_target(saved.read_text(encoding="utf-8"), str(saved))
     return load_target(name)
-
-
-def _read(folder: Path, name: str) -> Any:
-    p = folder / name
-    try:
-        return json.loads(p.read_text())
-    except FileNotFoundError:
-        raise WseccError(f"{p}: missing (is {folder} a `wsecc compile` output folder?)") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise WseccError(f"{p}: cannot read: {e}") from None
