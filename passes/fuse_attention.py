@@ -464,6 +464,12 @@ def _evaluate_head_columns(
     # int32 where it holds every index: at seq 51200 and width 3 x 5120 the index tensor is
     # 3.1 GB, not 6.3 (layout ops are views of it; the comparison below goes by positions)
     index = np.int32 if rows * s * n < 2**31 else np.int64
+    if rows * s * n * np.dtype(index).itemsize > MASK_PROBE_BYTES:
+        raise PassError(
+            f"fuse-attention: checking the heads' layout of {src.name!r} evaluates an index "
+            f"tensor [{rows}, {s}, {n}], {rows * s * n * np.dtype(index).itemsize / 2**20:,.0f} "
+            f"MiB (over {MASK_PROBE_BYTES >> 20:,} MiB); compile at a shorter --seq"
+        )
     iota = np.arange(rows * s * n, dtype=index).reshape(rows, s, n)
     vals: dict[Value, np.ndarray] = {src: iota}
     for node in nodes:  # scalar scales pass indices through unchanged
@@ -585,7 +591,8 @@ def _mask_semantics(
 
 
 MASK_PROBE_BYTES = 8 << 30
-"""What one mask probe may hold (a third of this machine's 24 GB): the mask subgraph grows with
+"""What one mask probe, or one head layout's index tensor, may hold (a third of this machine's
+24 GB; past it the compile stops in one line, before allocating): the mask subgraph grows with
 B S^2, so GPT-2 13B's mask at seq 16384 takes 5 GiB and at 32768 would take 11. A larger one is
 probed a block of query rows at a time (`_evaluate_mask_by_rows`) when its subgraph computes each
 row from that row alone."""
@@ -889,9 +896,10 @@ def _evaluate_mask_by_rows(
     if mask_in is not None:
         rng = np.random.default_rng(0)
         gapped = np.broadcast_to(np.arange(mask_in.type.shape[-1]) % 2 == 0, mask_in.type.shape)
-        for m in [gapped.astype(np.int64)] + [
-            (rng.random(mask_in.type.shape) > 0.3).astype(np.int64) for _ in range(3)
-        ]:
+        # every other key dropped, then a random mask: with no bias to tell apart (ALiBi over
+        # key indices or over kept keys, `_evaluate_mask`'s further random masks), these two
+        # decide "key padding"; each pass over the rows costs what a whole probe's does
+        for m in [gapped.astype(np.int64), (rng.random(mask_in.type.shape) > 0.3).astype(np.int64)]:
             m[:, 0] = 1
             for lo, hi in blocks():
                 want = pattern(lo, hi, causal, window)[None, None] & (m != 0)[:, None, None, :]

@@ -680,7 +680,7 @@ def test_a_mask_that_is_not_causal_is_not_fused_by_rows_either(monkeypatch):
     diagonal (keys after the query) is neither full, causal nor a causal window."""
     import wsecc.passes.fuse_attention as fa
 
-    monkeypatch.setattr(fa, "MASK_PROBE_BYTES", 1 << 10)
+    monkeypatch.setattr(fa, "MASK_PROBE_BYTES", 2 << 10)  # over the layout's 1.5 KiB
     monkeypatch.setattr(fa, "MASK_BLOCK_BYTES", 1 << 10)
     text = _causal_text(64).replace("less_equal(%kpos, %qpos)", "less_equal(%qpos, %kpos)")
     ctx = PassContext()
