@@ -420,6 +420,50 @@ def _one_row(chain: Sequence[Node], b: int) -> list[Node] | None:
     return out
 
 
+def _few_positions(chain: Sequence[Node], s: int, keep: int, axis: int) -> list[Node] | None:
+    """`chain`, which starts from a tensor whose `axis` runs over s positions, rewritten for
+    `keep` positions; or None unless every node carries the position axis whole and alone: a
+    Reshape whose result has one axis of s with as many elements before it as before the
+    position axis (the axis it becomes), a Transpose (the axis moves), a Split or Slice of
+    another axis, a scalar scale.
+
+    Why a few positions decide for all: each such node maps the elements at position p to the
+    elements at position p, the same way for every p, so on an index tensor over the source
+    the result at position p is position 0's plus p times the source's position stride; the
+    head split and merge the probes compare with do the same. The index tensor then holds
+    keep / s of the elements (GPT-2 13B at seq 51200: 3.1 GB as int32 otherwise)."""
+    ax, out = axis, []
+    for n in chain:
+        shape_in = n.inputs[0].type.shape
+        rank = len(shape_in)
+        if n.op is Op.RESHAPE:
+            shape = tuple(n.attr("shape"))
+            before = math.prod(shape_in[:ax])
+            found = [i for i, d in enumerate(shape) if d == s and math.prod(shape[:i]) == before]
+            if not shape or min(shape) <= 0 or len(found) != 1:
+                return None
+            ax = found[0]
+            new = (*shape[:ax], keep, *shape[ax + 1 :])
+            n = replace(n, attrs=make_attrs({**n.attr_dict, "shape": new}))
+        elif n.op is Op.TRANSPOSE:
+            ax = list(n.attr("perm")).index(ax)
+        elif n.op is Op.SPLIT:
+            if n.attr("axis") % rank == ax:
+                return None
+        elif n.op is Op.SLICE:
+            if any(a % rank == ax for a in n.attr("axes")):
+                return None
+        elif n.op not in (Op.MUL, Op.DIV):
+            return None
+        out.append(n)
+    return out
+
+
+POSITIONS_PROBED = 3
+"""Positions a head layout is evaluated on when its chain carries the position axis whole
+(`_few_positions`)."""
+
+
 def _head_columns(
     memo: Memo,
     src: Value,
@@ -461,6 +505,9 @@ def _evaluate_head_columns(
     b, s, n = src.type.shape
     one = _one_row(chain, b)
     rows, nodes = (1, one) if one is not None else (b, chain)
+    few = _few_positions(nodes, s, POSITIONS_PROBED, 1) if s > POSITIONS_PROBED else None
+    if few is not None:
+        s, nodes = POSITIONS_PROBED, few
     # int32 where it holds every index: at seq 51200 and width 3 x 5120 the index tensor is
     # 3.1 GB, not 6.3 (layout ops are views of it; the comparison below goes by positions)
     index = np.int32 if rows * s * n < 2**31 else np.int64
@@ -552,9 +599,21 @@ def _merged_form(
     b, h, s, dh = heads
     one = _one_row(chain, b)
     rows, nodes = (1, one) if one is not None else (b, chain)
+    few = None
+    if s > POSITIONS_PROBED and o.type.shape[-2] == s:
+        few = _few_positions(nodes, s, POSITIONS_PROBED, o.type.rank - 2)
+    if few is not None:
+        s, nodes = POSITIONS_PROBED, few
+    if rows * h * s * dh * 8 > MASK_PROBE_BYTES:
+        raise PassError(
+            f"fuse-attention: checking how {o.name!r}'s heads merge evaluates an index tensor "
+            f"[{rows}, {h}, {s}, {dh}], {rows * h * s * dh * 8 / 2**20:,.0f} MiB (over "
+            f"{MASK_PROBE_BYTES >> 20:,} MiB); compile at a shorter --seq"
+        )
     iota = np.arange(rows * h * s * dh, dtype=np.int64).reshape(rows, h, s, dh)
     merged = iota.transpose(0, 2, 1, 3).reshape(rows, s, h * dh)
-    got = eval_nodes(nodes, {o: iota.reshape(rows * o.type.shape[0] // b, *o.type.shape[1:])})[v]
+    shape = (rows * o.type.shape[0] // b, *o.type.shape[1:-2], s, dh)  # shapes from the arrays
+    got = eval_nodes(nodes, {o: iota.reshape(shape)})[v]
     if got.shape == merged.shape and np.array_equal(got, merged):
         return "merged"
     if got.shape == (rows * s, h * dh) and np.array_equal(got, merged.reshape(rows * s, h * dh)):
