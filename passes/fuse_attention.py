@@ -32,9 +32,14 @@ Anchored on Softmax over the last axis of a rank-4 tensor [B, H, Sq, Sk]:
    must equal merging the heads back to [B, S, H·dh].
 Intermediates may not escape the region. The mask subgraph is left for dead-code removal.
 
-The evaluations are exact and as large as the tensors (at seq 2048, width 6144, a [1, 2048,
-18432] index tensor per head split), so each outcome is remembered for the pass's run under the
-structure it was computed from (`_structure`): the layers of a model repeat one structure, and
+The evaluations are exact. A head split or merge that carries the position axis whole is
+evaluated on three positions (`_few_positions`: one position's mapping is every position's), any
+other on the whole index tensor; a mask larger than `MASK_PROBE_BYTES` whose subgraph computes
+each query row from that row alone is probed a block of rows at a time (`_rowwise_plan`), so
+GPT-2 13B at seq 51200 fuses without an S x S array; what would still exceed the budget is
+refused in one line before it is allocated. Each outcome is remembered for the pass's run
+under the structure it was computed from (`_structure`): the layers of a model repeat one
+structure, and
 a 44-layer model evaluates its layouts once, not 44 times. Only matches are remembered; a
 layout or mask that does not match is evaluated again, so its reason names its own values.
 """
