@@ -10,8 +10,8 @@
 
 Every configuration of `docs/measurements.md` §1–2 (GPT-2 XL and 13B tokens/s by sequence
 length; GPT-3 256M…20B samples/s at batch 128 and 256, seq 2048; BERT-base and -large samples/s
-by batch at seq 128) and the scaling tables of §4 (weak and strong scaling over CS-2s,
-utilization relative to 111M) is compiled in train mode on `wse2` (`wsecc.compile(...,
+by batch at seq 128) and the scaling tables of §4 (weak and strong scaling over CS-2s beside
+a plain N x and Emani et al.'s Table II, utilization relative to 111M) is compiled in train mode on `wse2` (`wsecc.compile(...,
 mode="train")`: the execution chosen by wsecc, mixed precision, no fitted constant) and printed
 as markdown rows: wsecc's figure, the published one, their ratio, the execution, batch split,
 and the term that bounds the step. The models are the exports of `bench/export_models.py`
