@@ -2,14 +2,16 @@
 
     python bench/bench_train.py                      # every row of measurements.md §1, §2, §4
     python bench/bench_train.py --only bert-base     # one model's rows
+    python bench/bench_train.py --only gpt2-13b --seq 32768,51200 --no-scaling
     python bench/bench_train.py --variants           # also §5: what each wse2 choice does
+    python bench/bench_train.py --no-fidelity        # §4's scaling tables only
     python bench/bench_train.py --write-measured bench/sweeps/measured.csv   # the rows as a
                                                      # table for `wsecc sweep report --measured`
 
 Every configuration of `docs/measurements.md` §1–2 (GPT-2 XL and 13B tokens/s by sequence
 length; GPT-3 256M…20B samples/s at batch 128 and 256, seq 2048; BERT-base and -large samples/s
-by batch at seq 128) and the scaling tables of §4 (weak and strong scaling over CS-2s,
-utilization relative to 111M) is compiled in train mode on `wse2` (`wsecc.compile(...,
+by batch at seq 128) and the scaling tables of §4 (weak and strong scaling over CS-2s beside
+a plain N x and Emani et al.'s Table II, utilization relative to 111M) is compiled in train mode on `wse2` (`wsecc.compile(...,
 mode="train")`: the execution chosen by wsecc, mixed precision) and printed as markdown rows:
 the published figure, wsecc's and their ratio, then wsecc's and the ratio without the one fitted
 constant, the execution, batch split, and the term that bounds the step.
@@ -186,7 +188,9 @@ def _fmt(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:,.2f}"
 
 
-def fidelity(bench: Bench, only: str | None) -> list[tuple[float, float]]:
+def fidelity(
+    bench: Bench, only: str | None, seqs: set[int] | None = None
+) -> list[tuple[float, float]]:
     """Print the fidelity table; return each predicted row's (ratio, ratio without the fitted
     step overhead)."""
     print(
@@ -195,7 +199,7 @@ def fidelity(bench: Bench, only: str | None) -> list[tuple[float, float]]:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     ratios = []
     for r in _rows():
-        if only and only not in r.model:
+        if (only and only not in r.model) or (seqs and r.seq not in seqs):
             continue
         try:
             t = bench.compile(r.model, r.seq, r.batch, systems=r.systems).training
@@ -226,39 +230,84 @@ def fidelity(bench: Bench, only: str | None) -> list[tuple[float, float]]:
     return ratios
 
 
+EMANI_II = ("gpt2-xl", 1024, 112, 0.957)
+"""Emani et al. 2023 Table II: GPT-2 XL at seq 1024 from one CS-2 to two, 95.7% scaling
+efficiency (the same table gives a 1.8x speedup; measurements.md §1). The batch is the paper's
+112 at seq 1024; whether per CS-2 or global is not said, so both are compiled."""
+
+
+def loss_terms(one: Any, many: Any) -> dict[str, float]:
+    """Where N systems lose against N x one system, term by term, in units of the relative
+    performance (one system = 1): N x (term_N - term_1 x per-system share) / step_N, where the
+    share is N systems' per-system batch over one system's. Positive: the term costs more per
+    sample on N systems than on one. The terms sum to N - wsecc's relative performance."""
+    n = many.systems
+    share = (many.batch / n) / one.batch
+    return {
+        k: n * (many.terms.get(k, 0.0) - one.terms.get(k, 0.0) * share) / many.step_s
+        for k in {*one.terms, *many.terms}
+    }
+
+
+def _losses(one: Any, many: Any) -> str:
+    terms = sorted(loss_terms(one, many).items(), key=lambda kv: -abs(kv[1]))
+    return ", ".join(f"{k} {-v:+.3f}" for k, v in terms[:3] if abs(v) >= 5e-4) or "none"
+
+
 def scaling(bench: Bench, only: str | None) -> None:
+    """§4's weak and strong scaling, and Emani et al.'s Table II, against wsecc and against a
+    plain N x (a model with no multi-system term at all): each figure is relative to one
+    system, the ratio in brackets is it over the published one, and the last column says which
+    of wsecc's step terms take what wsecc loses against N x."""
     print(
-        "\n| scaling | model | global batch | systems | published relative | wsecc relative | ratio | efficiency |"
+        "\n| scaling | model | global batch | systems | published | plain N x (ratio) | wsecc (ratio) | wsecc's loss against N x, by term |"
     )
     print("|---|---|---|---|---|---|---|---|")
+    band = {"N x": 0, "wsecc": 0, "rows": 0}
+
+    def row(kind: str, model: str, batch: int, n: int, pub: float, one: Any, seq: int = 2048):
+        t = bench.compile(model, seq, batch, systems=n).training
+        ours = t.samples_per_s / one.samples_per_s
+        band["rows"] += 1
+        band["N x"] += 0.95 <= n / pub <= 1.05
+        band["wsecc"] += 0.95 <= ours / pub <= 1.05
+        print(
+            f"| {kind} | {model} | {batch} | {n} | {pub:.2f} | {n:.2f} ({n / pub:.3f}) | "
+            f"{ours:.3f} ({ours / pub:.3f}) | {_losses(one, t)} |",
+            flush=True,
+        )
+
     for model, (per, rel) in WEAK.items():
         if only and only not in model:
             continue
         try:
-            base = bench.compile(model, 2048, per).training.samples_per_s
+            one = bench.compile(model, 2048, per).training
             for n, pub in zip((2, 4, 8, 16), rel, strict=True):
-                t = bench.compile(model, 2048, per * n, systems=n).training
-                ours = t.samples_per_s / base
-                print(
-                    f"| weak | {model} | {per * n} | {n} | {pub:.2f} | {ours:.2f} | {ours / pub:.2f} | {t.scaling_efficiency:.3f} |",
-                    flush=True,
-                )
+                row("weak", model, per * n, n, pub, one)
         except Exception as e:
-            print(f"| weak | {model} | {per} | - | | — | | {str(e)[:100]} |")
+            print(f"| weak | {model} | {per} | - | | | — | {str(e)[:100]} |")
     for model, (batch, rel) in STRONG.items():
         if only and only not in model:
             continue
         try:
-            base = bench.compile(model, 2048, batch).training.samples_per_s
-            for n, pub in zip((1, 2, 4, 8), rel, strict=True):
-                t = bench.compile(model, 2048, batch, systems=n).training
-                ours = t.samples_per_s / base
-                print(
-                    f"| strong | {model} | {batch} | {n} | {pub:.2f} | {ours:.2f} | {ours / pub:.2f} | {t.scaling_efficiency:.3f} |",
-                    flush=True,
-                )
+            one = bench.compile(model, 2048, batch).training
+            for n, pub in zip((2, 4, 8), rel[1:], strict=True):
+                row("strong", model, batch, n, pub, one)
         except Exception as e:
-            print(f"| strong | {model} | {batch} | - | | — | | {str(e)[:100]} |")
+            print(f"| strong | {model} | {batch} | - | | | — | {str(e)[:100]} |")
+    model, seq, batch, eff = EMANI_II
+    if not only or only in model:
+        try:
+            one = bench.compile(model, seq, batch).training
+            row("Emani II, weak", model, 2 * batch, 2, 2 * eff, one, seq)
+            row("Emani II, strong", model, batch, 2, 2 * eff, one, seq)
+        except Exception as e:
+            print(f"| Emani II | {model} | {batch} | 2 | | | — | {str(e)[:100]} |")
+    if band["rows"]:
+        print(
+            f"\nwithin 0.95-1.05 of the published figure: plain N x {band['N x']} of "
+            f"{band['rows']}, wsecc {band['wsecc']} of {band['rows']}"
+        )
     print(
         "\n| utilization (Dey et al. Table 6) | global batch | systems | published relative to 111M | wsecc utilization | wsecc relative | ratio |"
     )
@@ -364,8 +413,12 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--only", help="rows whose model name contains this")
+    ap.add_argument("--seq", help="fidelity rows at these sequence lengths only (comma-separated)")
     ap.add_argument("--variants", action="store_true", help="also §5: each wse2 choice's effect")
     ap.add_argument("--no-scaling", action="store_true", help="skip §4's scaling tables")
+    ap.add_argument(
+        "--no-fidelity", action="store_true", help="skip §1-2's fidelity table (scaling only)"
+    )
     ap.add_argument(
         "--write-measured", type=Path, metavar="CSV", help="write the published rows and stop"
     )
@@ -379,7 +432,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     t0 = time.perf_counter()
     bench = Bench(WSE2)
-    ratios = fidelity(bench, args.only)
+    seqs = {int(x) for x in args.seq.split(",")} if args.seq else None
+    ratios = [] if args.no_fidelity else fidelity(bench, args.only, seqs)
     for k, label in ((0, "with the fitted step overhead"), (1, "without it")):
         if not ratios:
             break

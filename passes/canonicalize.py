@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wsecc.ir.arrays import content_key, dense, is_uniform
+from wsecc.ir.arrays import content_key, dense, foldable_size, is_uniform
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import COMMUTATIVE, Replacement, apply, make_node
 from wsecc.ir.rules import evaluate_op
@@ -42,7 +42,15 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
             if n.outputs[0] not in outputs or not (ins[0].is_const or ins[0] in graph.inputs):
                 reps.append(Replacement([], {n.outputs[0]: ins[0]}))
                 continue
-        if n.op in _FOLDABLE and all(v.is_const for v in ins) and len(n.outputs) == 1:
+        if (
+            n.op in _FOLDABLE
+            and all(v.is_const for v in ins)
+            and len(n.outputs) == 1
+            and (
+                _uniform_fold(n, ins)
+                or foldable_size(n.outputs[0].type.shape, n.outputs[0].type.dtype.itemsize)
+            )
+        ):
             data = _fold(n, [v.const for v in ins])  # type: ignore[misc]
             reps.append(Replacement([], {n.outputs[0]: Value.constant(n.outputs[0].name, data)}))
             continue
@@ -67,6 +75,12 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
             )
             reps.append(Replacement([new], dict(zip(n.outputs, new.outputs, strict=True))))
     return apply(graph, reps)
+
+
+def _uniform_fold(n: Node, ins: list[Value]) -> bool:
+    """Whether folding `n` views a uniform array (a weight without data): no memory whatever
+    its shape (`_fold`); any other fold is bounded by `FOLD_MAX_BYTES`."""
+    return n.op is not Op.CONCAT and is_uniform(ins[0].const)  # type: ignore[arg-type]
 
 
 def _fold(n: Node, args: list[np.ndarray]) -> np.ndarray:

@@ -32,9 +32,14 @@ Anchored on Softmax over the last axis of a rank-4 tensor [B, H, Sq, Sk]:
    must equal merging the heads back to [B, S, H·dh].
 Intermediates may not escape the region. The mask subgraph is left for dead-code removal.
 
-The evaluations are exact and as large as the tensors (at seq 2048, width 6144, a [1, 2048,
-18432] index tensor per head split), so each outcome is remembered for the pass's run under the
-structure it was computed from (`_structure`): the layers of a model repeat one structure, and
+The evaluations are exact. A head split or merge that carries the position axis whole is
+evaluated on three positions (`_few_positions`: one position's mapping is every position's), any
+other on the whole index tensor; a mask larger than `MASK_PROBE_BYTES` whose subgraph computes
+each query row from that row alone is probed a block of rows at a time (`_rowwise_plan`), so
+GPT-2 13B at seq 51200 fuses without an S x S array; what would still exceed the budget is
+refused in one line before it is allocated. Each outcome is remembered for the pass's run
+under the structure it was computed from (`_structure`): the layers of a model repeat one
+structure, and
 a 44-layer model evaluates its layouts once, not 44 times. Only matches are remembered; a
 layout or mask that does not match is evaluated again, so its reason names its own values.
 """
@@ -52,6 +57,7 @@ import numpy as np
 from wsecc.ir.arrays import content_key, is_uniform
 from wsecc.ir.core import DType, Graph, Node, Op, Value, make_attrs
 from wsecc.ir.rewrite import (
+    ELEMENTWISE,
     LAYOUT,
     GraphView,
     NoMatch,
@@ -63,7 +69,7 @@ from wsecc.ir.rewrite import (
     rewrite_nodes,
     scalar,
 )
-from wsecc.ir.rules import alibi_positions, rotate
+from wsecc.ir.rules import alibi_positions, evaluate_op, rotate
 from wsecc.pm import Pass, PassContext, PassError
 
 VERY_NEGATIVE = -1000.0  # an additive bias at or below this masks the key out
@@ -419,6 +425,50 @@ def _one_row(chain: Sequence[Node], b: int) -> list[Node] | None:
     return out
 
 
+def _few_positions(chain: Sequence[Node], s: int, keep: int, axis: int) -> list[Node] | None:
+    """`chain`, which starts from a tensor whose `axis` runs over s positions, rewritten for
+    `keep` positions; or None unless every node carries the position axis whole and alone: a
+    Reshape whose result has one axis of s with as many elements before it as before the
+    position axis (the axis it becomes), a Transpose (the axis moves), a Split or Slice of
+    another axis, a scalar scale.
+
+    Why a few positions decide for all: each such node maps the elements at position p to the
+    elements at position p, the same way for every p, so on an index tensor over the source
+    the result at position p is position 0's plus p times the source's position stride; the
+    head split and merge the probes compare with do the same. The index tensor then holds
+    keep / s of the elements (GPT-2 13B at seq 51200: 3.1 GB as int32 otherwise)."""
+    ax, out = axis, []
+    for n in chain:
+        shape_in = n.inputs[0].type.shape
+        rank = len(shape_in)
+        if n.op is Op.RESHAPE:
+            shape = tuple(n.attr("shape"))
+            before = math.prod(shape_in[:ax])
+            found = [i for i, d in enumerate(shape) if d == s and math.prod(shape[:i]) == before]
+            if not shape or min(shape) <= 0 or len(found) != 1:
+                return None
+            ax = found[0]
+            new = (*shape[:ax], keep, *shape[ax + 1 :])
+            n = replace(n, attrs=make_attrs({**n.attr_dict, "shape": new}))
+        elif n.op is Op.TRANSPOSE:
+            ax = list(n.attr("perm")).index(ax)
+        elif n.op is Op.SPLIT:
+            if n.attr("axis") % rank == ax:
+                return None
+        elif n.op is Op.SLICE:
+            if any(a % rank == ax for a in n.attr("axes")):
+                return None
+        elif n.op not in (Op.MUL, Op.DIV):
+            return None
+        out.append(n)
+    return out
+
+
+POSITIONS_PROBED = 3
+"""Positions a head layout is evaluated on when its chain carries the position axis whole
+(`_few_positions`)."""
+
+
 def _head_columns(
     memo: Memo,
     src: Value,
@@ -460,7 +510,19 @@ def _evaluate_head_columns(
     b, s, n = src.type.shape
     one = _one_row(chain, b)
     rows, nodes = (1, one) if one is not None else (b, chain)
-    iota = np.arange(rows * s * n, dtype=np.int64).reshape(rows, s, n)
+    few = _few_positions(nodes, s, POSITIONS_PROBED, 1) if s > POSITIONS_PROBED else None
+    if few is not None:
+        s, nodes = POSITIONS_PROBED, few
+    # int32 where it holds every index: at seq 51200 and width 3 x 5120 the index tensor is
+    # 3.1 GB, not 6.3 (layout ops are views of it; the comparison below goes by positions)
+    index = np.int32 if rows * s * n < 2**31 else np.int64
+    if rows * s * n * np.dtype(index).itemsize > MASK_PROBE_BYTES:
+        raise PassError(
+            f"fuse-attention: checking the heads' layout of {src.name!r} evaluates an index "
+            f"tensor [{rows}, {s}, {n}], {rows * s * n * np.dtype(index).itemsize / 2**20:,.0f} "
+            f"MiB (over {MASK_PROBE_BYTES >> 20:,} MiB); compile at a shorter --seq"
+        )
+    iota = np.arange(rows * s * n, dtype=index).reshape(rows, s, n)
     vals: dict[Value, np.ndarray] = {src: iota}
     for node in nodes:  # scalar scales pass indices through unchanged
         if alias is not None and alias[1] in vals:
@@ -479,13 +541,7 @@ def _evaluate_head_columns(
     if grouped and got.ndim == 4 and got.shape[1] == 1:  # one K/V head broadcast (multi-query)
         got = np.broadcast_to(got, (got.shape[0], h, *got.shape[2:]))
     cols = got[0, :, :1, :] if got.shape == (rows, h, s, dh) else None
-    rows_of = (np.arange(rows)[:, None] * s + np.arange(s)) * n  # where each (row, position) starts
-    if (
-        cols is None
-        or np.any(cols < 0)
-        or np.any(cols >= n)
-        or not np.array_equal(got, rows_of[:, None, :, None] + cols[None])
-    ):
+    if cols is None or np.any(cols < 0) or np.any(cols >= n) or not _reads_own_rows(got, cols, n):
         raise NoMatch(f"layout from {src.name!r} does not split heads")
     cols = cols[:, 0, :]
     for taken in [d for d in range(1, h + 1) if h % d == 0] if grouped else [h]:
@@ -493,6 +549,24 @@ def _evaluate_head_columns(
         if np.array_equal(heads, np.broadcast_to(heads[:, :1], heads.shape)):
             return heads[:, 0]
     raise AssertionError("unreachable: every head is its own group")
+
+
+LAYOUT_BLOCK = 1 << 24
+"""Elements of a layout's index tensor compared at once (`_reads_own_rows`)."""
+
+
+def _reads_own_rows(got: np.ndarray, cols: np.ndarray, n: int) -> bool:
+    """Whether `got` [rows, h, S, dh], indices into a [rows, S, n] source, reads at every
+    (row, position) that row and position's columns `cols` [h, 1, dh]; compared a block of
+    positions at a time, so no second tensor as large as `got` is made."""
+    rows, h, s, dh = got.shape
+    step = max(1, LAYOUT_BLOCK // max(1, rows * h * dh))
+    for p in range(0, s, step):
+        q = min(s, p + step)
+        starts = (np.arange(rows)[:, None] * s + np.arange(p, q)) * n  # [rows, q - p]
+        if not np.array_equal(got[:, :, p:q], starts[:, None, :, None] + cols[None]):
+            return False
+    return True
 
 
 def _offset(cols: np.ndarray) -> int | None:
@@ -530,9 +604,21 @@ def _merged_form(
     b, h, s, dh = heads
     one = _one_row(chain, b)
     rows, nodes = (1, one) if one is not None else (b, chain)
+    few = None
+    if s > POSITIONS_PROBED and o.type.shape[-2] == s:
+        few = _few_positions(nodes, s, POSITIONS_PROBED, o.type.rank - 2)
+    if few is not None:
+        s, nodes = POSITIONS_PROBED, few
+    if rows * h * s * dh * 8 > MASK_PROBE_BYTES:
+        raise PassError(
+            f"fuse-attention: checking how {o.name!r}'s heads merge evaluates an index tensor "
+            f"[{rows}, {h}, {s}, {dh}], {rows * h * s * dh * 8 / 2**20:,.0f} MiB (over "
+            f"{MASK_PROBE_BYTES >> 20:,} MiB); compile at a shorter --seq"
+        )
     iota = np.arange(rows * h * s * dh, dtype=np.int64).reshape(rows, h, s, dh)
     merged = iota.transpose(0, 2, 1, 3).reshape(rows, s, h * dh)
-    got = eval_nodes(nodes, {o: iota.reshape(rows * o.type.shape[0] // b, *o.type.shape[1:])})[v]
+    shape = (rows * o.type.shape[0] // b, *o.type.shape[1:-2], s, dh)  # shapes from the arrays
+    got = eval_nodes(nodes, {o: iota.reshape(shape)})[v]
     if got.shape == merged.shape and np.array_equal(got, merged):
         return "merged"
     if got.shape == (rows * s, h * dh) and np.array_equal(got, merged.reshape(rows * s, h * dh)):
@@ -569,8 +655,14 @@ def _mask_semantics(
 
 
 MASK_PROBE_BYTES = 8 << 30
-"""What one mask probe may hold (a third of this machine's 24 GB): the mask subgraph grows with
-B S^2, so GPT-2 13B's mask at seq 16384 takes 5 GiB and at 32768 would take 20."""
+"""What one mask probe, or one head layout's index tensor, may hold (a third of this machine's
+24 GB; past it the compile stops in one line, before allocating): the mask subgraph grows with
+B S^2, so GPT-2 13B's mask at seq 16384 takes 5 GiB and at 32768 would take 11. A larger one is
+probed a block of query rows at a time (`_evaluate_mask_by_rows`) when its subgraph computes each
+row from that row alone."""
+
+MASK_BLOCK_BYTES = 256 << 20
+"""What one block of query rows may hold, intermediates included (`_evaluate_mask_by_rows`)."""
 
 
 def _full_mask_shape(shape: tuple[int, ...], b: int, sq: int, sk: int) -> bool:
@@ -609,6 +701,9 @@ def _evaluate_mask(
         math.prod(v.type.shape) * v.type.dtype.itemsize for n in nodes for v in n.outputs
     )  # every intermediate is kept while the probe runs, and the kept-key masks
     if probe > MASK_PROBE_BYTES:
+        rowwise = _rowwise_plan(nodes, terms, b, sq, sk)
+        if rowwise is not None and kind != "full":  # a full mask input is itself Sq x Sk
+            return _evaluate_mask_by_rows(view, nodes, terms, shape, mask_in, rowwise, probe)
         raise PassError(
             f"fuse-attention: checking what the attention mask means evaluates it at the bound "
             f"shape [{b}, 1, {sq}, {sk}], {probe / 2**20:,.0f} MiB with its intermediates (over "
@@ -715,6 +810,173 @@ def _evaluate_mask(
     table = np.broadcast_to(bias.table, (h, sq, sk)).astype(np.float32)
     name = f"{(named or ['attention'])[0]}/bias"  # the layers share it, as they share the terms
     return _MaskMeaning(causal, window, mask_in, kind, fill, (), Value.constant(name, table))
+
+
+_ROWWISE = ELEMENTWISE | {
+    Op.AND, Op.OR, Op.XOR, Op.NOT, Op.EQUAL, Op.LESS, Op.LESS_EQUAL, Op.GREATER,
+    Op.GREATER_EQUAL, Op.WHERE, Op.ISNAN, Op.ISINF, Op.IDENTITY, Op.MOD,
+}  # fmt: skip
+"""Ops whose output at a query row is computed from their inputs at that row alone (broadcast)."""
+
+
+def _query_axis(v: Value, sq: int) -> int | None:
+    """The axis of `v` that runs over the query rows when it broadcasts against the scores
+    [B, H, Sq, Sk] (right-aligned: its second-to-last), or None when it is 1 there."""
+    r = v.type.rank
+    return r - 2 if r >= 2 and v.type.shape[r - 2] == sq else None
+
+
+def _rowwise_plan(
+    nodes: Sequence[Node], terms: list[tuple[str, Value, float]], b: int, sq: int, sk: int
+) -> set[Node] | None:
+    """The nodes of a mask subgraph to evaluate a block of query rows at a time, when that is
+    exact; the others are small (no operand or result as large as one sample's Sq x Sk) and
+    are evaluated whole, once. None unless every node that makes or reads a large value is
+    `_ROWWISE`, has a [B|1, H|1, Sq, Sk|1] result and reads every operand at its own rows (or
+    broadcast along them): then rows [lo, hi) of every value are the same ops on rows [lo, hi)
+    of the subgraph's inputs and constants, and checking every block checks the whole mask."""
+    if sq < 2:
+        return None
+    large = sq * sk
+
+    def is_large(v: Value) -> bool:
+        return v.type.size >= large
+
+    rowwise: set[Node] = set()
+    for n in nodes:
+        if not any(is_large(v) for v in (*n.inputs, *n.outputs)):
+            continue
+        out = n.outputs[0]
+        if n.op not in _ROWWISE or len(n.outputs) != 1 or out.type.rank != 4:
+            return None
+        if out.type.shape[2] != sq or any(v.type.rank > 4 for v in n.inputs):
+            return None
+        rowwise.add(n)
+    made = {n.outputs[0] for n in rowwise}
+    for n in nodes:  # a large value is read only by nodes that keep its rows
+        if n not in rowwise and any(v in made or (v.is_const and is_large(v)) for v in n.inputs):
+            return None
+    if any(v.type.rank != 4 and is_large(v) for _, v, _ in terms):
+        return None
+    return rowwise
+
+
+def _evaluate_mask_by_rows(
+    view: GraphView,
+    nodes: Sequence[Node],
+    terms: list[tuple[str, Value, float]],
+    shape: tuple[int, int, int, int],
+    mask_in: Value | None,
+    rowwise: set[Node],
+    probe: int,
+) -> _MaskMeaning:
+    """`_evaluate_mask` for a mask too large to probe whole, one block of query rows at a time
+    (`_rowwise_plan` says why that is exact): every row of every probe mask is checked, as the
+    whole probe would, within `MASK_BLOCK_BYTES` at once. Masks only: an additive term that
+    adds anything to the kept pairs (ALiBi, a bias table) is refused here in one line."""
+    b, h, sq, sk = shape
+    step = max(1, sq * MASK_BLOCK_BYTES // probe)
+    small = [n for n in nodes if n not in rowwise]
+    made = {n.outputs[0] for n in rowwise}
+    fills = [f for kind, _, f in terms if kind.startswith("where")]
+
+    def keep_rows(mask: np.ndarray | None, lo: int, hi: int) -> np.ndarray:
+        """The kept pairs of query rows [lo, hi): [b, 1, hi - lo, sk]."""
+        env = {mask_in: mask.astype(mask_in.type.dtype.numpy)} if mask_in is not None else {}
+        vals = eval_nodes(small, env)  # type: ignore[arg-type]
+
+        def rows(v: Value) -> np.ndarray:
+            if v in made:  # computed on these rows already
+                return vals[v]
+            a = v.const if v.is_const else vals[v]
+            assert a is not None
+            ax = _query_axis(v, sq)
+            return a if ax is None else np.take(a, np.arange(lo, hi), axis=ax)
+
+        for n in sorted(rowwise, key=view.index.__getitem__):
+            (vals[n.outputs[0]],) = evaluate_op(n.op, [rows(v) for v in n.inputs], n.attr_dict)  # type: ignore[arg-type]
+        keep = np.ones((b, 1, hi - lo, sk), dtype=bool)
+        later = np.ones_like(keep)
+        for kind, v, _ in terms:
+            a = rows(v)
+            if kind.startswith(("add", "sub")):
+                if kind.endswith("_bh") and a.ndim == 3 and a.shape[0] == b * h:
+                    a = a.reshape(b, h, *a.shape[1:])
+                a = a.reshape((1,) * (4 - a.ndim) + a.shape)
+                a = -a if kind.startswith("sub") else a
+                kept = a > VERY_NEGATIVE
+                if not kept.all():
+                    fills.append(float(np.min(a, where=~kept, initial=np.inf)))
+                if np.any((a != 0) & kept):
+                    raise PassError(
+                        f"fuse-attention: the attention mask [{b}, 1, {sq}, {sk}] adds a bias "
+                        f"to the kept scores; checking it needs {probe / 2**20:,.0f} MiB whole "
+                        f"(over {MASK_PROBE_BYTES >> 20:,} MiB); compile at a shorter --seq"
+                    )
+            elif kind == "mul":
+                if not np.isin(a, (0, 1)).all():
+                    raise NoMatch("scores are multiplied by a term that is not a 0/1 mask")
+                kept = a != 0
+            else:
+                kept = a.astype(bool) if kind == "where_keep" else ~a.astype(bool)
+            if kept.ndim == 4 and kept.shape[1] > 1:
+                if not (kept == kept[:, :1]).all():
+                    raise NoMatch("the mask differs between heads")
+                kept = kept[:, :1]
+            kept = np.broadcast_to(kept, keep.shape)
+            if kind == "mul" and np.any(later & ~kept):
+                raise NoMatch("scores multiplied by a 0/1 mask: no later term masks the zeros")
+            if kind != "mul":
+                later &= kept
+            keep &= kept
+        return keep
+
+    def pattern(lo: int, hi: int, causal: bool, window: int) -> np.ndarray:
+        """[hi - lo, sk]: the pairs a causal (within `window`, when not 0) or full mask keeps."""
+        q = np.arange(lo, hi)[:, None] + (sk - sq)
+        k = np.arange(sk)[None, :]
+        keep = k <= q if causal else np.ones((hi - lo, sk), dtype=bool)
+        return keep & (k > q - window) if window else keep
+
+    def blocks() -> list[tuple[int, int]]:
+        return [(lo, min(sq, lo + step)) for lo in range(0, sq, step)]
+
+    ones = np.ones(mask_in.type.shape if mask_in is not None else (b, sk), np.int64)
+    try:
+        last = keep_rows(ones, sq - 1, sq)[:, 0, -1]
+    except (NoMatch, PassError):
+        raise
+    except Exception as e:
+        raise NoMatch(f"mask subgraph could not be evaluated: {e}") from None
+    forms = [(True, 0), (False, 0)] if last.all() else [(True, int(last[0].sum()))]
+    for lo, hi in blocks():
+        got = keep_rows(ones, lo, hi)
+        forms = [
+            f for f in forms if np.array_equal(got, np.broadcast_to(pattern(lo, hi, *f), got.shape))
+        ]
+        if not forms:
+            raise NoMatch("mask with an all-ones input is neither full, causal nor a causal window")
+    causal, window = forms[0]
+    if mask_in is not None:
+        rng = np.random.default_rng(0)
+        gapped = np.broadcast_to(np.arange(mask_in.type.shape[-1]) % 2 == 0, mask_in.type.shape)
+        # every other key dropped, then a random mask: with no bias to tell apart (ALiBi over
+        # key indices or over kept keys, `_evaluate_mask`'s further random masks), these two
+        # decide "key padding"; each pass over the rows costs what a whole probe's does
+        for m in [gapped.astype(np.int64), (rng.random(mask_in.type.shape) > 0.3).astype(np.int64)]:
+            m[:, 0] = 1
+            for lo, hi in blocks():
+                want = pattern(lo, hi, causal, window)[None, None] & (m != 0)[:, None, None, :]
+                if not np.array_equal(keep_rows(m, lo, hi), want):
+                    raise NoMatch(
+                        "mask does not mean 'key padding' (mask[b, key] == 0 drops the key)"
+                    )
+    finite = [f for f in fills if f < 0]
+    fill = min(finite) if finite else -np.inf
+    fill = float(max(fill, np.finfo(np.float32).min) if np.isfinite(fill) else fill)
+    return _MaskMeaning(
+        causal, window, mask_in, "key_padding" if mask_in is not None else "none", fill, ()
+    )
 
 
 NOT_A_BIAS = (

@@ -187,9 +187,14 @@ def test_an_injected_fault_fails_the_compile(tmp_path, capsys):
     assert "numerics       FAIL: mixed PASS" in capsys.readouterr().out
     assert main(args) == 0
     capsys.readouterr()
-    assert main([*args, "--inject-fault", "no_such_fault"]) == 2  # one line, before any work
+    assert main([*args, "--inject-fault", "rotary_position"]) == 2  # one line, before any work
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "unknown fault 'no_such_fault' in infer mode" in err[0]
+    assert len(err) == 1 and "--inject-fault rotary_position: no such fault in infer mode" in err[0]
+    with pytest.raises(SystemExit) as refused:  # a fault no mode knows: when the line is read
+        main([*args, "--inject-fault", "no_such_fault"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no_such_fault: no such fault" in err[0]
 
 
 @pytest.mark.parametrize(

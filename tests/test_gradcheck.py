@@ -323,6 +323,8 @@ def test_cli_grad_scale_fault_fails_the_verdict(
     assert [r["name"] for r in rows if r["status"] == "failed"] == [
         "model.transformer.h.1.mlp.c_proj.weight"
     ]
-    assert main([*args, "-o", str(tmp_path / "bad"), "--inject-fault", "grad_scale=big"]) == 2
+    with pytest.raises(SystemExit) as refused:  # when the command line is read
+        main([*args, "-o", str(tmp_path / "bad"), "--inject-fault", "grad_scale=big"])
+    assert refused.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "positive number" in err[0]

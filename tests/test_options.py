@@ -95,6 +95,8 @@ def _bad_texts(o: Option) -> list[str]:
         return ["missing.json", ".", "list.json", "truncated.json"]
     if o.name == "dump_dir":
         return ["list.json"]
+    if o.name == "inject_fault":
+        return ["bogus", "grad_scale=-1", "grad_scale=x"]
     if o.name == "target":
         return ["wse9", "missing.toml", "list.json"]
     raise AssertionError(f"no bad value for {o.flag}: add one")

@@ -17,7 +17,7 @@ from wsecc.cli import main
 from wsecc.compiler import Compilation
 from wsecc.kernels.ir import Kernel, KernelGraph, KernelKind
 from wsecc.options import Options
-from wsecc.train import TrainError, plan_training, streamed_units
+from wsecc.train import SwarmX, TrainError, plan_training, streamed_units, swarmx, tree_depth
 
 GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
 BERT = SAMPLES / "bert_dynamo.onnx"
@@ -130,17 +130,62 @@ def test_a_chosen_batch_is_the_smallest_near_the_best(gpt2_kernels: KernelGraph)
     assert half.samples_per_s < r.samples_per_s
 
 
-def test_more_systems_scale_nearly_linearly_but_not_perfectly(gpt2_kernels) -> None:
+def test_swarmx_tree_by_hand() -> None:
+    """wse2's SwarmX: a 1:4 tree, line rate 150e9 B/s, 200 us per level (an assumption)."""
+    target = load_target("wse2")
+    assert [tree_depth(n, 4) for n in (1, 2, 4, 5, 16, 17, 192)] == [0, 1, 1, 2, 2, 3, 4]
+    assert swarmx(target, 1) == SwarmX(1, 0, 150e9, 0.0)
+    sixteen = swarmx(target, 16)
+    assert sixteen.depth == 2 and sixteen.bytes_per_s == 150e9
+    assert sixteen.sync_s == pytest.approx(2 * 2 * 200e-6)  # up and down, two levels each
+    assert sixteen.reduce_s(3_000_000) == pytest.approx(2 * 3e6 / 150e9)  # up and back
+    with pytest.raises(TrainError, match="at most 192"):
+        swarmx(target, 193)
+
+
+def test_weak_scaling_adds_the_sync_and_nothing_else(gpt2_kernels) -> None:
+    """Weight streaming at a fixed batch per system: N systems' step is one system's plus the
+    tree's latency both ways, since SwarmX streams each system at its own I/O's rate."""
     target = load_target("wse2")
     per = 256
     one = plan_training(gpt2_kernels, target, "mixed", execution="weight-streaming",
                         batch=per, chunk_tokens=8)  # fmt: skip
-    four = plan_training(gpt2_kernels, target, "mixed", execution="weight-streaming",
-                         batch=4 * per, systems=4, chunk_tokens=8)  # fmt: skip
-    assert four.micro_batch * four.grad_accum == one.micro_batch * one.grad_accum
-    assert "gradient reduction" in four.terms and "gradient reduction" not in one.terms
-    assert 3.0 < four.samples_per_s / one.samples_per_s < 4.0
-    assert 0.75 < four.scaling_efficiency < 1.0
+    for n, depth in ((4, 1), (16, 2)):
+        r = plan_training(gpt2_kernels, target, "mixed", execution="weight-streaming",
+                          batch=n * per, systems=n, chunk_tokens=8)  # fmt: skip
+        assert r.micro_batch * r.grad_accum == one.micro_batch * one.grad_accum
+        assert "synchronisation" not in one.terms
+        assert r.terms["synchronisation"] == pytest.approx(2 * depth * 200e-6)
+        assert r.step_s == pytest.approx(one.step_s + 2 * depth * 200e-6)
+        assert r.scaling_efficiency == pytest.approx(one.step_s / r.step_s)
+
+
+def test_a_narrower_swarmx_makes_scaling_lose(tmp_path, gpt2_kernels) -> None:
+    """At half the system I/O through SwarmX, pipelined training's gradient reduction takes
+    twice as long (every gradient up and back: 2 x bytes / rate), and streaming's I/O-bound
+    units slow down with N > 1 only."""
+    text = (resources.files("wsecc.targets") / "wse2.toml").read_text()
+    narrow = tmp_path / "narrow.toml"
+    narrow.write_text(
+        text.replace("swarmx_bytes_per_s = 150e9", "swarmx_bytes_per_s = 75e9", 1).replace(
+            'name = "wse2"', 'name = "narrow"', 1
+        )
+    )
+    wide, half = load_target("wse2"), load_target(str(narrow))
+    grads = gpt2_kernels.unique_weight_elems() * 2  # mixed: 16-bit storage
+    for target, rate in ((wide, 150e9), (half, 75e9)):
+        r = plan_training(gpt2_kernels, target, "mixed", execution="pipelined",
+                          batch=64, systems=2, chunk_tokens=8)  # fmt: skip
+        assert r.terms["gradient reduction"] == pytest.approx(2 * grads / rate)
+        assert r.terms["synchronisation"] == pytest.approx(2 * 1 * 200e-6)
+    runs = {
+        t.name: [plan_training(gpt2_kernels, t, "mixed", execution="weight-streaming",
+                               batch=n * 8, systems=n, chunk_tokens=8) for n in (1, 2)]
+        for t in (wide, half)
+    }  # fmt: skip
+    assert runs["narrow"][0].step_s == runs["wse2"][0].step_s  # one system: no SwarmX
+    assert runs["narrow"][1].terms["system I/O"] > runs["wse2"][1].terms["system I/O"] > 0
+    assert runs["narrow"][1].scaling_efficiency < runs["wse2"][1].scaling_efficiency < 1.0
 
 
 def test_a_target_without_a_system_cannot_weight_stream(tmp_path, gpt2_kernels) -> None:

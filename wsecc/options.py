@@ -145,6 +145,26 @@ def _check_pins(path: str) -> None:
     load_pins(path)
 
 
+def _check_fault(kind: str) -> None:
+    """A fault some mode knows (which mode: `Options.__post_init__`), grad_scale's factor a
+    positive number."""
+    if kind.startswith("grad_scale="):
+        from wsecc.ir.core import IRError
+        from wsecc.ir.grad import grad_scale_factor
+
+        try:
+            grad_scale_factor(kind)
+        except IRError as e:
+            raise OptionError(f"--inject-fault {kind}", str(e)) from None
+    elif kind not in _ALL_FAULTS:
+        raise OptionError(
+            f"--inject-fault {kind}", f"no such fault; choose one of {', '.join(_ALL_FAULTS)}"
+        )
+
+
+_ALL_FAULTS = (*GENERATE_FAULTS, *TRAIN_FAULTS)
+
+
 def _check_dump_dir(path: str) -> None:
     """A folder, or one that can be made (made and removed again to find out)."""
     p = Path(path)
@@ -328,7 +348,7 @@ class Options:
         "grad_scale=F multiplies the last linear kernel's weight gradient by F, e.g. 1.05; in "
         "generate mode rotary_position rotates each decode step's new keys with the position "
         "before their own); the numerics verdict must then FAIL",
-        str, choices=GENERATE_FAULTS + TRAIN_FAULTS, nullable=True,
+        str, nullable=True, check=_check_fault, metavar="{" + ",".join(_ALL_FAULTS) + "}",
     )  # fmt: skip
     save_outputs: bool = _opt(
         False, "--save-outputs",
@@ -416,11 +436,12 @@ class Options:
             try:
                 grad_scale_factor(kind)
             except IRError as e:  # a factor that is no positive number
-                raise WseccError(str(e)) from None
+                raise WseccError(f"--inject-fault {kind}: {e}") from None
             kind = "grad_scale=F"
         if kind is not None and kind not in faults:
             raise WseccError(
-                f"unknown fault {self.inject_fault!r} in {self.mode} mode: choose one of "
+                f"--inject-fault {self.inject_fault}: no such fault in {self.mode} mode; "
+                "choose one of "
                 + ", ".join(faults)
             )
 

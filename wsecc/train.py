@@ -14,9 +14,10 @@ forward and its backward). Sizing balances those costs; with stage time T (secon
 n kernels and c of the S tokens per chunk::
 
     in flight at kernel i = ceil(2 (n - i) c / S) + 2      samples between its forward and backward
-    step = B_sys T  +  2 n (c / S) T  +  update  +  reduce  +  overhead
-           stream     fill and drain    AdamW on    gradients over the systems
-                      once per step     the wafer   (N > 1: out and back through the system I/O)
+    step = B_sys T  +  2 n (c / S) T  +  update  +  reduce  +  sync  +  overhead
+           stream     fill and drain    AdamW on    N > 1: every gradient up SwarmX and the
+                      once per step     the wafer   reduced ones back (`SwarmX`), then the tree's
+                                                    latency both ways
 
 Weight streaming — units (the embedding, each layer, the head) run one at a time on the whole
 wafer, forward through every unit, then backward in reverse; each unit is sized alone on the
@@ -31,20 +32,24 @@ flops, W_u its weight bytes and IO the system I/O bandwidth (shared by both dire
     forward_u  = max((m + fill_u) T_u, W_u / IO)          fetching the next unit overlaps compute
     backward_u = max(rho_u (m + fill_u) T_u, 2 W_u / IO)  weights in again, gradients out
                                                           (rho_u + 1 when recomputing)
-    step = A sum_u (forward_u + backward_u) + W_first / IO (+ SwarmX reduce of the last gradients)
+    step = A sum_u (forward_u + backward_u) + W_first / IO (+ sync: N > 1, `SwarmX`)
 
 Both steps add the target's `system.step_overhead_s`, what a step costs outside the wafer's work
 and the weight streaming: it has no public figure, and is the one constant fitted to a published
 measurement (one row, named in the target file).
 
 `--systems N` is data parallel: each system runs B / N samples; the batch given is global.
+What N > 1 systems add is SwarmX's (`SwarmX`, `swarmx`): the tree between external memory and
+the systems broadcasts weights down and reduces gradients up, each system's stream at SwarmX's
+line rate (IO above becomes min(IO, SwarmX's)), and the step waits once for its last gradients
+to go up the tree and its first weights (pipelined: the reduced gradients) to come down,
+2 x depth x hop. The per-hop latency is an assumption (no public figure), named in the target.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import textwrap
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -202,6 +207,67 @@ class TrainResult:
         }
 
 
+# --- several systems ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SwarmX:
+    """What data parallel training over `systems` systems goes through: SwarmX's tree of
+    broadcast-reduce nodes between external memory and the systems (one system: no tree).
+
+    Weights are broadcast down the tree and gradients reduced up it at line rate, so a system's
+    stream runs at `bytes_per_s` whatever N; what grows with N is the tree's depth, and with it
+    the latency the step waits for at its one synchronisation: its last gradients up the tree
+    before the update, the first weights after it down (`sync_s`)."""
+
+    systems: int
+    depth: int  # tree levels between external memory and a system: ceil(log_fanout N)
+    bytes_per_s: float  # one system's stream through the tree, each direction sharing it
+    hop_s: float  # latency one level of the tree adds
+
+    @property
+    def sync_s(self) -> float:
+        """The step's synchronisation: the tree's depth up (gradients) and down (weights)."""
+        return 2 * self.depth * self.hop_s
+
+    def reduce_s(self, grad_bytes: int) -> float:
+        """Every gradient up the tree and the reduced ones back, through one system's I/O
+        (pipelined: each wafer then runs the optimizer), latency aside (`sync_s`)."""
+        return 2 * grad_bytes / self.bytes_per_s
+
+
+def tree_depth(systems: int, fanout: int) -> int:
+    """Levels of a tree with `fanout` children per node that reaches `systems` leaves:
+    ceil(log_fanout N), counted in integers (0 for one system)."""
+    depth, reach = 0, 1
+    while reach < systems:
+        reach *= fanout
+        depth += 1
+    return depth
+
+
+def swarmx(target: Target, systems: int) -> SwarmX:
+    """The SwarmX path of `systems` systems on `target` (module doc). One system streams
+    through its own I/O with no tree; a target without a [system] section has no SwarmX."""
+    io = target.io.offwafer_bytes_per_s
+    if systems == 1:
+        return SwarmX(1, 0, io, 0.0)
+    s = target.system
+    if s is None:
+        raise TrainError(
+            f"--systems {systems}: target {target.name} has no [system] section (SwarmX: "
+            "fan-out, bandwidth, latency); use a target that has one (wse2, wse3) or --systems 1"
+        )
+    if systems > s.max_systems:
+        raise TrainError(
+            f"--systems {systems}: {target.name} connects at most {s.max_systems}; "
+            f"use --systems {s.max_systems} or fewer"
+        )
+    return SwarmX(
+        systems, tree_depth(systems, s.swarmx_fanout), min(io, s.swarmx_bytes_per_s), s.swarmx_hop_s
+    )
+
+
 # --- pipelined ----------------------------------------------------------------------------------
 
 
@@ -271,8 +337,10 @@ def _pipelined_step(
         "step overhead": target.system.step_overhead_s if target.system else 0.0,
     }
     if systems > 1:
+        tree = swarmx(target, systems)
         grads = kg.unique_weight_elems() * precision(prec).storage_bytes
-        terms["gradient reduction"] = 2 * grads / target.io.offwafer_bytes_per_s
+        terms["gradient reduction"] = tree.reduce_s(grads)
+        terms["synchronisation"] = tree.sync_s
     return sum(terms.values()), terms
 
 
@@ -401,7 +469,8 @@ def _max_micro_batch(units: Sequence[_Unit], target: Target, per_sample: int) ->
 def _streaming_step(
     units: Sequence[_Unit], target: Target, m: int, accum: int, systems: int, recompute: bool
 ) -> tuple[float, dict[str, float], list[UnitTime]]:
-    hz, io = target.clock.hz, target.io.offwafer_bytes_per_s
+    tree = swarmx(target, systems)
+    hz, io = target.clock.hz, tree.bytes_per_s  # N > 1: weights and gradients through SwarmX
     times = [u.times(m, hz, io, recompute) for u in units]
     compute = io_bound = 0.0
     for t in times:
@@ -417,8 +486,8 @@ def _streaming_step(
         "step boundary": first.weights_in_s,  # the first fetch of a step waits for the update
         "step overhead": target.system.step_overhead_s if target.system else 0.0,
     }
-    if systems > 1:  # SwarmX reduces the last unit's gradients through its tree before the update
-        terms["gradient reduction"] = math.ceil(math.log2(systems)) * first.weight_bytes / io
+    if systems > 1:  # the last gradients up the tree before the update, the first weights down
+        terms["synchronisation"] = tree.sync_s
     return sum(terms.values()), terms, times
 
 
@@ -475,11 +544,7 @@ def _streaming(
             f"target {target.name} has no [system] section (external memory, systems): it "
             "cannot weight-stream; use a target that has one (wse2, wse3) or --execution pipelined"
         )
-    if systems > system.max_systems:
-        raise TrainError(
-            f"--systems {systems}: {target.name} connects at most {system.max_systems}; "
-            f"use --systems {system.max_systems} or fewer"
-        )
+    swarmx(target, systems)  # raises for more systems than SwarmX connects
     sb = precision(prec).storage_bytes
     params = kg.unique_weight_elems()
     external = {"weights": params * sb, "optimizer_state": params * state_bytes(prec)}

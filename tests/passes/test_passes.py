@@ -603,19 +603,109 @@ def test_fuse_attention_does_not_fire_when_the_heads_layout_moves_the_batch_axis
 
 
 def test_a_mask_too_large_to_probe_is_a_one_line_error(monkeypatch, samples_dir, capsys) -> None:
-    """The mask's meaning is checked on values of the bound shape [B, 1, S, S]; past the probe
-    budget (GPT-2 13B beyond seq 16384 on this machine) the compile says so, not the OOM killer."""
+    """The mask's meaning is checked on values of the bound shape [B, 1, S, S], a block of
+    query rows at a time past the probe budget; a mask that adds a bias to the kept scores
+    (MPNet's relative positions) is not probed by rows, and the compile says so, not the OOM
+    killer."""
     import wsecc.passes.fuse_attention as fa
 
     from wsecc.cli import main
 
     monkeypatch.setattr(fa, "MASK_PROBE_BYTES", 64 << 10)
-    bert = samples_dir / "bert_dynamo.onnx"
-    assert main(["compile", str(bert), "--seq", "128", "--placer", "greedy", "--no-validate",
+    mpnet = samples_dir / "mpnet_legacy_op17.onnx"
+    assert main(["compile", str(mpnet), "--seq", "128", "--placer", "greedy", "--no-validate",
                  "--batch", "2"]) == 2  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines
     assert err.startswith("wsecc: error: fuse-attention:") and "[2, 1, 128, 128]" in err, err
-    assert "compile at a shorter --seq" in err
+    assert "adds a bias" in err and "compile at a shorter --seq" in err
+
+
+def _causal_text(s: int) -> str:
+    """GPT-2 as the dynamo exporter writes it at seq `s`: one head of 2, the causal part from
+    two position ranges compared ([1, 1, S, S]), the key padding gathered from the mask input,
+    the pair kept where both hold, the dropped scores filled with float32's lowest."""
+    pos = list(range(s))
+    return f"""graph g(%qkv: f32[1,{s},6], %mask: i64[1,{s}]) {{
+      %scale = const f32[] 0.7071067690849304
+      %zero = const f32[] 0.0
+      %low = const f32[] -3.4028234663852886e+38
+      %qpos = const i64[1,1,{s},1] {[[[[p] for p in pos]]]}
+      %kpos = const i64[1,1,1,{s}] {[[[pos]]]}
+      %q0: f32[1,{s},2], %k0: f32[1,{s},2], %v0: f32[1,{s},2] = split(%qkv) {{'axis': 2, 'sizes': (2, 2, 2)}}
+      %q: f32[1,1,{s},2] = reshape(%q0) {{'shape': (1, 1, {s}, 2)}}
+      %k: f32[1,1,{s},2] = reshape(%k0) {{'shape': (1, 1, {s}, 2)}}
+      %kt: f32[1,1,2,{s}] = transpose(%k) {{'perm': (0, 1, 3, 2)}}
+      %v: f32[1,1,{s},2] = reshape(%v0) {{'shape': (1, 1, {s}, 2)}}
+      %sc: f32[1,1,{s},{s}] = matmul(%q, %kt)
+      %ss: f32[1,1,{s},{s}] = mul(%sc, %scale)
+      %le: bool[1,1,{s},{s}] = less_equal(%kpos, %qpos)
+      %mb: bool[1,{s}] = cast(%mask) {{'to': 'bool'}}
+      %mr: bool[1,1,1,{s}] = reshape(%mb) {{'shape': (1, 1, 1, {s})}}
+      %keep: bool[1,1,{s},{s}] = and(%le, %mr)
+      %bias: f32[1,1,{s},{s}] = where(%keep, %zero, %low)
+      %sb: f32[1,1,{s},{s}] = add(%ss, %bias)
+      %p: f32[1,1,{s},{s}] = softmax(%sb) {{'axis': 3}}
+      %o: f32[1,1,{s},2] = matmul(%p, %v)
+      %y: f32[1,{s},2] = reshape(%o) {{'shape': (1, {s}, 2)}}
+      return %y
+    }}"""
+
+
+def test_a_mask_too_large_to_probe_whole_is_probed_a_block_of_rows_at_a_time(monkeypatch):
+    """GPT-2 13B's mask at seq 51200 is 2.6 GB as bool, 11 GB with the probe's intermediates:
+    past the budget the probe checks every query row, a block of rows at a time, and decides
+    what the whole probe decides while holding less than one S x S mask (here 4 MiB at 2048)."""
+    import tracemalloc
+
+    import wsecc.passes.fuse_attention as fa
+
+    s = 2048
+    text = _causal_text(s)
+    whole = PASSES["fuse-attention"](parse_graph(text), PassContext())
+    monkeypatch.setattr(fa, "MASK_PROBE_BYTES", 1 << 20)
+    monkeypatch.setattr(fa, "MASK_BLOCK_BYTES", 256 << 10)
+    g = parse_graph(text)
+    tracemalloc.start()
+    by_rows = PASSES["fuse-attention"](g, PassContext())
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert body(format_graph(by_rows)) == body(format_graph(whole))
+    (att,) = [n for n in by_rows.nodes if n.op is Op.ATTENTION]
+    assert att.attr("causal") and att.attr("mask") == "key_padding" and att.attr("window") == 0
+    assert peak < s * s, peak  # under one [S, S] bool mask, where the whole probe holds 8
+
+
+def test_a_mask_that_is_not_causal_is_not_fused_by_rows_either(monkeypatch):
+    """Probing by rows decides as the whole probe: a mask that keeps the pairs above the
+    diagonal (keys after the query) is neither full, causal nor a causal window."""
+    import wsecc.passes.fuse_attention as fa
+
+    monkeypatch.setattr(fa, "MASK_PROBE_BYTES", 2 << 10)  # over the layout's 1.5 KiB
+    monkeypatch.setattr(fa, "MASK_BLOCK_BYTES", 1 << 10)
+    text = _causal_text(64).replace("less_equal(%kpos, %qpos)", "less_equal(%qpos, %kpos)")
+    ctx = PassContext()
+    out = PASSES["fuse-attention"](parse_graph(text), ctx)
+    assert not any(n.op is Op.ATTENTION for n in out.nodes)
+    assert any("neither full, causal nor a causal window" in n for n in ctx.notes), ctx.notes
+
+
+def test_a_fold_larger_than_the_bound_stays_a_node(monkeypatch):
+    """canonicalize folds layout ops of constants, but not into a constant over FOLD_MAX_BYTES
+    (a causal mask the bound sequence makes); a weight without data is viewed, any size."""
+    import wsecc.ir.arrays as arrays
+
+    monkeypatch.setattr(arrays, "FOLD_MAX_BYTES", 64)
+    text = """graph g(%x: i64[4,4]) {
+      %r = const i64[1,4] [[0, 1, 2, 3]]
+      %e: i64[4,4] = expand(%r) {'shape': (4, 4)}
+      %y: i64[4,4] = add(%x, %e)
+      return %y
+    }"""
+    out, _ = apply("canonicalize", text)
+    assert [ln.split(" = ")[1].split("(")[0] for ln in body(out)] == ["expand", "add"]
+    monkeypatch.setattr(arrays, "FOLD_MAX_BYTES", 128)  # 4 x 4 x 8 bytes fits: folded
+    out, _ = apply("canonicalize", text)
+    assert [ln.split(" = ")[1].split("(")[0] for ln in body(out)] == ["add"]
 
 
 RMSNORM = """graph g(%a: f32[2,3,4], %r: f32[2,3,4]) {

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from wsecc.errors import FrontendError
 from wsecc.frontend.common import DTYPES, MAX_ACTIVATION_BYTES, MAX_TENSOR_BYTES, tensor_array
+from wsecc.ir.arrays import foldable_size
 from wsecc.ir.core import Graph, IRError, Node, Op, TensorType, Value, make_attrs
 from wsecc.ir.rules import infer_types
 
@@ -137,15 +138,10 @@ class _Converter:
         )  # integer shape arithmetic and scalar fills; never a lookup into a weight table
         if not new or not small:
             return outs
-        for n in new:
-            for v in n.outputs:
-                if v.type.size * v.type.dtype.itemsize > MAX_TENSOR_BYTES:
-                    where = n.origin[0] if n.origin else n.name
-                    raise FrontendError(
-                        f"node {where!r} ({n.op.name}) would fold into a constant over "
-                        f"{MAX_TENSOR_BYTES >> 30} GiB ({v.type.dtype.value}{list(v.type.shape)}); "
-                        "check the bound dims (--batch, --seq, --dim)"
-                    )
+        if not all(
+            foldable_size(v.type.shape, v.type.dtype.itemsize) for n in new for v in n.outputs
+        ):
+            return outs  # data the bound dims make (a causal mask), not shape arithmetic
         from wsecc.ir.rules import evaluate_op
 
         folded: dict[Value, Value] = {}

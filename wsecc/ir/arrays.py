@@ -12,6 +12,21 @@ import hashlib
 
 import numpy as np
 
+FOLD_MAX_BYTES = 1 << 28
+"""The largest constant a fold makes (256 MiB): a node whose output would be larger stays a node.
+Shape arithmetic is far smaller; what is larger is data the bound sequence makes, such as a
+causal mask [1, 1, S, S] from two position ranges (GPT-2 13B at seq 51200: 2.6 GB as bool,
+21 GB as the int64 ranges broadcast against each other), which the attention fusion reads
+a block of rows at a time and the wafer never holds."""
+
+
+def foldable_size(shape: tuple[int, ...], itemsize: int) -> bool:
+    """Whether a constant of `shape` is small enough to make (`FOLD_MAX_BYTES`)."""
+    n = 1
+    for d in shape:
+        n *= d
+    return n * itemsize <= FOLD_MAX_BYTES
+
 
 def is_uniform(a: np.ndarray) -> bool:
     """Every element is the same stored one (all strides 0)."""
