@@ -441,8 +441,7 @@ class Options:
         if kind is not None and kind not in faults:
             raise WseccError(
                 f"--inject-fault {self.inject_fault}: no such fault in {self.mode} mode; "
-                "choose one of "
-                + ", ".join(faults)
+                "choose one of " + ", ".join(faults)
             )
 
 
