@@ -988,8 +988,11 @@ def _reordered_linear(
         raise NoMatch(f"{why}: q, k and v share columns")
     w, *bias = lin.inputs[1:]
     assert w.const is not None
-    consts = [Value.constant(f"{w.name}/heads", _columns(w.const, perm))] + [
-        Value.constant(f"{b.name}/heads", _columns(b.const, perm))
+    # Named after this layer's output, not the constants': one initializer may feed several
+    # layers (an untrained model's zero QKV biases, stored once), and each layer's copy is its
+    # own value.
+    consts = [Value.constant(f"{src.name}/heads/weight", _columns(w.const, perm))] + [
+        Value.constant(f"{src.name}/heads/bias", _columns(b.const, perm))
         for b in bias
         if b.const is not None
     ]

@@ -533,6 +533,37 @@ def test_fuse_embedding_and_lm_head():
     )
 
 
+def test_fuse_embedding_takes_folded_lookups_and_constants_in():
+    """ALBERT called without token types: the frontend folded their lookup of a zero buffer to
+    a constant, and positions are a lookup at constant ids. Both join the token lookup: one
+    embedding reading the ids, no kernel without an input."""
+    text = """graph g(%ids: i64[1,3]) {
+      %wte = const f32[4,2] [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]]
+      %wpe = const f32[3,2] [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]
+      %pos = const i64[1,3] [[0, 1, 2]]
+      %types = const f32[1,3,2] [[[0.01, 0.02], [0.01, 0.02], [0.01, 0.02]]]
+      %t: f32[1,3,2] = gather(%wte, %ids) {'axis': 0}
+      %tt: f32[1,3,2] = add(%t, %types)
+      %p: f32[1,3,2] = gather(%wpe, %pos) {'axis': 0}
+      %h: f32[1,3,2] = add(%tt, %p)
+      return %h
+    }"""
+    out, _ = apply("fuse-embedding", text)
+    assert body(out) == ["%h: f32[1,3,2] = embedding(%ids, %wte, %tt/rows, %tt/table, %pos, %wpe)"]
+
+
+def test_fuse_embedding_folds_a_lookup_of_constants_alone():
+    text = """graph g(%x: f32[1,3,2]) {
+      %wpe = const f32[3,2] [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]
+      %pos = const i64[1,3] [[0, 1, 2]]
+      %p: f32[1,3,2] = gather(%wpe, %pos) {'axis': 0}
+      %y: f32[1,3,2] = mul(%x, %p)
+      return %y
+    }"""
+    out, _ = apply("fuse-embedding", text)
+    assert body(out) == ["%y: f32[1,3,2] = mul(%x, %p)"]
+
+
 @pytest.mark.parametrize("name", sorted(PASSES))
 def test_every_pass_is_a_pure_function_of_its_input(name):
     g = parse_graph(LINEAR_IN)
@@ -792,18 +823,38 @@ def test_fuse_attention_reorders_an_interleaved_fused_qkv_linear():
     text = _interleaved_qkv_text("const")
     out, _ = apply("fuse-attention", text)
     assert body(out) == [
-        "%qkv/heads: f32[1,4,24] = linear(%x, %w/heads, %b/heads) {'activation': 'none', "
+        "%qkv/heads: f32[1,4,24] = linear(%x, %qkv/heads/weight, %qkv/heads/bias) {'activation': 'none', "
         "'has_bias': True}",
         "%y: f32[1,4,8] = attention(%qkv/heads, %qkv/heads, %qkv/heads) {'causal': False, "
         "'fill': -1e999, 'head_dim': 4, 'k_offset': 8, 'mask': 'none', 'nan_to_zero': False, "
         "'num_heads': 2, 'q_offset': 0, 'scale': 0.5, 'v_offset': 16, 'window': 0}",
     ]
     fused = PASSES["fuse-attention"](parse_graph(text), PassContext())
-    w = next(v.const for n in fused.nodes for v in n.inputs if v.name == "w/heads")
+    w = next(v.const for n in fused.nodes for v in n.inputs if v.name == "qkv/heads/weight")
     original = parse_graph(text)
     w0 = next(v.const for n in original.nodes for v in n.inputs if v.name == "w")
     # head 1's q is columns 12..15 of the [heads, 3, dh] layout, k of head 0 columns 4..7
     assert np.array_equal(w[:, 4:8], w0[:, 12:16]) and np.array_equal(w[:, 8:12], w0[:, 4:8])
+
+
+def test_fuse_attention_reorders_two_layers_that_share_one_bias():
+    """An untrained GPT-NeoX or BLOOM stores its zero QKV biases once for every layer: each
+    layer's reordered copy is its own value, and the graph stays valid IR."""
+    one = _interleaved_qkv_text("const")
+    head, _, rest = one.partition("%qkv:")
+    layer = "      %qkv:" + rest.rsplit("return", 1)[0]
+    second = layer.replace("%x", "%y").replace("%w", "%w2")
+    for name in ("qkv", "h", "t", "q", "k", "v", "kt", "s", "ss", "p", "o", "ot", "y"):
+        second = second.replace(f"%{name}:", f"%{name}2:").replace(f"%{name})", f"%{name}2)")
+        second = second.replace(f"%{name},", f"%{name}2,")
+    second = second.replace("%y2)", "%y)").replace("(%y2,", "(%y,").replace("%w2,", "%w2,")
+    w2 = head.split("%w = const")[1].split("\n")[0]
+    text = head + f"%w2 = const{w2}\n" + layer + second + "      return %y2\n    }"
+    out, _ = apply("fuse-attention", text)
+    linears = [ln for ln in body(out) if "linear(" in ln]
+    assert (
+        len(linears) == 2 and "%qkv/heads/bias" in linears[0] and "%qkv2/heads/bias" in linears[1]
+    )
 
 
 def test_a_weight_without_data_is_reordered_without_being_expanded():
