@@ -303,6 +303,32 @@ def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float,
             return done()
 
 
+_Source = tuple[Value, list[Node], float, "_Rope | None"]
+
+
+def _flat_source(found: _Source, flats: list[tuple[Node, Node]]) -> _Source:
+    """A head source [B, S, a, ..., z] that a per-row op computed in the head-split shape
+    (Qwen3's, Gemma 3's per-head RMSNorm of q and k, over [B, S, H, dh] before the heads are
+    transposed) seen as [B, S, a·…·z]: a Reshape that flattens it becomes the source, and its
+    inverse (a node outside the graph, evaluated only) starts the chain, so the layout
+    evaluation reads the columns as before. (flatten, inverse) is appended to `flats`."""
+    src, chain, scale, rope = found
+    if src.type.rank <= 3:
+        return found
+    pair = next((p for p in flats if p[0].inputs[0] is src), None)
+    if pair is None:
+        b, s = src.type.shape[:2]
+        n = int(np.prod(src.type.shape[2:]))
+        flat = make_node(Op.RESHAPE, [src], f"{src.name}/flat", (), shape=(b, s, n))
+        back = make_node(Op.RESHAPE, [flat.output], f"{src.name}/unflat", (), shape=src.type.shape)
+        pair = (flat, Node(back.op, back.inputs, (src,), back.attrs, back.name, back.origin))
+        flats.append(pair)
+    flat, unflat = pair
+    if rope is not None:
+        rope = replace(rope, before=(unflat, *rope.before))
+    return flat.output, [unflat, *chain], scale, rope
+
+
 def _rope_tables(
     memo: Memo, src: Value, rope: _Rope, cols: np.ndarray
 ) -> tuple[str, int, Value, Value]:
@@ -872,8 +898,9 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     if qv.type.rank != rank or kv.type.rank != rank:
         raise NoMatch(f"q·kᵀ operands are not rank {rank}")
     dh = qv.type.shape[-1]
-    q_src, q_chain, q_scale, q_rope = _layout_source(view, qv)
-    k_src, k_chain, k_scale, k_rope = _layout_source(view, kv)
+    flats: list[tuple[Node, Node]] = []  # sources flattened to [B, S, N] (`_flat_source`)
+    q_src, q_chain, q_scale, q_rope = _flat_source(_layout_source(view, qv), flats)
+    k_src, k_chain, k_scale, k_rope = _flat_source(_layout_source(view, kv), flats)
     q_cols = _head_columns(memo, q_src, q_chain, qv, h, dh, False, q_rope)
     k_cols = _head_columns(memo, k_src, k_chain, kv, h, dh, True, k_rope, grouped=True)
     rotary = _rotary(memo, (q_src, q_rope, q_cols), (k_src, k_rope, k_cols))
@@ -916,7 +943,7 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     pv = view.sole_user(p)
     if pv is None or pv.op is not Op.MATMUL or pv.inputs[0] is not p:
         raise NoMatch("softmax output does not feed a MatMul with v")
-    v_src, v_chain, v_scale, v_rope = _layout_source(view, pv.inputs[1])
+    v_src, v_chain, v_scale, v_rope = _flat_source(_layout_source(view, pv.inputs[1]), flats)
     if v_scale != 1.0 or v_rope is not None:
         raise NoMatch("v is scaled or rotated")
     v_cols = _head_columns(memo, v_src, v_chain, pv.inputs[1], h, dh, False, grouped=True)
@@ -928,6 +955,7 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     )
     for r in (q_rope, k_rope):
         region |= set(r.nodes) if r is not None else set()
+    region -= {unflat for _, unflat in flats}  # not in the graph
     out, out_chain, flat = _merge_heads(memo, view, pv.output, (b, h, sq, dh))
     region |= set(out_chain)
     internal = [v for n in region for v in n.outputs if v is not out]
@@ -963,7 +991,8 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     else:
         new = [make_node(Op.ATTENTION, ins, out.name, origin, **attrs)]
     consumed = region | {view.producer[q_src]} if packed else region
-    return Replacement(mask_nodes + packed + new, {out: new[-1].output}), consumed
+    flat_nodes = [f for f, _ in flats if f.output in srcs]
+    return Replacement(flat_nodes + mask_nodes + packed + new, {out: new[-1].output}), consumed
 
 
 def _reordered_linear(
