@@ -12,7 +12,8 @@ the TF/Keras form `x·γ·rsqrt + (β − mean·γ·rsqrt)`. Native LayerNormali
 RMSNorm is anchored the same way, on ReduceMean(x²) (Pow(x, 2) or Mul(x, x)): the region from x
 must compute f(x) = x/√(mean(x²) + ε)·γ (β recovered as zero), whatever the order of Sqrt,
 Reciprocal or Div and the Casts to float32 Llama's exports put around it.
-Then `LayerNorm|RMSNorm(Add(a, b)) -> ...(a, skip=b)` (emitting the sum when it is used on).
+Then `LayerNorm|RMSNorm(Add(a, b)) -> ...(a, skip=b)` (emitting the sum when it is used on),
+and a norm of a Transpose that keeps the last axis is taken before it (`_before_transpose`).
 """
 
 from __future__ import annotations
@@ -176,11 +177,31 @@ def _residual(view: GraphView, ln: Node) -> tuple[Replacement, set[Node]]:
     return Replacement([new], mapping), {add, ln}
 
 
+def _before_transpose(view: GraphView, ln: Node) -> tuple[Replacement, set[Node]]:
+    """norm(Transpose(x)) -> Transpose(norm(x)) when the transpose keeps the last axis last: a
+    norm over that axis is the same per row whichever order the rows are in. Gemma 3
+    normalises q and k per head after moving the heads ahead of the positions; normalised
+    before, the head split that follows is layout only (fuse-attention)."""
+    t = view.prod(ln.inputs[0], Op.TRANSPOSE)
+    rank = ln.inputs[0].type.rank
+    if ln.attr("has_skip") or t is None or tuple(t.attr("perm"))[-1] % rank != rank - 1:
+        raise NoMatch("input is not a transpose that keeps the last axis")
+    if view.sole_user(t.output) is not ln:
+        raise NoMatch("the transposed value is also used elsewhere")
+    x = t.inputs[0]
+    norm = make_node(
+        ln.op, [x, *ln.inputs[1:]], f"{ln.output.name}/rows", ln.origin, **ln.attr_dict
+    )
+    new = make_node(Op.TRANSPOSE, [norm.output], ln.output.name, t.origin, **t.attr_dict)
+    return Replacement([norm, new], {ln.output: new.output}), {t, ln}
+
+
 def fuse_layernorm(graph: Graph, ctx: PassContext) -> Graph:
     g, misses = rewrite_nodes(graph, _match, anchor_ops=frozenset({Op.REDUCE_MEAN}))
     for m in misses:
         ctx.note("fuse-layernorm", m)
     g, _ = rewrite_nodes(g, _residual, anchor_ops=frozenset({Op.LAYER_NORM, Op.RMS_NORM}))
+    g, _ = rewrite_nodes(g, _before_transpose, anchor_ops=frozenset({Op.LAYER_NORM, Op.RMS_NORM}))
     return g
 
 
