@@ -869,7 +869,7 @@ def test_a_weight_without_data_is_reordered_without_being_expanded():
         w, "const", placeholder(np.dtype(np.float32), (8, 24), 7)
     )  # as --weights inputs
     fused = PASSES["fuse-attention"](graph, PassContext())
-    heads = next(v.const for n in fused.nodes for v in n.inputs if v.name == "w/heads")
+    heads = next(v.const for n in fused.nodes for v in n.inputs if v.name == "qkv/heads/weight")
     assert heads is not None and is_uniform(heads) and heads.shape == (8, 24)
 
 

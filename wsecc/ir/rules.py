@@ -480,8 +480,21 @@ def _gated_linear_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     return [TensorType(_same_dtype(ts), x.shape[:-1] + (wg.shape[1],))]
 
 
-GATES = ("silu",)
-"""Gate activations of `gated_linear`: SwiGLU's SiLU."""
+GATES = ("silu", "gelu", "gelu_tanh")
+"""Gate activations of `gated_linear`: SwiGLU's SiLU; GeGLU's exact (erf) or tanh GELU (Gemma,
+ModernBERT)."""
+
+
+def _gate(z: np.ndarray, act: str) -> np.ndarray:
+    return silu(z) if act == "silu" else gelu(z, "tanh" if act == "gelu_tanh" else "none")
+
+
+def _gate_grad(z: np.ndarray, act: str) -> np.ndarray:
+    """d gate(z) / dz in float64: σ(z)·(1 + z·(1 − σ(z))) for SiLU, else GELU's."""
+    if act != "silu":
+        return gelu_grad(z, "tanh" if act == "gelu_tanh" else "none").astype(np.float64)
+    s = special.expit(z.astype(np.float64))
+    return s * (1 + z * (1 - s))
 
 
 def _gated_parts(xs: Arrays) -> tuple[np.ndarray, np.ndarray]:
@@ -499,10 +512,10 @@ def silu(z: np.ndarray) -> np.ndarray:
 
 
 def gated_linear(xs: Arrays, a: Attrs) -> list[np.ndarray]:
-    """y = silu(x·W_gate + b_gate) · (x·W_up + b_up): the gated half of a SwiGLU MLP (its down
-    projection is a Linear)."""
+    """y = act(x·W_gate + b_gate) · (x·W_up + b_up): the gated half of a SwiGLU (act SiLU) or
+    GeGLU (act GELU) MLP (its down projection is a Linear)."""
     zg, zu = _gated_parts(xs)
-    return [(silu(zg) * zu).astype(xs[0].dtype)]
+    return [(_gate(zg, a["activation"]) * zu).astype(xs[0].dtype)]
 
 
 def _gated_linear_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
@@ -510,9 +523,9 @@ def _gated_linear_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.n
     each as a Linear's: dx sums both, dW = xᵀ·dz, db = Σ dz."""
     x, wg, wu, g = xs[0], xs[1], xs[2], gs[0]
     zg, zu = _gated_parts(xs)
-    sg = special.expit(zg.astype(np.float64))
-    dzu = (g * silu(zg)).astype(g.dtype)
-    dzg = (g * zu * sg * (1 + zg * (1 - sg))).astype(g.dtype)
+    act = a["activation"]
+    dzu = (g * _gate(zg, act)).astype(g.dtype)
+    dzg = (g * zu * _gate_grad(zg, act)).astype(g.dtype)
     k, n = wg.shape
     x2 = x.reshape(-1, k).T
     dzg2, dzu2 = dzg.reshape(-1, n), dzu.reshape(-1, n)

@@ -95,6 +95,7 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
+from scipy import special
 
 from wsecc.errors import SimulationError
 from wsecc.interp import run as run_reference
@@ -399,7 +400,8 @@ def _linear(b: _Build) -> Run:
 def _gated_linear(b: _Build) -> Run:
     """gated_linear: `_linear`'s tiles over W_gate and W_up side by side, column j of each on
     the same PE column (interleaved: weight column 2j is W_gate's j, 2j + 1 W_up's), summed in
-    the same fabric order; the epilogue silu(gate) * up, in float32, on the finished pairs."""
+    the same fabric order; the epilogue act(gate) * up (SiLU or GELU), in float32, on the finished
+    pairs."""
     b.expect(Op.GATED_LINEAR)
     wg, wu = b.resident(1), b.resident(2)
     K, N = wg.shape
@@ -409,6 +411,7 @@ def _gated_linear(b: _Build) -> Run:
     x = b.node.inputs[0].type
     tiles = _MatmulTiles.of(W, h, w, x.size // x.shape[-1], b.fault)
     has_bias = len(b.node.inputs) == 5
+    gate = b.node.attr("activation", "silu")
     ar = b.ar
 
     def run(args: Arrays) -> list[np.ndarray]:
@@ -420,8 +423,14 @@ def _gated_linear(b: _Build) -> Run:
             bias[0::2], bias[1::2] = args[3], args[4]
         y = _tiled_linear(x, tiles, ar, bias, "none")
         g, u = y[:, 0::2], y[:, 1::2]
-        with np.errstate(over="ignore"):  # exp(-g) is inf for g < -88: silu is then -0
-            out = ar.acc(g / (np.float32(1) + np.exp(-g)))
+        if gate == "silu":
+            with np.errstate(over="ignore"):  # exp(-g) is inf for g < -88: silu is then -0
+                out = ar.acc(g / (np.float32(1) + np.exp(-g)))
+        elif gate == "gelu_tanh":
+            out = ar.acc(_NUMPY_ACTIVATIONS["gelu_tanh"](g))
+        else:  # GeGLU's exact GELU, erf in float32
+            half = np.float32(0.5)
+            out = ar.acc(half * g * (np.float32(1) + special.erf(g * np.float32(0.70710677))))
         return [ar.store(ar.acc(out * u)).reshape(shape)]
 
     return run
