@@ -7,16 +7,27 @@ Position ids that folded to constants stay constant operands. A constant added t
 lookup of a zero buffer) joins it as a lookup of its own rows at constant ids
 (`Embedding(.., arange, c as [rows, D])`). A lookup whose ids and tables are all constants,
 joined with nothing, computes a constant: it becomes one (a kernel with no input would be
-left otherwise).
+left otherwise). Position ids computed from the token ids as RoBERTa's (XLM-RoBERTa, MPNet,
+CamemBERT: non-pad tokens numbered from pad + 1) are recognised by evaluation and become the
+embedding's `padded_positions` (it reads the token ids; `rules.padded_positions`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from wsecc.ir.core import Graph, IRError, Node, Op, Value
-from wsecc.ir.rewrite import GraphView, NoMatch, Replacement, make_node, origin_of, rewrite_nodes
-from wsecc.ir.rules import evaluate_op
+from wsecc.ir.core import DType, Graph, IRError, Node, Op, Value
+from wsecc.ir.rewrite import (
+    GraphView,
+    NoMatch,
+    Replacement,
+    eval_nodes,
+    make_node,
+    origin_of,
+    rewrite_nodes,
+    scalar,
+)
+from wsecc.ir.rules import evaluate_op, padded_positions
 from wsecc.pm import Pass, PassContext
 
 
@@ -72,6 +83,56 @@ def _constant(view: GraphView, n: Node) -> tuple[Replacement, set[Node]]:
     return Replacement([], {n.output: Value.constant(n.output.name, data)}), {n}
 
 
+_POSITION_OPS = frozenset(
+    {Op.EQUAL, Op.NOT, Op.CAST, Op.CUMSUM, Op.MUL, Op.ADD, Op.SUB, Op.RESHAPE, Op.IDENTITY}
+)
+
+
+def _positions(view: GraphView, n: Node) -> tuple[Replacement, set[Node]]:
+    """Embedding whose ids of one pair are computed from an int graph input by comparisons,
+    casts, a running sum and integer arithmetic, and compute RoBERTa's padding-derived position
+    ids (`rules.padded_positions`) for a pad id among their scalar constants, on probe ids ->
+    the same Embedding reading the token ids directly, `padded_positions=(pair, pad)`."""
+    if n.attr("padded_positions"):
+        raise NoMatch("already derives positions")
+    for i, ids in enumerate(n.inputs[0::2]):
+        if ids.is_const or ids in view.graph.inputs:
+            continue
+        sources = view.input_ancestors(ids)
+        nodes = view.ancestors(ids)
+        if len(sources) != 1 or not nodes or any(m.op not in _POSITION_OPS for m in nodes):
+            continue
+        (tok,) = sources
+        if tok.type.dtype not in (DType.INT64, DType.INT32) or tok.type.shape != ids.type.shape:
+            continue
+        pads = {int(c) for m in nodes for v in m.inputs if (c := scalar(v)) is not None}
+        for pad in sorted(pads):
+            if _derives_positions(nodes, tok, ids, pad):
+                ins = list(n.inputs)
+                ins[2 * i] = tok
+                attrs = dict(n.attr_dict, padded_positions=(i, pad))
+                new = make_node(Op.EMBEDDING, ins, n.output.name, n.origin, **attrs)
+                return Replacement([new], {n.output: new.output}), {n}
+    raise NoMatch("no ids computed from token ids as padding-derived positions")
+
+
+def _derives_positions(nodes: list[Node], tok: Value, ids: Value, pad: int) -> bool:
+    """Do `nodes` take token ids to `padded_positions(ids, pad)`, on probes with pads?"""
+    rng = np.random.default_rng(0)
+    shape = tok.type.shape
+    for _ in range(3):
+        probe = rng.integers(0, 4, size=shape) + pad - 1
+        probe[..., -1:] = pad
+        probe = probe.astype(tok.type.dtype.numpy)
+        try:
+            got = eval_nodes(nodes, {tok: probe})[ids]
+        except Exception:  # noqa: BLE001 - a subgraph the probe cannot run is no match
+            return False
+        if not np.array_equal(got, padded_positions(probe.astype(np.int64), pad)):
+            return False
+    return True
+
+
 def fuse_embedding(graph: Graph, ctx: PassContext) -> Graph:
     g, _ = rewrite_nodes(graph, _gather, anchor_ops=frozenset({Op.GATHER}))
     while True:  # a chain of sums folds one Add per sweep
@@ -80,7 +141,8 @@ def fuse_embedding(graph: Graph, ctx: PassContext) -> Graph:
             break
         g = g2
     g3, _ = rewrite_nodes(g2, _constant, anchor_ops=frozenset({Op.EMBEDDING}))
-    return g3
+    g4, _ = rewrite_nodes(g3, _positions, anchor_ops=frozenset({Op.EMBEDDING}))
+    return g4
 
 
 PASS = Pass("fuse-embedding", fuse_embedding)

@@ -764,10 +764,28 @@ def _embedding_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     return [TensorType(_same_dtype(shapes), _bcast(shapes))]
 
 
+def padded_positions(ids: np.ndarray, pad: int) -> np.ndarray:
+    """RoBERTa's position ids from the token ids: the tokens that are not `pad` numbered
+    pad + 1, pad + 2, ... along the sequence (the last axis), a pad token at `pad`."""
+    keep = (ids != pad).astype(np.int64)
+    return np.cumsum(keep, axis=-1) * keep + pad
+
+
+def embedding_ids(xs: Arrays, a: Attrs) -> list[np.ndarray]:
+    """The ids each table is looked up at: its operand, or for the pair `padded_positions`
+    names, (pair, pad), the positions its operand's token ids give (`padded_positions`)."""
+    ids = list(xs[0::2])
+    pair = a.get("padded_positions")
+    if pair:
+        ids[pair[0]] = padded_positions(ids[pair[0]], pair[1])
+    return ids
+
+
 def embedding(xs: Arrays, a: Attrs) -> list[np.ndarray]:
-    """Σ_i table_i[ids_i] — token (+ position, + token type) embeddings, summed in order."""
+    """Σ_i table_i[ids_i] — token (+ position, + token type) embeddings, summed in order; the
+    ids of one pair may be positions derived from token ids (`embedding_ids`)."""
     out = None
-    for ids, table in zip(xs[0::2], xs[1::2], strict=True):
+    for ids, table in zip(embedding_ids(xs, a), xs[1::2], strict=True):
         g = _gather_impl([table, ids], {"axis": 0})[0]
         out = g if out is None else out + g
     assert out is not None
@@ -1073,7 +1091,7 @@ def _attention_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndar
 def _embedding_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
     """Each table gets the rows of g (summed back to its lookup's shape) added at its ids."""
     out: list[np.ndarray | None] = []
-    for ids, table in zip(xs[0::2], xs[1::2], strict=True):
+    for ids, table in zip(embedding_ids(xs, a), xs[1::2], strict=True):
         g = _unbroadcast(gs[0], ids.shape + table.shape[1:])
         out += [None, _scatter_rows(table, ids, g, 0)]
     return out

@@ -106,6 +106,7 @@ from wsecc.ir.rules import (
     attention_bias,
     attention_keep,
     attention_mask_operand,
+    embedding_ids,
     evaluate_op,
     rope,
     split_heads,
@@ -609,7 +610,8 @@ def _embedding(b: _Build) -> Run:
     def run(args: Arrays) -> list[np.ndarray]:
         shape = (*np.broadcast_shapes(*(ids.shape for ids in args[0::2])), dim)
         out = None
-        for ids, n, start in zip(args[0::2], sizes, starts, strict=True):
+        looked_up = embedding_ids(args, b.node.attr_dict)  # RoBERTa's positions from its ids
+        for ids, n, start in zip(looked_up, sizes, starts, strict=True):
             if ids.size and (ids.min() < -n or ids.max() >= n):
                 raise b.fail(
                     f"an index is out of range [{-n}, {n}) (if these are positions, the table "
