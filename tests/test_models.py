@@ -97,9 +97,9 @@ ROTARY_KERNELS = {
     # Llama: q, k, v, o and down projections, SwiGLU's gate and up as one kernel, RMSNorm x 5
     "llama": {"linear": 10, "gated_linear": 2, "rmsnorm": 5, "attention": 2, "embedding": 1,
               "lm_head": 1},
-    # GPT-J: parallel attention and MLP, their outputs and the residual summed by two adds
-    "gptj": {"linear": 12, "layernorm": 3, "attention": 2, "elementwise": 2, "embedding": 1,
-             "lm_head": 1},
+    # GPT-J: parallel attention and MLP, their outputs and the residual summed by the next
+    # norm (two skips), no elementwise add left
+    "gptj": {"linear": 12, "layernorm": 3, "attention": 2, "embedding": 1, "lm_head": 1},
 }  # fmt: skip
 
 

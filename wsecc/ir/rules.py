@@ -414,27 +414,48 @@ def linear(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     return [_activation(y, a["activation"]).astype(xs[0].dtype)]
 
 
+MAX_SKIPS = 3
+"""Skip operands a norm sums into its input: one residual; two in a parallel block (GPT-J,
+GPT-NeoX, Falcon, CodeGen: x + attention + MLP)."""
+
+
+def _check_skips(op: str, ts: Sequence[TensorType], params: int, skip: bool) -> None:
+    skips = len(ts) - 1 - params
+    if skips != 0 if not skip else not 1 <= skips <= MAX_SKIPS:
+        raise IRError(f"{op} takes (x, [skip, ...], {'gamma' if params == 1 else 'gamma, beta'})")
+    for t in ts[1 : 1 + skips]:
+        if _bcast([ts[0], t]) != ts[0].shape:
+            raise IRError(f"{op} skip must broadcast to x")
+
+
+def norm_input(xs: Arrays, a: Attrs, params: int) -> np.ndarray:
+    """s = x + (skip_1 + skip_2 + …): the skips summed in order, then added to x (a parallel
+    block's attention and MLP outputs, then the residual stream); x alone without skips."""
+    if not a["has_skip"]:
+        return xs[0]
+    skips = xs[1 : len(xs) - params]
+    total = skips[0]
+    for r in skips[1:]:
+        total = total + r
+    return xs[0] + total
+
+
 def _layer_norm_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
-    skip = a["has_skip"]
-    if len(ts) != (4 if skip else 3):
-        raise IRError("layer_norm takes (x, [skip], gamma, beta)")
+    _check_skips("layer_norm", ts, 2, a["has_skip"])
     x = ts[0]
     d = x.shape[-1]
     if ts[-2].shape != (d,) or ts[-1].shape != (d,):
         raise IRError(f"layer_norm gamma/beta must be [{d}]")
-    if skip:
-        _bcast([ts[0], ts[1]])
-        if _bcast([ts[0], ts[1]]) != x.shape:
-            raise IRError("layer_norm skip must broadcast to x")
     outs = [TensorType(x.dtype, x.shape)]
     return outs + ([TensorType(x.dtype, x.shape)] if a.get("emit_sum") else [])
 
 
 def layer_norm(xs: Arrays, a: Attrs) -> list[np.ndarray]:
-    """s = x (+ skip); y = (s − mean(s)) / √(var(s) + ε) · γ + β over the last axis.
+    """s = x (+ skips, `norm_input`); y = (s − mean(s)) / √(var(s) + ε) · γ + β over the last
+    axis.
 
     Outputs y, and s too when `emit_sum` (the residual stream continues from s)."""
-    s = xs[0] + xs[1] if a["has_skip"] else xs[0]
+    s = norm_input(xs, a, 2)
     gamma, beta = xs[-2], xs[-1]
     mean = s.mean(axis=-1, keepdims=True)
     d = s - mean
@@ -444,21 +465,17 @@ def layer_norm(xs: Arrays, a: Attrs) -> list[np.ndarray]:
 
 
 def _rms_norm_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
-    skip = a["has_skip"]
-    if len(ts) != (3 if skip else 2):
-        raise IRError("rms_norm takes (x, [skip], gamma)")
+    _check_skips("rms_norm", ts, 1, a["has_skip"])
     x = ts[0]
     if ts[-1].shape != (x.shape[-1],):
         raise IRError(f"rms_norm gamma must be [{x.shape[-1]}]")
-    if skip and _bcast([ts[0], ts[1]]) != x.shape:
-        raise IRError("rms_norm skip must broadcast to x")
     return [TensorType(x.dtype, x.shape)] * (2 if a.get("emit_sum") else 1)
 
 
 def rms_norm(xs: Arrays, a: Attrs) -> list[np.ndarray]:
-    """s = x (+ skip); y = s / √(mean(s²) + ε) · γ over the last axis (Llama's RMSNorm, T5's
-    LayerNorm). Outputs y, and s too when `emit_sum`."""
-    s = xs[0] + xs[1] if a["has_skip"] else xs[0]
+    """s = x (+ skips, `norm_input`); y = s / √(mean(s²) + ε) · γ over the last axis (Llama's
+    RMSNorm, T5's LayerNorm). Outputs y, and s too when `emit_sum`."""
+    s = norm_input(xs, a, 1)
     ms = (s * s).mean(axis=-1, keepdims=True)
     y = (s / np.sqrt(ms + np.asarray(a["epsilon"], s.dtype)) * xs[-1]).astype(s.dtype)
     return [y, s] if a.get("emit_sum") else [y]
@@ -540,7 +557,7 @@ def _gated_linear_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.n
 def _rms_norm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
     """With r = 1/√(mean(s²) + ε), x̂ = s·r: dγ = Σ g·x̂ and ds = r·(ĝ − x̂·mean(ĝ·x̂)) with
     ĝ = g·γ, plus the emitted sum's own cotangent."""
-    s = xs[0] + xs[1] if a["has_skip"] else xs[0]
+    s = norm_input(xs, a, 1)
     gamma, g = xs[-1], gs[0]
     r = 1 / np.sqrt((s * s).mean(axis=-1, keepdims=True) + np.asarray(a["epsilon"], s.dtype))
     xhat = s * r
@@ -549,7 +566,7 @@ def _rms_norm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarr
     if a.get("emit_sum"):
         ds = ds + gs[1]
     dgamma = (g * xhat).reshape(-1, gamma.shape[0]).sum(axis=0)
-    parts = [xs[0], xs[1]] if a["has_skip"] else [xs[0]]
+    parts = xs[:-1]  # x and the skips
     return [_unbroadcast(ds, x.shape) for x in parts] + [dgamma]
 
 
@@ -1023,7 +1040,7 @@ def _layer_norm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.nda
     """With x̂ = (s − μ)/σ: dβ = Σ g, dγ = Σ g·x̂, and ds = (ĝ − mean(ĝ) − x̂·mean(ĝ·x̂))/σ with
     ĝ = g·γ, plus the emitted sum's own cotangent; x and skip each get ds summed to their
     shape."""
-    s = xs[0] + xs[1] if a["has_skip"] else xs[0]
+    s = norm_input(xs, a, 2)
     gamma, g = xs[-2], gs[0]
     d = s - s.mean(axis=-1, keepdims=True)
     rstd = 1 / np.sqrt((d * d).mean(axis=-1, keepdims=True) + np.asarray(a["epsilon"], s.dtype))
@@ -1035,7 +1052,7 @@ def _layer_norm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.nda
     n = gamma.shape[0]
     dgamma = (g * xhat).reshape(-1, n).sum(axis=0)
     dbeta = g.reshape(-1, n).sum(axis=0)
-    parts = [xs[0], xs[1]] if a["has_skip"] else [xs[0]]
+    parts = xs[:-2]  # x and the skips
     return [_unbroadcast(ds, x.shape) for x in parts] + [dgamma, dbeta]
 
 
@@ -1229,9 +1246,9 @@ RULES: dict[Op, Rule] = {
     ),
     Op.LINEAR: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LM_HEAD: Rule(2, 3, _linear_infer, linear, _linear_vjp),
-    Op.LAYER_NORM: Rule(3, 4, _layer_norm_infer, layer_norm, _layer_norm_vjp),
+    Op.LAYER_NORM: Rule(3, 3 + MAX_SKIPS, _layer_norm_infer, layer_norm, _layer_norm_vjp),
     Op.GELU: Rule(1, 1, _gelu_infer, lambda xs, a: [gelu(xs[0], a["approximate"])], _gelu_vjp),
-    Op.RMS_NORM: Rule(2, 3, _rms_norm_infer, rms_norm, _rms_norm_vjp),
+    Op.RMS_NORM: Rule(2, 2 + MAX_SKIPS, _rms_norm_infer, rms_norm, _rms_norm_vjp),
     Op.GATED_LINEAR: Rule(3, 5, _gated_linear_infer, gated_linear, _gated_linear_vjp),
     Op.ATTENTION: Rule(3, 6, _attention_infer, attention, _attention_vjp),
     Op.EMBEDDING: Rule(2, 16, _embedding_infer, embedding, _embedding_vjp),

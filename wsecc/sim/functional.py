@@ -537,7 +537,7 @@ def _rmsnorm(b: _Build) -> Run:
     def run(args: Arrays) -> list[np.ndarray]:
         shape = args[0].shape
         x = np.asarray(args[0], np.float32).reshape(-1, shape[-1])
-        s = ar.acc(x + np.asarray(args[1], np.float32).reshape(x.shape)) if skip else x
+        s = ar.acc(x + _skips(args[1:-1], shape, ar).reshape(x.shape)) if skip else x
         ms = ar.acc(_row_reduce(ar.acc(s * s), cols, ar) / np.float32(shape[-1]))
         rms = ar.acc(np.sqrt(ms + eps))
         y = ar.store(ar.acc(s / rms[:, None]) * _vector(args[-1]))
@@ -557,7 +557,7 @@ def _layernorm(b: _Build) -> Run:
     def run(args: Arrays) -> list[np.ndarray]:
         shape = args[0].shape
         x = np.ascontiguousarray(args[0]).reshape(-1, shape[-1])
-        skipped = np.ascontiguousarray(args[1]).reshape(x.shape) if skip else _EMPTY_ROWS
+        skipped = _skips(args[1:-2], shape, ar).reshape(x.shape) if skip else _EMPTY_ROWS
         y = np.empty_like(x)
         s = np.empty_like(x) if emit else _EMPTY_ROWS
         gamma, beta = _vector(args[-2]), _vector(args[-1])
@@ -569,6 +569,16 @@ def _layernorm(b: _Build) -> Run:
         return [y.reshape(shape), s.reshape(shape)] if emit else [y.reshape(shape)]
 
     return run
+
+
+def _skips(skips: Sequence[np.ndarray], shape: tuple[int, ...], ar: Any) -> np.ndarray:
+    """A norm's skip operands summed in order, each step rounded as the accumulator rounds
+    (`rules.norm_input`): one skip as it is; a parallel block's attention and MLP outputs
+    summed before the residual stream is added."""
+    total = np.ascontiguousarray(np.broadcast_to(np.asarray(skips[0], np.float32), shape))
+    for r in skips[1:]:
+        total = ar.acc(total + np.broadcast_to(np.asarray(r, np.float32), shape))
+    return np.ascontiguousarray(total, np.float32)
 
 
 def _vector(a: np.ndarray) -> np.ndarray:
