@@ -9,7 +9,8 @@ lookup of a zero buffer) joins it as a lookup of its own rows at constant ids
 joined with nothing, computes a constant: it becomes one (a kernel with no input would be
 left otherwise). Position ids computed from the token ids as RoBERTa's (XLM-RoBERTa, MPNet,
 CamemBERT: non-pad tokens numbered from pad + 1) are recognised by evaluation and become the
-embedding's `padded_positions` (it reads the token ids; `rules.padded_positions`).
+embedding's `padded_positions` (it reads the token ids; `rules.padded_positions`). An
+embedding times a scalar constant (Gemma's √d) becomes the embedding's `scale`.
 """
 
 from __future__ import annotations
@@ -74,6 +75,20 @@ def _sum(view: GraphView, n: Node) -> tuple[Replacement, set[Node]]:
     if new.output.type != n.output.type:
         raise NoMatch("the sum broadcasts beyond its embeddings' shape")
     return Replacement([new], {n.output: new.output}), set(used)
+
+
+def _scaled(view: GraphView, mul: Node) -> tuple[Replacement, set[Node]]:
+    """Mul(Embedding(..), c) with a scalar constant c, the embedding used only here ->
+    Embedding(..; scale=c): Gemma multiplies its token embeddings by √d."""
+    emb = view.prod(mul.inputs[0], Op.EMBEDDING)
+    c = scalar(mul.inputs[1])
+    if emb is None or c is None or "scale" in emb.attr_dict:
+        raise NoMatch("not an embedding times a scalar constant")
+    if view.sole_user(emb.output) is not mul or mul.output.type != emb.output.type:
+        raise NoMatch("the embedding is also used elsewhere")
+    attrs = dict(emb.attr_dict, scale=float(np.float32(c)))
+    new = make_node(Op.EMBEDDING, list(emb.inputs), mul.output.name, origin_of([emb, mul]), **attrs)
+    return Replacement([new], {mul.output: new.output}), {emb, mul}
 
 
 def _constant(view: GraphView, n: Node) -> tuple[Replacement, set[Node]]:
@@ -142,7 +157,8 @@ def fuse_embedding(graph: Graph, ctx: PassContext) -> Graph:
         g = g2
     g3, _ = rewrite_nodes(g2, _constant, anchor_ops=frozenset({Op.EMBEDDING}))
     g4, _ = rewrite_nodes(g3, _positions, anchor_ops=frozenset({Op.EMBEDDING}))
-    return g4
+    g5, _ = rewrite_nodes(g4, _scaled, anchor_ops=frozenset({Op.MUL}))
+    return g5
 
 
 PASS = Pass("fuse-embedding", fuse_embedding)

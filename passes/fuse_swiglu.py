@@ -12,8 +12,9 @@ projections read the same activation, so one region holding both weight tiles re
 and the product leaves it as N values per token instead of 2N; the SiLU and the multiply are
 the matmul's epilogue on the finished sums (`wsecc.kernels.kinds.matmul`, `gated_linear`).
 The gate may also be GELU, exact or tanh (GeGLU: Gemma, ModernBERT): `activation` says which.
-A Linear whose output is split in two along its last axis, a piece multiplied (Phi-3's fused
-gate_up projection), is first cut into one Linear per piece (`_split_linear`).
+A Linear whose output is cut in two along its last axis (a Split or two Slices), a piece
+multiplied (Phi-3's, ModernBERT's fused gate/up projection), is first made one Linear per piece
+(`_split_linear`).
 Requires fuse-linear's Linears; runs before fuse-gelu folds activations into Linears.
 """
 
@@ -117,23 +118,52 @@ def _match(view: GraphView, mul: Node) -> tuple[Replacement, set[Node]]:
     raise NoMatch(why)
 
 
-def _split_linear(view: GraphView, sp: Node) -> tuple[Replacement, set[Node]]:
-    """Split(Linear(x, W, b)) into two pieces of the last axis -> one Linear per piece, each with
-    its columns of W (and b): Phi-3's fused gate_up projection, split before the gated product
-    (one of the pieces multiplies into it directly, so fuse-swiglu then sees two Linears)."""
-    lin = view.prod(sp.inputs[0], Op.LINEAR)
-    rank = sp.inputs[0].type.rank
-    if len(sp.outputs) != 2 or sp.attr("axis") % rank != rank - 1:
-        raise NoMatch("not a split in two of the last axis")
-    if lin is None or lin.attr("activation") != "none" or view.sole_user(lin.output) is not sp:
-        raise NoMatch("input is not a Linear used only here")
-    if not all(v.is_const for v in lin.inputs[1:]):
-        raise NoMatch("the Linear's weight is not a constant to split")
-    if not any(u.op is Op.MUL for v in sp.outputs for u in view.users.get(v, [])):
+def _pieces(view: GraphView, lin: Node) -> list[tuple[Value, int, int]] | None:
+    """(value, first column, end) of each piece a Linear's output is cut into along its last
+    axis by its users — one Split, or Slices with step 1 — when they tile it exactly."""
+    v, users = lin.output, view.users.get(lin.output, [])
+    rank, n = v.type.rank, v.type.shape[-1]
+    if v in view.outputs or not users:
+        return None
+    pieces: list[tuple[Value, int, int]] = []
+    for u in users:
+        if u.op is Op.SPLIT and len(users) == 1 and u.attr("axis") % rank == rank - 1:
+            ends = np.cumsum([o.type.shape[-1] for o in u.outputs])
+            pieces = [
+                (o, int(e) - o.type.shape[-1], int(e)) for o, e in zip(u.outputs, ends, strict=True)
+            ]
+        elif (
+            u.op is Op.SLICE
+            and tuple(a % rank for a in u.attr("axes")) == (rank - 1,)
+            and tuple(u.attr("steps") or (1,)) == (1,)
+        ):
+            start = int(u.attr("starts")[0])
+            start = start + n if start < 0 else min(start, n)
+            pieces.append((u.output, start, start + u.output.type.shape[-1]))
+        else:
+            return None
+    pieces.sort(key=lambda p: p[1])
+    bounds = [0] + [e for _, _, e in pieces]
+    if [s for _, s, _ in pieces] != bounds[:-1] or bounds[-1] != n:
+        return None
+    return pieces
+
+
+def _split_linear(view: GraphView, lin: Node) -> tuple[Replacement, set[Node]]:
+    """Linear(x, W, b) whose output is cut in two along its last axis (a Split, or two
+    Slices), a piece multiplied -> one Linear per piece, each with its columns of W (and b):
+    Phi-3's and ModernBERT's fused gate/up projection, split before the gated product, so
+    that fuse-swiglu then sees two Linears."""
+    pieces = _pieces(view, lin)
+    if pieces is None or len(pieces) != 2:
+        raise NoMatch("output is not cut in two along its last axis")
+    if lin.attr("activation") != "none" or not all(v.is_const for v in lin.inputs[1:]):
+        raise NoMatch("has an activation, or its weight is not a constant to split")
+    if not any(u.op is Op.MUL for v, _, _ in pieces for u in view.users.get(v, [])):
         raise NoMatch("no piece is multiplied: not a gated product")
-    new, start = [], 0
-    for piece in sp.outputs:
-        end = start + piece.type.shape[-1]
+    cuts = {view.producer[v] for v, _, _ in pieces}
+    new = []
+    for piece, start, end in pieces:
         consts = [
             Value.constant(f"{piece.name}/{role}", _columns(v.const, start, end))
             for role, v in zip(("weight", "bias"), lin.inputs[1:], strict=False)
@@ -144,13 +174,12 @@ def _split_linear(view: GraphView, sp: Node) -> tuple[Replacement, set[Node]]:
                 Op.LINEAR,
                 [lin.inputs[0], *consts],
                 piece.name,
-                origin_of([lin, sp]),
+                origin_of([lin, *cuts]),
                 **lin.attr_dict,
             )
         )
-        start = end
-    mapping = {p: n.output for p, n in zip(sp.outputs, new, strict=True)}
-    return Replacement(new, mapping), {lin, sp}
+    mapping = {p: n.output for (p, _, _), n in zip(pieces, new, strict=True)}
+    return Replacement(new, mapping), {lin, *cuts}
 
 
 def _columns(a: np.ndarray, start: int, end: int) -> np.ndarray:
@@ -161,7 +190,7 @@ def _columns(a: np.ndarray, start: int, end: int) -> np.ndarray:
 
 
 def fuse_swiglu(graph: Graph, ctx: PassContext) -> Graph:
-    graph, _ = rewrite_nodes(graph, _split_linear, anchor_ops=frozenset({Op.SPLIT}))
+    graph, _ = rewrite_nodes(graph, _split_linear, anchor_ops=frozenset({Op.LINEAR}))
     g, misses = rewrite_nodes(graph, _match, anchor_ops=frozenset({Op.MUL}))
     for m in misses:
         if "Linear" in m and "neither operand" not in m:

@@ -800,12 +800,15 @@ def embedding_ids(xs: Arrays, a: Attrs) -> list[np.ndarray]:
 
 def embedding(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     """Σ_i table_i[ids_i] — token (+ position, + token type) embeddings, summed in order; the
-    ids of one pair may be positions derived from token ids (`embedding_ids`)."""
+    ids of one pair may be positions derived from token ids (`embedding_ids`); the sum times
+    `scale` when there is one (Gemma's √d)."""
     out = None
     for ids, table in zip(embedding_ids(xs, a), xs[1::2], strict=True):
         g = _gather_impl([table, ids], {"axis": 0})[0]
         out = g if out is None else out + g
     assert out is not None
+    if "scale" in a:
+        out = (out * np.asarray(a["scale"], out.dtype)).astype(out.dtype)
     return [out]
 
 
@@ -1108,8 +1111,9 @@ def _attention_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndar
 def _embedding_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
     """Each table gets the rows of g (summed back to its lookup's shape) added at its ids."""
     out: list[np.ndarray | None] = []
+    scaled = gs[0] * np.asarray(a["scale"], gs[0].dtype) if "scale" in a else gs[0]
     for ids, table in zip(embedding_ids(xs, a), xs[1::2], strict=True):
-        g = _unbroadcast(gs[0], ids.shape + table.shape[1:])
+        g = _unbroadcast(scaled, ids.shape + table.shape[1:])
         out += [None, _scatter_rows(table, ids, g, 0)]
     return out
 

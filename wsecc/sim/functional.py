@@ -616,6 +616,8 @@ def _embedding(b: _Build) -> Run:
     padded[:vocab] = stacked
     resident = padded.reshape(h, vh, dim)  # row r holds table rows r vh .. (r + 1) vh - 1
     ar = b.ar
+    scale = b.node.attr("scale")
+    scale = None if scale is None else np.float32(scale)
 
     def run(args: Arrays) -> list[np.ndarray]:
         shape = (*np.broadcast_shapes(*(ids.shape for ids in args[0::2])), dim)
@@ -631,6 +633,8 @@ def _embedding(b: _Build) -> Run:
             row = resident[g // vh, g % vh]
             out = row if out is None else ar.acc(out + row)
         assert out is not None
+        if scale is not None:  # Gemma's √d, on the stored sum
+            out = ar.acc(ar.store(out) * scale)
         return [np.broadcast_to(ar.store(out), shape)]
 
     return run
