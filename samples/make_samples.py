@@ -400,6 +400,22 @@ SAMPLES = {
 SAMPLE_EXPORTERS = {
     "llama": ("legacy17", "dynamo"), "gptj": ("legacy17", "dynamo"), "mpnet": ("legacy17",),
 }  # fmt: skip
+# Issue 33's families (ISSUE33_FAMILIES): decoders by the dynamo exporter (the legacy exporter
+# fails on transformers 5's mask code, `aten::diff`), encoders by the legacy exporter at opset 17.
+FAMILY_SAMPLES = {
+    "qwen3": "qwen3", "gemma3": "gemma3", "phi3": "phi3", "falcon": "falcon",
+    "codegen": "codegen", "gptneox": "gptneox_zerobias", "bloom": "bloom_zerobias",
+    "albert": "albert", "xlmroberta": "xlmroberta", "modernbert": "modernbert",
+    "t5encoder": "t5encoder",
+}  # fmt: skip
+SAMPLES.update(FAMILY_SAMPLES)
+SAMPLE_EXPORTERS.update(
+    {
+        stem: ("legacy17",) if stem in ("albert", "xlmroberta", "modernbert", "t5encoder")
+        else ("dynamo",)
+        for stem in FAMILY_SAMPLES
+    }
+)  # fmt: skip
 SAMPLE_MAX_BYTES = 2 * 1024 * 1024
 GENERATION_TWINS_DIR = SAMPLES_DIR.parent / "tests" / "data" / "generation"
 
@@ -872,7 +888,7 @@ def main(out_dir: Path = SAMPLES_DIR, only: tuple[str, ...] = ()) -> None:
     for stem, family_name in SAMPLES.items():
         if only and stem not in only:
             continue
-        family = {**FAMILIES, **ROTARY_FAMILIES}[family_name]
+        family = {**FAMILIES, **ROTARY_FAMILIES, **ISSUE33_FAMILIES}[family_name]
         module = build_family(family)
         example = make_inputs(family, 2, 16, pad_last_row=True)
         for exporter in SAMPLE_EXPORTERS.get(stem, EXPORTERS):
