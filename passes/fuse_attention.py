@@ -181,8 +181,32 @@ def _walk_scores(view: GraphView, v: Value, mask_class) -> _Scores:  # type: ign
                 v = n.inputs[2]
             else:
                 raise NoMatch("Where in the scores is not a masked fill")
+        elif n.op is Op.TANH and _scaled_by_scalar(view, n.inputs[0]):
+            raise NoMatch(
+                f"{UNSUPPORTED}soft-capped attention scores, tanh(s / c) · c at {n.name!r} "
+                "(Gemma 2's attn_logit_softcapping), are not fused into one attention kernel; "
+                "export the model with attn_logit_softcapping=None to compile it without"
+            )
+        elif n.op is Op.ADD and all(
+            any(m.op is Op.MATMUL for m in view.ancestors(u)) for u in n.inputs
+        ):
+            raise NoMatch(
+                f"{UNSUPPORTED}the scores add a second product of activations at {n.name!r} "
+                "(disentangled attention: DeBERTa-v2's content-to-position and "
+                "position-to-content terms), not fused into one attention kernel"
+            )
         else:
             raise NoMatch(f"{n.op.name} {n.name!r} in the scores is not a scale or a mask")
+
+
+UNSUPPORTED = "unsupported: "
+"""Starts a NoMatch reason naming a model feature wsecc recognises and does not fuse: the pass
+refuses the model in one line (PassError) when nothing else fused that softmax."""
+
+
+def _scaled_by_scalar(view: GraphView, v: Value) -> bool:
+    n = view.prod(v)
+    return n is not None and n.op in (Op.MUL, Op.DIV) and scalar(n.inputs[1]) is not None
 
 
 @dataclass(frozen=True)
@@ -1087,6 +1111,9 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> Graph:
     )
     for m in misses:
         ctx.note("fuse-attention", m)
+    refused = [m for m in misses if UNSUPPORTED in m]
+    if refused:
+        raise PassError("fuse-attention: " + refused[0].replace(UNSUPPORTED, ""))
     return g
 
 

@@ -913,3 +913,39 @@ def test_fuse_attention_falcon_multi_query_gathers_its_key_and_value_head():
         "'head_dim': 4, 'k_offset': 8, 'kv_heads': 1, 'mask': 'none', 'nan_to_zero': False, "
         "'num_heads': 2, 'q_offset': 0, 'scale': 0.5, 'v_offset': 12, 'window': 0}"
     ]
+
+
+def _capped_scores_text(cap: str) -> str:
+    """One head of 4 over 4 positions, scores scaled by 0.5, then `cap` (IR lines from %ss to
+    %sc), then softmax."""
+    return f"""graph g(%x: f32[1,4,8]) {{
+      %scale = const f32[] 0.5
+      %c = const f32[] 50.0
+      %q0: f32[1,4,4], %k0: f32[1,4,4] = split(%x) {{'axis': 2, 'sizes': (4, 4)}}
+      %q1: f32[1,4,1,4] = reshape(%q0) {{'shape': (1, 4, 1, 4)}}
+      %q: f32[1,1,4,4] = transpose(%q1) {{'perm': (0, 2, 1, 3)}}
+      %k1: f32[1,4,1,4] = reshape(%k0) {{'shape': (1, 4, 1, 4)}}
+      %kt: f32[1,1,4,4] = transpose(%k1) {{'perm': (0, 2, 3, 1)}}
+      %v: f32[1,1,4,4] = transpose(%k1) {{'perm': (0, 2, 1, 3)}}
+      %s: f32[1,1,4,4] = matmul(%q, %kt)
+      %ss: f32[1,1,4,4] = mul(%s, %scale)
+      {cap}
+      %p: f32[1,1,4,4] = softmax(%sc) {{'axis': 3}}
+      %o: f32[1,1,4,4] = matmul(%p, %v)
+      %ot: f32[1,4,1,4] = transpose(%o) {{'perm': (0, 2, 1, 3)}}
+      %y: f32[1,4,4] = reshape(%ot) {{'shape': (1, 4, 4)}}
+      return %y
+    }}"""
+
+
+def test_fuse_attention_refuses_soft_capped_scores_in_one_line():
+    """Gemma 2's tanh(s / c) · c on the scores is named, not left for lowering to trip on."""
+    from wsecc.pm import PassError
+
+    capped = """%sd: f32[1,1,4,4] = div(%ss, %c)
+      %st: f32[1,1,4,4] = tanh(%sd)
+      %sc: f32[1,1,4,4] = mul(%st, %c)"""
+    with pytest.raises(PassError, match=r"^fuse-attention: .*soft-capped attention scores"):
+        PASSES["fuse-attention"](parse_graph(_capped_scores_text(capped)), PassContext())
+    plain, _ = apply("fuse-attention", _capped_scores_text("%sc: f32[1,1,4,4] = mul(%ss, %c)"))
+    assert "attention(" in plain
