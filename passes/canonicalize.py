@@ -84,11 +84,12 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
 
 
 def _uniform_const(v: Value) -> bool:
-    """A constant of at least one element, all of them equal (an initializer's zeros)."""
-    if v.const is None or v.type.size == 0:
+    """A constant with data of at least one element, all of them equal (a zero buffer). Not a
+    weight without data (`--weights inputs`: a uniform placeholder stands for unknown values)."""
+    if v.const is None or v.type.size == 0 or is_uniform(v.const):
         return False
     a = np.asarray(v.const)
-    return is_uniform(a) or bool(np.all(a == a.reshape(-1)[0]))
+    return bool(np.all(a == a.reshape(-1)[0]))
 
 
 def _fold(n: Node, args: list[np.ndarray]) -> np.ndarray:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from wsecc.ir.arrays import is_uniform
 from wsecc.ir.core import DType, Graph, IRError, Node, Op, Value
 from wsecc.ir.rewrite import (
     GraphView,
@@ -52,7 +53,11 @@ def _as_lookup(c: Value, name: str) -> list[Value] | None:
         return None
     lead = c.type.shape[:-1]
     ids = np.arange(int(np.prod(lead, dtype=np.int64)), dtype=np.int64).reshape(lead)
-    table = np.ascontiguousarray(c.const).reshape(-1, c.type.shape[-1])
+    rows = (int(np.prod(lead, dtype=np.int64)), c.type.shape[-1])
+    if is_uniform(c.const):  # a weight without data stays one element
+        table = np.broadcast_to(c.const.reshape(-1)[:1].reshape(()), rows)
+    else:
+        table = np.ascontiguousarray(c.const).reshape(rows)
     return [Value.constant(f"{name}/rows", ids), Value.constant(f"{name}/table", table)]
 
 
