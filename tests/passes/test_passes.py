@@ -949,3 +949,76 @@ def test_fuse_attention_refuses_soft_capped_scores_in_one_line():
         PASSES["fuse-attention"](parse_graph(_capped_scores_text(capped)), PassContext())
     plain, _ = apply("fuse-attention", _capped_scores_text("%sc: f32[1,1,4,4] = mul(%ss, %c)"))
     assert "attention(" in plain
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_fuse_swiglu_geglu_gate(approximate):
+    """GeGLU (Gemma: tanh GELU; ModernBERT: exact) is a gated linear with a GELU gate."""
+    text = SWIGLU.replace(
+        "  %s: f32[2,3,2] = sigmoid(%g)\n  %a: f32[2,3,2] = mul(%g, %s)\n",
+        f"  %a: f32[2,3,2] = gelu(%g) {{'approximate': '{approximate}'}}\n",
+    )
+    out, _ = apply("fuse-swiglu", text)
+    act = "gelu_tanh" if approximate == "tanh" else "gelu"
+    assert body(out) == [
+        f"%y: f32[2,3,2] = gated_linear(%x, %wg, %wu) {{'activation': '{act}', 'has_bias': False}}"
+    ]
+
+
+def test_fuse_swiglu_cuts_a_fused_gate_up_projection():
+    """Phi-3's gate_up: one Linear whose output a Split halves, SiLU of the first half times
+    the second: one gated linear with the weight's column halves."""
+    text = """graph g(%x: f32[2,3,4]) {
+  %w = const f32[4,4] [[0.5, -1.0, 1.0, 0.5], [1.5, 0.25, -0.25, 1.25], [-0.5, 2.0, 0.75, -1.5], [1.0, -0.75, 2.0, 0.1]]
+  %gu: f32[2,3,4] = linear(%x, %w) {'activation': 'none', 'has_bias': False}
+  %g: f32[2,3,2], %u: f32[2,3,2] = split(%gu) {'axis': 2, 'sizes': (2, 2)}
+  %s: f32[2,3,2] = sigmoid(%g)
+  %a: f32[2,3,2] = mul(%g, %s)
+  %y: f32[2,3,2] = mul(%u, %a)
+  return %y
+}"""
+    out, _ = apply("fuse-swiglu", text)
+    assert body(out) == [
+        "%y: f32[2,3,2] = gated_linear(%x, %g/weight, %u/weight) {'activation': 'silu', "
+        "'has_bias': False}"
+    ]
+
+
+def test_fuse_layernorm_parallel_block_sums_two_skips():
+    """GPT-NeoX: x + attention + MLP in one Add chain before the next norm: one norm, three
+    operands summed, the sum still emitted for the stream."""
+    text = """graph g(%x: f32[1,2,4], %a: f32[1,2,4], %m: f32[1,2,4]) {
+  %gamma = const f32[4] [1.0, 0.5, 2.0, 1.5]
+  %beta = const f32[4] [0.1, 0.2, 0.3, 0.4]
+  %am: f32[1,2,4] = add(%a, %m)
+  %y: f32[1,2,4], %s: f32[1,2,4] = layer_norm(%x, %am, %gamma, %beta) {'emit_sum': True, 'epsilon': 1e-05, 'has_skip': True}
+  %z: f32[1,2,4] = mul(%y, %s)
+  return %z
+}"""
+    out, _ = apply("fuse-layernorm", text)
+    assert body(out)[0].startswith("%y: f32[1,2,4], %s: f32[1,2,4] = layer_norm(%x, %a, %m, ")
+
+
+def test_fuse_embedding_padding_derived_positions():
+    """RoBERTa's positions, cumsum(ids != pad) · (ids != pad) + pad, computed from the token ids,
+    become the embedding's padded_positions."""
+    text = """graph g(%ids: i64[1,4]) {
+  %pad = const i64[] 1
+  %wte = const f32[6,2] [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0], [9.0, 1.0], [2.0, 3.0]]
+  %wpe = const f32[6,2] [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6], [0.7, 0.8], [0.9, 1.0], [1.1, 1.2]]
+  %eq: bool[1,4] = equal(%ids, %pad)
+  %keep: bool[1,4] = not(%eq)
+  %k: i32[1,4] = cast(%keep) {'to': 'i32'}
+  %c: i32[1,4] = cumsum(%k) {'axis': 1, 'exclusive': False, 'reverse': False}
+  %ck: i32[1,4] = mul(%c, %k)
+  %c64: i64[1,4] = cast(%ck) {'to': 'i64'}
+  %pos: i64[1,4] = add(%c64, %pad)
+  %t: f32[1,4,2] = gather(%wte, %ids) {'axis': 0}
+  %p: f32[1,4,2] = gather(%wpe, %pos) {'axis': 0}
+  %h: f32[1,4,2] = add(%t, %p)
+  return %h
+}"""
+    out, _ = apply("fuse-embedding", text)
+    assert body(out) == [
+        "%h: f32[1,4,2] = embedding(%ids, %wte, %ids, %wpe) {'padded_positions': (1, 1,)}"
+    ]
