@@ -330,14 +330,25 @@ def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float,
 _Source = tuple[Value, list[Node], float, "_Rope | None"]
 
 
-def _flat_source(found: _Source, flats: list[tuple[Node, Node]]) -> _Source:
-    """A head source [B, S, a, ..., z] that a per-row op computed in the head-split shape
-    (Qwen3's, Gemma 3's per-head RMSNorm of q and k, over [B, S, H, dh] before the heads are
-    transposed) seen as [B, S, a·…·z]: a Reshape that flattens it becomes the source, and its
+def _norm_of_split_rows(view: GraphView, v: Value) -> bool:
+    """v is a norm (no skip) over the last axis of Reshape(x [B, S, N]) -> [B, S, a, ..., z]:
+    its axes 0 and 1 are x's batch and sequence, so flattening v gives x's layout back."""
+    norm = view.prod(v, Op.RMS_NORM, Op.LAYER_NORM)
+    if norm is None or norm.attr("has_skip"):
+        return False
+    split = view.prod(norm.inputs[0], Op.RESHAPE)
+    x = split.inputs[0] if split is not None else None
+    return x is not None and x.type.rank == 3 and x.type.shape[:2] == v.type.shape[:2]
+
+
+def _flat_source(view: GraphView, found: _Source, flats: list[tuple[Node, Node]]) -> _Source:
+    """A head source [B, S, a, ..., z] that a norm computed in the head-split shape
+    (`_norm_of_split_rows`: Qwen3's, Gemma 3's per-head RMSNorm of q and k, over [B, S, H, dh]
+    before the heads are transposed) seen as [B, S, a·…·z]: a Reshape that flattens it becomes the source, and its
     inverse (a node outside the graph, evaluated only) starts the chain, so the layout
     evaluation reads the columns as before. (flatten, inverse) is appended to `flats`."""
     src, chain, scale, rope = found
-    if src.type.rank <= 3:
+    if src.type.rank <= 3 or not _norm_of_split_rows(view, src):
         return found
     pair = next((p for p in flats if p[0].inputs[0] is src), None)
     if pair is None:
@@ -923,8 +934,8 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
         raise NoMatch(f"q·kᵀ operands are not rank {rank}")
     dh = qv.type.shape[-1]
     flats: list[tuple[Node, Node]] = []  # sources flattened to [B, S, N] (`_flat_source`)
-    q_src, q_chain, q_scale, q_rope = _flat_source(_layout_source(view, qv), flats)
-    k_src, k_chain, k_scale, k_rope = _flat_source(_layout_source(view, kv), flats)
+    q_src, q_chain, q_scale, q_rope = _flat_source(view, _layout_source(view, qv), flats)
+    k_src, k_chain, k_scale, k_rope = _flat_source(view, _layout_source(view, kv), flats)
     q_cols = _head_columns(memo, q_src, q_chain, qv, h, dh, False, q_rope)
     k_cols = _head_columns(memo, k_src, k_chain, kv, h, dh, True, k_rope, grouped=True)
     rotary = _rotary(memo, (q_src, q_rope, q_cols), (k_src, k_rope, k_cols))
@@ -967,7 +978,7 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     pv = view.sole_user(p)
     if pv is None or pv.op is not Op.MATMUL or pv.inputs[0] is not p:
         raise NoMatch("softmax output does not feed a MatMul with v")
-    v_src, v_chain, v_scale, v_rope = _flat_source(_layout_source(view, pv.inputs[1]), flats)
+    v_src, v_chain, v_scale, v_rope = _flat_source(view, _layout_source(view, pv.inputs[1]), flats)
     if v_scale != 1.0 or v_rope is not None:
         raise NoMatch("v is scaled or rotated")
     v_cols = _head_columns(memo, v_src, v_chain, pv.inputs[1], h, dh, False, grouped=True)
