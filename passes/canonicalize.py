@@ -6,7 +6,9 @@
 - rewrites Einsum(x, W) that contracts x's trailing dims with W's leading dims as
   Reshape -> MatMul -> Reshape;
 - puts the constant operand of a commutative op second (`Add(b, MatMul)` -> `Add(MatMul, b)`);
-- shares identical constants (the same bytes become one value).
+- shares identical constants (the same bytes become one value);
+- a Gather (GatherElements) from a constant whose elements are all equal becomes that constant;
+  a Gather at one constant index becomes Slice + Reshape (layout: a pooler's first token).
 Guarantees: the graph computes the same function, bit for bit.
 """
 
@@ -54,6 +56,18 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
             data = _fold(n, [v.const for v in ins])  # type: ignore[misc]
             reps.append(Replacement([], {n.outputs[0]: Value.constant(n.outputs[0].name, data)}))
             continue
+        if n.op in (Op.GATHER, Op.GATHER_ELEMENTS) and _uniform_const(ins[0]):
+            # a lookup into a constant of one value is that value, whatever the indices
+            # (XLM-RoBERTa's token types: a zero buffer gathered at its position ids)
+            assert ins[0].const is not None
+            out = n.outputs[0]
+            one = np.asarray(ins[0].const).reshape(-1)[:1].reshape(())
+            data = np.broadcast_to(one, out.type.shape)
+            reps.append(Replacement([], {out: Value.constant(out.name, data)}))
+            continue
+        if n.op is Op.GATHER and ins[1].is_const and ins[1].type.rank == 0 and not ins[0].is_const:
+            reps.append(_pick(n, ins))  # BERT's pooler: the first token, a view
+            continue
         if n.op is Op.GEMM:
             reps.append(_gemm_to_matmul(n, ins))
             continue
@@ -83,6 +97,15 @@ def _uniform_fold(n: Node, ins: list[Value]) -> bool:
     return n.op is not Op.CONCAT and is_uniform(ins[0].const)  # type: ignore[arg-type]
 
 
+def _uniform_const(v: Value) -> bool:
+    """A constant with data of at least one element, all of them equal (a zero buffer). Not a
+    weight without data (`--weights inputs`: a uniform placeholder stands for unknown values)."""
+    if v.const is None or v.type.size == 0 or is_uniform(v.const):
+        return False
+    a = np.asarray(v.const)
+    return bool(np.all(a == a.reshape(-1)[0]))
+
+
 def _fold(n: Node, args: list[np.ndarray]) -> np.ndarray:
     """The op on constants. Layout ops view a uniform array (a weight without data) without
     expanding it; a Cast of one is cast as its one element."""
@@ -90,6 +113,20 @@ def _fold(n: Node, args: list[np.ndarray]) -> np.ndarray:
         one = evaluate_op(n.op, [args[0].reshape(-1)[:1]], n.attr_dict)[0]
         return np.broadcast_to(one.reshape(()), args[0].shape)
     return evaluate_op(n.op, args, n.attr_dict)[0]
+
+
+def _pick(n: Node, ins: list[Value]) -> Replacement:
+    """Gather(x, i) at one constant index i -> Reshape(Slice(x, i:i+1)): layout, not a kernel
+    (a pooler reading the first token)."""
+    x, out = ins[0], n.outputs[0]
+    axis = n.attr("axis") % x.type.rank
+    i = int(np.asarray(ins[1].const)) % x.type.shape[axis]
+    cut = make_node(
+        Op.SLICE, [x], f"{out.name}/slice", n.origin,
+        axes=(axis,), starts=(i,), ends=(i + 1,), steps=(1,),
+    )  # fmt: skip
+    flat = make_node(Op.RESHAPE, [cut.output], out.name, n.origin, shape=out.type.shape)
+    return Replacement([cut, flat], {out: flat.output})
 
 
 def _gemm_to_matmul(n: Node, ins: list[Value]) -> Replacement:

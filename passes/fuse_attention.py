@@ -187,8 +187,32 @@ def _walk_scores(view: GraphView, v: Value, mask_class) -> _Scores:  # type: ign
                 v = n.inputs[2]
             else:
                 raise NoMatch("Where in the scores is not a masked fill")
+        elif n.op is Op.TANH and _scaled_by_scalar(view, n.inputs[0]):
+            raise NoMatch(
+                f"{UNSUPPORTED}soft-capped attention scores, tanh(s / c) · c at {n.name!r} "
+                "(Gemma 2's attn_logit_softcapping), are not fused into one attention kernel; "
+                "export the model with attn_logit_softcapping=None to compile it without"
+            )
+        elif n.op is Op.ADD and all(
+            any(m.op is Op.MATMUL for m in view.ancestors(u)) for u in n.inputs
+        ):
+            raise NoMatch(
+                f"{UNSUPPORTED}the scores add a second product of activations at {n.name!r} "
+                "(disentangled attention: DeBERTa-v2's content-to-position and "
+                "position-to-content terms), not fused into one attention kernel"
+            )
         else:
             raise NoMatch(f"{n.op.name} {n.name!r} in the scores is not a scale or a mask")
+
+
+UNSUPPORTED = "unsupported: "
+"""Starts a NoMatch reason naming a model feature wsecc recognises and does not fuse: the pass
+refuses the model in one line (PassError) when nothing else fused that softmax."""
+
+
+def _scaled_by_scalar(view: GraphView, v: Value) -> bool:
+    n = view.prod(v)
+    return n is not None and n.op in (Op.MUL, Op.DIV) and scalar(n.inputs[1]) is not None
 
 
 @dataclass(frozen=True)
@@ -307,6 +331,43 @@ def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float,
             v = r.x
         else:
             return done()
+
+
+_Source = tuple[Value, list[Node], float, "_Rope | None"]
+
+
+def _norm_of_split_rows(view: GraphView, v: Value) -> bool:
+    """v is a norm (no skip) over the last axis of Reshape(x [B, S, N]) -> [B, S, a, ..., z]:
+    its axes 0 and 1 are x's batch and sequence, so flattening v gives x's layout back."""
+    norm = view.prod(v, Op.RMS_NORM, Op.LAYER_NORM)
+    if norm is None or norm.attr("has_skip"):
+        return False
+    split = view.prod(norm.inputs[0], Op.RESHAPE)
+    x = split.inputs[0] if split is not None else None
+    return x is not None and x.type.rank == 3 and x.type.shape[:2] == v.type.shape[:2]
+
+
+def _flat_source(view: GraphView, found: _Source, flats: list[tuple[Node, Node]]) -> _Source:
+    """A head source [B, S, a, ..., z] that a norm computed in the head-split shape
+    (`_norm_of_split_rows`: Qwen3's, Gemma 3's per-head RMSNorm of q and k, over [B, S, H, dh]
+    before the heads are transposed) seen as [B, S, a·…·z]: a Reshape that flattens it becomes the source, and its
+    inverse (a node outside the graph, evaluated only) starts the chain, so the layout
+    evaluation reads the columns as before. (flatten, inverse) is appended to `flats`."""
+    src, chain, scale, rope = found
+    if src.type.rank <= 3 or not _norm_of_split_rows(view, src):
+        return found
+    pair = next((p for p in flats if p[0].inputs[0] is src), None)
+    if pair is None:
+        b, s = src.type.shape[:2]
+        n = int(np.prod(src.type.shape[2:]))
+        flat = make_node(Op.RESHAPE, [src], f"{src.name}/flat", (), shape=(b, s, n))
+        back = make_node(Op.RESHAPE, [flat.output], f"{src.name}/unflat", (), shape=src.type.shape)
+        pair = (flat, Node(back.op, back.inputs, (src,), back.attrs, back.name, back.origin))
+        flats.append(pair)
+    flat, unflat = pair
+    if rope is not None:
+        rope = replace(rope, before=(unflat, *rope.before))
+    return flat.output, [unflat, *chain], scale, rope
 
 
 def _rope_tables(
@@ -1134,8 +1195,9 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     if qv.type.rank != rank or kv.type.rank != rank:
         raise NoMatch(f"q·kᵀ operands are not rank {rank}")
     dh = qv.type.shape[-1]
-    q_src, q_chain, q_scale, q_rope = _layout_source(view, qv)
-    k_src, k_chain, k_scale, k_rope = _layout_source(view, kv)
+    flats: list[tuple[Node, Node]] = []  # sources flattened to [B, S, N] (`_flat_source`)
+    q_src, q_chain, q_scale, q_rope = _flat_source(view, _layout_source(view, qv), flats)
+    k_src, k_chain, k_scale, k_rope = _flat_source(view, _layout_source(view, kv), flats)
     q_cols = _head_columns(memo, q_src, q_chain, qv, h, dh, False, q_rope)
     k_cols = _head_columns(memo, k_src, k_chain, kv, h, dh, True, k_rope, grouped=True)
     rotary = _rotary(memo, (q_src, q_rope, q_cols), (k_src, k_rope, k_cols))
@@ -1178,7 +1240,7 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     pv = view.sole_user(p)
     if pv is None or pv.op is not Op.MATMUL or pv.inputs[0] is not p:
         raise NoMatch("softmax output does not feed a MatMul with v")
-    v_src, v_chain, v_scale, v_rope = _layout_source(view, pv.inputs[1])
+    v_src, v_chain, v_scale, v_rope = _flat_source(view, _layout_source(view, pv.inputs[1]), flats)
     if v_scale != 1.0 or v_rope is not None:
         raise NoMatch("v is scaled or rotated")
     v_cols = _head_columns(memo, v_src, v_chain, pv.inputs[1], h, dh, False, grouped=True)
@@ -1190,6 +1252,7 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     )
     for r in (q_rope, k_rope):
         region |= set(r.nodes) if r is not None else set()
+    region -= {unflat for _, unflat in flats}  # not in the graph
     out, out_chain, flat = _merge_heads(memo, view, pv.output, (b, h, sq, dh))
     region |= set(out_chain)
     internal = [v for n in region for v in n.outputs if v is not out]
@@ -1225,7 +1288,8 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     else:
         new = [make_node(Op.ATTENTION, ins, out.name, origin, **attrs)]
     consumed = region | {view.producer[q_src]} if packed else region
-    return Replacement(mask_nodes + packed + new, {out: new[-1].output}), consumed
+    flat_nodes = [f for f, _ in flats if f.output in srcs]
+    return Replacement(flat_nodes + mask_nodes + packed + new, {out: new[-1].output}), consumed
 
 
 def _reordered_linear(
@@ -1250,8 +1314,11 @@ def _reordered_linear(
         raise NoMatch(f"{why}: q, k and v share columns")
     w, *bias = lin.inputs[1:]
     assert w.const is not None
-    consts = [Value.constant(f"{w.name}/heads", _columns(w.const, perm))] + [
-        Value.constant(f"{b.name}/heads", _columns(b.const, perm))
+    # Named after this layer's output, not the constants': one initializer may feed several
+    # layers (an untrained model's zero QKV biases, stored once), and each layer's copy is its
+    # own value.
+    consts = [Value.constant(f"{src.name}/heads/weight", _columns(w.const, perm))] + [
+        Value.constant(f"{src.name}/heads/bias", _columns(b.const, perm))
         for b in bias
         if b.const is not None
     ]
@@ -1317,6 +1384,9 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> Graph:
     )
     for m in misses:
         ctx.note("fuse-attention", m)
+    refused = [m for m in misses if UNSUPPORTED in m]
+    if refused:
+        raise PassError("fuse-attention: " + refused[0].replace(UNSUPPORTED, ""))
     return g
 
 

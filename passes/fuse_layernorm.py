@@ -12,7 +12,10 @@ the TF/Keras form `x·γ·rsqrt + (β − mean·γ·rsqrt)`. Native LayerNormali
 RMSNorm is anchored the same way, on ReduceMean(x²) (Pow(x, 2) or Mul(x, x)): the region from x
 must compute f(x) = x/√(mean(x²) + ε)·γ (β recovered as zero), whatever the order of Sqrt,
 Reciprocal or Div and the Casts to float32 Llama's exports put around it.
-Then `LayerNorm|RMSNorm(Add(a, b)) -> ...(a, skip=b)` (emitting the sum when it is used on).
+Then `LayerNorm|RMSNorm(Add(a, b)) -> ...(a, skip=b)` (emitting the sum when it is used on),
+an Add of two activations feeding a norm's input or skip becomes another skip (a parallel
+block's attention + MLP, `_parallel`), and a norm of a Transpose that keeps the last axis is
+taken before it (`_before_transpose`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from wsecc.ir.rewrite import (
     rewrite_nodes,
     scalar,
 )
+from wsecc.ir.rules import MAX_SKIPS
 from wsecc.pm import Pass, PassContext
 
 _ALLOWED = ELEMENTWISE | {Op.REDUCE_MEAN}
@@ -176,11 +180,69 @@ def _residual(view: GraphView, ln: Node) -> tuple[Replacement, set[Node]]:
     return Replacement([new], mapping), {add, ln}
 
 
+def _parallel(view: GraphView, ln: Node) -> tuple[Replacement, set[Node]]:
+    """norm(x, skip) where x or the skip is itself an Add of two activations used only here
+    -> norm(a, b, c) summing all three: a parallel block (GPT-J, GPT-NeoX, Falcon, CodeGen)
+    adds attention and MLP to the residual stream at once, and the next norm takes both."""
+    params = 2 if ln.op is Op.LAYER_NORM else 1
+    operands = list(ln.inputs[: len(ln.inputs) - params])
+    if not ln.attr("has_skip") or len(operands) > MAX_SKIPS:
+        raise NoMatch("no skip, or no room for another")
+    for i, v in enumerate(operands):
+        add = view.prod(v, Op.ADD)
+        if (
+            add is None
+            or view.sole_user(v) is not ln
+            or any(u.is_const or u.type != v.type for u in add.inputs)
+        ):
+            continue
+        if i == 0:  # (p + q) + skip: the stream p, then the skips q and skip
+            parts = [add.inputs[0], add.inputs[1], *operands[1:]]
+        else:  # x + (q + r): the skips summed first, as `rules.norm_input` does
+            parts = [*operands[:i], *add.inputs, *operands[i + 1 :]]
+        names = [o.name for o in ln.outputs]
+        new = make_node(
+            ln.op,
+            [*parts, *ln.inputs[len(operands) :]],
+            ln.name,
+            origin_of([add, ln]),
+            out_names=names,
+            **ln.attr_dict,
+        )
+        return Replacement([new], dict(zip(ln.outputs, new.outputs, strict=True))), {add, ln}
+    raise NoMatch("no operand is an Add of two activations used only here")
+
+
+def _before_transpose(view: GraphView, ln: Node) -> tuple[Replacement, set[Node]]:
+    """norm(Transpose(x)) -> Transpose(norm(x)) when the transpose keeps the last axis last: a
+    norm over that axis is the same per row whichever order the rows are in. Gemma 3
+    normalises q and k per head after moving the heads ahead of the positions; normalised
+    before, the head split that follows is layout only (fuse-attention)."""
+    t = view.prod(ln.inputs[0], Op.TRANSPOSE)
+    rank = ln.inputs[0].type.rank
+    if ln.attr("has_skip") or t is None or tuple(t.attr("perm"))[-1] % rank != rank - 1:
+        raise NoMatch("input is not a transpose that keeps the last axis")
+    if view.sole_user(t.output) is not ln:
+        raise NoMatch("the transposed value is also used elsewhere")
+    x = t.inputs[0]
+    norm = make_node(
+        ln.op, [x, *ln.inputs[1:]], f"{ln.output.name}/rows", ln.origin, **ln.attr_dict
+    )
+    new = make_node(Op.TRANSPOSE, [norm.output], ln.output.name, t.origin, **t.attr_dict)
+    return Replacement([norm, new], {ln.output: new.output}), {t, ln}
+
+
 def fuse_layernorm(graph: Graph, ctx: PassContext) -> Graph:
     g, misses = rewrite_nodes(graph, _match, anchor_ops=frozenset({Op.REDUCE_MEAN}))
     for m in misses:
         ctx.note("fuse-layernorm", m)
     g, _ = rewrite_nodes(g, _residual, anchor_ops=frozenset({Op.LAYER_NORM, Op.RMS_NORM}))
+    while True:  # each sweep takes one more Add into a norm
+        g2, _ = rewrite_nodes(g, _parallel, anchor_ops=frozenset({Op.LAYER_NORM, Op.RMS_NORM}))
+        if len(g2.nodes) == len(g.nodes):
+            break
+        g = g2
+    g, _ = rewrite_nodes(g, _before_transpose, anchor_ops=frozenset({Op.LAYER_NORM, Op.RMS_NORM}))
     return g
 
 

@@ -42,7 +42,9 @@ MAX_ABS_DIFF = 1e-4
 class Family:
     """A transformers model class with a config, and the graph signature it is exported with.
 
-    ``outputs`` maps each output name to the names of its dynamic dims, in order.
+    ``outputs`` maps each output name to the names of its dynamic dims, in order;
+    ``unperturbed`` names parameters (by the end of their name) left as initialised: the zero
+    QKV biases of an untrained model, which the exporters store once for every layer.
     """
 
     model_class: str
@@ -50,6 +52,7 @@ class Family:
     config: Mapping[str, object]
     inputs: tuple[str, ...]
     outputs: Mapping[str, tuple[str, ...]]
+    unperturbed: tuple[str, ...] = ()
 
     @property
     def vocab_size(self) -> int:
@@ -251,6 +254,145 @@ ROTARY_FAMILIES["gptneox_serial"] = replace(
     config=dict(ROTARY_FAMILIES["gptneox"].config, use_parallel_residual=False),
 )
 
+# Issue 33: the families users bring that had no sample, 2 layers, width 64, vocab 256 (a file
+# of a few hundred KB). Each shows a pattern the passes fuse as a general mechanism: q/k
+# RMSNorm before rotary (Qwen3, OLMo 2 over the whole projection, Gemma 3), soft-capped scores
+# (Gemma 2), GeGLU and the embedding scale (Gemma), a fused gate_up projection (Phi-3),
+# parallel attention and MLP (Falcon, CodeGen), padding-derived positions (XLM-RoBERTa), a
+# factorised embedding with a projection (ALBERT), erf-GeGLU and rotary in an encoder
+# (ModernBERT), relative position buckets (T5's encoder), disentangled attention (DeBERTa-v2).
+_DECODER_TINY = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=172,
+    vocab_size=256,
+    max_position_embeddings=128,
+    **_NO_CACHE_TOKENS_0,
+)
+_ENCODER_TINY = dict(_BERT_TINY, vocab_size=256)
+ISSUE33_FAMILIES: dict[str, Family] = {
+    "qwen3": Family("Qwen3ForCausalLM", "Qwen3Config", _DECODER_TINY, _IDS_MASK, _LM),
+    "olmo2": Family("Olmo2ForCausalLM", "Olmo2Config", _DECODER_TINY, _IDS_MASK, _LM),
+    "gemma": Family("GemmaForCausalLM", "GemmaConfig", _DECODER_TINY, _IDS_MASK, _LM),
+    "gemma2": Family(
+        "Gemma2ForCausalLM",
+        "Gemma2Config",
+        dict(_DECODER_TINY, attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
+        _IDS_MASK,
+        _LM,
+    ),
+    "gemma3": Family("Gemma3ForCausalLM", "Gemma3TextConfig", _DECODER_TINY, _IDS_MASK, _LM),
+    "phi3": Family(
+        "Phi3ForCausalLM",
+        "Phi3Config",
+        dict(_DECODER_TINY, num_key_value_heads=4),
+        _IDS_MASK,
+        _LM,
+    ),
+    "falcon": Family(
+        "FalconForCausalLM",
+        "FalconConfig",
+        dict(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            vocab_size=256,
+            max_position_embeddings=128,
+            parallel_attn=True,
+            new_decoder_architecture=False,
+            alibi=False,
+            bias=False,
+            **_NO_CACHE_TOKENS_0,
+        ),
+        _IDS_MASK,
+        _LM,
+    ),
+    "codegen": Family(
+        "CodeGenForCausalLM",
+        "CodeGenConfig",
+        dict(
+            n_embd=64,
+            n_layer=2,
+            n_head=4,
+            rotary_dim=8,
+            n_inner=172,
+            vocab_size=256,
+            n_positions=128,
+            **_NO_CACHE_TOKENS_0,
+        ),
+        _IDS_MASK,
+        _LM,
+    ),
+    "xlmroberta": Family(
+        "XLMRobertaModel",
+        "XLMRobertaConfig",
+        dict(_ENCODER_TINY, max_position_embeddings=130, pad_token_id=1),
+        _IDS_MASK,
+        _HIDDEN_POOLED,
+    ),
+    "albert": Family(
+        "AlbertModel",
+        "AlbertConfig",
+        dict(_ENCODER_TINY, embedding_size=32),
+        _IDS_MASK,  # token types default to a zero buffer: a lookup the frontend folds
+        _HIDDEN_POOLED,
+    ),
+    "modernbert": Family(
+        "ModernBertModel",
+        "ModernBertConfig",
+        dict(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            vocab_size=256,
+            max_position_embeddings=128,
+            pad_token_id=0,
+            bos_token_id=0,
+            eos_token_id=0,
+            cls_token_id=0,
+            sep_token_id=0,
+        ),
+        _IDS_MASK,
+        _HIDDEN,
+    ),
+    "t5encoder": Family(
+        "T5EncoderModel",
+        "T5Config",
+        dict(
+            d_model=64,
+            d_kv=16,
+            d_ff=128,
+            num_layers=2,
+            num_heads=4,
+            vocab_size=256,
+            relative_attention_num_buckets=32,
+            **_NO_CACHE_TOKENS_0,
+        ),
+        _IDS_MASK,
+        _HIDDEN,
+    ),
+    "debertav2": Family(
+        "DebertaV2Model",
+        "DebertaV2Config",
+        dict(_ENCODER_TINY, relative_attention=True, pos_att_type=["p2c", "c2p"]),
+        _IDS_MASK,
+        _HIDDEN,
+    ),
+    # untrained QKV biases (zero): one initializer that every layer's attention reads
+    "gptneox_zerobias": replace(
+        ROTARY_FAMILIES["gptneox"], unperturbed=("attention.query_key_value.bias",)
+    ),
+    "bloom_zerobias": replace(
+        FAMILIES["bloom"],
+        config=dict(FAMILIES["bloom"].config, vocab_size=256),
+        unperturbed=("self_attention.query_key_value.bias",),
+    ),
+}
+
 # The committed samples: file stem -> family, and the exporters each is made with.
 SAMPLES = {
     "gpt2": "gpt2lm", "bert": "bertseq", "llama": "llama", "gptj": "gptj", "mpnet": "mpnet",
@@ -258,6 +400,22 @@ SAMPLES = {
 SAMPLE_EXPORTERS = {
     "llama": ("legacy17", "dynamo"), "gptj": ("legacy17", "dynamo"), "mpnet": ("legacy17",),
 }  # fmt: skip
+# Issue 33's families (ISSUE33_FAMILIES): decoders by the dynamo exporter (the legacy exporter
+# fails on transformers 5's mask code, `aten::diff`), encoders by the legacy exporter at opset 17.
+FAMILY_SAMPLES = {
+    "qwen3": "qwen3", "gemma3": "gemma3", "phi3": "phi3", "falcon": "falcon",
+    "codegen": "codegen", "gptneox": "gptneox_zerobias", "bloom": "bloom_zerobias",
+    "albert": "albert", "xlmroberta": "xlmroberta", "modernbert": "modernbert",
+    "t5encoder": "t5encoder",
+}  # fmt: skip
+SAMPLES.update(FAMILY_SAMPLES)
+SAMPLE_EXPORTERS.update(
+    {
+        stem: ("legacy17",) if stem in ("albert", "xlmroberta", "modernbert", "t5encoder")
+        else ("dynamo",)
+        for stem in FAMILY_SAMPLES
+    }
+)  # fmt: skip
 SAMPLE_MAX_BYTES = 2 * 1024 * 1024
 GENERATION_TWINS_DIR = SAMPLES_DIR.parent / "tests" / "data" / "generation"
 
@@ -287,13 +445,16 @@ class _NamedOutputs(torch.nn.Module):
         return tuple(result[name] for name in self.output_names)
 
 
-def perturb_(model: torch.nn.Module, seed: int = SEED) -> None:
-    """Add N(0, PERTURB_STD) noise to every parameter, in place (tied weights once)."""
+def perturb_(model: torch.nn.Module, seed: int = SEED, keep: tuple[str, ...] = ()) -> None:
+    """Add N(0, PERTURB_STD) noise to every parameter, in place (tied weights once), except
+    those whose name ends with one of ``keep`` (the same noise is drawn for them, unused, so
+    the others get the same values either way)."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for param in model.parameters():
+        for name, param in model.named_parameters():
             noise = torch.randn(param.shape, generator=generator, dtype=param.dtype)
-            param.add_(PERTURB_STD * noise)
+            if not name.endswith(keep):
+                param.add_(PERTURB_STD * noise)
 
 
 def build_model(
@@ -302,18 +463,21 @@ def build_model(
     config: Mapping[str, object],
     seed: int = SEED,
     attn: str = "eager",
+    keep: tuple[str, ...] = (),
 ) -> torch.nn.Module:
     """A random-weight, perturbed transformers model in eval mode; `attn` is the attention
     implementation ("eager" or "sdpa", which exports a decomposed scaled_dot_product_attention)."""
     torch.manual_seed(seed)
     cfg = getattr(transformers, config_class)(**config)
     model = getattr(transformers, model_class)._from_config(cfg, attn_implementation=attn)
-    perturb_(model, seed + 1)
+    perturb_(model, seed + 1, keep)
     return model.eval()
 
 
 def build_family(family: Family, seed: int = SEED, attn: str = "eager") -> _NamedOutputs:
-    model = build_model(family.model_class, family.config_class, family.config, seed, attn)
+    model = build_model(
+        family.model_class, family.config_class, family.config, seed, attn, family.unperturbed
+    )
     # eval() on the wrapper too: the legacy exporter restores the wrapper's training flag after
     # export, recursively, which would switch dropout on in the inner model.
     return _NamedOutputs(model, family.inputs, tuple(family.outputs)).eval()
@@ -724,7 +888,7 @@ def main(out_dir: Path = SAMPLES_DIR, only: tuple[str, ...] = ()) -> None:
     for stem, family_name in SAMPLES.items():
         if only and stem not in only:
             continue
-        family = {**FAMILIES, **ROTARY_FAMILIES}[family_name]
+        family = {**FAMILIES, **ROTARY_FAMILIES, **ISSUE33_FAMILIES}[family_name]
         module = build_family(family)
         example = make_inputs(family, 2, 16, pad_last_row=True)
         for exporter in SAMPLE_EXPORTERS.get(stem, EXPORTERS):

@@ -37,9 +37,11 @@ def test_lowering_keeps_provenance_and_connects_every_kernel(name):
     attn = [k for k in kg.kernels if k.kind is KernelKind.ATTENTION]
     # a generation export called without a mask has none
     assert all(k.params["padding_mask"] == ("nomask" not in name) for k in attn)
-    assert all(k.params["causal"] == (not name.startswith(("bert", "mpnet"))) for k in attn)
-    # MPNet's relative position bias is the attention's bias operand; no other sample has one
-    assert all(k.params["bias"] == name.startswith("mpnet") for k in attn)
+    encoders = ("bert", "mpnet", "albert", "xlmroberta", "modernbert", "t5encoder")
+    assert all(k.params["causal"] == (not name.startswith(encoders)) for k in attn)
+    # MPNet's and T5's relative position biases are the attention's bias operand; no other
+    # sample has one
+    assert all(k.params["bias"] == name.startswith(("mpnet", "t5encoder")) for k in attn)
 
 
 @pytest.mark.parametrize("target", ["wse2", "small64"])

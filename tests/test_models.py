@@ -97,9 +97,9 @@ ROTARY_KERNELS = {
     # Llama: q, k, v, o and down projections, SwiGLU's gate and up as one kernel, RMSNorm x 5
     "llama": {"linear": 10, "gated_linear": 2, "rmsnorm": 5, "attention": 2, "embedding": 1,
               "lm_head": 1},
-    # GPT-J: parallel attention and MLP, their outputs and the residual summed by two adds
-    "gptj": {"linear": 12, "layernorm": 3, "attention": 2, "elementwise": 2, "embedding": 1,
-             "lm_head": 1},
+    # GPT-J: parallel attention and MLP, their outputs and the residual summed by the next
+    # norm (two skips), no elementwise add left
+    "gptj": {"linear": 12, "layernorm": 3, "attention": 2, "embedding": 1, "lm_head": 1},
 }  # fmt: skip
 
 
@@ -289,3 +289,82 @@ def test_hf_bloom_alibi_exports_fuse_and_match(exporter):
     fused, _ = PassManager(DEFAULT_PIPELINE).run(import_model(path, batch=1, seq=16)[0])
     attn = [n.attr_dict for n in fused.nodes if n.op is Op.ATTENTION]
     assert [a["alibi"] for a in attn] == [(0.25, 0.0625, 0.015625, 0.00390625)] * 2
+
+
+# Issue 33: one bundled export per family users bring (samples/README.md, "Families"), each
+# with the kernels it must become. No generic kernel, no elementwise kernel: every pattern
+# (per-head q/k norms, GeGLU, a fused gate/up, parallel residuals, padding-derived positions,
+# the embedding scale, shared zero biases, folded lookups) is fused.
+FAMILY_KERNELS = {
+    # q/k RMSNorm per head before rotary (9 norms: 2 per layer for q, k, 2 for the block, final)
+    "qwen3_dynamo.onnx": {"attention": 2, "embedding": 1, "gated_linear": 2, "linear": 10,
+                          "lm_head": 1, "rmsnorm": 9},
+    # the same after the head transpose, GeGLU (tanh), √d embedding scale, 4 block norms
+    "gemma3_dynamo.onnx": {"attention": 2, "embedding": 1, "gated_linear": 2, "linear": 10,
+                           "lm_head": 1, "rmsnorm": 13},
+    # fused gate_up projection, split: one gated linear per layer
+    "phi3_dynamo.onnx": {"attention": 2, "embedding": 1, "gated_linear": 2, "linear": 6,
+                         "lm_head": 1, "rmsnorm": 5},
+    # parallel attention and MLP from one norm: the next norm sums both into the stream
+    "falcon_dynamo.onnx": {"attention": 2, "embedding": 1, "layernorm": 3, "linear": 8,
+                           "lm_head": 1},
+    "codegen_dynamo.onnx": {"attention": 2, "embedding": 1, "layernorm": 3, "linear": 8,
+                            "lm_head": 1},
+    # parallel block with two norms; zero QKV biases stored once for both layers
+    "gptneox_dynamo.onnx": {"attention": 2, "embedding": 1, "layernorm": 5, "linear": 8,
+                            "lm_head": 1},
+    # ALiBi; zero QKV biases stored once for both layers
+    "bloom_dynamo.onnx": {"attention": 2, "embedding": 1, "layernorm": 6, "linear": 8,
+                          "lm_head": 1},
+    # factorised embedding (32) and its projection; token types a folded lookup
+    "albert_legacy_op17.onnx": {"attention": 2, "embedding": 1, "layernorm": 5, "linear": 14},
+    # positions from padding (Equal, Not, CumSum) inside the embedding; pooler's first token
+    "xlmroberta_legacy_op17.onnx": {"attention": 2, "embedding": 1, "layernorm": 5,
+                                    "linear": 13},
+    # GeGLU (erf) over a sliced Wi; rotary in an encoder
+    "modernbert_legacy_op17.onnx": {"attention": 2, "embedding": 1, "gated_linear": 2,
+                                    "layernorm": 5, "linear": 6},
+    # relative position buckets with a padding mask: a constant bias per head
+    "t5encoder_legacy_op17.onnx": {"attention": 2, "embedding": 1, "linear": 12, "rmsnorm": 5},
+}  # fmt: skip
+FAMILY_DECODERS = sorted(n for n in FAMILY_KERNELS if "dynamo" in n)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY_KERNELS))
+def test_family_samples_fuse_to_their_kernels(name):
+    """Every kernel of a known kind, none generic or elementwise (the fused graph matches
+    onnxruntime: test_samples_fuse_and_match_onnxruntime runs on every sample)."""
+    from collections import Counter
+
+    from wsecc.passes.lower import lower_to_kernels
+
+    graph, _ = import_model(SAMPLES / name, batch=1, seq=16)
+    fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
+    kinds = Counter(k.kind.value for k in lower_to_kernels(fused).kernels)
+    assert dict(kinds) == FAMILY_KERNELS[name]
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY_KERNELS))
+def test_family_samples_compile_and_validate(name):
+    """`wsecc compile FILE --seq 8 --placer greedy` (validation on, mixed precision): every
+    numerics check passes, against onnxruntime and the fp32 structure check."""
+    import wsecc
+
+    c = wsecc.compile(SAMPLES / name, seq=8, placer="greedy")
+    numerics = c.report()["numerics"]
+    assert numerics["passed"] and numerics["structure"]["passed"], numerics
+    assert not [k.name for k in c.kernel_graph.kernels if k.kind.value == "generic"]
+
+
+@pytest.mark.parametrize("name", FAMILY_DECODERS)
+def test_family_decoders_generate_as_onnxruntime(name):
+    """`--mode generate --validate --precision fp32`: a 4-token prompt and 4 new tokens, the
+    ids identical to onnxruntime's greedy generation from the same file."""
+    import wsecc
+
+    c = wsecc.compile(
+        SAMPLES / name, seq=16, placer="greedy", mode="generate", prompt=4, new_tokens=4,
+        precision="fp32",
+    )  # fmt: skip
+    check = c.generation_check
+    assert check is not None and check.passed and check.ids_equal, check.summary()

@@ -257,6 +257,10 @@ def trace_weights(
     return out + [t for c, traces in plain.items() if c not in reordered for t in traces]
 
 
+_WEIGHT_PAIRS = {Op.LINEAR: ((1, 2),), Op.GATED_LINEAR: ((1, 3), (2, 4))}
+"""(weight, bias) operand positions of the ops whose weights a fusion may cut or reorder."""
+
+
 def _reordered_linears(
     plain: set[Value],
     inits: Mapping[str, np.ndarray],
@@ -269,9 +273,14 @@ def _reordered_linears(
     under the same permutation (a zero bias too, which equal bytes alone would trace
     unpermuted)."""
     out: dict[Value, list[_Trace]] = {}
-    for n in graph.nodes:
-        w = n.inputs[1] if n.op is Op.LINEAR else None
-        if w is None or w.const is None or w in plain or w.const.ndim != 2:
+    pairs = [
+        (n.inputs[i], n.inputs[j] if len(n.inputs) > j and n.attr("has_bias") else None)
+        for n in graph.nodes
+        if n.op in _WEIGHT_PAIRS
+        for i, j in _WEIGHT_PAIRS[n.op]
+    ]
+    for w, b in pairs:
+        if w.const is None or w in plain or w.const.ndim != 2:
             continue
         found = _permuted_columns(w.const, inits)
         if found is None:
@@ -279,35 +288,43 @@ def _reordered_linears(
         name, transposed, perm = found
         kind = "transpose, columns" if transposed else "columns"
         out[w] = [_Trace(w, name, kind, perm)]
-        b = n.inputs[2] if len(n.inputs) == 3 else None
         if b is not None and b.const is not None:
-            order = np.argsort(perm)  # the initializer's entry j sits at column order[j]
-            key = _key(np.ascontiguousarray(b.const[order]))
-            out[b] = [_Trace(b, m, "columns", perm) for m in index.get(key, [])]
+            cols = list(perm)  # the bias entry j is the initializer's entry perm[j]
+            out[b] = [
+                _Trace(b, m, "columns", perm)
+                for m, arr in inits.items()
+                if arr.ndim == 1
+                and arr.dtype == b.const.dtype
+                and arr.size > max(cols)
+                and np.array_equal(arr[cols], b.const)
+            ]
     return out
 
 
 def _permuted_columns(
     w: np.ndarray, inits: Mapping[str, np.ndarray]
 ) -> tuple[str, bool, tuple[int, ...]] | None:
-    """(initializer, transposed, columns) with w == init[:, columns] (or init.T[:, columns])."""
+    """(initializer, transposed, columns) with w == init[:, columns] (or init.T[:, columns]):
+    its columns in another order (fuse-attention's q, k, v heads), or some of them (fuse-swiglu
+    cuts a fused gate_up projection into one Linear per piece)."""
     mine = [w[:, j].tobytes() for j in range(w.shape[1])]
     for name, arr in inits.items():
         if arr.ndim != 2 or arr.dtype != w.dtype:
             continue
         for transposed, a in ((False, arr), (True, arr.T)):
-            if a.shape != w.shape:
+            if a.shape[0] != w.shape[0] or a.shape[1] < w.shape[1]:
                 continue
             where = {a[:, j].tobytes(): j for j in range(a.shape[1])}
             perm = [where.get(col, -1) for col in mine]
-            if -1 not in perm and len(set(perm)) == len(perm) and len(where) == len(perm):
+            if -1 not in perm and len(set(perm)) == len(perm) and len(where) == a.shape[1]:
                 return name, transposed, tuple(perm)
     return None
 
 
 def _to_initializer(g: np.ndarray, t: _Trace, shape: tuple[int, ...]) -> np.ndarray:
     if t.columns:  # the constant's column j is the initializer's column t.columns[j]
-        back = np.zeros_like(g)
+        width = shape[0] if t.transform.startswith("transpose") else shape[-1]
+        back = np.zeros((*g.shape[:-1], width), g.dtype)
         back[..., list(t.columns)] = g
         g = back
     return (g.T if t.transform.startswith("transpose") else g).reshape(shape)

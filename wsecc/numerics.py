@@ -176,6 +176,9 @@ def vocab_sizes(graph: Graph) -> dict[str, int]:
             pairs = [(n.inputs[1], n.inputs[0])]
         elif n.op is Op.EMBEDDING:
             pairs = list(zip(n.inputs[0::2], n.inputs[1::2], strict=True))
+            derived = n.attr("padded_positions")  # looked up at positions, not at the ids
+            if derived:
+                del pairs[derived[0]]
         for ids, table in pairs:
             src = _through_casts(graph, ids)
             if src in inputs and table.is_const:

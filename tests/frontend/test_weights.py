@@ -73,7 +73,7 @@ def weightless(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
     for p in sorted(SAMPLES.glob("*.onnx")):
         out[p.name] = folder / p.name
-        assert weightless_copy(p, out[p.name]) > 20
+        assert weightless_copy(p, out[p.name]) > 10  # Falcon without biases: 16
     return out
 
 

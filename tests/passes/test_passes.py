@@ -533,6 +533,37 @@ def test_fuse_embedding_and_lm_head():
     )
 
 
+def test_fuse_embedding_takes_folded_lookups_and_constants_in():
+    """ALBERT called without token types: the frontend folded their lookup of a zero buffer to
+    a constant, and positions are a lookup at constant ids. Both join the token lookup: one
+    embedding reading the ids, no kernel without an input."""
+    text = """graph g(%ids: i64[1,3]) {
+      %wte = const f32[4,2] [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]]
+      %wpe = const f32[3,2] [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]
+      %pos = const i64[1,3] [[0, 1, 2]]
+      %types = const f32[1,3,2] [[[0.01, 0.02], [0.01, 0.02], [0.01, 0.02]]]
+      %t: f32[1,3,2] = gather(%wte, %ids) {'axis': 0}
+      %tt: f32[1,3,2] = add(%t, %types)
+      %p: f32[1,3,2] = gather(%wpe, %pos) {'axis': 0}
+      %h: f32[1,3,2] = add(%tt, %p)
+      return %h
+    }"""
+    out, _ = apply("fuse-embedding", text)
+    assert body(out) == ["%h: f32[1,3,2] = embedding(%ids, %wte, %tt/rows, %tt/table, %pos, %wpe)"]
+
+
+def test_fuse_embedding_folds_a_lookup_of_constants_alone():
+    text = """graph g(%x: f32[1,3,2]) {
+      %wpe = const f32[3,2] [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]
+      %pos = const i64[1,3] [[0, 1, 2]]
+      %p: f32[1,3,2] = gather(%wpe, %pos) {'axis': 0}
+      %y: f32[1,3,2] = mul(%x, %p)
+      return %y
+    }"""
+    out, _ = apply("fuse-embedding", text)
+    assert body(out) == ["%y: f32[1,3,2] = mul(%x, %p)"]
+
+
 @pytest.mark.parametrize("name", sorted(PASSES))
 def test_every_pass_is_a_pure_function_of_its_input(name):
     g = parse_graph(LINEAR_IN)
@@ -882,18 +913,38 @@ def test_fuse_attention_reorders_an_interleaved_fused_qkv_linear():
     text = _interleaved_qkv_text("const")
     out, _ = apply("fuse-attention", text)
     assert body(out) == [
-        "%qkv/heads: f32[1,4,24] = linear(%x, %w/heads, %b/heads) {'activation': 'none', "
+        "%qkv/heads: f32[1,4,24] = linear(%x, %qkv/heads/weight, %qkv/heads/bias) {'activation': 'none', "
         "'has_bias': True}",
         "%y: f32[1,4,8] = attention(%qkv/heads, %qkv/heads, %qkv/heads) {'causal': False, "
         "'fill': -1e999, 'head_dim': 4, 'k_offset': 8, 'mask': 'none', 'nan_to_zero': False, "
         "'num_heads': 2, 'q_offset': 0, 'scale': 0.5, 'v_offset': 16, 'window': 0}",
     ]
     fused = PASSES["fuse-attention"](parse_graph(text), PassContext())
-    w = next(v.const for n in fused.nodes for v in n.inputs if v.name == "w/heads")
+    w = next(v.const for n in fused.nodes for v in n.inputs if v.name == "qkv/heads/weight")
     original = parse_graph(text)
     w0 = next(v.const for n in original.nodes for v in n.inputs if v.name == "w")
     # head 1's q is columns 12..15 of the [heads, 3, dh] layout, k of head 0 columns 4..7
     assert np.array_equal(w[:, 4:8], w0[:, 12:16]) and np.array_equal(w[:, 8:12], w0[:, 4:8])
+
+
+def test_fuse_attention_reorders_two_layers_that_share_one_bias():
+    """An untrained GPT-NeoX or BLOOM stores its zero QKV biases once for every layer: each
+    layer's reordered copy is its own value, and the graph stays valid IR."""
+    one = _interleaved_qkv_text("const")
+    head, _, rest = one.partition("%qkv:")
+    layer = "      %qkv:" + rest.rsplit("return", 1)[0]
+    second = layer.replace("%x", "%y").replace("%w", "%w2")
+    for name in ("qkv", "h", "t", "q", "k", "v", "kt", "s", "ss", "p", "o", "ot", "y"):
+        second = second.replace(f"%{name}:", f"%{name}2:").replace(f"%{name})", f"%{name}2)")
+        second = second.replace(f"%{name},", f"%{name}2,")
+    second = second.replace("%y2)", "%y)").replace("(%y2,", "(%y,").replace("%w2,", "%w2,")
+    w2 = head.split("%w = const")[1].split("\n")[0]
+    text = head + f"%w2 = const{w2}\n" + layer + second + "      return %y2\n    }"
+    out, _ = apply("fuse-attention", text)
+    linears = [ln for ln in body(out) if "linear(" in ln]
+    assert (
+        len(linears) == 2 and "%qkv/heads/bias" in linears[0] and "%qkv2/heads/bias" in linears[1]
+    )
 
 
 def test_a_weight_without_data_is_reordered_without_being_expanded():
@@ -908,7 +959,7 @@ def test_a_weight_without_data_is_reordered_without_being_expanded():
         w, "const", placeholder(np.dtype(np.float32), (8, 24), 7)
     )  # as --weights inputs
     fused = PASSES["fuse-attention"](graph, PassContext())
-    heads = next(v.const for n in fused.nodes for v in n.inputs if v.name == "w/heads")
+    heads = next(v.const for n in fused.nodes for v in n.inputs if v.name == "qkv/heads/weight")
     assert heads is not None and is_uniform(heads) and heads.shape == (8, 24)
 
 
@@ -951,4 +1002,113 @@ def test_fuse_attention_falcon_multi_query_gathers_its_key_and_value_head():
         "%y: f32[1,4,8] = attention(%qkv, %qkv, %qkv) {'causal': False, 'fill': -1e999, "
         "'head_dim': 4, 'k_offset': 8, 'kv_heads': 1, 'mask': 'none', 'nan_to_zero': False, "
         "'num_heads': 2, 'q_offset': 0, 'scale': 0.5, 'v_offset': 12, 'window': 0}"
+    ]
+
+
+def _capped_scores_text(cap: str) -> str:
+    """One head of 4 over 4 positions, scores scaled by 0.5, then `cap` (IR lines from %ss to
+    %sc), then softmax."""
+    return f"""graph g(%x: f32[1,4,8]) {{
+      %scale = const f32[] 0.5
+      %c = const f32[] 50.0
+      %q0: f32[1,4,4], %k0: f32[1,4,4] = split(%x) {{'axis': 2, 'sizes': (4, 4)}}
+      %q1: f32[1,4,1,4] = reshape(%q0) {{'shape': (1, 4, 1, 4)}}
+      %q: f32[1,1,4,4] = transpose(%q1) {{'perm': (0, 2, 1, 3)}}
+      %k1: f32[1,4,1,4] = reshape(%k0) {{'shape': (1, 4, 1, 4)}}
+      %kt: f32[1,1,4,4] = transpose(%k1) {{'perm': (0, 2, 3, 1)}}
+      %v: f32[1,1,4,4] = transpose(%k1) {{'perm': (0, 2, 1, 3)}}
+      %s: f32[1,1,4,4] = matmul(%q, %kt)
+      %ss: f32[1,1,4,4] = mul(%s, %scale)
+      {cap}
+      %p: f32[1,1,4,4] = softmax(%sc) {{'axis': 3}}
+      %o: f32[1,1,4,4] = matmul(%p, %v)
+      %ot: f32[1,4,1,4] = transpose(%o) {{'perm': (0, 2, 1, 3)}}
+      %y: f32[1,4,4] = reshape(%ot) {{'shape': (1, 4, 4)}}
+      return %y
+    }}"""
+
+
+def test_fuse_attention_refuses_soft_capped_scores_in_one_line():
+    """Gemma 2's tanh(s / c) · c on the scores is named, not left for lowering to trip on."""
+    from wsecc.pm import PassError
+
+    capped = """%sd: f32[1,1,4,4] = div(%ss, %c)
+      %st: f32[1,1,4,4] = tanh(%sd)
+      %sc: f32[1,1,4,4] = mul(%st, %c)"""
+    with pytest.raises(PassError, match=r"^fuse-attention: .*soft-capped attention scores"):
+        PASSES["fuse-attention"](parse_graph(_capped_scores_text(capped)), PassContext())
+    plain, _ = apply("fuse-attention", _capped_scores_text("%sc: f32[1,1,4,4] = mul(%ss, %c)"))
+    assert "attention(" in plain
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_fuse_swiglu_geglu_gate(approximate):
+    """GeGLU (Gemma: tanh GELU; ModernBERT: exact) is a gated linear with a GELU gate."""
+    text = SWIGLU.replace(
+        "  %s: f32[2,3,2] = sigmoid(%g)\n  %a: f32[2,3,2] = mul(%g, %s)\n",
+        f"  %a: f32[2,3,2] = gelu(%g) {{'approximate': '{approximate}'}}\n",
+    )
+    out, _ = apply("fuse-swiglu", text)
+    act = "gelu_tanh" if approximate == "tanh" else "gelu"
+    assert body(out) == [
+        f"%y: f32[2,3,2] = gated_linear(%x, %wg, %wu) {{'activation': '{act}', 'has_bias': False}}"
+    ]
+
+
+def test_fuse_swiglu_cuts_a_fused_gate_up_projection():
+    """Phi-3's gate_up: one Linear whose output a Split halves, SiLU of the first half times
+    the second: one gated linear with the weight's column halves."""
+    text = """graph g(%x: f32[2,3,4]) {
+  %w = const f32[4,4] [[0.5, -1.0, 1.0, 0.5], [1.5, 0.25, -0.25, 1.25], [-0.5, 2.0, 0.75, -1.5], [1.0, -0.75, 2.0, 0.1]]
+  %gu: f32[2,3,4] = linear(%x, %w) {'activation': 'none', 'has_bias': False}
+  %g: f32[2,3,2], %u: f32[2,3,2] = split(%gu) {'axis': 2, 'sizes': (2, 2)}
+  %s: f32[2,3,2] = sigmoid(%g)
+  %a: f32[2,3,2] = mul(%g, %s)
+  %y: f32[2,3,2] = mul(%u, %a)
+  return %y
+}"""
+    out, _ = apply("fuse-swiglu", text)
+    assert body(out) == [
+        "%y: f32[2,3,2] = gated_linear(%x, %g/weight, %u/weight) {'activation': 'silu', "
+        "'has_bias': False}"
+    ]
+
+
+def test_fuse_layernorm_parallel_block_sums_two_skips():
+    """GPT-NeoX: x + attention + MLP in one Add chain before the next norm: one norm, three
+    operands summed, the sum still emitted for the stream."""
+    text = """graph g(%x: f32[1,2,4], %a: f32[1,2,4], %m: f32[1,2,4]) {
+  %gamma = const f32[4] [1.0, 0.5, 2.0, 1.5]
+  %beta = const f32[4] [0.1, 0.2, 0.3, 0.4]
+  %am: f32[1,2,4] = add(%a, %m)
+  %y: f32[1,2,4], %s: f32[1,2,4] = layer_norm(%x, %am, %gamma, %beta) {'emit_sum': True, 'epsilon': 1e-05, 'has_skip': True}
+  %z: f32[1,2,4] = mul(%y, %s)
+  return %z
+}"""
+    out, _ = apply("fuse-layernorm", text)
+    assert body(out)[0].startswith("%y: f32[1,2,4], %s: f32[1,2,4] = layer_norm(%x, %a, %m, ")
+
+
+def test_fuse_embedding_padding_derived_positions():
+    """RoBERTa's positions, cumsum(ids != pad) · (ids != pad) + pad, computed from the token ids,
+    become the embedding's padded_positions."""
+    text = """graph g(%ids: i64[1,4]) {
+  %pad = const i64[] 1
+  %wte = const f32[6,2] [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0], [9.0, 1.0], [2.0, 3.0]]
+  %wpe = const f32[6,2] [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6], [0.7, 0.8], [0.9, 1.0], [1.1, 1.2]]
+  %eq: bool[1,4] = equal(%ids, %pad)
+  %keep: bool[1,4] = not(%eq)
+  %k: i32[1,4] = cast(%keep) {'to': 'i32'}
+  %c: i32[1,4] = cumsum(%k) {'axis': 1, 'exclusive': False, 'reverse': False}
+  %ck: i32[1,4] = mul(%c, %k)
+  %c64: i64[1,4] = cast(%ck) {'to': 'i64'}
+  %pos: i64[1,4] = add(%c64, %pad)
+  %t: f32[1,4,2] = gather(%wte, %ids) {'axis': 0}
+  %p: f32[1,4,2] = gather(%wpe, %pos) {'axis': 0}
+  %h: f32[1,4,2] = add(%t, %p)
+  return %h
+}"""
+    out, _ = apply("fuse-embedding", text)
+    assert body(out) == [
+        "%h: f32[1,4,2] = embedding(%ids, %wte, %ids, %wpe) {'padded_positions': (1, 1,)}"
     ]

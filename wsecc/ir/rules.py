@@ -414,27 +414,48 @@ def linear(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     return [_activation(y, a["activation"]).astype(xs[0].dtype)]
 
 
+MAX_SKIPS = 3
+"""Skip operands a norm sums into its input: one residual; two in a parallel block (GPT-J,
+GPT-NeoX, Falcon, CodeGen: x + attention + MLP)."""
+
+
+def _check_skips(op: str, ts: Sequence[TensorType], params: int, skip: bool) -> None:
+    skips = len(ts) - 1 - params
+    if skips != 0 if not skip else not 1 <= skips <= MAX_SKIPS:
+        raise IRError(f"{op} takes (x, [skip, ...], {'gamma' if params == 1 else 'gamma, beta'})")
+    for t in ts[1 : 1 + skips]:
+        if _bcast([ts[0], t]) != ts[0].shape:
+            raise IRError(f"{op} skip must broadcast to x")
+
+
+def norm_input(xs: Arrays, a: Attrs, params: int) -> np.ndarray:
+    """s = x + (skip_1 + skip_2 + …): the skips summed in order, then added to x (a parallel
+    block's attention and MLP outputs, then the residual stream); x alone without skips."""
+    if not a["has_skip"]:
+        return xs[0]
+    skips = xs[1 : len(xs) - params]
+    total = skips[0]
+    for r in skips[1:]:
+        total = total + r
+    return xs[0] + total
+
+
 def _layer_norm_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
-    skip = a["has_skip"]
-    if len(ts) != (4 if skip else 3):
-        raise IRError("layer_norm takes (x, [skip], gamma, beta)")
+    _check_skips("layer_norm", ts, 2, a["has_skip"])
     x = ts[0]
     d = x.shape[-1]
     if ts[-2].shape != (d,) or ts[-1].shape != (d,):
         raise IRError(f"layer_norm gamma/beta must be [{d}]")
-    if skip:
-        _bcast([ts[0], ts[1]])
-        if _bcast([ts[0], ts[1]]) != x.shape:
-            raise IRError("layer_norm skip must broadcast to x")
     outs = [TensorType(x.dtype, x.shape)]
     return outs + ([TensorType(x.dtype, x.shape)] if a.get("emit_sum") else [])
 
 
 def layer_norm(xs: Arrays, a: Attrs) -> list[np.ndarray]:
-    """s = x (+ skip); y = (s − mean(s)) / √(var(s) + ε) · γ + β over the last axis.
+    """s = x (+ skips, `norm_input`); y = (s − mean(s)) / √(var(s) + ε) · γ + β over the last
+    axis.
 
     Outputs y, and s too when `emit_sum` (the residual stream continues from s)."""
-    s = xs[0] + xs[1] if a["has_skip"] else xs[0]
+    s = norm_input(xs, a, 2)
     gamma, beta = xs[-2], xs[-1]
     mean = s.mean(axis=-1, keepdims=True)
     d = s - mean
@@ -444,21 +465,17 @@ def layer_norm(xs: Arrays, a: Attrs) -> list[np.ndarray]:
 
 
 def _rms_norm_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
-    skip = a["has_skip"]
-    if len(ts) != (3 if skip else 2):
-        raise IRError("rms_norm takes (x, [skip], gamma)")
+    _check_skips("rms_norm", ts, 1, a["has_skip"])
     x = ts[0]
     if ts[-1].shape != (x.shape[-1],):
         raise IRError(f"rms_norm gamma must be [{x.shape[-1]}]")
-    if skip and _bcast([ts[0], ts[1]]) != x.shape:
-        raise IRError("rms_norm skip must broadcast to x")
     return [TensorType(x.dtype, x.shape)] * (2 if a.get("emit_sum") else 1)
 
 
 def rms_norm(xs: Arrays, a: Attrs) -> list[np.ndarray]:
-    """s = x (+ skip); y = s / √(mean(s²) + ε) · γ over the last axis (Llama's RMSNorm, T5's
-    LayerNorm). Outputs y, and s too when `emit_sum`."""
-    s = xs[0] + xs[1] if a["has_skip"] else xs[0]
+    """s = x (+ skips, `norm_input`); y = s / √(mean(s²) + ε) · γ over the last axis (Llama's
+    RMSNorm, T5's LayerNorm). Outputs y, and s too when `emit_sum`."""
+    s = norm_input(xs, a, 1)
     ms = (s * s).mean(axis=-1, keepdims=True)
     y = (s / np.sqrt(ms + np.asarray(a["epsilon"], s.dtype)) * xs[-1]).astype(s.dtype)
     return [y, s] if a.get("emit_sum") else [y]
@@ -596,8 +613,21 @@ def _gated_linear_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     return [TensorType(_same_dtype(ts), x.shape[:-1] + (wg.shape[1],))]
 
 
-GATES = ("silu",)
-"""Gate activations of `gated_linear`: SwiGLU's SiLU."""
+GATES = ("silu", "gelu", "gelu_tanh")
+"""Gate activations of `gated_linear`: SwiGLU's SiLU; GeGLU's exact (erf) or tanh GELU (Gemma,
+ModernBERT)."""
+
+
+def _gate(z: np.ndarray, act: str) -> np.ndarray:
+    return silu(z) if act == "silu" else gelu(z, "tanh" if act == "gelu_tanh" else "none")
+
+
+def _gate_grad(z: np.ndarray, act: str) -> np.ndarray:
+    """d gate(z) / dz in float64: σ(z)·(1 + z·(1 − σ(z))) for SiLU, else GELU's."""
+    if act != "silu":
+        return gelu_grad(z, "tanh" if act == "gelu_tanh" else "none").astype(np.float64)
+    s = special.expit(z.astype(np.float64))
+    return s * (1 + z * (1 - s))
 
 
 def _gated_parts(xs: Arrays) -> tuple[np.ndarray, np.ndarray]:
@@ -615,10 +645,10 @@ def silu(z: np.ndarray) -> np.ndarray:
 
 
 def gated_linear(xs: Arrays, a: Attrs) -> list[np.ndarray]:
-    """y = silu(x·W_gate + b_gate) · (x·W_up + b_up): the gated half of a SwiGLU MLP (its down
-    projection is a Linear)."""
+    """y = act(x·W_gate + b_gate) · (x·W_up + b_up): the gated half of a SwiGLU (act SiLU) or
+    GeGLU (act GELU) MLP (its down projection is a Linear)."""
     zg, zu = _gated_parts(xs)
-    return [(silu(zg) * zu).astype(xs[0].dtype)]
+    return [(_gate(zg, a["activation"]) * zu).astype(xs[0].dtype)]
 
 
 def _gated_linear_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
@@ -626,9 +656,9 @@ def _gated_linear_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.n
     each as a Linear's: dx sums both, dW = xᵀ·dz, db = Σ dz."""
     x, wg, wu, g = xs[0], xs[1], xs[2], gs[0]
     zg, zu = _gated_parts(xs)
-    sg = special.expit(zg.astype(np.float64))
-    dzu = (g * silu(zg)).astype(g.dtype)
-    dzg = (g * zu * sg * (1 + zg * (1 - sg))).astype(g.dtype)
+    act = a["activation"]
+    dzu = (g * _gate(zg, act)).astype(g.dtype)
+    dzg = (g * zu * _gate_grad(zg, act)).astype(g.dtype)
     k, n = wg.shape
     x2 = x.reshape(-1, k).T
     dzg2, dzu2 = dzg.reshape(-1, n), dzu.reshape(-1, n)
@@ -643,7 +673,7 @@ def _gated_linear_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.n
 def _rms_norm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
     """With r = 1/√(mean(s²) + ε), x̂ = s·r: dγ = Σ g·x̂ and ds = r·(ĝ − x̂·mean(ĝ·x̂)) with
     ĝ = g·γ, plus the emitted sum's own cotangent."""
-    s = xs[0] + xs[1] if a["has_skip"] else xs[0]
+    s = norm_input(xs, a, 1)
     gamma, g = xs[-1], gs[0]
     r = 1 / np.sqrt((s * s).mean(axis=-1, keepdims=True) + np.asarray(a["epsilon"], s.dtype))
     xhat = s * r
@@ -652,7 +682,7 @@ def _rms_norm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarr
     if a.get("emit_sum"):
         ds = ds + gs[1]
     dgamma = (g * xhat).reshape(-1, gamma.shape[0]).sum(axis=0)
-    parts = [xs[0], xs[1]] if a["has_skip"] else [xs[0]]
+    parts = xs[:-1]  # x and the skips
     return [_unbroadcast(ds, x.shape) for x in parts] + [dgamma]
 
 
@@ -867,13 +897,34 @@ def _embedding_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     return [TensorType(_same_dtype(shapes), _bcast(shapes))]
 
 
+def padded_positions(ids: np.ndarray, pad: int) -> np.ndarray:
+    """RoBERTa's position ids from the token ids: the tokens that are not `pad` numbered
+    pad + 1, pad + 2, ... along the sequence (the last axis), a pad token at `pad`."""
+    keep = (ids != pad).astype(np.int64)
+    return np.cumsum(keep, axis=-1) * keep + pad
+
+
+def embedding_ids(xs: Arrays, a: Attrs) -> list[np.ndarray]:
+    """The ids each table is looked up at: its operand, or for the pair `padded_positions`
+    names, (pair, pad), the positions its operand's token ids give (`padded_positions`)."""
+    ids = list(xs[0::2])
+    pair = a.get("padded_positions")
+    if pair:
+        ids[pair[0]] = padded_positions(ids[pair[0]], pair[1])
+    return ids
+
+
 def embedding(xs: Arrays, a: Attrs) -> list[np.ndarray]:
-    """Σ_i table_i[ids_i] — token (+ position, + token type) embeddings, summed in order."""
+    """Σ_i table_i[ids_i] — token (+ position, + token type) embeddings, summed in order; the
+    ids of one pair may be positions derived from token ids (`embedding_ids`); the sum times
+    `scale` when there is one (Gemma's √d)."""
     out = None
-    for ids, table in zip(xs[0::2], xs[1::2], strict=True):
+    for ids, table in zip(embedding_ids(xs, a), xs[1::2], strict=True):
         g = _gather_impl([table, ids], {"axis": 0})[0]
         out = g if out is None else out + g
     assert out is not None
+    if "scale" in a:
+        out = (out * np.asarray(a["scale"], out.dtype)).astype(out.dtype)
     return [out]
 
 
@@ -1108,7 +1159,7 @@ def _layer_norm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.nda
     """With x̂ = (s − μ)/σ: dβ = Σ g, dγ = Σ g·x̂, and ds = (ĝ − mean(ĝ) − x̂·mean(ĝ·x̂))/σ with
     ĝ = g·γ, plus the emitted sum's own cotangent; x and skip each get ds summed to their
     shape."""
-    s = xs[0] + xs[1] if a["has_skip"] else xs[0]
+    s = norm_input(xs, a, 2)
     gamma, g = xs[-2], gs[0]
     d = s - s.mean(axis=-1, keepdims=True)
     rstd = 1 / np.sqrt((d * d).mean(axis=-1, keepdims=True) + np.asarray(a["epsilon"], s.dtype))
@@ -1120,7 +1171,7 @@ def _layer_norm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.nda
     n = gamma.shape[0]
     dgamma = (g * xhat).reshape(-1, n).sum(axis=0)
     dbeta = g.reshape(-1, n).sum(axis=0)
-    parts = [xs[0], xs[1]] if a["has_skip"] else [xs[0]]
+    parts = xs[:-2]  # x and the skips
     return [_unbroadcast(ds, x.shape) for x in parts] + [dgamma, dbeta]
 
 
@@ -1176,8 +1227,9 @@ def _attention_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndar
 def _embedding_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
     """Each table gets the rows of g (summed back to its lookup's shape) added at its ids."""
     out: list[np.ndarray | None] = []
-    for ids, table in zip(xs[0::2], xs[1::2], strict=True):
-        g = _unbroadcast(gs[0], ids.shape + table.shape[1:])
+    scaled = gs[0] * np.asarray(a["scale"], gs[0].dtype) if "scale" in a else gs[0]
+    for ids, table in zip(embedding_ids(xs, a), xs[1::2], strict=True):
+        g = _unbroadcast(scaled, ids.shape + table.shape[1:])
         out += [None, _scatter_rows(table, ids, g, 0)]
     return out
 
@@ -1316,9 +1368,9 @@ RULES: dict[Op, Rule] = {
     Op.MOE: Rule(5, 9, _moe_infer, moe),
     Op.LINEAR: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LM_HEAD: Rule(2, 3, _linear_infer, linear, _linear_vjp),
-    Op.LAYER_NORM: Rule(3, 4, _layer_norm_infer, layer_norm, _layer_norm_vjp),
+    Op.LAYER_NORM: Rule(3, 3 + MAX_SKIPS, _layer_norm_infer, layer_norm, _layer_norm_vjp),
     Op.GELU: Rule(1, 1, _gelu_infer, lambda xs, a: [gelu(xs[0], a["approximate"])], _gelu_vjp),
-    Op.RMS_NORM: Rule(2, 3, _rms_norm_infer, rms_norm, _rms_norm_vjp),
+    Op.RMS_NORM: Rule(2, 2 + MAX_SKIPS, _rms_norm_infer, rms_norm, _rms_norm_vjp),
     Op.GATED_LINEAR: Rule(3, 5, _gated_linear_infer, gated_linear, _gated_linear_vjp),
     Op.ATTENTION: Rule(3, 6, _attention_infer, attention, _attention_vjp),
     Op.EMBEDDING: Rule(2, 16, _embedding_infer, embedding, _embedding_vjp),

@@ -95,6 +95,7 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
+from scipy import special
 
 from wsecc.errors import SimulationError
 from wsecc.interp import run as run_reference
@@ -105,6 +106,7 @@ from wsecc.ir.rules import (
     attention_bias,
     attention_keep,
     attention_mask_operand,
+    embedding_ids,
     evaluate_op,
     rope,
     split_heads,
@@ -399,7 +401,8 @@ def _linear(b: _Build) -> Run:
 def _gated_linear(b: _Build) -> Run:
     """gated_linear: `_linear`'s tiles over W_gate and W_up side by side, column j of each on
     the same PE column (interleaved: weight column 2j is W_gate's j, 2j + 1 W_up's), summed in
-    the same fabric order; the epilogue silu(gate) * up, in float32, on the finished pairs."""
+    the same fabric order; the epilogue act(gate) * up (SiLU or GELU), in float32, on the finished
+    pairs."""
     b.expect(Op.GATED_LINEAR)
     wg, wu = b.resident(1), b.resident(2)
     K, N = wg.shape
@@ -409,6 +412,7 @@ def _gated_linear(b: _Build) -> Run:
     x = b.node.inputs[0].type
     tiles = _MatmulTiles.of(W, h, w, x.size // x.shape[-1], b.fault)
     has_bias = len(b.node.inputs) == 5
+    gate = b.node.attr("activation", "silu")
     ar = b.ar
 
     def run(args: Arrays) -> list[np.ndarray]:
@@ -420,8 +424,14 @@ def _gated_linear(b: _Build) -> Run:
             bias[0::2], bias[1::2] = args[3], args[4]
         y = _tiled_linear(x, tiles, ar, bias, "none")
         g, u = y[:, 0::2], y[:, 1::2]
-        with np.errstate(over="ignore"):  # exp(-g) is inf for g < -88: silu is then -0
-            out = ar.acc(g / (np.float32(1) + np.exp(-g)))
+        if gate == "silu":
+            with np.errstate(over="ignore"):  # exp(-g) is inf for g < -88: silu is then -0
+                out = ar.acc(g / (np.float32(1) + np.exp(-g)))
+        elif gate == "gelu_tanh":
+            out = ar.acc(_NUMPY_ACTIVATIONS["gelu_tanh"](g))
+        else:  # GeGLU's exact GELU, erf in float32
+            half = np.float32(0.5)
+            out = ar.acc(half * g * (np.float32(1) + special.erf(g * np.float32(0.70710677))))
         return [ar.store(ar.acc(out * u)).reshape(shape)]
 
     return run
@@ -611,7 +621,7 @@ def _rmsnorm(b: _Build) -> Run:
     def run(args: Arrays) -> list[np.ndarray]:
         shape = args[0].shape
         x = np.asarray(args[0], np.float32).reshape(-1, shape[-1])
-        s = ar.acc(x + np.asarray(args[1], np.float32).reshape(x.shape)) if skip else x
+        s = ar.acc(x + _skips(args[1:-1], shape, ar).reshape(x.shape)) if skip else x
         ms = ar.acc(_row_reduce(ar.acc(s * s), cols, ar) / np.float32(shape[-1]))
         rms = ar.acc(np.sqrt(ms + eps))
         y = ar.store(ar.acc(s / rms[:, None]) * _vector(args[-1]))
@@ -631,7 +641,7 @@ def _layernorm(b: _Build) -> Run:
     def run(args: Arrays) -> list[np.ndarray]:
         shape = args[0].shape
         x = np.ascontiguousarray(args[0]).reshape(-1, shape[-1])
-        skipped = np.ascontiguousarray(args[1]).reshape(x.shape) if skip else _EMPTY_ROWS
+        skipped = _skips(args[1:-2], shape, ar).reshape(x.shape) if skip else _EMPTY_ROWS
         y = np.empty_like(x)
         s = np.empty_like(x) if emit else _EMPTY_ROWS
         gamma, beta = _vector(args[-2]), _vector(args[-1])
@@ -643,6 +653,16 @@ def _layernorm(b: _Build) -> Run:
         return [y.reshape(shape), s.reshape(shape)] if emit else [y.reshape(shape)]
 
     return run
+
+
+def _skips(skips: Sequence[np.ndarray], shape: tuple[int, ...], ar: Any) -> np.ndarray:
+    """A norm's skip operands summed in order, each step rounded as the accumulator rounds
+    (`rules.norm_input`): one skip as it is; a parallel block's attention and MLP outputs
+    summed before the residual stream is added."""
+    total = np.ascontiguousarray(np.broadcast_to(np.asarray(skips[0], np.float32), shape))
+    for r in skips[1:]:
+        total = ar.acc(total + np.broadcast_to(np.asarray(r, np.float32), shape))
+    return np.ascontiguousarray(total, np.float32)
 
 
 def _vector(a: np.ndarray) -> np.ndarray:
@@ -680,11 +700,14 @@ def _embedding(b: _Build) -> Run:
     padded[:vocab] = stacked
     resident = padded.reshape(h, vh, dim)  # row r holds table rows r vh .. (r + 1) vh - 1
     ar = b.ar
+    scale = b.node.attr("scale")
+    scale = None if scale is None else np.float32(scale)
 
     def run(args: Arrays) -> list[np.ndarray]:
         shape = (*np.broadcast_shapes(*(ids.shape for ids in args[0::2])), dim)
         out = None
-        for ids, n, start in zip(args[0::2], sizes, starts, strict=True):
+        looked_up = embedding_ids(args, b.node.attr_dict)  # RoBERTa's positions from its ids
+        for ids, n, start in zip(looked_up, sizes, starts, strict=True):
             if ids.size and (ids.min() < -n or ids.max() >= n):
                 raise b.fail(
                     f"an index is out of range [{-n}, {n}) (if these are positions, the table "
@@ -694,6 +717,8 @@ def _embedding(b: _Build) -> Run:
             row = resident[g // vh, g % vh]
             out = row if out is None else ar.acc(out + row)
         assert out is not None
+        if scale is not None:  # Gemma's √d, on the stored sum
+            out = ar.acc(ar.store(out) * scale)
         return [np.broadcast_to(ar.store(out), shape)]
 
     return run

@@ -68,13 +68,15 @@ def _lower(n: Node, b: int) -> dict[str, object]:
         "dim": out.type.shape[-1],
         "rows": rows_per_sample(out, b),
         "n_tables": len(tables),
+        "scaled": "scale" in n.attr_dict,  # Gemma's √d: one multiply per element
     }
 
 
 EMBEDDING = KindDef(
     kind=KernelKind.EMBEDDING,
-    params={"vocab": "int+", "dim": "int+", "rows": "int+", "n_tables": "int+"},
-    flops=lambda p: p["rows"] * p["dim"] * (p["n_tables"] - 1),
+    params={"vocab": "int+", "dim": "int+", "rows": "int+", "n_tables": "int+", "scaled": "bool"},
+    defaults=lambda p: {"scaled": False},
+    flops=lambda p: p["rows"] * p["dim"] * (p["n_tables"] - 1 + int(p.get("scaled", False))),
     weight_elems=lambda p: p["vocab"] * p["dim"],
     in_edge="W",
     out_edge="S",

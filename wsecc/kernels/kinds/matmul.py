@@ -224,6 +224,18 @@ LINEAR = KindDef(
 
 GATE_OPS = ELEMENTWISE_OPS["sigmoid"] + 2
 """silu(g) * u per output: sigmoid (TRANSCENDENTAL_OPS + 2), * g (1), * u (1)."""
+GATE_ACTIVATION_OPS = MappingProxyType(
+    {
+        "silu": GATE_OPS,
+        "gelu": ELEMENTWISE_OPS["gelu_erf"] + 1,  # GeGLU: gelu(g) (its ops), * u (1)
+        "gelu_tanh": ELEMENTWISE_OPS["gelu_tanh"] + 1,
+    }
+)
+"""Vector ops per output of each gate activation with its product (`rules.GATES`)."""
+
+
+def _gate_ops(p: Params) -> int:
+    return GATE_ACTIVATION_OPS[str(p["activation"])]
 
 
 def gated_linear_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
@@ -237,14 +249,14 @@ def gated_linear_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost
         w,
         ctx,
         bias=p["has_bias"],
-        act_ops=GATE_OPS + int(p["has_bias"]),  # the second bias add
+        act_ops=_gate_ops(p) + int(p["has_bias"]),  # the second bias add
         gated=True,
     )
 
 
 def _gated_linear_flops(p: Params) -> int:
     T, K, N = p["tokens"], p["K"], p["N"]
-    return int(4 * T * K * N + T * N * (GATE_OPS + 2 * int(p["has_bias"])))
+    return int(4 * T * K * N + T * N * (_gate_ops(p) + 2 * int(p["has_bias"])))
 
 
 def _gated_linear_grad_flops(p: Params) -> int:
@@ -252,12 +264,14 @@ def _gated_linear_grad_flops(p: Params) -> int:
     gate's derivative recomputes silu and sigma (GATE_OPS) and forms dZg, dZu (4) per output;
     db sums dZ (2 T N with biases)."""
     T, K, N = p["tokens"], p["K"], p["N"]
-    return int(8 * T * K * N + T * N * (GATE_OPS + 4 + 2 * int(p["has_bias"])))
+    return int(8 * T * K * N + T * N * (_gate_ops(p) + 4 + 2 * int(p["has_bias"])))
 
 
 GATED_LINEAR = KindDef(
     kind=KernelKind.GATED_LINEAR,
-    params={"tokens": "int+", "K": "int+", "N": "int+", "has_bias": "bool"},
+    params={"tokens": "int+", "K": "int+", "N": "int+", "has_bias": "bool", "activation": "str"},
+    check=one_of("activation", GATE_ACTIVATION_OPS),
+    defaults=lambda p: {"activation": "silu"},  # kernel graphs written before GeGLU
     flops=_gated_linear_flops,
     weight_elems=lambda p: 2 * p["K"] * p["N"] + 2 * int(p["has_bias"]) * p["N"],
     in_edge="W",
@@ -265,10 +279,10 @@ GATED_LINEAR = KindDef(
     cost=gated_linear_cost,
     tile_split=("K", "N"),  # W_gate[K_i, N_j] and W_up[K_i, N_j] on PE (i, j)
     lowers=frozenset({Op.GATED_LINEAR}),
-    lower=_matmul_params,
+    lower=lambda n, b: {**_matmul_params(n, b), "activation": n.attr("activation")},
     tokens="tokens",
     decode=lambda p, h, w, ctx, B: matmul_decode(
-        B, p["K"], p["N"], h, w, ctx, epilogue=GATE_OPS + 2 * int(p["has_bias"]), gated=True
+        B, p["K"], p["N"], h, w, ctx, epilogue=_gate_ops(p) + 2 * int(p["has_bias"]), gated=True
     ),
     # X for dW, and both pre-activations for the gate's derivative
     grad=GradRule(

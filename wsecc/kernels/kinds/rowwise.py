@@ -161,10 +161,11 @@ class _Norm:
         per row; with a residual it reads x and r and writes both norm(x + r) and x + r (the
         residual stream), so inputs = outputs = 2."""
         res = int(p["has_residual"])
+        adds = _adds(p)  # a parallel block adds two
         return {
-            "ops": self.ops + res,
+            "ops": self.ops + adds,
             "weight_vectors": self.weight_vectors,
-            "inputs": 1 + res,
+            "inputs": 1 + adds,
             "outputs": 1 + res,
             "stats": self.stats,
         }
@@ -180,8 +181,9 @@ class _Norm:
     def kind(self, kind: KernelKind, op: Op, simulate: str) -> KindDef:
         return KindDef(
             kind=kind,
-            params={"rows": "int+", "dim": "int+", "has_residual": "bool"},
-            flops=lambda p: p["rows"] * p["dim"] * (self.ops + int(p["has_residual"])),
+            params={"rows": "int+", "dim": "int+", "has_residual": "bool", "residuals": "int+"},
+            defaults=lambda p: {"residuals": 1},
+            flops=lambda p: p["rows"] * p["dim"] * (self.ops + _adds(p)),
             weight_elems=lambda p: self.weight_vectors * p["dim"],
             in_edge="N",
             out_edge="S",
@@ -201,12 +203,19 @@ class _Norm:
         )
 
 
+def _adds(p: Params) -> int:
+    """The skip inputs a norm adds to its input per element (0, 1, or 2 for a parallel block)."""
+    return int(p["has_residual"]) * int(p.get("residuals", 1))
+
+
 def _lower_norm(n: Node, b: int) -> dict[str, object]:
     x = n.inputs[0]
+    params = 2 if n.op is Op.LAYER_NORM else 1
     return {
         "rows": rows_per_sample(x, b),
         "dim": x.type.shape[-1],
         "has_residual": bool(n.attr("has_skip")),
+        "residuals": max(1, len(n.inputs) - 1 - params),
     }
 
 
