@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from wsecc.errors import WseccError
 from wsecc.kernels.kind import PARAM_CHECKS, Params
+from wsecc.kernels.registry import KINDS
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -133,8 +134,6 @@ class Kernel:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", KernelKind(self.kind))
-        from wsecc.kernels.kinds import KINDS  # the kinds import this module
-
         params = dict(self.params)
         if self.kind in KINDS:
             params = {**KINDS[self.kind].defaults(params), **params}
@@ -144,8 +143,6 @@ class Kernel:
     @property
     def spec(self) -> KindDef:
         """Its kind's definition (`wsecc.kernels.kinds`)."""
-        from wsecc.kernels.kinds import KINDS  # the kinds import this module
-
         return KINDS[self.kind]
 
     @property
