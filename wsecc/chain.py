@@ -228,7 +228,7 @@ def reload(folder: str | os.PathLike[str]) -> Placed:
     known = {f.name for f in dataclasses.fields(Options)}
     opts = {k: v for k, v in saved.get("options", {}).items() if k in known}
     opts["target"] = (
-        str(folder / "target.toml") if (folder / "target.toml").is_file() else v.target.name
+        str(folder / "target.toml") if (folder / "target.toml").is_file() else v.program.target.name
     )
     try:
         options = Options(**opts)

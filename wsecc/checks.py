@@ -185,12 +185,12 @@ def check_generation(
     ref = ort_generate(fused.job.model_path, prompt_ids, N, fused.loaded.info.generation)
     # fed onnxruntime's ids, so every step's logits are comparable even where the two would
     # choose differently (teacher forcing); the free run only when they do
-    forced = {"fault": o.inject_fault, "forced": ref[0]}
-    sim = simulate_generation(*program, o.precision, prompt_ids, N, **forced)
+    fault, forced = o.inject_fault, ref[0]
+    sim = simulate_generation(*program, o.precision, prompt_ids, N, fault=fault, forced=forced)
     exact = (  # the structure check: the same tiled program in fp32
         None
         if o.precision == "fp32"
-        else simulate_generation(*program, "fp32", prompt_ids, N, **forced)
+        else simulate_generation(*program, "fp32", prompt_ids, N, fault=fault, forced=forced)
     )
     result = generation_verdict(
         *sim, *ref, o.precision, exact=exact, fault=o.inject_fault, forced=True

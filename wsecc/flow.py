@@ -555,7 +555,7 @@ def _route_placed(
     problem: PlacementProblem,
     placement: Placement,
     say: Callable[[str, str], None],
-    rule: SizingRule,
+    rule: SizingRule = ForThroughput(),
 ) -> tuple[RoutingProblem, Program]:
     """Cost the kernels at their placed shapes, route with the lanes `rule` gives, validate:
     the program of one copy and the routing problem it was routed as."""

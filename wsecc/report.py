@@ -46,10 +46,9 @@ class Trail:
         if isinstance(stage, Fused):
             return cls(stage.job, stage.loaded, stage)
         simulated = stage if isinstance(stage, Simulated) else None
-        placed = stage.placed if isinstance(stage, Simulated) else stage
-        placed = placed if isinstance(placed, Placed) else None
-        sized = placed.sized if placed is not None else stage
-        assert isinstance(sized, Sized)
+        at = stage.placed if isinstance(stage, Simulated) else stage
+        placed = at if isinstance(at, Placed) else None
+        sized = at.sized if isinstance(at, Placed) else at
         fused = sized.fused
         loaded = fused.loaded if fused is not None else None
         return cls(sized.job, loaded, fused, sized, placed, simulated)

@@ -29,11 +29,6 @@ if TYPE_CHECKING:
 class Performance(Protocol):
     """What a simulated compile achieves, in its mode's terms."""
 
-    @property
-    def stage(self) -> str:
-        """The progress stage that announces it ("simulate", "train", "generate")."""
-        ...
-
     def to_json(self) -> dict[str, Any]:
         """The report's `performance` object."""
         ...
@@ -66,10 +61,6 @@ class InferPerformance:
     perf: PerfResult
     events: EventResult | None
     copies: int = 1
-
-    @property
-    def stage(self) -> str:
-        return "simulate"
 
     def to_json(self) -> dict[str, Any]:
         l0, k = self.perf, self.copies
@@ -137,10 +128,6 @@ class TrainPerformance:
 
     training: TrainResult
 
-    @property
-    def stage(self) -> str:
-        return "train"
-
     def to_json(self) -> dict[str, Any]:
         t = self.training
         return {
@@ -176,10 +163,6 @@ class GeneratePerformance:
 
     generation: GenerationPerf
     peak_flops_per_s: float
-
-    @property
-    def stage(self) -> str:
-        return "generate"
 
     def to_json(self) -> dict[str, Any]:
         g = self.generation
