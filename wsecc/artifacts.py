@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from wsecc.ir.printer import format_graph
 from wsecc.outdir import write_folder
 from wsecc.report import Trail, limits, report
 from wsecc.stages import Stage
@@ -52,8 +53,6 @@ def folder_files(
 ) -> dict[str, str | bytes]:
     """Every file of `stage`'s output folder, by name; with `old` (a folder this compile
     rewrites), that folder's files it does not produce again, less `STALE`."""
-    from wsecc.ir.printer import format_graph
-
     t = Trail.of(stage)
     files: dict[str, str | bytes] = {}
     if old is not None and old.is_dir():

@@ -27,13 +27,21 @@ from pathlib import Path
 from typing import Any
 
 from wsecc.errors import WseccError
+from wsecc.flow import fuse as run_passes
+from wsecc.flow import load as import_model
+from wsecc.flow import place_and_route
 from wsecc.frontend.common import widened_text
 from wsecc.hashing import sha256_beside
-from wsecc.modes import bound_batch, strategy
+from wsecc.kernels import Sizing
+from wsecc.modes import bound_batch, per_sample_batch, strategy
 from wsecc.options import Options
-from wsecc.program import Systems
+from wsecc.place.from_kernels import placement_problem
+from wsecc.place.problem import Placement, PlacementProblem, tailored
+from wsecc.program import Program, Systems
 from wsecc.replicas import Replicas
+from wsecc.route.problem import Routing
 from wsecc.stages import Fused, Job, Loaded, Placed, Simulated, Sized, timed
+from wsecc.targets import load_target
 
 Say = Callable[[str, str], None]
 
@@ -45,8 +53,6 @@ def _quiet(stage: str, message: str) -> None:
 def job(path: str | os.PathLike[str], options: Options | None = None, **changes: Any) -> Job:
     """What to compile: the model file, the options (keywords change `options`), the target
     (loaded now, so a bad target fails before the slow stages)."""
-    from wsecc.targets import load_target
-
     options = dataclasses.replace(options or Options(), **changes)
     return Job(Path(path), options, load_target(options.target))
 
@@ -54,8 +60,6 @@ def job(path: str | os.PathLike[str], options: Options | None = None, **changes:
 def load(job: Job, say: Say = _quiet) -> Loaded:
     """Load, bind and import the ONNX file (folded, into the wsecc IR); the file's hash is
     taken on another thread meanwhile."""
-    from wsecc.flow import load as import_model
-
     sha = sha256_beside(job.model_path)
     seconds: dict[str, float] = {}
     with timed(say, "frontend", seconds):
@@ -72,8 +76,6 @@ def load(job: Job, say: Say = _quiet) -> Loaded:
 
 def fuse(loaded: Loaded, say: Say = _quiet) -> Fused:
     """The pass pipeline (canonicalize and fuse) on the imported graph."""
-    from wsecc.flow import fuse as run_passes
-
     o = loaded.job.options
     seconds = dict(loaded.seconds)
     with timed(say, "passes", seconds):
@@ -94,9 +96,6 @@ def fork(fused: Fused, options: Options) -> Fused:
     pass products are shared. The bindings (batch, seq, dims) must be `fused`'s, except the
     batch of a graph bound at `per_sample_batch` 1 when `options` run no numerics; a sweep
     compiles many points of one binding this way."""
-    from wsecc.modes import per_sample_batch
-    from wsecc.targets import load_target
-
     o = fused.job.options
     batch = bound_batch(o)
     if batch == 1 and per_sample_batch(options) == 1:
@@ -125,8 +124,6 @@ def size(fused: Fused, say: Say = _quiet) -> Sized:
 def place(sized: Sized, say: Say = _quiet) -> Placed:
     """Place the regions (re-sizing at lower fill if they do not pack) and route
     (`wsecc.flow.place_and_route`), what the mode lays out on the wafer."""
-    from wsecc.flow import place_and_route
-
     o, target = sized.job.options, sized.job.target
     layout = strategy(o.mode).layout(sized)
     seconds = dict(sized.seconds)
@@ -168,11 +165,6 @@ def placed_to_json(placed: Placed) -> dict[str, Any]:
 def with_placement(sized: Sized, saved: dict[str, Any], seconds: float) -> Placed:
     """`sized` placed and routed as `saved` (`placed_to_json` of a compile of the same kernel
     graph, target and placement options) says, taking `seconds`."""
-    from wsecc.kernels import Sizing
-    from wsecc.place.problem import Placement, PlacementProblem
-    from wsecc.program import Program
-    from wsecc.route.problem import Routing
-
     layout = strategy(sized.job.options.mode).layout(sized)
     program = Program(
         layout.kernel_graph, Sizing.from_json(saved["sizing"]),
@@ -218,8 +210,6 @@ def compile_file(
 def reload(folder: str | os.PathLike[str]) -> Placed:
     """A saved compile (its output folder) with its placement and routing, ready for
     `simulate`. The model is re-imported only when numerics are asked for."""
-    from wsecc.place.from_kernels import placement_problem
-    from wsecc.place.problem import tailored
     from wsecc.view import load_outdir
 
     folder = Path(folder)

@@ -27,10 +27,12 @@ from wsecc.checks import (
     should_validate,
 )
 from wsecc.flow import FILL_STEPS, ForDecode, ForThroughput, SizingRule, lower, simulate
+from wsecc.generate import default_prompt, generation_kernels, plan_generation
 from wsecc.options import Options
 from wsecc.replicas import GENERATE_MODE, TRAIN_MODE
 from wsecc.results import GeneratePerformance, InferPerformance, TrainPerformance
 from wsecc.stages import Fused, Placed, Simulated, Sized, timed
+from wsecc.train import plan_training
 from wsecc.vocab import Mode, SimLevel
 
 if TYPE_CHECKING:
@@ -189,8 +191,6 @@ class Train:
         return 1  # the kernels are per sample; the global batch is the step's
 
     def size(self, fused: Fused, say: Say) -> Sized:
-        from wsecc.train import plan_training
-
         o, target = fused.job.options, fused.job.target
         kg = lower(fused.graph)
         t = plan_training(
@@ -254,8 +254,6 @@ class Generate:
         return ForDecode(options.batch or 1)
 
     def size(self, fused: Fused, say: Say) -> Sized:
-        from wsecc.generate import generation_kernels
-
         o, target = fused.job.options, fused.job.target
         rule = self._rule(o)
         kg = generation_kernels(lower(fused.graph), rule.batch, target, o.precision, o.chunk_tokens)
@@ -275,13 +273,9 @@ class Generate:
 
     def prompt(self, sized: Sized) -> int:
         """`options.prompt`, or `default_prompt` of the context."""
-        from wsecc.generate import default_prompt
-
         return sized.job.options.prompt or default_prompt(sized.kernel_graph.tokens_per_sample)
 
     def simulate(self, placed: Placed, say: Say, refused: Callable[[], Fused]) -> Simulated:
-        from wsecc.generate import plan_generation
-
         # L1 would stream a whole context; decode is a latency (L0)
         o = dataclasses.replace(placed.job.options, sim=SimLevel.L0)
         seconds = dict(placed.seconds)

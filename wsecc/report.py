@@ -12,6 +12,7 @@ import dataclasses
 import math
 from typing import Any
 
+from wsecc.analysis import fused_ops
 from wsecc.checks import numerics_skipped
 from wsecc.limits import Limits
 from wsecc.replicas import host_samples_per_s
@@ -120,8 +121,6 @@ def report(stage: Stage, *, timings: bool = True) -> dict[str, Any]:
     With `timings=False` every wall-clock field is left out, so two compiles of the same
     inputs and options (deterministic placement) give equal reports.
     """
-    from wsecc.analysis import fused_ops
-
     t = Trail.of(stage)
     o, saved = t.job.options, t.job.saved or {}
     rep: dict[str, Any] = {"schema": REPORT_SCHEMA, "wsecc": __version__}

@@ -20,7 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wsecc.errors import WseccError
+from wsecc.analysis import flops_per_sample, param_count
 
 if TYPE_CHECKING:
     import numpy as np
@@ -66,8 +66,6 @@ class Loaded:
 
     @cached_property
     def params(self) -> int:
-        from wsecc.analysis import param_count
-
         return param_count(self.graph)
 
 
@@ -86,14 +84,10 @@ class Fused:
 
     @cached_property
     def params(self) -> int:
-        from wsecc.analysis import param_count
-
         return param_count(self.graph)
 
     @cached_property
     def flops_per_sample(self) -> int:
-        from wsecc.analysis import flops_per_sample
-
         return flops_per_sample(self.graph)
 
 
@@ -110,7 +104,6 @@ class Sized:
     sizing: Sizing
     training: TrainResult | None = None
     check: Check | None = None
-    arrays: Mapping[str, np.ndarray] = field(default_factory=dict, repr=False)
     seconds: Seconds = field(default_factory=dict, repr=False)
 
 
@@ -158,13 +151,6 @@ class Simulated:
 
 Stage = Job | Loaded | Fused | Sized | Placed | Simulated
 """Any stage value (`Job`: nothing run yet)."""
-
-
-def need(value: Any, kind: type, stage: str, model_path: Path) -> Any:
-    """`value` when it is a `kind`, else the one-line error that asks for `stage` first."""
-    if not isinstance(value, kind):
-        raise WseccError(f"{model_path}: run the {stage} stage first")
-    return value
 
 
 @contextmanager

@@ -28,12 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wsecc import chain
 from wsecc.errors import WseccError, one_line
 from wsecc.modes import per_sample_batch, strategy
 from wsecc.options import Options
 from wsecc.report import report
 from wsecc.stages import Fused, Simulated, Sized
 from wsecc.sweep.spec import Point
+from wsecc.targets import target_source
 from wsecc.version import __version__
 
 Message = tuple[str, Any]
@@ -68,8 +70,6 @@ def make_tasks(points: list[Point]) -> list[Task]:
 def run_task(task: Task, cache_dir: str | None) -> Iterator[Message]:
     """Compile each point of `task` (module doc), sharing the frontend within the task and
     placements through `cache_dir` (None: no sharing across tasks)."""
-    from wsecc import chain
-
     fused: Fused | WseccError | None = None
     cache = Path(cache_dir) if cache_dir else None
     for point in task.points:
@@ -102,9 +102,6 @@ def _frontend_options(p: Point) -> Options:
 def _compile(fused: Fused, cache: Path | None) -> Sized | Simulated:
     """The chain after the passes, the placement taken from `cache` when a compile of the same
     kernels, target and placement options made it."""
-    from wsecc import chain
-    from wsecc.targets import target_source
-
     sized = chain.size(fused)
     o = sized.job.options
     if not strategy(o.mode).placed_in_sweep:  # train: costed, not placed
