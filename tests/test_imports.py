@@ -6,7 +6,7 @@
 Two graphs: the module-level imports (what importing a module runs), which must have no cycle
 at all; and every import, those inside functions too, so that an import moved into a function
 cannot hide a cycle (imports inside functions are for optional or heavy dependencies, not for
-cycles). The one cycle left there is `KNOWN_CYCLES`'s."""
+cycles). The one cycle left there is `known_cycle`'s."""
 
 from __future__ import annotations
 
