@@ -33,10 +33,10 @@ def test_numerics_too_large_to_hold_are_refused_in_one_line_or_skipped(
     """A binding whose tensors onnxruntime could not hold (long sequences) compiles; asked to
     validate, it fails in one line before anything runs; left to auto, numerics are skipped."""
     import wsecc
-    import wsecc.compiler
+    import wsecc.checks
     from wsecc.cli import main
 
-    monkeypatch.setattr(wsecc.compiler, "MAX_TENSOR_BYTES", 64 << 10)  # GPT-2 sample's scores
+    monkeypatch.setattr(wsecc.checks, "MAX_TENSOR_BYTES", 64 << 10)  # GPT-2 sample's scores
     gpt2 = samples_dir / "gpt2_legacy_op17.onnx"
     code = main(["compile", str(gpt2), "--seq", "32", "--placer", "greedy", "--validate",
                  "-o", str(tmp_path / "out")])  # fmt: skip

@@ -247,7 +247,7 @@ def test_compile_train_writes_a_report_of_the_step(tmp_path: Path) -> None:
 def test_train_validate_checks_gradients_and_a_broken_rule_fails(
     tmp_path: Path, capsys, monkeypatch, fault, code
 ) -> None:
-    monkeypatch.setattr("wsecc.compiler.GRAD_SAMPLES", 4)  # a few coordinates per tensor: fast
+    monkeypatch.setattr("wsecc.checks.GRAD_SAMPLES", 4)  # a few coordinates per tensor: fast
     args = ["compile", str(GPT2), "--seq", "8", "--mode", "train", "--precision", "fp32",
             "--placer", "greedy", "--validate", "-o", str(tmp_path / "out")]  # fmt: skip
     assert main(args + (["--inject-fault", fault] if fault else [])) == code
@@ -278,7 +278,7 @@ def test_train_validate_passes_on_the_llama_samples(tmp_path: Path, capsys, monk
     """Every new kind's gradient rule (RMSNorm, SwiGLU's gated linear, rotary and grouped-K/V
     attention) against onnxruntime's finite differences; the dynamo file's rotary inv_freq is
     a position frequency (only through Cos/Sin), not an untraced weight."""
-    monkeypatch.setattr("wsecc.compiler.GRAD_SAMPLES", 4)
+    monkeypatch.setattr("wsecc.checks.GRAD_SAMPLES", 4)
     args = ["compile", str(SAMPLES / name), "--seq", "8", "--mode", "train", "--precision",
             "fp32", "--placer", "greedy", "--validate", "-o", str(tmp_path / "out")]  # fmt: skip
     assert main(args) == 0

@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from wsecc.ir.core import Graph
 from wsecc.kernels import (
@@ -79,7 +79,7 @@ from wsecc.route.problem import (
 )
 from wsecc.route.router import Tolls, route
 from wsecc.targets import Target
-from wsecc.vocab import Mode, SimLevel
+from wsecc.vocab import SimLevel
 
 if TYPE_CHECKING:
     from wsecc.frontend.onnx import ModelInfo
@@ -91,29 +91,14 @@ if TYPE_CHECKING:
 FILL_STEPS = (0.85, 0.75, 0.65, 0.55)
 
 
-def load(path: Path, options: Options) -> tuple[Graph, ModelInfo]:
-    """Load, bind and import the ONNX file (folded, into the wsecc IR)."""
+def load(path: Path, options: Options, batch: int) -> tuple[Graph, ModelInfo]:
+    """Load, bind (the batch at `batch`: the mode's, `wsecc.modes.bound_batch`) and import the
+    ONNX file (folded, into the wsecc IR)."""
     from wsecc.frontend.onnx import import_model
 
     return import_model(
-        path, batch=bound_batch(options), seq=options.seq, dims=dict(options.dims),
-        weights=options.weights,
-    )  # fmt: skip
-
-
-def bound_batch(options: Options) -> int:
-    """The batch the graph is bound at: `options.batch` (in generate mode the sequences in
-    flight), or 1 in train mode, whose kernels are per sample (the global batch is the step's,
-    `wsecc.train`)."""
-    return options.batch if options.mode is not Mode.TRAIN and options.batch else 1
-
-
-def per_sample_batch(options: Options) -> int:
-    """The batch a graph must be bound at for `options` when it may be shared with other
-    batches: `bound_batch`, or 1 when numerics do not run (`validate` false), for then every
-    later stage is per sample (kernels, sizing, placement) or takes the batch as a number
-    (performance). A sweep's points that differ in batch alone share one frontend this way."""
-    return bound_batch(options) if options.validate is not False else 1
+        path, batch=batch, seq=options.seq, dims=dict(options.dims), weights=options.weights
+    )
 
 
 def fuse(graph: Graph, model_path: Path, options: Options) -> tuple[Graph, list[PassRecord]]:
@@ -148,40 +133,109 @@ def lower_and_size(
     target: Target,
     precision: str,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-    *,
-    sequences: int | None = None,
 ) -> tuple[KernelGraph, Sizing]:
-    """Lower and size at the first fill; with `sequences` (generate mode), every attention
-    keeps the K/V cache of that many sequences (`wsecc.generate.generation_kernels`) and the
-    regions are sized for the decode step's latency (`size_for_decode`)."""
+    """Lower and size for pipeline throughput at the first fill (inference's sizing; a mode
+    sizes its own way through its `SizingRule`, `wsecc.modes`)."""
     kg = lower(fused)
-    if sequences is not None:
-        from wsecc.generate import generation_kernels
-
-        kg = generation_kernels(kg, sequences, target, precision, chunk_tokens)
-    return kg, size_at_fill(
-        kg, target, precision, FILL_STEPS[0], chunk_tokens, decode_batch=sequences
-    )
+    return kg, ForThroughput().size(kg, target, precision, FILL_STEPS[0], chunk_tokens)
 
 
-def size_at_fill(
-    kg: KernelGraph,
-    target: Target,
-    precision: str,
-    fill: float,
-    chunk_tokens: int,
-    *,
-    train: TrainCosts | None = None,
-    decode_batch: int | None = None,
-) -> Sizing:
-    """Sizing at `fill` as the mode wants it: for throughput (`size_regions`, with what
-    pipelined training adds under `train`), or for the decode step of `decode_batch` sequences
-    (`size_for_decode`)."""
-    if decode_batch is not None:
-        return size_for_decode(
-            kg, target, precision, batch=decode_batch, fill=fill, chunk_tokens=chunk_tokens
+class SizingRule(Protocol):
+    """What sizing optimises, as placement (re-)sizes and re-costs the kernels and routing gives
+    the flows their lanes: one object per mode (`wsecc.modes`), in place of mode flags."""
+
+    @property
+    def checked(self) -> bool:
+        """Whether a routed program is checked against sizing's balanced throughput (and
+        placed again with halos when it falls short, `_route_checked`)."""
+        ...
+
+    def size(
+        self, kg: KernelGraph, target: Target, precision: str, fill: float, chunk_tokens: int
+    ) -> Sizing:
+        """Regions for `kg` filling at most `fill` of the fabric."""
+        ...
+
+    def at_shapes(
+        self,
+        sizing: Sizing,
+        kg: KernelGraph,
+        target: Target,
+        precision: str,
+        shapes: Mapping[str, tuple[int, int]],
+    ) -> Sizing:
+        """`sizing` with each kernel costed at its placed shape (`sizing_at`)."""
+        ...
+
+    def bytes_per_lane(self, sizing: Sizing, target: Target, kg: KernelGraph) -> float:
+        """What one lane of a flow carries per sample (`lane_bytes_per_sample`)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ForThroughput:
+    """Regions sized for the pipeline's throughput (`size_regions`): inference, or pipelined
+    training when `train` gives what its backward kernels and optimizer add. Only inference's
+    routed program is checked against the balanced throughput: a training step's sizing is not
+    L0's."""
+
+    train: TrainCosts | None = None
+
+    @property
+    def checked(self) -> bool:
+        return self.train is None
+
+    def size(
+        self, kg: KernelGraph, target: Target, precision: str, fill: float, chunk_tokens: int
+    ) -> Sizing:
+        return size_regions(
+            kg, target, precision, fill=fill, chunk_tokens=chunk_tokens, train=self.train
         )
-    return size_regions(kg, target, precision, fill=fill, chunk_tokens=chunk_tokens, train=train)
+
+    def at_shapes(
+        self,
+        sizing: Sizing,
+        kg: KernelGraph,
+        target: Target,
+        precision: str,
+        shapes: Mapping[str, tuple[int, int]],
+    ) -> Sizing:
+        return sizing_at(sizing, kg, target, precision, dict(shapes), train=self.train)
+
+    def bytes_per_lane(self, sizing: Sizing, target: Target, kg: KernelGraph) -> float:
+        return lane_bytes_per_sample(sizing, target)
+
+
+@dataclass(frozen=True)
+class ForDecode:
+    """Regions sized for the latency of a decode step of `batch` sequences
+    (`size_for_decode`), flows given the lanes a decode step wants (generate mode)."""
+
+    batch: int
+
+    @property
+    def checked(self) -> bool:
+        return False
+
+    def size(
+        self, kg: KernelGraph, target: Target, precision: str, fill: float, chunk_tokens: int
+    ) -> Sizing:
+        return size_for_decode(
+            kg, target, precision, batch=self.batch, fill=fill, chunk_tokens=chunk_tokens
+        )
+
+    def at_shapes(
+        self,
+        sizing: Sizing,
+        kg: KernelGraph,
+        target: Target,
+        precision: str,
+        shapes: Mapping[str, tuple[int, int]],
+    ) -> Sizing:
+        return sizing_at(sizing, kg, target, precision, dict(shapes))
+
+    def bytes_per_lane(self, sizing: Sizing, target: Target, kg: KernelGraph) -> float:
+        return lane_bytes_per_sample(sizing, target, kg, self.batch)
 
 
 DECODE_LANE_CYCLES = 128
@@ -421,17 +475,15 @@ def place_and_route(
     deterministic: bool = False,
     pins: str | None = None,
     say: Callable[[str, str], None] = lambda stage, s: None,
-    train: TrainCosts | None = None,
-    decode_batch: int | None = None,
+    rule: SizingRule = ForThroughput(),
     replicas: int | None = 1,
 ) -> Placed:
     """Place (re-sizing at lower fill while the regions do not pack), route, validate.
 
     `replicas`: the copies wanted (`wsecc.replicas`), None for as many as raise the throughput
     and fit; one copy on a tile of the fabric is placed and routed, the others are it
-    translated. With `train`, every (re-)sizing costs the kernels as pipelined training does;
-    with `decode_batch` (generate mode), the regions are sized for the decode step and flows
-    get the lanes a decode step wants (`lane_bytes_per_sample`). `time_budget_s` bounds the
+    translated. `rule` (the mode's, `SizingRule`) does every (re-)sizing and re-costing and
+    gives the flows their lanes. `time_budget_s` bounds the
     placement attempts together (re-sizings and tiles included), not routing; a placement
     made again with halos (`_route_checked`) gets it once more.
 
@@ -458,11 +510,9 @@ def place_and_route(
         problem: PlacementProblem, placement: Placement
     ) -> tuple[Placement, RoutingProblem, Program]:
         def route(p: Placement) -> tuple[RoutingProblem, Program]:
-            return _route_placed(
-                kg, sizing, target, precision, problem, p, say, train, decode_batch
-            )
+            return _route_placed(kg, sizing, target, precision, problem, p, say, rule)
 
-        if train is not None or decode_batch is not None:  # sized for a step: not checked
+        if not rule.checked:  # sized for a step, not for L0's throughput
             return placement, *route(placement)
         return _route_checked(problem, placement, route, place_again, say)
 
@@ -476,10 +526,7 @@ def place_and_route(
         blocked = tiled
     for i, fill in enumerate(FILL_STEPS):
         if i:
-            sizing = size_at_fill(
-                kg, target, precision, fill, sizing.chunk_tokens, train=train,
-                decode_batch=decode_batch,
-            )  # fmt: skip
+            sizing = rule.size(kg, target, precision, fill, sizing.chunk_tokens)
             say("size", f"re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
         try:
             problem, placement = place_in(_problem(kg, sizing, target, precision, pins))
@@ -508,16 +555,14 @@ def _route_placed(
     problem: PlacementProblem,
     placement: Placement,
     say: Callable[[str, str], None],
-    train: TrainCosts | None = None,
-    decode_batch: int | None = None,
+    rule: SizingRule = ForThroughput(),
 ) -> tuple[RoutingProblem, Program]:
-    """Cost the kernels at their placed shapes, route (with the lanes a decode step of
-    `decode_batch` sequences wants, in generate mode), validate: the program of one copy and
-    the routing problem it was routed as."""
+    """Cost the kernels at their placed shapes, route with the lanes `rule` gives, validate:
+    the program of one copy and the routing problem it was routed as."""
     # what the placement achieves: each kernel costed at its placed shape (one of its menu's)
     shapes = {name: (r.h, r.w) for name, r in placement.rects.items()}
-    sizing = sizing_at(sizing, kg, target, precision, shapes, train=train)
-    per_lane = lane_bytes_per_sample(sizing, target, kg, decode_batch)
+    sizing = rule.at_shapes(sizing, kg, target, precision, shapes)
+    per_lane = rule.bytes_per_lane(sizing, target, kg)
     rp, routing = _route_widest(problem, placement, sizing, target, say, per_lane)
     # A result that fails the validators is a bug in wsecc, not in the user's input.
     bad = validate_placement(problem, placement) + validate_routing(rp, placement, routing)

@@ -29,6 +29,8 @@ import functools
 import math
 from collections.abc import Sequence
 
+from wsecc.bisection import least_true
+
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -82,8 +84,6 @@ def _shared_edge_cycles(sizes: tuple[int, ...], edge_pes: int, link_bytes_per_cy
 
     def fits(t: int) -> bool:
         return sum(lanes_within(b, lane_bytes(t, L)) for b in sizes) <= edge_pes
-
-    from wsecc.kernels.costs import least_true  # the kernels package imports this module
 
     # all bytes spread over every PE is the least it could take; one lane each always fits
     lo, hi = edge_cycles(sum(sizes), edge_pes, L) - 1, cdiv(sizes[0], L)

@@ -46,3 +46,46 @@ class Program:
 
         sizing = sizing_at(self.sizing, self.kg, self.target, precision)
         return replace(self, sizing=sizing)
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """A flow between two systems' programs: from kernel `src` of system `src_system` to kernel
+    `dst` of system `dst_system`, over the systems' I/O."""
+
+    src_system: int
+    src: str
+    dst_system: int
+    dst: str
+    bytes_per_sample: float
+
+
+@dataclass(frozen=True)
+class Systems:
+    """A placed program over one or more systems: a `Program` per system, and the flows that
+    cross between them. A model that fits a wafer is one system and no crossings; a program
+    split over several systems (issue 30) is more of the same data."""
+
+    programs: tuple[Program, ...]
+    crossings: tuple[Crossing, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.programs:
+            raise ValueError("Systems: at least one system's program")
+        n = len(self.programs)
+        for c in self.crossings:
+            if not (0 <= c.src_system < n and 0 <= c.dst_system < n):
+                raise ValueError(
+                    f"Systems: crossing {c.src} -> {c.dst} names a system not among {n}"
+                )
+
+    @classmethod
+    def one(cls, program: Program) -> Systems:
+        return cls((program,))
+
+    @property
+    def only(self) -> Program:
+        """The program of a one-system compile (every mode today); ValueError otherwise."""
+        if len(self.programs) != 1:
+            raise ValueError(f"a program over {len(self.programs)} systems has no single program")
+        return self.programs[0]

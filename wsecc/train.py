@@ -60,9 +60,10 @@ from wsecc.errors import WseccError
 from wsecc.kernels import KernelGraph, Sizing, size_regions
 from wsecc.kernels.conv import cdiv
 from wsecc.kernels.costs import TrainCosts
-from wsecc.kernels.ir import Flow, Kernel, KernelKind, Port, elem_bytes, precision
+from wsecc.kernels.ir import Flow, Kernel, Port, elem_bytes, precision
 from wsecc.kernels.kind import TRANSCENDENTAL_OPS
 from wsecc.kernels.sizing import SizingError
+from wsecc.layers import find_layers
 from wsecc.targets import Target
 from wsecc.vocab import Execution
 
@@ -348,37 +349,20 @@ def _pipelined_step(
 
 
 def streamed_units(kg: KernelGraph) -> list[tuple[str, list[Kernel]]]:
-    """The kernels (in topological order) grouped into the units that stream one at a time: the
-    leading embeddings ("input"), one unit per transformer layer ("L0", "L1", ...), and what
-    follows the last layer ("output": final norm, head). Layers are found by structure, not by
-    name (exporters name nodes every which way): each holds one attention kernel, and layer i
-    starts as far before its attention as layer 0 does after the embeddings; the last layer is
-    as long as the one before it. A graph without attention is one unit ("model")."""
+    """The kernels (in topological order) grouped into the units that stream one at a time:
+    what leads the layers ("input": embeddings, position ids), one unit per transformer layer
+    ("L0", "L1", ...; found by structure, `wsecc.layers.find_layers`, as placement and
+    generation find them), and what follows the last layer ("output": final norm, head). A
+    graph without attention is one unit ("model")."""
     ks = list(kg.kernels)
-    att = [i for i, k in enumerate(ks) if k.kind is KernelKind.ATTENTION]
-    lead = next((i for i, k in enumerate(ks) if k.kind is not KernelKind.EMBEDDING), len(ks))
-    if not att or lead > att[0]:
+    layers = find_layers([k.kind for k in ks])
+    if layers is None:
         return [("model", ks)]
-    starts = [a - (att[0] - lead) for a in att]
-    if len(starts) > 1:
-        end = min(len(ks), starts[-1] + starts[-1] - starts[-2])
-    else:  # one layer: it runs up to the head
-        end = len(ks) - sum(1 for _ in _trailing(ks, KernelKind.LM_HEAD))
-    bounds = [*starts, max(end, att[-1] + 1)]
-    units = [("input", ks[:lead])] if lead else []
-    units += [(f"L{i}", ks[a:b]) for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))]
-    if bounds[-1] < len(ks):
-        units.append(("output", ks[bounds[-1] :]))
+    units = [("input", ks[: layers.start])] if layers.start else []
+    units += [(f"L{i}", ks[a:b]) for i, (a, b) in enumerate(layers.spans)]
+    if layers.end < len(ks):
+        units.append(("output", ks[layers.end :]))
     return [(name, unit) for name, unit in units if unit]
-
-
-def _trailing(ks: Sequence[Kernel], kind: KernelKind) -> list[Kernel]:
-    out = []
-    for k in reversed(ks):
-        if k.kind is not kind:
-            break
-        out.append(k)
-    return out
 
 
 def unit_graph(kg: KernelGraph, name: str, kernels: Sequence[Kernel]) -> KernelGraph:

@@ -32,9 +32,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from wsecc.bisection import least_true  # noqa: F401 - the kinds' and sizing's
 from wsecc.kernels.conv import cdiv
 from wsecc.kernels.ir import ELEM_TYPE_BYTES, Kernel, KernelKind, precision
-from wsecc.kernels.kind import Params
+from wsecc.kernels.kind import Params, ShapesFn, breakpoints, split_shapes  # noqa: F401
+from wsecc.kernels.registry import KINDS
 from wsecc.targets import Target
 
 DEFAULT_CHUNK_TOKENS = 8
@@ -42,18 +44,6 @@ DEFAULT_CHUNK_TOKENS = 8
 double-buffered chunks stay a few KB per PE. A compiler option, not a hardware fact."""
 
 INDEX_BYTES = ELEM_TYPE_BYTES["i32"]
-
-
-def least_true(pred: Callable[[int], bool], lo: int, hi: int) -> int:
-    """The least integer x in (lo, hi] with pred(x), for pred monotone (false, then true),
-    given pred(hi) true and pred(lo) false (not evaluated). Bisection: log2(hi - lo) calls."""
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if pred(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
 
 
 @dataclass(frozen=True)
@@ -178,38 +168,8 @@ class CostContext:
         return KernelCost(h, w, sram, compute, link, in_bytes, out_bytes)
 
 
-# --- candidate shapes ----------------------------------------------------------------------------
-
-ShapesFn = Callable[[Params, int, int], tuple[list[int], list[int]]]
-
-_DENSE_BELOW = 64
-_THIN_RATIO = 1.03
-
-
-def breakpoints(extent: int, cap: int) -> list[int]:
-    """Region sizes worth trying for a dimension of `extent` split over up to `cap` PEs.
-
-    Only v with v == cdiv(extent, cdiv(extent, v)) matter: any other v gives the same tile size
-    cdiv(extent, v) as a smaller one. Above 64 the list is thinned to one value per 3% step.
-    """
-    out: list[int] = []
-    for v in range(1, min(extent, cap) + 1):
-        if v != cdiv(extent, cdiv(extent, v)):
-            continue
-        if v <= _DENSE_BELOW or v >= out[-1] * _THIN_RATIO:
-            out.append(v)
-    return out
-
-
-def split_shapes(rows_param: str, cols_param: str) -> ShapesFn:
-    """Candidates for a mapping that splits param `rows_param` over rows, `cols_param` over
-    columns."""
-
-    def shapes(p: Params, hmax: int, wmax: int) -> tuple[list[int], list[int]]:
-        return breakpoints(p[rows_param], hmax), breakpoints(p[cols_param], wmax)
-
-    return shapes
-
+# --- candidate shapes: `breakpoints` and `split_shapes` live in `wsecc.kernels.kind` (a kind's
+# definition names its shapes with them); re-exported here for the kinds' cost models
 
 # --- evaluating a kernel's model ---------------------------------------------------------------------------------
 
@@ -246,8 +206,6 @@ def cost_at(kernel: Kernel, h: int, w: int, ctx: CostContext) -> KernelCost:
 def _cost_at(
     kind: KernelKind, params: tuple[tuple[str, Any], ...], h: int, w: int, ctx: CostContext
 ) -> KernelCost:
-    from wsecc.kernels.kinds import KINDS  # the kinds import this module
-
     return KINDS[kind].cost(dict(params), h, w, ctx)
 
 
@@ -261,8 +219,6 @@ def _train_cost_at(
     in_flight: int,
 ) -> KernelCost:
     """The forward cost with what training adds (`TrainCosts`)."""
-    from wsecc.kernels.kinds import KINDS
-
     d, p = KINDS[kind], dict(params)
     if d.grad is None or ctx.train is None:
         raise ValueError(f"{kind.value} kernels have no gradient rule: they cannot be trained")

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from wsecc.errors import WseccError
 from wsecc.kernels.kind import PARAM_CHECKS, Params
+from wsecc.kernels.registry import KINDS
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -134,8 +135,6 @@ class Kernel:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", KernelKind(self.kind))
-        from wsecc.kernels.kinds import KINDS  # the kinds import this module
-
         params = dict(self.params)
         if self.kind in KINDS:
             params = {**KINDS[self.kind].defaults(params), **params}
@@ -145,8 +144,6 @@ class Kernel:
     @property
     def spec(self) -> KindDef:
         """Its kind's definition (`wsecc.kernels.kinds`)."""
-        from wsecc.kernels.kinds import KINDS  # the kinds import this module
-
         return KINDS[self.kind]
 
     @property

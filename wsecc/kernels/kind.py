@@ -40,13 +40,46 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from wsecc.kernels.conv import cdiv
+
 if TYPE_CHECKING:
     from wsecc.ir.core import Node, Op
-    from wsecc.kernels.costs import CostFn, FrontierFn, ShapesFn
+    from wsecc.kernels.costs import CostFn, FrontierFn
     from wsecc.kernels.decode import DecodeFn
     from wsecc.kernels.ir import KernelKind
 
 Params = Mapping[str, Any]  # values are Scalars, checked per kind by the verifier
+
+ShapesFn = Callable[[Params, int, int], tuple[list[int], list[int]]]
+
+_DENSE_BELOW = 64
+_THIN_RATIO = 1.03
+
+
+def breakpoints(extent: int, cap: int) -> list[int]:
+    """Region sizes worth trying for a dimension of `extent` split over up to `cap` PEs.
+
+    Only v with v == cdiv(extent, cdiv(extent, v)) matter: any other v gives the same tile size
+    cdiv(extent, v) as a smaller one. Above 64 the list is thinned to one value per 3% step.
+    """
+    out: list[int] = []
+    for v in range(1, min(extent, cap) + 1):
+        if v != cdiv(extent, cdiv(extent, v)):
+            continue
+        if v <= _DENSE_BELOW or v >= out[-1] * _THIN_RATIO:
+            out.append(v)
+    return out
+
+
+def split_shapes(rows_param: str, cols_param: str) -> ShapesFn:
+    """Candidates for a mapping that splits param `rows_param` over rows, `cols_param` over
+    columns."""
+
+    def shapes(p: Params, hmax: int, wmax: int) -> tuple[list[int], list[int]]:
+        return breakpoints(p[rows_param], hmax), breakpoints(p[cols_param], wmax)
+
+    return shapes
+
 
 PARAM_CHECKS: Mapping[str, tuple[Callable[[Any], bool], str]] = MappingProxyType(
     {
@@ -134,8 +167,6 @@ class KindDef:
             rows, cols = self.tile_split
             if rows is None or cols is None:
                 raise ValueError(f"kind {self.kind}: give shapes when tile_split is not full")
-            from wsecc.kernels.costs import split_shapes
-
             object.__setattr__(self, "shapes", split_shapes(rows, cols))
 
     def with_tokens(self, p: Params, tokens: int) -> Params:

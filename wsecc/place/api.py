@@ -4,18 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from wsecc.place.cpsat import place_cpsat
 from wsecc.place.greedy import place_greedy
 from wsecc.place.manual import place_manual
 from wsecc.place.problem import Placement, PlacementError, PlacementProblem
 
 Placer = Callable[[PlacementProblem, float, int, bool], Placement]
 
+
+def _cpsat(p: PlacementProblem, budget: float, seed: int, deterministic: bool) -> Placement:
+    # imported on first use: ortools (and the pandas it imports) takes seconds to load, and a
+    # compile with the greedy placer, `wsecc --help` or a reloaded folder never need it
+    from wsecc.place.cpsat import place_cpsat
+
+    return place_cpsat(p, time_budget_s=budget, seed=seed, deterministic=deterministic)
+
+
 PLACERS: dict[str, Placer] = {
     "greedy": lambda p, budget, seed, det: place_greedy(p, seed=seed),
-    "cpsat": lambda p, budget, seed, det: place_cpsat(
-        p, time_budget_s=budget, seed=seed, deterministic=det
-    ),
+    "cpsat": _cpsat,
     "manual": lambda p, budget, seed, det: place_manual(p, seed=seed),
 }
 

@@ -42,6 +42,7 @@ from typing import Literal
 
 import numpy as np
 
+from wsecc.layers import find_layers
 from wsecc.place.greedy import _flip, _transpose, flow_order
 from wsecc.place.layered import _strips
 from wsecc.place.problem import (
@@ -69,25 +70,21 @@ Pack = Callable[
 
 
 def repeating_layers(problem: PlacementProblem) -> tuple[list[str], list[list[str]], list[str]]:
-    """(kernels before the layers, the layers, kernels after), all in flow order; no layers
-    when the problem has fewer than two attention kernels or they are not evenly spaced."""
+    """(kernels before the layers, the layers, kernels after), all in flow order; the layers
+    are `wsecc.layers.find_layers`'s (as training and generation find them), and none when
+    there are fewer than two or they are not alike (as many kernels of the same kinds): tiling
+    repeats one layer's packing."""
     order = flow_order(problem)
     kinds = [problem.kernel(n).kind for n in order]
-    att = [i for i, k in enumerate(kinds) if k == "attention"]
-    if len(att) < 2:
+    found = find_layers(kinds)
+    if found is None or len(found) < 2:
         return order, [], []
-    # the layers start after the last embedding before them (RoBERTa and MPNet compute their
-    # position ids from the token ids in kernels of their own, before the embedding)
-    lead = max((i + 1 for i, k in enumerate(kinds[: att[0]]) if k == "embedding"), default=0)
-    starts = [a - (att[0] - lead) for a in att]
-    size = starts[1] - starts[0]
-    end = starts[-1] + size
-    if end > len(order) or any(b - a != size for a, b in zip(starts, starts[1:], strict=False)):
+    spans = found.spans
+    first = kinds[spans[0][0] : spans[0][1]]
+    if any(kinds[a:b] != first for a, b in spans):
         return order, [], []
-    layers = [order[s : s + size] for s in starts]
-    if any(kinds[s : s + size] != kinds[starts[0] : starts[0] + size] for s in starts):
-        return order, [], []
-    return order[: starts[0]], layers, order[end:]
+    layers = [order[a:b] for a, b in spans]
+    return order[: found.start], layers, order[found.end :]
 
 
 def _envelope(problem: PlacementProblem, layers: list[list[str]]) -> list[tuple[Shape, ...]]:

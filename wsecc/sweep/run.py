@@ -28,8 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wsecc import chain
 from wsecc.errors import WseccError, one_line
+from wsecc.modes import per_sample_batch, strategy
+from wsecc.options import Options
+from wsecc.report import report
+from wsecc.stages import Fused, Simulated, Sized
 from wsecc.sweep.spec import Point
+from wsecc.targets import target_source
 from wsecc.version import __version__
 
 Message = tuple[str, Any]
@@ -42,8 +48,6 @@ class Task:
 
 
 def frontend_key(p: Point) -> tuple[Any, ...]:
-    from wsecc.flow import per_sample_batch
-
     o = p.options()
     key = (p.model.sha256, str(p.model.path), per_sample_batch(o), o.seq)
     return (*key, tuple(sorted(o.dims.items())))
@@ -66,9 +70,7 @@ def make_tasks(points: list[Point]) -> list[Task]:
 def run_task(task: Task, cache_dir: str | None) -> Iterator[Message]:
     """Compile each point of `task` (module doc), sharing the frontend within the task and
     placements through `cache_dir` (None: no sharing across tasks)."""
-    from wsecc.compiler import Compilation
-
-    fused: Compilation | WseccError | None = None
+    fused: Fused | WseccError | None = None
     cache = Path(cache_dir) if cache_dir else None
     for point in task.points:
         yield ("start", point.config_hash)
@@ -77,13 +79,12 @@ def run_task(task: Task, cache_dir: str | None) -> Iterator[Message]:
             if fused is None:
                 try:
                     options = _frontend_options(point) if task.shared else point.options()
-                    fused = Compilation.load(point.model.path, options).fuse()
+                    fused = chain.fuse(chain.load(chain.job(point.model.path, options)))
                 except WseccError as e:
                     fused = e  # the task's other points have the same binding: the same error
             if isinstance(fused, WseccError):
                 raise fused
-            c = _compile(fused.fork(point.options()), cache)
-            row = row_of(point, c)
+            row = row_of(point, _compile(chain.fork(fused, point.options()), cache))
         except (WseccError, MemoryError) as e:
             row = failed_row(point, one_line(str(e)) or type(e).__name__)
         except Exception as e:  # a bug in wsecc: a row all the same, the sweep goes on
@@ -92,56 +93,32 @@ def run_task(task: Task, cache_dir: str | None) -> Iterator[Message]:
         yield ("row", row)
 
 
-def _frontend_options(p: Point) -> Any:
+def _frontend_options(p: Point) -> Options:
     """The point's options at the batch its task's frontend binds (`frontend_key`)."""
-    from wsecc.flow import per_sample_batch
-
     o = p.options()
     return dataclasses.replace(o, batch=per_sample_batch(o)) if o.batch else o
 
 
-def _compile(c: Any, cache: Path | None) -> Any:
-    """Lower, size, place and route (or take the cached placement of the same program) and
-    simulate a compilation forked after its passes."""
-    from wsecc.kernels import Sizing
-    from wsecc.place.problem import Placement, PlacementProblem
-    from wsecc.program import Program
-    from wsecc.replicas import Replicas
-    from wsecc.route.problem import Routing
-    from wsecc.targets import target_source
-
-    o, target = c.options, c.target
-    if o.mode == "train":  # a training step is costed, not placed (`wsecc.train`)
-        return c.train()
-    c.lower_and_size()
-    kg = c.kernel_graph
+def _compile(fused: Fused, cache: Path | None) -> Sized | Simulated:
+    """The chain after the passes, the placement taken from `cache` when a compile of the same
+    kernels, target and placement options made it."""
+    sized = chain.size(fused)
+    o = sized.job.options
+    if not strategy(o.mode).placed_in_sweep:  # train: costed, not placed
+        return sized
     key = {
-        "kernels": hashlib.sha256(json.dumps(kg.to_json(), sort_keys=True).encode()).hexdigest(),
+        "kernels": hashlib.sha256(
+            json.dumps(sized.kernel_graph.to_json(), sort_keys=True).encode()
+        ).hexdigest(),
         "target": hashlib.sha256(target_source(o.target)[0].encode()).hexdigest(),
         "precision": str(o.precision), "chunk_tokens": o.chunk_tokens, "placer": str(o.placer),
         "time_budget_s": o.time_budget_s, "seed": o.seed, "deterministic": o.deterministic,
         "pins": Path(o.pins).read_text() if o.pins else None, "wsecc": __version__,
         "replicas": o.replicas,
     }  # fmt: skip
-
-    def place() -> dict[str, Any]:
-        p = c.place_and_route().program
-        return {
-            "problem": c.problem.to_json(), "sizing": p.sizing.to_json(),
-            "placement": p.placement.to_json(), "routing": p.routing.to_json(),
-            "replicas": p.replicas.to_json(),
-        }  # fmt: skip
-
     t0 = time.perf_counter()
-    placed = shared(cache, "placed", key, place)
-    c.seconds["place"] = time.perf_counter() - t0
-    c.problem = PlacementProblem.from_json(placed["problem"])
-    c.program = Program(
-        kg, Sizing.from_json(placed["sizing"]), Placement.from_json(placed["placement"]),
-        Routing.from_json(placed["routing"]), target, Replicas.from_json(placed["replicas"]),
-    )  # fmt: skip
-    c.sizing = c.program.sizing
-    return c.simulate()
+    saved = shared(cache, "placed", key, lambda: chain.placed_to_json(chain.place(sized)))
+    return chain.simulate(chain.with_placement(sized, saved, time.perf_counter() - t0))
 
 
 def shared(
@@ -190,15 +167,16 @@ def failed_row(p: Point, error: str) -> dict[str, Any]:
     return {**point_columns(p), "status": "failed", "error": error}
 
 
-def row_of(p: Point, c: Any) -> dict[str, Any]:
+def row_of(p: Point, stage: Sized | Simulated) -> dict[str, Any]:
     """A compiled point's row: its columns (seq as bound) and the report's key figures."""
-    report = c.report()
-    perf, sizing = report["performance"], report["sizing"]
-    numerics = report.get("numerics")
-    placed = "placement" in report  # train mode is costed, not placed
+    rep = report(stage)
+    perf, sizing = rep["performance"], rep["sizing"]
+    numerics = rep.get("numerics")
+    placed = "placement" in rep  # train mode is costed, not placed
+    sized = stage.placed.sized if isinstance(stage, Simulated) else stage
     row = {
         **point_columns(p),
-        "seq": c.kernel_graph.tokens_per_sample,
+        "seq": sized.kernel_graph.tokens_per_sample,
         "status": "ok",
         "error": None,
         "samples_per_s": perf["samples_per_s"],
@@ -210,16 +188,14 @@ def row_of(p: Point, c: Any) -> dict[str, Any]:
         "on_wafer_samples_per_s": perf.get("on_wafer_samples_per_s"),
         "pes_used": sizing["pes_used"],
         "fabric_fraction": sizing["fabric_fraction"],
-        "copies": report.get("replicas", {}).get("k"),  # data-parallel copies on the wafer
-        "sram_max_bytes": report["sram"]["max_bytes"]
-        if placed
-        else sizing["max_sram_bytes_per_pe"],
-        "colors_max": report["routing"]["colors_max"] if placed else None,
-        "gap": report["placement"]["gap"] if placed else None,
+        "copies": rep.get("replicas", {}).get("k"),  # data-parallel copies on the wafer
+        "sram_max_bytes": rep["sram"]["max_bytes"] if placed else sizing["max_sram_bytes_per_pe"],
+        "colors_max": rep["routing"]["colors_max"] if placed else None,
+        "gap": rep["placement"]["gap"] if placed else None,
         "execution": perf.get("execution"),
         "train_batch": perf.get("batch"),
-        "params": report["model"]["params"],
+        "params": rep["model"]["params"],
         "numerics": None if numerics is None else ("PASS" if numerics["passed"] else "FAIL"),
-        "compile_s": round(sum(c.seconds.values()), 3),
+        "compile_s": round(sum(stage.seconds.values()), 3),
     }
     return row

@@ -8,7 +8,8 @@
     generic.py    generic (lowering's fallback)
     contest.py    conv, dblock, cblock (the ISPD 2020 contest)
 
-`KINDS` maps every `KernelKind` to its definition (a kind without one fails at import);
+`KINDS` maps every `KernelKind` to its definition (registered in `wsecc.kernels.registry`,
+where the IR and the cost machinery look kinds up; a kind without one fails at import);
 `lower_node` gives the kind and params a fused node becomes.
 """
 
@@ -27,27 +28,25 @@ from wsecc.kernels.kinds.generic import GENERIC, lower_generic
 from wsecc.kernels.kinds.matmul import GATED_LINEAR, LINEAR, LM_HEAD
 from wsecc.kernels.kinds.moe import MOE
 from wsecc.kernels.kinds.rowwise import ELEMENTWISE, LAYERNORM, RMSNORM, SOFTMAX
+from wsecc.kernels.registry import KINDS, register
 
-KINDS: Mapping[KernelKind, KindDef] = MappingProxyType(
-    {
-        d.kind: d
-        for d in (
-            LINEAR,
-            GATED_LINEAR,
-            LM_HEAD,
-            MOE,
-            ATTENTION,
-            LAYERNORM,
-            RMSNORM,
-            SOFTMAX,
-            ELEMENTWISE,
-            EMBEDDING,
-            GENERIC,
-            CONV,
-            DBLOCK,
-            CBLOCK,
-        )
-    }
+register(
+    (
+        LINEAR,
+        GATED_LINEAR,
+        LM_HEAD,
+        MOE,
+        ATTENTION,
+        LAYERNORM,
+        RMSNORM,
+        SOFTMAX,
+        ELEMENTWISE,
+        EMBEDDING,
+        GENERIC,
+        CONV,
+        DBLOCK,
+        CBLOCK,
+    )
 )
 if set(KINDS) != set(KernelKind):
     raise ImportError(f"kinds without a definition: {sorted(set(KernelKind) - set(KINDS))}")

@@ -1,0 +1,68 @@
+"""The compile as one chain of frozen stage values (`wsecc.chain`, `wsecc.stages`), the mode a
+strategy value (`wsecc.modes`), one performance interface (`wsecc.results`)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SAMPLES
+
+from wsecc import chain, stages
+from wsecc.modes import STRATEGIES
+from wsecc.report import report
+from wsecc.vocab import Mode
+
+GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
+
+
+def test_every_stage_value_is_frozen() -> None:
+    for cls in (stages.Job, stages.Loaded, stages.Fused, stages.Sized, stages.Placed,
+                stages.Simulated):  # fmt: skip
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
+
+
+def test_every_mode_has_one_strategy() -> None:
+    assert set(STRATEGIES) == set(Mode)
+    assert all(s.mode is m for m, s in STRATEGIES.items())
+
+
+def test_the_sweep_runs_the_chain_not_the_compiler() -> None:
+    tree = ast.parse((ROOT / "wsecc" / "sweep" / "run.py").read_text())
+    names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    assert "wsecc.compiler" not in names and "wsecc.flow" not in names
+
+
+def test_a_stage_is_not_changed_by_the_stages_after_it() -> None:
+    """One `Fused` value feeds two compiles (as a sweep's points share it); each later stage is
+    a new value, and the report of an earlier one stays what it was."""
+    job = chain.job(GPT2, seq=8, placer="greedy", sim="l0", validate=False)
+    fused = chain.fuse(chain.load(job))
+    sized = chain.size(fused)
+    before = report(sized, timings=False)
+    done = chain.simulate(chain.place(sized))
+    assert report(sized, timings=False) == before and "placement" not in before
+    assert done.placed.sized is sized and sized.fused is fused
+    assert len(done.placed.systems.programs) == 1 and not done.placed.systems.crossings
+    wse3 = chain.fork(fused, dataclasses.replace(job.options, target="wse3"))
+    assert wse3.graph is fused.graph and wse3.job.target.name == "wse3"
+    assert fused.job.target.name == "wse2"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        done.placed = done.placed  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_every_mode_reports_through_one_performance_interface(mode: Mode) -> None:
+    path = SAMPLES / ("llama_dynamo.onnx" if mode is Mode.GENERATE else "gpt2_legacy_op17.onnx")
+    done = chain.compile_file(
+        path, chain.job(path, seq=16, placer="greedy", sim="l0", validate=False, mode=mode).options
+    )
+    rep = report(done)
+    assert rep["performance"] == done.performance.to_json()
+    for key in ("samples_per_s", "tokens_per_s", "latency_s", "utilization", "bottleneck"):
+        assert key in rep["performance"]
+    assert rep["mode"] == mode.value and Path(rep["model"]["path"]) == path

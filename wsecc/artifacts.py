@@ -1,0 +1,127 @@
+"""The output folder of a stage value: its files (report.json, the products as JSON, viewer.html,
+the PNGs, the trace and saved arrays) as a function of the stage, written atomically by
+`wsecc.outdir.write_folder`."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from wsecc.ir.printer import format_graph
+from wsecc.outdir import write_folder
+from wsecc.report import Trail, limits, report
+from wsecc.stages import Stage
+from wsecc.targets import target_source
+
+STALE = ("trace.json", "inputs.npz", "outputs.npz", "generated.npz")
+"""Files a re-simulation does not carry over from the folder it rewrites (`keep`)."""
+
+
+def viewer_html(stage: Stage) -> str:
+    """viewer.html: the placed, routed compile, self-contained (wsecc.view)."""
+    from wsecc.view import render_viewer
+
+    t = Trail.of(stage)
+    if t.placed is None:
+        raise ValueError("viewer_html: the stage is not placed")
+    sim = t.simulated
+    info = None
+    if sim is not None and sim.perf is not None and sim.sram is not None:
+        sram = sim.sram
+        info = {
+            k.name: {
+                "bound": k.bound,
+                "cycles_per_sample": k.cycles_per_sample,
+                "sram_bytes_per_pe": sram.kernel_max[k.name],
+            }
+            for k in sim.perf.kernels
+        }
+    return render_viewer(
+        t.placed.program, title=t.title, kernel_info=info,
+        sram_per_pe=sim.sram.total if sim is not None and sim.sram is not None else None,
+        limits=limits(stage),
+    )  # fmt: skip
+
+
+def folder_files(
+    stage: Stage, *, save_outputs: bool, old: Path | None = None
+) -> dict[str, str | bytes]:
+    """Every file of `stage`'s output folder, by name; with `old` (a folder this compile
+    rewrites), that folder's files it does not produce again, less `STALE`."""
+    t = Trail.of(stage)
+    files: dict[str, str | bytes] = {}
+    if old is not None and old.is_dir():
+        files |= {p.name: p.read_bytes() for p in old.iterdir() if p.is_file()}
+        for stale in STALE:
+            files.pop(stale, None)
+    files["report.json"] = json.dumps(report(stage), indent=1) + "\n"
+    if t.fused is not None:
+        files["fused.ir.txt"] = format_graph(t.fused.graph)
+    if t.sized is not None:
+        files["kernels.json"] = json.dumps(t.sized.kernel_graph.to_json(), indent=1) + "\n"
+        files["sizing.json"] = json.dumps(t.sizing.to_json(), indent=1) + "\n"
+    files["target.toml"] = target_source(t.job.options.target)[0]
+    sim = t.simulated
+    if t.placed is not None:
+        program = t.placed.program
+        files["placement.json"] = program.placement.dumps(include_timing=False) + "\n"
+        files["routing.json"] = program.routing.dumps() + "\n"
+        files["viewer.html"] = viewer_html(stage)
+        files["placement.png"] = _png(lambda path: _placement_png(t, stage, path))
+    if sim is not None and sim.perf is not None and sim.sram is not None:
+        from wsecc.view.png import write_roofline_png, write_sram_png
+
+        sram, perf = sim.sram, sim.perf
+        files["sram.png"] = _png(lambda path: write_sram_png(path, sram))
+        files["roofline.png"] = _png(lambda path: write_roofline_png(path, perf, t.job.target))
+    if sim is not None:
+        for name, draw in sim.performance.figures(t.title).items():
+            files[name] = _png(draw)
+        if sim.events is not None:
+            files["trace.json"] = json.dumps(
+                {"traceEvents": list(sim.events.trace), "displayTimeUnit": "ns"}
+            )
+        if save_outputs:
+            files |= {name: _npz(arrays) for name, arrays in sim.arrays.items()}
+    return files
+
+
+def write(stage: Stage, out_dir: str | os.PathLike[str], *, keep: bool = False) -> Path:
+    """Write `stage`'s output folder atomically (a temporary sibling renamed into place).
+
+    `keep=True` carries over the files of an existing `out_dir` that this stage does not
+    produce again (a re-simulation keeps fused.ir.txt, say)."""
+    save = Trail.of(stage).job.options.save_outputs
+    files = folder_files(stage, save_outputs=save, old=Path(out_dir) if keep else None)
+    return write_folder(Path(out_dir), files)
+
+
+def _placement_png(t: Trail, stage: Stage, path: Path) -> None:
+    from wsecc.view import write_placement_png
+
+    assert t.placed is not None and t.sized is not None
+    program = t.placed.program
+    write_placement_png(
+        path, t.sized.kernel_graph, program.placement, t.job.target, t.title,
+        limits=limits(stage), routing=program.routing, replicas=program.replicas,
+    )  # fmt: skip
+
+
+def _png(draw: Callable[[Path], None]) -> bytes:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "figure.png"
+        draw(path)
+        return path.read_bytes()
+
+
+def _npz(arrays: Mapping[str, Any]) -> bytes:
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez(buf, **dict(arrays))
+    return buf.getvalue()

@@ -1,0 +1,249 @@
+"""The compile as one chain of pure functions over frozen stage values (`wsecc.stages`):
+
+    job(path, options) ─load─▶ Loaded ─fuse─▶ Fused ─size─▶ Sized ─place─▶ Placed
+                       ─simulate─▶ Simulated
+
+Each function takes the stage before and returns a new value, timing itself and telling
+`say(stage, message)` what it did; the mode's strategy (`wsecc.modes`) decides what sizing,
+placement and simulation do. The CLI, the Python API (`wsecc.compiler`, a façade over this)
+and the sweep run these same functions; a sweep shares a `Fused` between points and a placement
+between tasks (`with_placement`).
+
+Example::
+
+    from wsecc import chain
+    fused = chain.fuse(chain.load(chain.job("samples/gpt2_legacy_op17.onnx", seq=32)))
+    done = chain.simulate(chain.place(chain.size(fused)))
+    print(done.performance.to_json()["samples_per_s"])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from wsecc.errors import WseccError
+from wsecc.flow import fuse as run_passes
+from wsecc.flow import load as import_model
+from wsecc.flow import place_and_route
+from wsecc.frontend.common import widened_text
+from wsecc.hashing import sha256_beside
+from wsecc.kernels import Sizing
+from wsecc.modes import bound_batch, per_sample_batch, strategy
+from wsecc.options import Options, saved_options
+from wsecc.place.from_kernels import placement_problem
+from wsecc.place.problem import Placement, PlacementProblem, tailored
+from wsecc.program import Program, Systems
+from wsecc.replicas import Replicas
+from wsecc.route.problem import Routing
+from wsecc.stages import Fused, Job, Loaded, Placed, Simulated, Sized, timed
+from wsecc.targets import load_target
+
+Say = Callable[[str, str], None]
+
+
+def _quiet(stage: str, message: str) -> None:
+    pass
+
+
+def job(path: str | os.PathLike[str], options: Options | None = None, **changes: Any) -> Job:
+    """What to compile: the model file, the options (keywords change `options`), the target
+    (loaded now, so a bad target fails before the slow stages)."""
+    options = dataclasses.replace(options or Options(), **changes)
+    return Job(Path(path), options, load_target(options.target))
+
+
+def load(job: Job, say: Say = _quiet) -> Loaded:
+    """Load, bind and import the ONNX file (folded, into the wsecc IR); the file's hash is
+    taken on another thread meanwhile."""
+    sha = sha256_beside(job.model_path)
+    seconds: dict[str, float] = {}
+    with timed(say, "frontend", seconds):
+        graph, info = import_model(job.model_path, job.options, bound_batch(job.options))
+    n, widened = info.weight_inputs, info.widened
+    say(
+        "frontend",
+        f"{len(graph.nodes)} ops after folding, bindings {info.describe_bindings()}"
+        + (f"; {n} weights from input shapes, no data" if n else "")
+        + (f"; {widened_text(widened)}" if widened else ""),
+    )
+    return Loaded(job, graph, info, sha, seconds)
+
+
+def fuse(loaded: Loaded, say: Say = _quiet) -> Fused:
+    """The pass pipeline (canonicalize and fuse) on the imported graph."""
+    o = loaded.job.options
+    seconds = dict(loaded.seconds)
+    with timed(say, "passes", seconds):
+        graph, records = run_passes(loaded.graph, loaded.job.model_path, o)
+    for r in records:
+        say(
+            "passes",
+            f"{r.name:<15} {r.nodes_before:>5} -> {r.nodes_after:<5} ops ({r.seconds * 1e3:.0f} ms)",
+        )
+        if o.explain:
+            for note in r.notes:
+                say("passes", f"  not fused: {note}")
+    return Fused(loaded, graph, tuple(records), seconds)
+
+
+def fork(fused: Fused, options: Options) -> Fused:
+    """`fused` under other options (another target, precision, placer, ...): the frontend and
+    pass products are shared. The bindings (batch, seq, dims) must be `fused`'s, except the
+    batch of a graph bound at `per_sample_batch` 1 when `options` run no numerics; a sweep
+    compiles many points of one binding this way."""
+    o = fused.job.options
+    batch = bound_batch(o)
+    if batch == 1 and per_sample_batch(options) == 1:
+        batch = bound_batch(options)  # the graph is per sample for these options
+    if (bound_batch(options), options.seq, dict(options.dims)) != (batch, o.seq, dict(o.dims)):
+        raise ValueError("fork: the bindings (batch, seq, dims) must stay the same")
+    return in_job(fused, Job(fused.job.model_path, options, load_target(options.target)))
+
+
+def in_job(fused: Fused, job: Job) -> Fused:
+    """`fused` (its graphs, shared) as a stage of `job`."""
+    return dataclasses.replace(fused, loaded=dataclasses.replace(fused.loaded, job=job))
+
+
+def size(fused: Fused, say: Say = _quiet) -> Sized:
+    """Lower the fused graph to kernels and size them as the mode does (in train mode: cost the
+    training step, and check the gradients when asked)."""
+    mode = strategy(fused.job.options.mode)
+    seconds = dict(fused.seconds)
+    with timed(say, mode.size_stage, seconds):
+        sized = mode.size(fused, say)
+    say(mode.size_stage, mode.size_summary(sized))
+    return mode.check(dataclasses.replace(sized, seconds=seconds), say)
+
+
+def place(sized: Sized, say: Say = _quiet) -> Placed:
+    """Place the regions (re-sizing at lower fill if they do not pack) and route
+    (`wsecc.flow.place_and_route`), what the mode lays out on the wafer."""
+    o, target = sized.job.options, sized.job.target
+    layout = strategy(o.mode).layout(sized)
+    seconds = dict(sized.seconds)
+    with timed(say, "place", seconds):
+        placed = place_and_route(
+            layout.kernel_graph, layout.sizing, target, o.precision, placer=o.placer,
+            time_budget_s=o.time_budget_s, seed=o.seed, deterministic=o.deterministic,
+            pins=o.pins, say=say, rule=layout.rule, replicas=layout.replicas,
+        )  # fmt: skip
+    program = placed.program
+    if layout.one_copy_because is not None:
+        program = dataclasses.replace(program, replicas=Replicas(1, layout.one_copy_because))
+    result = Placed(sized, placed.problem, Systems.one(program), placed.pool_shapes, seconds)
+    p, r = program.placement, program.routing
+    say(
+        "place",
+        f"{o.placer}: weighted wirelength {p.objective:.4g} B·PE, bound {p.bound:.4g} "
+        f"({p.bound_kind}), gap {100 * p.gap:.1f}%, {p.status} ({p.seconds:.1f} s), "
+        f"{result.pool_shapes} kernels in pool shapes"
+        + (f"; {p.search.summary()}" if p.search is not None else ""),
+    )
+    say(
+        "route",
+        f"{len(r.lanes)} lanes, colors max {r.colors_used_max}/{r.color_budget} "
+        f"(lower bound {r.color_lower_bound}), link load max {r.link_load_max}",
+    )
+    return result
+
+
+def placed_to_json(placed: Placed) -> dict[str, Any]:
+    """What a placement shares with a compile of the same kernels (`with_placement`)."""
+    p = placed.program
+    return {
+        "problem": placed.problem.to_json(), "sizing": p.sizing.to_json(),
+        "placement": p.placement.to_json(), "routing": p.routing.to_json(),
+        "replicas": p.replicas.to_json(), "pool_shapes": placed.pool_shapes,
+    }  # fmt: skip
+
+
+def with_placement(sized: Sized, saved: dict[str, Any], seconds: float) -> Placed:
+    """`sized` placed and routed as `saved` (`placed_to_json` of a compile of the same kernel
+    graph, target and placement options) says, taking `seconds`."""
+    layout = strategy(sized.job.options.mode).layout(sized)
+    program = Program(
+        layout.kernel_graph, Sizing.from_json(saved["sizing"]),
+        Placement.from_json(saved["placement"]), Routing.from_json(saved["routing"]),
+        sized.job.target, Replicas.from_json(saved["replicas"]),
+    )  # fmt: skip
+    problem = PlacementProblem.from_json(saved["problem"])
+    return Placed(
+        sized, problem, Systems.one(program), saved.get("pool_shapes", 0),
+        {**sized.seconds, "place": seconds},
+    )  # fmt: skip
+
+
+def refuse(sized: Sized, say: Say = _quiet) -> Fused:
+    """The fused graph of `sized`, re-imported when the compile was reloaded from its folder."""
+    if sized.fused is not None:
+        return sized.fused
+    path = sized.job.model_path
+    if not path.is_file():
+        raise WseccError(f"{path}: the compiled model is gone; numerics need it (--no-validate)")
+    return fuse(load(dataclasses.replace(sized.job, saved=None), say), say)
+
+
+def simulate(placed: Placed, say: Say = _quiet) -> Simulated:
+    """What the placed program achieves, as the mode simulates it, and the check against
+    onnxruntime when it runs (`options.validate`, or auto)."""
+    mode = strategy(placed.job.options.mode)
+    return mode.simulate(placed, say, lambda: refuse(placed.sized, say))
+
+
+def run(fused: Fused, say: Say = _quiet) -> Simulated:
+    """Every stage after the passes."""
+    return simulate(place(size(fused, say), say), say)
+
+
+def compile_file(
+    path: str | os.PathLike[str], options: Options | None = None, say: Say = _quiet
+) -> Simulated:
+    """Every stage, from the ONNX file."""
+    return run(fuse(load(job(path, options), say), say), say)
+
+
+def reload(folder: str | os.PathLike[str]) -> Placed:
+    """A saved compile (its output folder) with its placement and routing, ready for
+    `simulate`. The model is re-imported only when numerics are asked for."""
+    from wsecc.view import load_outdir
+
+    folder = Path(folder)
+    v = load_outdir(folder)
+    saved = json.loads((folder / "report.json").read_text())
+    opts = saved_options(saved.get("options", {}))
+    opts["target"] = (
+        str(folder / "target.toml") if (folder / "target.toml").is_file() else v.program.target.name
+    )
+    try:
+        options = Options(**opts)
+    except (TypeError, WseccError) as e:
+        raise WseccError(f"{folder / 'report.json'}: unusable options ({e})") from None
+    prog = v.program
+    job = Job(Path(saved["model"]["path"]), options, prog.target, saved)
+    problem = tailored(
+        placement_problem(prog.kg, prog.sizing, prog.target, prog.precision),
+        prog.placement.rects,
+    )
+    sized = Sized(job, None, prog.kg, prog.sizing)
+    pool = saved.get("placement", {}).get("pool_shapes", 0)
+    return Placed(sized, problem, Systems.one(prog), pool)
+
+
+def with_options(placed: Placed, **changes: Any) -> Placed:
+    """`placed` under other options (keywords are `Options` fields), not yet simulated: another
+    precision re-costs the placed program in it (no re-placing)."""
+    options = dataclasses.replace(placed.job.options, **changes)
+    program = placed.program.in_precision(options.precision)
+    job = dataclasses.replace(placed.job, options=options)
+    fused = placed.sized.fused
+    sized = dataclasses.replace(
+        placed.sized, job=job, fused=None if fused is None else in_job(fused, job),
+        sizing=program.sizing, seconds={},
+    )  # fmt: skip
+    return Placed(sized, placed.problem, Systems.one(program), placed.pool_shapes, {})

@@ -1,0 +1,326 @@
+"""The mode as a value: one strategy per mode chooses, in one place, what the frontend binds,
+what sizing optimises, how the program is placed, what the simulation runs and which
+performance result the report gets.
+
+- `Infer`: regions sized for pipeline throughput, replicated on the wafer, L0/L1 simulated,
+  numerics against onnxruntime;
+- `Train`: a training step costed pipelined or weight-streaming (`wsecc.train`), its layout
+  placed to show it, the gradient check;
+- `Generate`: regions sized for the decode step with the K/V cache resident
+  (`wsecc.generate`), prefill and decode figures, greedy generation against onnxruntime.
+
+`strategy(mode)` gives the strategy of a `wsecc.vocab.Mode`; nothing else in the chain looks at
+the mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from wsecc.checks import (
+    check_generation,
+    check_gradients,
+    check_numerics,
+    should_validate,
+)
+from wsecc.flow import FILL_STEPS, ForDecode, ForThroughput, SizingRule, lower, simulate
+from wsecc.generate import default_prompt, generation_kernels, plan_generation
+from wsecc.options import Options
+from wsecc.replicas import GENERATE_MODE, TRAIN_MODE
+from wsecc.results import GeneratePerformance, InferPerformance, TrainPerformance
+from wsecc.stages import Fused, Placed, Simulated, Sized, timed
+from wsecc.train import plan_training
+from wsecc.vocab import Mode, SimLevel
+
+if TYPE_CHECKING:
+    from wsecc.ir.core import Graph
+    from wsecc.kernels import KernelGraph, Sizing
+
+Say = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a mode places: the kernel graph and sizing on the wafer, the sizing rule every
+    re-sizing and re-costing follows, the copies wanted (None: as many as help), and the reason
+    a mode keeps one copy (None: the placer says)."""
+
+    kernel_graph: KernelGraph
+    sizing: Sizing
+    rule: SizingRule
+    replicas: int | None
+    one_copy_because: str | None = None
+
+
+class ModeStrategy(Protocol):
+    """What a mode decides (module doc)."""
+
+    @property
+    def mode(self) -> Mode: ...
+
+    @property
+    def size_stage(self) -> str:
+        """The progress and timing name of its sizing stage."""
+        ...
+
+    @property
+    def placed_in_sweep(self) -> bool:
+        """Whether a sweep places its points (train mode's figures are the step's cost, known
+        from sizing on; its placement only shows the layout)."""
+        ...
+
+    def bound_batch(self, options: Options) -> int:
+        """The batch the graph is bound at."""
+        ...
+
+    def size(self, fused: Fused, say: Say) -> Sized:
+        """Lower the fused graph and size its kernels (the stage's products, untimed)."""
+        ...
+
+    def size_summary(self, sized: Sized) -> str:
+        """The sizing stage's progress line."""
+        ...
+
+    def check(self, sized: Sized, say: Say) -> Sized:
+        """`sized` with the check a mode runs before placement (train's gradients)."""
+        ...
+
+    def layout(self, sized: Sized) -> Layout:
+        """What placement places."""
+        ...
+
+    def simulate(self, placed: Placed, say: Say, refused: Callable[[], Fused]) -> Simulated:
+        """What the placed program achieves, and the check when it runs (`refused`: the fused
+        graph, re-imported when the compile was reloaded from its folder)."""
+        ...
+
+
+def _params(fused: Fused | None, sized: Sized) -> int:
+    if fused is not None:
+        return fused.params
+    return int((sized.job.saved or {}).get("model", {}).get("params", 0))
+
+
+def _sizing_line(sized: Sized) -> str:
+    kg = sized.kernel_graph
+    return f"{len(kg.kernels)} kernels, {len(kg.flows)} flows; " + sized.sizing.summary()
+
+
+def _graph(sized: Sized) -> Graph | None:
+    return sized.fused.loaded.graph if sized.fused is not None else None
+
+
+@dataclass(frozen=True)
+class Infer:
+    """Forward passes, layer-pipelined and replicated (ARCHITECTURE §3)."""
+
+    @property
+    def mode(self) -> Mode:
+        return Mode.INFER
+
+    @property
+    def size_stage(self) -> str:
+        return "size"
+
+    @property
+    def placed_in_sweep(self) -> bool:
+        return True
+
+    def bound_batch(self, options: Options) -> int:
+        return options.batch or 1
+
+    def size(self, fused: Fused, say: Say) -> Sized:
+        o, target = fused.job.options, fused.job.target
+        kg = lower(fused.graph)
+        sizing = ForThroughput().size(kg, target, o.precision, FILL_STEPS[0], o.chunk_tokens)
+        return Sized(fused.job, fused, kg, sizing)
+
+    def size_summary(self, sized: Sized) -> str:
+        return _sizing_line(sized)
+
+    def check(self, sized: Sized, say: Say) -> Sized:
+        return sized
+
+    def layout(self, sized: Sized) -> Layout:
+        return Layout(sized.kernel_graph, sized.sizing, ForThroughput(), sized.job.options.replicas)
+
+    def simulate(self, placed: Placed, say: Say, refused: Callable[[], Fused]) -> Simulated:
+        o = placed.job.options
+        seconds = dict(placed.seconds)
+        with timed(say, "simulate", seconds):
+            sram, perf, events = simulate(placed.program, o)
+        performance = InferPerformance(perf, events, placed.program.replicas.k)
+        say("simulate", performance.summary())
+        sized = placed.sized
+        if not should_validate(sized.job, _graph(sized), _params(sized.fused, sized)):
+            return Simulated(placed, performance, sram, perf, events, seconds=seconds)
+        fused = refused()
+        placed = dataclasses.replace(placed, sized=dataclasses.replace(sized, fused=fused))
+        with timed(say, "numerics", seconds):
+            check, inputs, outputs = check_numerics(
+                fused, sized.kernel_graph, placed.program.sizing
+            )
+        say("numerics", check.summary())
+        arrays = {"inputs.npz": inputs, "outputs.npz": outputs}
+        return Simulated(placed, performance, sram, perf, events, check, arrays, seconds)
+
+
+@dataclass(frozen=True)
+class Train:
+    """A training step (ARCHITECTURE §3): costed by `wsecc.train`, its layout (the pipelined
+    program, or the slowest streamed unit on the whole wafer) placed to show and check it; the
+    step's figures stay the costing's. The gradient check (minutes even when small) runs only
+    when asked."""
+
+    @property
+    def mode(self) -> Mode:
+        return Mode.TRAIN
+
+    @property
+    def size_stage(self) -> str:
+        return "train"
+
+    @property
+    def placed_in_sweep(self) -> bool:
+        return False
+
+    def bound_batch(self, options: Options) -> int:
+        return 1  # the kernels are per sample; the global batch is the step's
+
+    def size(self, fused: Fused, say: Say) -> Sized:
+        o, target = fused.job.options, fused.job.target
+        kg = lower(fused.graph)
+        t = plan_training(
+            kg, target, o.precision, execution=o.execution, batch=o.batch, systems=o.systems,
+            chunk_tokens=o.chunk_tokens,
+        )  # fmt: skip
+        return Sized(fused.job, fused, kg, t.sizing, training=t)
+
+    def size_summary(self, sized: Sized) -> str:
+        assert sized.training is not None  # made by `size`
+        return TrainPerformance(sized.training).summary()
+
+    def check(self, sized: Sized, say: Say) -> Sized:
+        """`sized` with the gradient check, when it runs."""
+        if sized.fused is None or not should_validate(
+            sized.job, _graph(sized), sized.fused.params, by_default=False
+        ):
+            return sized
+        seconds = dict(sized.seconds)
+        with timed(say, "numerics", seconds):
+            check = check_gradients(sized.fused)
+        say("numerics", check.summary())
+        return dataclasses.replace(sized, check=check, seconds=seconds)
+
+    def layout(self, sized: Sized) -> Layout:
+        t = sized.training
+        assert t is not None  # made by `size`
+        # training's data parallelism is over systems (`wsecc.train`): one program
+        return Layout(t.layout, t.sizing, ForThroughput(t.costs), 1, TRAIN_MODE)
+
+    def simulate(self, placed: Placed, say: Say, refused: Callable[[], Fused]) -> Simulated:
+        t = placed.sized.training
+        assert t is not None
+        return Simulated(
+            placed, TrainPerformance(t), check=placed.sized.check, seconds=dict(placed.seconds)
+        )
+
+
+@dataclass(frozen=True)
+class Generate:
+    """Token generation (ARCHITECTURE §3): every attention keeps the K/V cache of the batch's
+    sequences, regions sized for the decode step's latency, one placement the sequences share;
+    prefill and decode figures from L0."""
+
+    @property
+    def mode(self) -> Mode:
+        return Mode.GENERATE
+
+    @property
+    def size_stage(self) -> str:
+        return "size"
+
+    @property
+    def placed_in_sweep(self) -> bool:
+        return True
+
+    def bound_batch(self, options: Options) -> int:
+        return options.batch or 1  # the sequences in flight
+
+    def _rule(self, options: Options) -> ForDecode:
+        return ForDecode(options.batch or 1)
+
+    def size(self, fused: Fused, say: Say) -> Sized:
+        o, target = fused.job.options, fused.job.target
+        rule = self._rule(o)
+        kg = generation_kernels(lower(fused.graph), rule.batch, target, o.precision, o.chunk_tokens)
+        sizing = rule.size(kg, target, o.precision, FILL_STEPS[0], o.chunk_tokens)
+        return Sized(fused.job, fused, kg, sizing)
+
+    def size_summary(self, sized: Sized) -> str:
+        return _sizing_line(sized)
+
+    def check(self, sized: Sized, say: Say) -> Sized:
+        return sized
+
+    def layout(self, sized: Sized) -> Layout:
+        # the batch's sequences share one placement (`wsecc.generate`)
+        rule = self._rule(sized.job.options)
+        return Layout(sized.kernel_graph, sized.sizing, rule, 1, GENERATE_MODE)
+
+    def prompt(self, sized: Sized) -> int:
+        """`options.prompt`, or `default_prompt` of the context."""
+        return sized.job.options.prompt or default_prompt(sized.kernel_graph.tokens_per_sample)
+
+    def simulate(self, placed: Placed, say: Say, refused: Callable[[], Fused]) -> Simulated:
+        # L1 would stream a whole context; decode is a latency (L0)
+        o = dataclasses.replace(placed.job.options, sim=SimLevel.L0)
+        seconds = dict(placed.seconds)
+        with timed(say, "simulate", seconds):
+            sram, perf, events = simulate(placed.program, o)
+        sized, target = placed.sized, placed.job.target
+        with timed(say, "generate", seconds):
+            generation = plan_generation(placed.program, self.prompt(sized))
+        performance = GeneratePerformance(generation, target.peak_flops_per_s(o.precision))
+        say("generate", performance.summary())
+        if not should_validate(sized.job, _graph(sized), _params(sized.fused, sized)):
+            return Simulated(placed, performance, sram, perf, events, seconds=seconds)
+        fused = refused()
+        placed = dataclasses.replace(placed, sized=dataclasses.replace(sized, fused=fused))
+        with timed(say, "numerics", seconds):
+            check, generated = check_generation(
+                fused, sized.kernel_graph, placed.program.sizing, self.prompt(sized)
+            )
+        say("numerics", check.summary())
+        arrays = {"generated.npz": generated}
+        return Simulated(placed, performance, sram, perf, events, check, arrays, seconds)
+
+
+STRATEGIES: dict[Mode, ModeStrategy] = {
+    Mode.INFER: Infer(),
+    Mode.TRAIN: Train(),
+    Mode.GENERATE: Generate(),
+}
+
+
+def strategy(mode: Mode) -> ModeStrategy:
+    """The strategy of `mode`."""
+    return STRATEGIES[Mode(mode)]
+
+
+def bound_batch(options: Options) -> int:
+    """The batch the graph is bound at: `options.batch` (in generate mode the sequences in
+    flight), or 1 in train mode, whose kernels are per sample (the global batch is the step's,
+    `wsecc.train`)."""
+    return strategy(options.mode).bound_batch(options)
+
+
+def per_sample_batch(options: Options) -> int:
+    """The batch a graph must be bound at for `options` when it may be shared with other
+    batches: `bound_batch`, or 1 when numerics do not run (`validate` false), for then every
+    later stage is per sample (kernels, sizing, placement) or takes the batch as a number
+    (performance). A sweep's points that differ in batch alone share one frontend this way."""
+    return bound_batch(options) if options.validate is not False else 1
