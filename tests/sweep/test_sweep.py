@@ -260,3 +260,25 @@ def test_a_crowded_plot_is_sliced_where_a_model_has_a_line() -> None:
     shown, fixed = _slice(rows, ["model", "batch"], "seq")
     assert fixed == {"batch": 112} and [r["seq"] for r in shown] == [1024, 2048]
     assert _slice(rows[-4:], ["model", "batch"], "seq") == (rows[-4:], {})  # few lines: all
+
+
+def test_a_tampered_cached_placement_fails_its_point_in_one_line(tmp_path: Path) -> None:
+    """The placements a sweep shares are products too: one edited so that two regions overlap
+    is refused by the validators a saved folder goes through, not simulated."""
+    import json
+
+    spec = SPEC.replace("batch = [1, 2]", "batch = [1]").replace("seq = [16, 4096]", "seq = [16]")
+    (tmp_path / "spec.toml").write_text(spec)
+    first = run_sweep(load_spec(tmp_path / "spec.toml"), tmp_path / "out", workers=1)
+    assert first.failed == 0
+    for cached in (tmp_path / "out" / "cache").glob("placed-*.json"):
+        saved = json.loads(cached.read_text())
+        rects = saved["placement"]["rects"]
+        a, b = list(rects)[:2]
+        rects[b] = dict(rects[a])
+        cached.write_text(json.dumps(saved))
+    (tmp_path / "out" / "points.jsonl").unlink()  # every point runs again, from the cache
+    again = run_sweep(load_spec(tmp_path / "spec.toml"), tmp_path / "out", workers=1)
+    assert again.failed == again.points == 2
+    for row in read_table(tmp_path / "out"):
+        assert "overlap" in row["error"] and "\n" not in row["error"]

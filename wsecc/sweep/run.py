@@ -32,6 +32,7 @@ from wsecc import chain
 from wsecc.errors import WseccError, one_line
 from wsecc.modes import per_sample_batch, strategy
 from wsecc.options import Options
+from wsecc.products import check_program
 from wsecc.report import report
 from wsecc.stages import Fused, Simulated, Sized
 from wsecc.sweep.spec import Point
@@ -118,7 +119,16 @@ def _compile(fused: Fused, cache: Path | None) -> Sized | Simulated:
     }  # fmt: skip
     t0 = time.perf_counter()
     saved = shared(cache, "placed", key, lambda: chain.placed_to_json(chain.place(sized)))
-    return chain.simulate(chain.with_placement(sized, saved, time.perf_counter() - t0))
+    where = cache if cache is not None else Path(".")
+    try:  # a cached product is checked as a saved folder is (`wsecc.products`)
+        placed = chain.with_placement(sized, saved, time.perf_counter() - t0)
+        check_program(placed.program, where, pinned=bool(o.pins), layer=False)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise WseccError(
+            f"{where}: a cached placement of this point is malformed ({type(e).__name__}: {e}); "
+            f"delete {where} to place again"
+        ) from None
+    return chain.simulate(placed)
 
 
 def shared(
