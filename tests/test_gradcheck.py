@@ -313,7 +313,7 @@ def test_cli_grad_scale_fault_fails_the_verdict(
 
     from wsecc.cli import main
 
-    monkeypatch.setattr("wsecc.compiler.GRAD_SAMPLES", 4)
+    monkeypatch.setattr("wsecc.checks.GRAD_SAMPLES", 4)
     args = ["compile", str(SAMPLES / "gpt2_legacy_op17.onnx"), "--seq", "8", "--mode", "train",
             "--precision", precision, "--placer", "greedy", "--validate"]  # fmt: skip
     out = tmp_path / "out"

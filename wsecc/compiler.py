@@ -298,8 +298,21 @@ class Compilation:
 
     @property
     def generated(self) -> dict[str, np.ndarray] | None:
+        return self._arrays("generated.npz")
+
+    @property
+    def sim_inputs(self) -> dict[str, np.ndarray] | None:
+        """The inputs the numerics ran on (what `--save-outputs` writes as inputs.npz)."""
+        return self._arrays("inputs.npz")
+
+    @property
+    def sim_outputs(self) -> dict[str, np.ndarray] | None:
+        """The functional simulation's outputs (outputs.npz)."""
+        return self._arrays("outputs.npz")
+
+    def _arrays(self, name: str) -> dict[str, np.ndarray] | None:
         s = self.simulated
-        arrays = s.arrays.get("generated.npz") if s is not None else None
+        arrays = s.arrays.get(name) if s is not None else None
         return dict(arrays) if arrays is not None else None
 
     @property
