@@ -26,14 +26,11 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_samples import (  # noqa: E402  (a script beside this one, not a package)
-    SAMPLE_MAX_BYTES,
     SAMPLES_DIR,
     Family,
     build_family,
-    check_export,
-    export_onnx,
+    export_sample,
     make_inputs,
-    op_counts,
 )
 
 _TINY = dict(
@@ -120,23 +117,7 @@ def main(out_dir: Path = SAMPLES_DIR, only: tuple[str, ...] = ()) -> None:
         module = build_moe_family(family)
         example = make_inputs(family, 2, 16, pad_last_row=True)
         path = out_dir / f"{stem}_dynamo.onnx"
-        export_onnx(module, example, family.outputs, path, "dynamo")
-        onnx.checker.check_model(str(path), full_check=True)
-        size = path.stat().st_size
-        if size > SAMPLE_MAX_BYTES or path.with_name(f"{path.name}.data").exists():
-            raise AssertionError(f"{path.name} is not one file under 2 MB ({size} bytes)")
-        model = onnx.load(str(path))
-        opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-        counts = op_counts(path)
-        diffs = ", ".join(
-            f"(b{b},s{s}{',padded' if p else ''}) {d:.1e}"
-            for (b, s, p), d in check_export(module, family, path)
-        )
-        print(
-            f"{path.name}: opset {opset}, IR {model.ir_version}, {sum(counts.values())} nodes, "
-            f"{size} bytes; max |torch - ORT| {diffs}"
-        )
-        print(f"    ops: {counts}")
+        export_sample(module, family, example, path, "dynamo")
 
 
 if __name__ == "__main__":

@@ -894,23 +894,29 @@ def main(out_dir: Path = SAMPLES_DIR, only: tuple[str, ...] = ()) -> None:
         for exporter in SAMPLE_EXPORTERS.get(stem, EXPORTERS):
             suffix = "dynamo" if exporter == "dynamo" else f"legacy_op{exporter[6:]}"
             path = out_dir / f"{stem}_{suffix}.onnx"
-            export_onnx(module, example, family.outputs, path, exporter)
-            onnx.checker.check_model(str(path), full_check=True)
-            size = path.stat().st_size
-            if size > SAMPLE_MAX_BYTES or path.with_name(f"{path.name}.data").exists():
-                raise AssertionError(f"{path.name} is not one file under 2 MB ({size} bytes)")
-            model = onnx.load(str(path))
-            opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-            counts = op_counts(path)
-            diffs = ", ".join(
-                f"(b{b},s{s}{',padded' if p else ''}) {d:.1e}"
-                for (b, s, p), d in check_export(module, family, path)
-            )
-            print(
-                f"{path.name}: opset {opset}, IR {model.ir_version}, {sum(counts.values())} nodes, "
-                f"{size} bytes; max |torch - ORT| {diffs}"
-            )
-            print(f"    ops: {counts}")
+            export_sample(module, family, example, path, exporter)
+
+
+def export_sample(module, family, example, path: Path, exporter: str) -> None:
+    """Export one bundled sample, check it (one file under 2 MB, torch against onnxruntime)
+    and print what it holds."""
+    export_onnx(module, example, family.outputs, path, exporter)
+    onnx.checker.check_model(str(path), full_check=True)
+    size = path.stat().st_size
+    if size > SAMPLE_MAX_BYTES or path.with_name(f"{path.name}.data").exists():
+        raise AssertionError(f"{path.name} is not one file under 2 MB ({size} bytes)")
+    model = onnx.load(str(path))
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    counts = op_counts(path)
+    diffs = ", ".join(
+        f"(b{b},s{s}{',padded' if p else ''}) {d:.1e}"
+        for (b, s, p), d in check_export(module, family, path)
+    )
+    print(
+        f"{path.name}: opset {opset}, IR {model.ir_version}, {sum(counts.values())} nodes, "
+        f"{size} bytes; max |torch - ORT| {diffs}"
+    )
+    print(f"    ops: {counts}")
 
 
 if __name__ == "__main__":
