@@ -117,17 +117,9 @@ def _graph(sized: Sized) -> Graph | None:
 class Infer:
     """Forward passes, layer-pipelined and replicated (ARCHITECTURE §3)."""
 
-    @property
-    def mode(self) -> Mode:
-        return Mode.INFER
-
-    @property
-    def size_stage(self) -> str:
-        return "size"
-
-    @property
-    def placed_in_sweep(self) -> bool:
-        return True
+    mode: Mode = Mode.INFER
+    size_stage: str = "size"
+    placed_in_sweep: bool = True
 
     def bound_batch(self, options: Options) -> int:
         return options.batch or 1
@@ -175,17 +167,9 @@ class Train:
     step's figures stay the costing's. The gradient check (minutes even when small) runs only
     when asked."""
 
-    @property
-    def mode(self) -> Mode:
-        return Mode.TRAIN
-
-    @property
-    def size_stage(self) -> str:
-        return "train"
-
-    @property
-    def placed_in_sweep(self) -> bool:
-        return False
+    mode: Mode = Mode.TRAIN
+    size_stage: str = "train"
+    placed_in_sweep: bool = False
 
     def bound_batch(self, options: Options) -> int:
         return 1  # the kernels are per sample; the global batch is the step's
@@ -235,17 +219,9 @@ class Generate:
     sequences, regions sized for the decode step's latency, one placement the sequences share;
     prefill and decode figures from L0."""
 
-    @property
-    def mode(self) -> Mode:
-        return Mode.GENERATE
-
-    @property
-    def size_stage(self) -> str:
-        return "size"
-
-    @property
-    def placed_in_sweep(self) -> bool:
-        return True
+    mode: Mode = Mode.GENERATE
+    size_stage: str = "size"
+    placed_in_sweep: bool = True
 
     def bound_batch(self, options: Options) -> int:
         return options.batch or 1  # the sequences in flight
