@@ -179,7 +179,7 @@ def with_placement(sized: Sized, saved: dict[str, Any], seconds: float) -> Place
     )  # fmt: skip
 
 
-def refuse(sized: Sized, say: Say = _quiet) -> Fused:
+def fused_again(sized: Sized, say: Say = _quiet) -> Fused:
     """The fused graph of `sized`, re-imported when the compile was reloaded from its folder."""
     if sized.fused is not None:
         return sized.fused
@@ -193,7 +193,7 @@ def simulate(placed: Placed, say: Say = _quiet) -> Simulated:
     """What the placed program achieves, as the mode simulates it, and the check against
     onnxruntime when it runs (`options.validate`, or auto)."""
     mode = strategy(placed.job.options.mode)
-    return mode.simulate(placed, say, lambda: refuse(placed.sized, say))
+    return mode.simulate(placed, say, lambda: fused_again(placed.sized, say))
 
 
 def run(fused: Fused, say: Say = _quiet) -> Simulated:

@@ -92,8 +92,8 @@ class ModeStrategy(Protocol):
         """What placement places."""
         ...
 
-    def simulate(self, placed: Placed, say: Say, refused: Callable[[], Fused]) -> Simulated:
-        """What the placed program achieves, and the check when it runs (`refused`: the fused
+    def simulate(self, placed: Placed, say: Say, fused_again: Callable[[], Fused]) -> Simulated:
+        """What the placed program achieves, and the check when it runs (`fused_again`: the fused
         graph, re-imported when the compile was reloaded from its folder)."""
         ...
 
@@ -139,7 +139,7 @@ class Infer:
     def layout(self, sized: Sized) -> Layout:
         return Layout(sized.kernel_graph, sized.sizing, ForThroughput(), sized.job.options.replicas)
 
-    def simulate(self, placed: Placed, say: Say, refused: Callable[[], Fused]) -> Simulated:
+    def simulate(self, placed: Placed, say: Say, fused_again: Callable[[], Fused]) -> Simulated:
         o = placed.job.options
         seconds = dict(placed.seconds)
         with timed(say, "simulate", seconds):
@@ -149,7 +149,7 @@ class Infer:
         sized = placed.sized
         if not should_validate(sized.job, _graph(sized), _params(sized.fused, sized)):
             return Simulated(placed, performance, sram, perf, events, seconds=seconds)
-        fused = refused()
+        fused = fused_again()
         placed = dataclasses.replace(placed, sized=dataclasses.replace(sized, fused=fused))
         with timed(say, "numerics", seconds):
             check, inputs, outputs = check_numerics(
@@ -205,7 +205,7 @@ class Train:
         # training's data parallelism is over systems (`wsecc.train`): one program
         return Layout(t.layout, t.sizing, ForThroughput(t.costs), 1, TRAIN_MODE)
 
-    def simulate(self, placed: Placed, say: Say, refused: Callable[[], Fused]) -> Simulated:
+    def simulate(self, placed: Placed, say: Say, fused_again: Callable[[], Fused]) -> Simulated:
         t = placed.sized.training
         assert t is not None
         return Simulated(
@@ -251,7 +251,7 @@ class Generate:
         """`options.prompt`, or `default_prompt` of the context."""
         return sized.job.options.prompt or default_prompt(sized.kernel_graph.tokens_per_sample)
 
-    def simulate(self, placed: Placed, say: Say, refused: Callable[[], Fused]) -> Simulated:
+    def simulate(self, placed: Placed, say: Say, fused_again: Callable[[], Fused]) -> Simulated:
         # L1 would stream a whole context; decode is a latency (L0)
         o = dataclasses.replace(placed.job.options, sim=SimLevel.L0)
         seconds = dict(placed.seconds)
@@ -264,7 +264,7 @@ class Generate:
         say("generate", performance.summary())
         if not should_validate(sized.job, _graph(sized), _params(sized.fused, sized)):
             return Simulated(placed, performance, sram, perf, events, seconds=seconds)
-        fused = refused()
+        fused = fused_again()
         placed = dataclasses.replace(placed, sized=dataclasses.replace(sized, fused=fused))
         with timed(say, "numerics", seconds):
             check, generated = check_generation(
