@@ -150,3 +150,12 @@ def test_deterministic_mode_past_its_wall_clock_guard_fails_in_one_line():
     with pytest.raises(GuardError, match="ran past its 0 s wall-clock guard") as e:
         place_cpsat(chain_problem(12), time_budget_s=1.0, deterministic=True, options=opts)
     assert "\n" not in str(e.value)
+
+
+def test_the_search_line_says_when_the_whole_model_was_solved() -> None:
+    """A gain with no improving neighbourhood came from the one solve of the whole model; the
+    placement line must not credit it to nothing."""
+    whole = Search("layered", 100.0, 80.0, 15, 0, "stalled", whole=True)
+    assert "20.0% below the layered start" in whole.summary()
+    assert "one solve of the whole model and 15 neighbourhoods (0 improved)" in whole.summary()
+    assert "whole model" not in Search("tiled", 100.0, 99.0, 3, 1, "budget").summary()

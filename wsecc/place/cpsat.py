@@ -637,7 +637,7 @@ def place_cpsat(
         seconds=time.perf_counter() - budget.t0,
         seed=seed,
         bound_kind="optimal" if proven else bound_kind,
-        search=Search(begun, start_wl, wl, windows, improved, stopped),
+        search=Search(begun, start_wl, wl, windows, improved, stopped, whole=full),
     )
 
 

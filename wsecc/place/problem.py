@@ -251,7 +251,8 @@ class Search:
     "layered", "tiled" or "initial"), that start's wirelength and the one it ended at (on the
     problem it searched: a placement with halos or copies reports its own objective elsewhere),
     the neighbourhoods it solved and how many of them improved the placement, and why it stopped
-    (a key of `STOPS`)."""
+    (a key of `STOPS`); `whole`: the whole model was solved once before the neighbourhoods
+    (small problems), so the gain need not come from them."""
 
     start: str
     start_objective: float
@@ -259,6 +260,7 @@ class Search:
     windows: int
     improved: int
     stopped: str
+    whole: bool = False
 
     @property
     def gain(self) -> float:
@@ -270,8 +272,9 @@ class Search:
         packed = " of CP-SAT's layer packings" if self.start == "tiled" else ""
         return (
             f"CP-SAT search {100 * self.gain:.1f}% below the {self.start} start{packed}, "
-            f"{self.start_objective:.4g}, in {self.windows} neighbourhoods ({self.improved} "
-            f"improved); stopped: {STOPS[self.stopped]}"
+            f"{self.start_objective:.4g}, in {'one solve of the whole model and ' * self.whole}"
+            f"{self.windows} neighbourhoods ({self.improved} improved); stopped: "
+            f"{STOPS[self.stopped]}"
         )
 
 
