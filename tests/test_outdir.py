@@ -35,6 +35,8 @@ def workdir(tmp_path: Path) -> Path:
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("my notes")
     (tmp_path / "file.txt").write_text("a file")
+    (tmp_path / "theirs").mkdir()  # another tool's report, named as wsecc names its own
+    (tmp_path / "theirs" / "report.json").write_text('{"schema": "someone.else/2"}')
     return tmp_path
 
 
@@ -43,6 +45,7 @@ def workdir(tmp_path: Path) -> Path:
     [
         ("models", "holds the input"),
         ("mine", "not a wsecc output"),
+        ("theirs", "not a wsecc output"),
         (".", "working folder"),
         ("file.txt", "existing file"),
         ("models/model.onnx", "existing file"),
