@@ -328,3 +328,76 @@ def test_cli_grad_scale_fault_fails_the_verdict(
     assert refused.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "positive number" in err[0]
+
+
+@pytest.mark.parametrize(
+    ("sample", "buffers", "not_trained"),
+    [
+        ("codegen_dynamo.onnx", ("val_74",), ()),  # its sin/cos table, read by GatherND
+        ("bloom_dynamo.onnx", ("unsqueeze_1",), ()),  # ALiBi's slopes
+        (  # a learned table, read by Gather at constant (bucketed) positions
+            "t5encoder_legacy_op17.onnx",
+            (),
+            ("model.encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",),
+        ),
+        ("albert_legacy_op17.onnx", (), ("model.embeddings.token_type_embeddings.weight",)),
+    ],
+)
+def test_constants_the_program_does_not_train_do_not_fail_the_check(
+    sample: str, buffers: tuple[str, ...], not_trained: tuple[str, ...]
+) -> None:
+    """Issue 33: an initializer the compiled program holds only as a constant outside its
+    weights (a rotary table, ALiBi slopes, an attention's bias operand, a folded lookup), every
+    weight it trains being traced, is not trained by it: a buffer is listed as one, a learned
+    table (a Gather's) as not trained and unchecked; neither fails the verdict nor passes."""
+    g, feeds = fused(SAMPLES / sample)
+    check = check_gradients(SAMPLES / sample, g, feeds, "fp32", samples=2, seed=1)
+    assert (check.buffers, check.not_trained, check.untraced) == (buffers, not_trained, ())
+    assert check.passed, check.summary()
+    names = {m for r in check.rows for m in r.initializers}
+    assert not names & {*buffers, *not_trained}  # never a row, so never counted as passed
+    text = check.summary()
+    if buffers:
+        assert f"not trained (buffer): {', '.join(buffers)}" in text
+    if not_trained:
+        assert "unchecked): " + ", ".join(not_trained) in text
+    assert list(check.to_json()["buffers"]) == list(buffers)
+
+
+def test_an_untraced_weight_still_fails_beside_a_buffer() -> None:
+    """With a weight the program trains left untraced (here CodeGen's first LayerNorm γ,
+    scaled), the check cannot tell its buffers from that weight's initializer: every untraced
+    initializer fails, as before."""
+    path = SAMPLES / "codegen_dynamo.onnx"
+    g, feeds = fused(path)
+    norm = next(n for n in g.nodes if n.op is Op.LAYER_NORM)
+    old = norm.inputs[1]
+    assert old.const is not None
+    new = Value.constant(old.name, old.const * np.float32(1.5))
+    nodes = [
+        Node(n.op, tuple(new if v is old else v for v in n.inputs), n.outputs, n.attrs, n.name)
+        for n in g.nodes
+    ]
+    check = check_gradients(path, g.replace(nodes), feeds, samples=2)
+    assert not check.passed and "val_74" in check.untraced and not check.buffers
+
+
+def test_external_data_is_read_for_the_check(tmp_path: Path) -> None:
+    """Issue 33: a dynamo export that keeps its weights beside it (model.onnx.data) is checked
+    as the same file with its weights inline (it was refused: 'needs weights stored in the
+    file')."""
+    import onnx
+
+    model = onnx.load(str(SAMPLES / "llama_dynamo.onnx"))
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="model.onnx.data",
+              size_threshold=0)  # fmt: skip
+    assert (tmp_path / "model.onnx.data").stat().st_size > 100_000
+    inline = OrtWithWeights(SAMPLES / "llama_dynamo.onnx")
+    outside = OrtWithWeights(path)
+    assert outside.weights.keys() == inline.weights.keys()
+    assert all(np.array_equal(outside.weights[k], w) for k, w in inline.weights.items())
+    g, feeds = fused(path)
+    check = check_gradients(path, g, feeds, "fp32", samples=2, seed=1)
+    assert check.passed and not check.untraced, check.summary()
+    assert check.float64 == "available"

@@ -17,7 +17,15 @@ from wsecc.cli import main
 from wsecc.compiler import Compilation
 from wsecc.kernels.ir import Kernel, KernelGraph, KernelKind
 from wsecc.options import Options
-from wsecc.train import SwarmX, TrainError, plan_training, streamed_units, swarmx, tree_depth
+from wsecc.train import (
+    MAX_CHOSEN_BATCH,
+    SwarmX,
+    TrainError,
+    plan_training,
+    streamed_units,
+    swarmx,
+    tree_depth,
+)
 
 GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
 BERT = SAMPLES / "bert_dynamo.onnx"
@@ -121,13 +129,35 @@ def test_a_chosen_batch_is_the_smallest_near_the_best(gpt2_kernels: KernelGraph)
     r = plan_training(gpt2_kernels, target, "mixed", execution="weight-streaming",
                       chunk_tokens=8)  # fmt: skip
     assert r.batch_note.startswith("the smallest global batch within 1%")
+    assert r.batch <= MAX_CHOSEN_BATCH
     for b in (r.batch, 2 * r.batch, 8 * r.batch):
+        if b > MAX_CHOSEN_BATCH:
+            continue  # beyond what the search tries
         other = plan_training(gpt2_kernels, target, "mixed", execution="weight-streaming",
                               batch=b, chunk_tokens=8)  # fmt: skip
         assert r.samples_per_s >= 0.99 * other.samples_per_s * (0.99 if b > r.batch else 1)
     half = plan_training(gpt2_kernels, target, "mixed", execution="weight-streaming",
                          batch=max(1, r.batch // 2), chunk_tokens=8)  # fmt: skip
     assert half.samples_per_s < r.samples_per_s
+
+
+@pytest.mark.parametrize("execution", ["weight-streaming", "pipelined"])
+def test_a_chosen_batch_stays_within_the_published_runs(
+    gpt2_kernels: KernelGraph, execution: str
+) -> None:
+    """A tiny model fits millions of samples per pass (issue 33: 2,963,153 for a 2-layer Qwen2):
+    the chosen batch stops at the largest batch the published CS-2 runs used, and says so; a
+    batch given is taken as given."""
+    target = load_target("wse2")
+    r = plan_training(gpt2_kernels, target, "mixed", execution=execution, chunk_tokens=8)
+    assert 1 <= r.batch <= MAX_CHOSEN_BATCH
+    assert f"at most {MAX_CHOSEN_BATCH:,} per system" in r.batch_note
+    two = plan_training(gpt2_kernels, target, "mixed", execution=execution, chunk_tokens=8,
+                        systems=2)  # fmt: skip
+    assert two.batch <= 2 * MAX_CHOSEN_BATCH
+    given = plan_training(gpt2_kernels, target, "mixed", execution=execution, chunk_tokens=8,
+                          batch=4 * MAX_CHOSEN_BATCH)  # fmt: skip
+    assert given.batch == 4 * MAX_CHOSEN_BATCH and given.batch_note == ""
 
 
 def test_swarmx_tree_by_hand() -> None:

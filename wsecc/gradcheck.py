@@ -14,10 +14,20 @@ check_gradients(model_path, graph, feeds, precision)  -> GradCheck
    initializers (the folder deduplicates identical ones) makes one row of all of them, perturbed
    together. An initializer whose every path to an output passes through Cos or Sin is a
    position encoding's frequencies (a rotary embedding's inv_freq: a buffer, not trained), held
-   by the fused graph only as the tables it makes; it is listed as positional. A float initializer of more than one element that no constant traces to is listed
-   as untraced, and fails the check — unless perturbing it leaves onnxruntime's loss unchanged
-   (it is not on a path to the loss: skipped, and listed). Integer and scalar initializers are
-   shape data, indices, positions or literals, not weights.
+   by the fused graph only as the tables it makes; it is listed as positional. A float
+   initializer of more than one element that no constant traces to is skipped and listed when
+   perturbing it leaves onnxruntime's loss unchanged (it is not on a path to the loss).
+   Otherwise, when every weight the compiled program trains (the constants in a weight slot,
+   `_WEIGHT_SLOTS`: a Linear's, a norm's, the token table) traces to an initializer, the
+   program holds that initializer only as a constant outside its weights (a rotary table, an
+   attention's bias operand or ALiBi slopes, a folded lookup): it does not train it. Such an
+   initializer read by a Gather as its table (nn.Embedding's form: T5's relative position
+   bias, ALBERT's token types looked up at constant ids) is a learned table, listed as not
+   trained and unchecked; any other is a buffer (CodeGen's sin/cos table, BLOOM's ALiBi slopes),
+   listed as one. Neither fails the check nor counts as passed. When some weight the program
+   trains does not trace, the initializers left over may be its: all of them are untraced,
+   and fail the check. Integer and scalar initializers are shape data, indices, positions or
+   literals, not weights.
 4. Finite differences: for each row, `samples` coordinates (all when the tensor is smaller):
    half uniform at random, half drawn in proportion to |our gradient| (the uniform half catches
    a gradient that is wrongly zero; the other half measures where the gradient is large, which
@@ -58,8 +68,9 @@ Verdict per row: passed, failed or unchecked (`GradRow.status`).
   unchecked: not passed, and counted apart in the verdict and the summary.
 - A row whose differences are all zero passes when our gradient is too small for the largest
   step to move fp32's loss by one rounding unit.
-The check passes when no row failed, none is untraced and at least one passed; the report lists
-every row's figures and status.
+The check passes when no row failed, no initializer is untraced and at least one row passed;
+the report lists every row's figures and status, the buffers and the learned tables not
+trained.
 
 The float64 reference settles what fp32 cannot (fp32 only; every row not passed under fp32
 differences goes to it): its loss is exact to ~1e-16, so h = 1e-5 is far from both rounding
@@ -169,6 +180,14 @@ class GradCheck:
     positional: tuple[str, ...] = ()
     # fp32: "available", or why onnxruntime cannot run the file in float64; mixed: "" (unused)
     float64: str = ""
+    # untraced initializers the loss depends on, held by the compiled program only as
+    # constants outside its weights (every weight it trains traced): not trained by it.
+    # buffers: computed once and never trained (CodeGen's sin/cos table, BLOOM's ALiBi slopes)
+    buffers: tuple[str, ...] = ()
+    # learned tables (read by a Gather, as nn.Embedding) looked up at constant positions, the
+    # lookup folded into a constant (ALBERT's token types, T5's and MPNet's relative position
+    # bias): the file trains them, the compiled program does not; neither passed nor failed
+    not_trained: tuple[str, ...] = ()
 
     @property
     def unchecked(self) -> tuple[str, ...]:
@@ -209,6 +228,13 @@ class GradCheck:
             text += f"; {n64} judged by float64 FD"
         elif self.float64 not in ("", "available"):
             text += f"; no float64 FD ({self.float64})"
+        if self.not_trained:
+            text += (
+                f"; not trained (a learned table the compiled program looks up at constant "
+                f"positions and holds as a constant, unchecked): {', '.join(self.not_trained)}"
+            )
+        if self.buffers:
+            text += f"; not trained (buffer): {', '.join(self.buffers)}"
         if self.untraced:
             text += f"; untraced: {', '.join(self.untraced)}"
         return text + (f"; fault {self.fault} injected" if self.fault else "")
@@ -493,16 +519,49 @@ def check_gradients(
     off_path: list[str] = []
     for n in candidates:
         (untraced if _moves_loss(ort, feeds, loss, n, theirs) else off_path).append(n)
+    missed = untraced_weight_slots(graph, {t.constant for t in traces})
+    buffers: tuple[str, ...] = ()
+    not_trained: tuple[str, ...] = ()
+    if not missed:  # every weight the program trains is traced: the rest it holds as constants
+        not_trained = tuple(n for n in untraced if n in ort.tables)
+        buffers = tuple(n for n in untraced if n not in ort.tables)
+        untraced = []
     return GradCheck(
         passed=not any(r.status == "failed" for r in rows)
         and not untraced
         and any(r.passed for r in rows),
         precision=precision, loss_kind=loss.kind, loss=ours, loss_onnxruntime=theirs,
         rows=tuple(rows), untraced=tuple(untraced), off_path=tuple(off_path),
-        positional=positional, samples=samples,
+        positional=positional, buffers=buffers, not_trained=not_trained, samples=samples,
         seed=seed, seconds=time.perf_counter() - start, fault=fault,
         float64=ort64 if isinstance(ort64, str) else "available",
     )  # fmt: skip
+
+
+_WEIGHT_SLOTS: Mapping[Op, tuple[int, ...] | None] = {
+    Op.LINEAR: None, Op.GATED_LINEAR: None, Op.LM_HEAD: None, Op.LAYER_NORM: None,
+    Op.RMS_NORM: None, Op.MOE: None, Op.MATMUL: None, Op.GEMM: None, Op.EMBEDDING: (1,),
+}  # fmt: skip
+"""The operands the compiled program trains as weights (None: every float constant operand;
+EMBEDDING: its first table, the one read at the token ids — a further table may be a lookup
+at constant positions that the frontend folded, held as a constant like the others below).
+A float constant anywhere else (a rotary table, an attention's bias operand or ALiBi slopes, a
+folded lookup) is data the program holds, not a weight it trains."""
+
+
+def untraced_weight_slots(graph: Graph, traced: set[Value]) -> tuple[str, ...]:
+    """The float constants in a weight slot (`_WEIGHT_SLOTS`) of `graph` that trace to no
+    initializer: a weight the program trains whose gradient the check cannot map back."""
+    out: dict[str, None] = {}
+    for n in graph.nodes:
+        slots = _WEIGHT_SLOTS.get(n.op, ())
+        for i, v in enumerate(n.inputs):
+            if slots is not None and i not in slots:
+                continue
+            if v.const is not None and v.type.dtype.is_float and v.type.size > 1:
+                if v not in traced:
+                    out[v.name] = None
+    return tuple(out)
 
 
 def _row_gradient(

@@ -616,8 +616,8 @@ class OrtWithWeights:
 
     onnxruntime lets a feed override an initializer that is also a graph input, and does not
     constant-fold such an initializer (tests/test_gradcheck.py checks that an override
-    changes the outputs). Weights stored as external data are refused: the gradient check is
-    for small models.
+    changes the outputs). Weights stored as external data (a dynamo export's model.onnx.data)
+    are read in through `load_model`, whose checks of their locations inference uses too.
 
     `float64=True` runs the model widened to double (`widen_floats`): `weights` are then
     float64, float feeds are cast to float64 when fed, and the outputs are float64. Raises
@@ -629,19 +629,23 @@ class OrtWithWeights:
         from onnx import TensorProto, numpy_helper
 
         from wsecc.frontend.generation import generation_io
+        from wsecc.frontend.load import graph_tensors, load_model, read_mapped
         from wsecc.frontend.widen import widen_floats
 
         model, _ = _reference_model(path)
+        if any(t.data_location == TensorProto.EXTERNAL for t in graph_tensors(model.graph)):
+            # the weights beside the file (model.onnx.data), read as inference reads them:
+            # load_model's checks of each location, then into the model
+            model = load_model(path)
+            read_mapped(model)
         self._generation = generation_io(model)  # a with-past file runs as ort_run runs it
-        if any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer):
-            raise WseccError(
-                f"{Path(path).name}: the gradient check needs weights stored in the file "
-                "(this one keeps them as external data)"
-            )
         if float64:
             model = widen_floats(model, TensorProto.FLOAT, TensorProto.DOUBLE) or model
         g = model.graph
         self.frequencies = _sinusoid_frequencies(g)
+        # the initializers read as a Gather's table (nn.Embedding's lookup: learned tables), as
+        # against a buffer computed once (a sin/cos table read by GatherND, ALiBi's slopes)
+        self.tables = frozenset(n.input[0] for n in g.node if n.op_type == "Gather" and n.input)
         listed = {i.name for i in g.input}
         self.weights: dict[str, np.ndarray] = {}
         for t in g.initializer:

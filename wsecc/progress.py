@@ -118,6 +118,13 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
                     if worst
                     else ""
                 )
+                + (
+                    f"; not trained (a learned table held as a constant, unchecked): "
+                    f"{', '.join(n['not_trained'])}"
+                    if n.get("not_trained")
+                    else ""
+                )
+                + (f"; not trained (buffer): {', '.join(n['buffers'])}" if n.get("buffers") else "")
                 + (f"; untraced {', '.join(n['untraced'])}" if n["untraced"] else ""),
             )
         )

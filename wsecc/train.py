@@ -76,12 +76,19 @@ MOMENT_BYTES = 4
 """AdamW's two moments are kept in fp32 in every precision."""
 
 BATCH_SEARCH = 64
-"""A chosen batch is the smallest whose throughput is within 1% of the best over this many
-candidates (multiples of the largest micro-batch, or powers of two)."""
+"""A chosen batch is the smallest whose throughput is within 1% of the best over at most this
+many candidates (multiples of the largest micro-batch, or powers of two)."""
 
-PIPELINED_BATCHES = 15
-"""Pipelined candidates for a chosen batch: N x 2^j samples, j < 15 (up to 16,384 per system,
-the largest batch the published BERT runs used)."""
+MAX_CHOSEN_BATCH = 16_384
+"""The largest batch per system a chosen batch may be: the largest the published CS-2 runs
+used (Zhang et al. 2023, Table IV: BERT-base and BERT-large fine-tuned on SST-2 at batch 128 to
+16,384; reference/measurements.md §2). The smallest published is 27 per CS-2 (GenSLM, §1).
+A tiny model's micro-batch can be far larger (millions of samples of a 2-layer model fit the
+wafer's SRAM): a batch nobody would run, so the search stops here. A batch given with --batch
+is taken as given."""
+
+PIPELINED_BATCHES = MAX_CHOSEN_BATCH.bit_length()
+"""Pipelined candidates for a chosen batch: N x 2^j samples, 2^j <= MAX_CHOSEN_BATCH."""
 
 FILL = 0.85
 """Share of the fabric a training program's regions may take (as inference sizing's first fill)."""
@@ -478,14 +485,34 @@ def _streaming_step(
 # --- the plan -----------------------------------------------------------------------------------
 
 
-def _choose(candidates: Sequence[int], throughput: Callable[[int], float]) -> tuple[int, str]:
+def _choose(
+    candidates: Sequence[int], throughput: Callable[[int], float], why: str = ""
+) -> tuple[int, str]:
     rates = [(b, throughput(b)) for b in candidates]
     best = max(r for _, r in rates)
     batch = next(b for b, r in rates if r >= 0.99 * best)
     return batch, (
         f"the smallest global batch within 1% of the best throughput over "
-        f"{candidates[0]}..{candidates[-1]}"
+        f"{candidates[0]}..{candidates[-1]}{why}"
     )
+
+
+def _streaming_batches(micro: int, systems: int) -> tuple[list[int], str]:
+    """Candidate global batches for weight streaming: multiples of the largest micro-batch
+    `micro` (BATCH_SEARCH of them) up to MAX_CHOSEN_BATCH per system; when one micro-batch is
+    already larger, powers of two up to it (one pass each); and why the list stops where it
+    does ("" when the bound did not cut it)."""
+    per_system = [micro * k for k in range(1, BATCH_SEARCH + 1)]
+    if per_system[-1] <= MAX_CHOSEN_BATCH:
+        return [systems * b for b in per_system], ""
+    kept = [b for b in per_system if b <= MAX_CHOSEN_BATCH]
+    if not kept:
+        kept = [2**j for j in range(PIPELINED_BATCHES)]
+    why = (
+        f", at most {MAX_CHOSEN_BATCH:,} per system, the largest batch of the published CS-2 "
+        f"runs ({micro:,} samples fit one pass)"
+    )
+    return [systems * b for b in kept], why
 
 
 def _pipelined(
@@ -507,7 +534,11 @@ def _pipelined(
 
     note = ""
     if batch is None:
-        batch, note = _choose([systems * 2**j for j in range(PIPELINED_BATCHES)], rate)
+        batch, note = _choose(
+            [systems * 2**j for j in range(PIPELINED_BATCHES)], rate,
+            f", at most {MAX_CHOSEN_BATCH:,} per system, the largest batch of the published "
+            "CS-2 runs",
+        )  # fmt: skip
     step, terms = _pipelined_step(kg, sizing, target, prec, batch, systems)
     per_system = cdiv(batch, systems)
     single = per_system / _pipelined_step(kg, sizing, target, prec, per_system, 1)[0]
@@ -566,10 +597,8 @@ def _streaming(
     note = ""
     if batch is None:
         widest = max(fits[r][0] for r in plans)
-        batch, note = _choose(
-            [systems * widest * k for k in range(1, BATCH_SEARCH + 1)],
-            lambda b: b / step_at(b, systems, best_at(b))[0],
-        )
+        candidates, why = _streaming_batches(widest, systems)
+        batch, note = _choose(candidates, lambda b: b / step_at(b, systems, best_at(b))[0], why)
     recompute = best_at(batch)
     step, terms, times, m, accum = step_at(batch, systems, recompute)
     per_system = cdiv(batch, systems)
