@@ -128,6 +128,7 @@ class _Scores:
     fill)."""
     nodes: list[Node]
     heads_batched: bool  # computed in [B·H, Sq, Sk], then reshaped to [B, H, Sq, Sk] (BLOOM)
+    softcap: float = 0.0  # c of scores c·tanh(scale·q·kᵀ / c) (Gemma 2), 0 without
 
 
 def _splits_batch(n: Node) -> bool:
@@ -142,15 +143,23 @@ def _splits_batch(n: Node) -> bool:
 
 
 def _walk_scores(view: GraphView, v: Value, mask_class) -> _Scores:  # type: ignore[no-untyped-def]
+    """The scores' way back from the softmax to q·kᵀ: scales, mask terms and at most one
+    soft-cap c·tanh(x) (Gemma 2's `tanh(s / c) · c`), which must sit below every mask term: with
+    the scale s_in below the Tanh and s_out = c above it, c·tanh(s_in·q·kᵀ) is the kernel's
+    `softcap` c with scale s_in·c."""
     scale, terms, nodes = 1.0, [], []
     batched = False
+    softcap, below = 0.0, 0  # the cap, and the terms found above it
     while True:
         n = view.prod(v)
         if n is None:
             raise NoMatch("scores do not come from a MatMul")
         nodes.append(n)
         if n.op is Op.MATMUL:
-            return _Scores(n, scale, terms, nodes[:-1], batched)
+            if softcap and len(terms) > below:
+                raise NoMatch(f"{UNSUPPORTED}a mask or bias inside the soft-capped scores")
+            return _Scores(n, scale * softcap if softcap else scale, terms, nodes[:-1],
+                           batched, softcap)  # fmt: skip
         if n.op in (Op.MUL, Op.DIV) and scalar(n.inputs[1]) is not None:
             s = scalar(n.inputs[1])
             assert s is not None
@@ -187,12 +196,11 @@ def _walk_scores(view: GraphView, v: Value, mask_class) -> _Scores:  # type: ign
                 v = n.inputs[2]
             else:
                 raise NoMatch("Where in the scores is not a masked fill")
-        elif n.op is Op.TANH and _scaled_by_scalar(view, n.inputs[0]):
-            raise NoMatch(
-                f"{UNSUPPORTED}soft-capped attention scores, tanh(s / c) · c at {n.name!r} "
-                "(Gemma 2's attn_logit_softcapping), are not fused into one attention kernel; "
-                "export the model with attn_logit_softcapping=None to compile it without"
-            )
+        elif n.op is Op.TANH and not softcap and not batched:
+            if not scale > 0:
+                raise NoMatch(f"Tanh {n.name!r} in the scores is not a soft-cap c·tanh(s / c)")
+            softcap, scale, below = scale, 1.0, len(terms)
+            v = n.inputs[0]
         elif n.op is Op.ADD and all(
             any(m.op is Op.MATMUL for m in view.ancestors(u)) for u in n.inputs
         ):
@@ -208,11 +216,6 @@ def _walk_scores(view: GraphView, v: Value, mask_class) -> _Scores:  # type: ign
 UNSUPPORTED = "unsupported: "
 """Starts a NoMatch reason naming a model feature wsecc recognises and does not fuse: the pass
 refuses the model in one line (PassError) when nothing else fused that softmax."""
-
-
-def _scaled_by_scalar(view: GraphView, v: Value) -> bool:
-    n = view.prod(v)
-    return n is not None and n.op in (Op.MUL, Op.DIV) and scalar(n.inputs[1]) is not None
 
 
 @dataclass(frozen=True)
@@ -1279,6 +1282,8 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
         attrs["alibi"] = mask.slopes
     if mask.bias is not None:
         attrs["has_bias"] = True
+    if sc.softcap:
+        attrs["softcap"] = float(np.float32(sc.softcap))
     origin = origin_of(sorted(region, key=view.index.__getitem__))
     mask_nodes, mask_ins = _mask_operand(mask, (b, sq, sk), out.name, origin)
     ins = srcs + mask_ins + ([mask.bias] if mask.bias is not None else []) + rotary[2]

@@ -280,7 +280,15 @@ ISSUE33_FAMILIES: dict[str, Family] = {
     "gemma2": Family(
         "Gemma2ForCausalLM",
         "Gemma2Config",
-        dict(_DECODER_TINY, attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
+        # Gemma 2's soft-caps, lowered so that they bite on a tiny model's small scores and
+        # logits (the released models use 50 and 30), and a sliding window of 4 tokens on
+        # every other layer (4096 released), so that a 16-token sequence sees both
+        dict(
+            _DECODER_TINY,
+            attn_logit_softcapping=0.05,
+            final_logit_softcapping=0.5,
+            sliding_window=4,
+        ),
         _IDS_MASK,
         _LM,
     ),
@@ -406,7 +414,7 @@ FAMILY_SAMPLES = {
     "qwen3": "qwen3", "gemma3": "gemma3", "phi3": "phi3", "falcon": "falcon",
     "codegen": "codegen", "gptneox": "gptneox_zerobias", "bloom": "bloom_zerobias",
     "albert": "albert", "xlmroberta": "xlmroberta", "modernbert": "modernbert",
-    "t5encoder": "t5encoder",
+    "t5encoder": "t5encoder", "gemma2": "gemma2",
 }  # fmt: skip
 SAMPLES.update(FAMILY_SAMPLES)
 SAMPLE_EXPORTERS.update(

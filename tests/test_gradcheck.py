@@ -401,3 +401,14 @@ def test_external_data_is_read_for_the_check(tmp_path: Path) -> None:
     check = check_gradients(path, g, feeds, "fp32", samples=2, seed=1)
     assert check.passed and not check.untraced, check.summary()
     assert check.float64 == "available"
+
+
+def test_soft_capped_gradients_pass() -> None:
+    """Gemma 2's soft-caps (the attention's and the LM head's `softcap`): their gradient rules
+    (dscores and dlogits times 1 - tanh²(s / c)) against float64 finite differences."""
+    path = SAMPLES / "gemma2_dynamo.onnx"
+    g, feeds = fused(path)
+    assert any(n.attr("softcap") for n in g.nodes if n.op is Op.ATTENTION)
+    check = check_gradients(path, g, feeds, "fp32", samples=FAST, seed=1)
+    assert check.passed and not check.untraced, check.summary()
+    assert not [r.name for r in check.rows if r.status == "failed"]

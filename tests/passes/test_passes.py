@@ -1005,12 +1005,12 @@ def test_fuse_attention_falcon_multi_query_gathers_its_key_and_value_head():
     ]
 
 
-def _capped_scores_text(cap: str) -> str:
+def _capped_scores_text(cap: str, c: float = 50.0) -> str:
     """One head of 4 over 4 positions, scores scaled by 0.5, then `cap` (IR lines from %ss to
-    %sc), then softmax."""
+    %sc) with the scalar %c = c, then softmax."""
     return f"""graph g(%x: f32[1,4,8]) {{
       %scale = const f32[] 0.5
-      %c = const f32[] 50.0
+      %c = const f32[] {c}
       %q0: f32[1,4,4], %k0: f32[1,4,4] = split(%x) {{'axis': 2, 'sizes': (4, 4)}}
       %q1: f32[1,4,1,4] = reshape(%q0) {{'shape': (1, 4, 1, 4)}}
       %q: f32[1,1,4,4] = transpose(%q1) {{'perm': (0, 2, 1, 3)}}
@@ -1028,17 +1028,33 @@ def _capped_scores_text(cap: str) -> str:
     }}"""
 
 
-def test_fuse_attention_refuses_soft_capped_scores_in_one_line():
-    """Gemma 2's tanh(s / c) · c on the scores is named, not left for lowering to trip on."""
-    from wsecc.pm import PassError
-
-    capped = """%sd: f32[1,1,4,4] = div(%ss, %c)
+_SOFTCAP = """%sd: f32[1,1,4,4] = div(%ss, %c)
       %st: f32[1,1,4,4] = tanh(%sd)
       %sc: f32[1,1,4,4] = mul(%st, %c)"""
-    with pytest.raises(PassError, match=r"^fuse-attention: .*soft-capped attention scores"):
-        PASSES["fuse-attention"](parse_graph(_capped_scores_text(capped)), PassContext())
+
+
+@pytest.mark.parametrize("c", [0.25, 50.0])
+def test_fuse_attention_soft_capped_scores(c):
+    """Gemma 2's tanh(s / c) · c on the scores becomes the attention's `softcap` c, its scale
+    the one below the Tanh times c (`apply` checks the function: at c = 0.25 the cap bites,
+    scores of the unit-normal inputs reach several units); a plain scalar Mul still fuses as a
+    scale."""
+    out, _ = apply("fuse-attention", _capped_scores_text(_SOFTCAP, c))
+    (line,) = [ln for ln in out.splitlines() if "attention(" in ln]
+    assert f"'softcap': {float(np.float32(c))}" in line and "'scale': 0.5" in line
     plain, _ = apply("fuse-attention", _capped_scores_text("%sc: f32[1,1,4,4] = mul(%ss, %c)"))
-    assert "attention(" in plain
+    assert "attention(" in plain and "softcap" not in plain
+
+
+def test_fuse_attention_leaves_a_second_tanh_in_the_scores():
+    """One soft-cap per attention: with a Tanh below it the softmax is not fused (lowering then
+    names the Tanh left outside a fused op)."""
+    twice = """%s0: f32[1,1,4,4] = tanh(%ss)
+      %sd: f32[1,1,4,4] = div(%s0, %c)
+      %st: f32[1,1,4,4] = tanh(%sd)
+      %sc: f32[1,1,4,4] = mul(%st, %c)"""
+    out, _ = apply("fuse-attention", _capped_scores_text(twice))
+    assert "attention(" not in out and "softmax(" in out
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])

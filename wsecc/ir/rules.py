@@ -403,15 +403,18 @@ def _linear_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
         raise IRError(f"linear bias must be [N={w.shape[1]}], got {ts[2].shape}")
     if a["activation"] not in ACTIVATIONS:
         raise IRError(f"linear activation must be one of {ACTIVATIONS}")
+    if a.get("softcap", 0.0) and (a["activation"] != "none" or a["softcap"] < 0):
+        raise IRError("linear softcap needs no activation and a positive cap")
     return [TensorType(_same_dtype(ts), x.shape[:-1] + (w.shape[1],))]
 
 
 def linear(xs: Arrays, a: Attrs) -> list[np.ndarray]:
-    """y = act(x @ W + b); W is [K, N]."""
+    """y = act(x @ W + b); W is [K, N]; soft-capped to c·tanh(y / c) with `softcap` c (an LM
+    head's: Gemma 2's final_logit_softcapping)."""
     y = _matmul(xs[0], xs[1])
     if len(xs) == 3:
         y = y + xs[2]
-    return [_activation(y, a["activation"]).astype(xs[0].dtype)]
+    return [softcap(_activation(y, a["activation"]), a).astype(xs[0].dtype)]
 
 
 MAX_SKIPS = 3
@@ -725,6 +728,8 @@ def _attention_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     bias = ts[3 + (mask != "none")] if has_bias else None
     if bias is not None and bias.shape != (h, q.shape[1], k.shape[1]):
         raise IRError(f"attention bias must be [H, S_q, S_kv] with H = {h}, got {bias.shape}")
+    if a.get("softcap", 0.0) < 0:
+        raise IRError(f"attention softcap {a['softcap']} is negative")
     if len(a.get("alibi", ())) not in (0, h):
         raise IRError(f"attention alibi has {len(a['alibi'])} slopes for {h} heads")
     if rotary != "none":
@@ -831,7 +836,8 @@ def split_heads(x: np.ndarray, offset: int, h: int, dh: int) -> np.ndarray:
 def attention(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     """Multi-head attention over per-head column blocks of q/k/v sources.
 
-    q = heads(q_src[..., q_offset:]), likewise k and v; scores = scale·q·kᵀ (+ ALiBi's
+    q = heads(q_src[..., q_offset:]), likewise k and v; scores = scale·q·kᵀ, soft-capped to
+    c·tanh(scores / c) with `softcap` c (Gemma 2; `softcap`), (+ ALiBi's
     slope_h × key position with `alibi`, + the bias operand with `has_bias`: `attention_bias`);
     positions not kept (causal: key > query; window w: key ≤ query − w, GPT-Neo's local attention;
     key_padding: mask[b, key] == 0; key_length: key ≥ len[b]; full: mask[b, query, key] == 0)
@@ -848,7 +854,7 @@ def _attention_probs(
     """Per-head q, k, v [B, h, S, dh] (rotated, K/V heads repeated to h), the kept pairs
     [B, 1, Sq, Sk] and the probabilities."""
     q, k, v = attention_heads_of(xs, a)
-    scores = _matmul(q, k.transpose(0, 1, 3, 2)) * np.asarray(a["scale"], q.dtype)
+    scores = softcap(_matmul(q, k.transpose(0, 1, 3, 2)) * np.asarray(a["scale"], q.dtype), a)
     mask = attention_mask_operand(xs, a)
     bias = attention_bias(a, q.shape[0], k.shape[2], mask, attention_bias_operand(xs, a))
     if bias is not None:
@@ -859,6 +865,16 @@ def _attention_probs(
     if a.get("nan_to_zero"):
         p = np.where(np.isnan(p), np.zeros((), p.dtype), p)
     return q, k, v, keep, p
+
+
+def softcap(scores: np.ndarray, a: Attrs) -> np.ndarray:
+    """c·tanh(scores / c) with the attention's `softcap` c (Gemma 2's attn_logit_softcapping,
+    as its exports compute it: divided, tanh, multiplied), the scores themselves without."""
+    c = a.get("softcap", 0.0)
+    if not c:
+        return scores
+    cap = np.asarray(c, scores.dtype)
+    return (np.tanh(scores / cap) * cap).astype(scores.dtype)
 
 
 def attention_heads_of(
@@ -1146,9 +1162,13 @@ def _linear_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray
     """Through the activation (its derivative at z = x·W + b, recomputed), then dx = dz·Wᵀ,
     dW = xᵀ·dz and db = Σ dz over the leading axes."""
     x, w, g = xs[0], xs[1], gs[0]
-    if a["activation"] != "none":
+    if a["activation"] != "none" or a.get("softcap"):
         z = _matmul(x, w) + (xs[2] if len(xs) == 3 else np.zeros((), x.dtype))
-        g = g * _activation_grad(z, a["activation"])
+        if a.get("softcap"):  # d(c·tanh(z / c))/dz = 1 - tanh²(z / c); no activation with it
+            t = np.tanh(z / np.asarray(a["softcap"], z.dtype))
+            g = g * (1 - t * t)
+        else:
+            g = g * _activation_grad(z, a["activation"])
     k, n = w.shape
     g2 = g.reshape(-1, n)
     out: list[np.ndarray | None] = [_matmul(g, w.T), _matmul(x.reshape(-1, k).T, g2)]
@@ -1177,7 +1197,8 @@ def _layer_norm_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.nda
 
 def _attention_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
     """dV = pᵀ·dO; dp = dO·Vᵀ; d scores = p·(dp − Σ dp·p), zero where a pair is not kept (the
-    fill is a constant) and where `nan_to_zero` zeroed p; dQ = scale·d scores·K and
+    fill is a constant) and where `nan_to_zero` zeroed p, times 1 − tanh²(s / c) below a
+    `softcap` c; dQ = scale·d scores·K and
     dK = scale·d scoresᵀ·Q. Repeated K/V heads sum back into their K/V head, rotated q and k
     rotate back (`_rope_vjp`). Each lands in its source's columns; the mask gets None, the bias
     operand d bias = Σ d scores over the batch (it is added unscaled), the rotary tables
@@ -1191,6 +1212,11 @@ def _attention_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndar
     dv = _matmul(p.transpose(0, 1, 3, 2), do)
     dp = _matmul(do, v.transpose(0, 1, 3, 2))
     dscores = np.where(keep, p * (dp - (dp * p).sum(axis=-1, keepdims=True)), 0)
+    dadded = dscores  # the bias is added after the soft-cap
+    if a.get("softcap"):  # d(c·tanh(s / c))/ds = 1 - tanh²(s / c)
+        c = np.asarray(a["softcap"], q.dtype)
+        t = np.tanh(_matmul(q, k.transpose(0, 1, 3, 2)) * np.asarray(a["scale"], q.dtype) / c)
+        dscores = dscores * (1 - t * t)
     scale = np.asarray(a["scale"], dscores.dtype)
     dq = _matmul(dscores, k) * scale
     dk = _matmul(dscores.transpose(0, 1, 3, 2), q) * scale
@@ -1220,7 +1246,7 @@ def _attention_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndar
         d[:, :, a[off] : a[off] + heads.shape[1] * dh] = merge_heads(heads)
         out.append(d)
     if a.get("has_bias"):
-        tables = [dscores.sum(axis=0), *tables]
+        tables = [dadded.sum(axis=0), *tables]
     return out + [None] * (len(xs) - 3 - len(tables)) + tables
 
 

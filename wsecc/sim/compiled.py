@@ -222,16 +222,22 @@ _EXP_ZERO = np.float32(-104)  # exp(-104) = 6.8e-46 < 2^-150: float32's exp is 0
 
 
 @njit(
-    types.void(_IN4, _IN4, _IN4, _KEEP, _IN4, _f32, _i64, _bool, _bool, _bool, _OUT4, _i64, _i64),
+    types.void(
+        _IN4, _IN4, _IN4, _KEEP, _IN4, _f32, _f32, _i64, _bool, _bool, _bool, _OUT4, _i64, _i64
+    ),
     nogil=True,
     cache=True,
     error_model="numpy",  # x / 0 is inf or nan, as in numpy
 )
-def attention_heads(q, k, v, keep, bias, fill, rows, half, store_half, nan_to_zero, out, t0, t1):  # type: ignore[no-untyped-def]  # noqa: E501
+def attention_heads(  # type: ignore[no-untyped-def]
+    q, k, v, keep, bias, fill, softcap, rows, half, store_half, nan_to_zero, out, t0, t1
+):
     """Heads t0 .. t1 - 1 (t = batch H + head) of an attention kernel in the fabric's order
     (`wsecc.sim.functional._attention` states it). q[B, H, Sq, d] (scaled, in storage), k and
     v [B, H, Sk, d], keep[B, Sq, Sk], bias[B | 1, H, 1 | Sq, Sk] added to each kept score
-    (ALiBi's per key, a bias operand's per query and key; empty without); writes out[B, Sq, H, d]. Scores q k^T are BLAS's, for a
+    (ALiBi's per key, a bias operand's per query and key; empty without), after a kept score s
+    is soft-capped to c tanh(s / c) when `softcap` c > 0 (Gemma 2: divided, tanh, multiplied,
+    in float32); writes out[B, Sq, H, d]. Scores q k^T are BLAS's, for a
     block of queries at a time. PE row r holds keys r, r + rows, ...: its max m_r, and, in key
     order, its sum l_r of e = exp(s - m_r) and its sum of e v (each product formed, then
     added; a zero e is skipped when the head's v is finite, which changes no sum that starts
@@ -265,6 +271,9 @@ def attention_heads(q, k, v, keep, bias, fill, rows, half, store_half, nan_to_ze
                     if not keep[b, q0 + i, key]:
                         si[key] = fill
                     else:
+                        if softcap > zero:
+                            x = np.float32(math.tanh(np.float32(si[key] / softcap)))
+                            si[key] = _f16(x * softcap) if half else x * softcap
                         if bias.size:
                             bq = q0 + i if bias.shape[2] > 1 else 0
                             si[key] = si[key] + bias[bb, hh, bq, key]

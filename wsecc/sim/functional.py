@@ -389,11 +389,15 @@ def _linear(b: _Build) -> Run:
     if act not in ACTIVATIONS:
         raise b.fail(f"unknown activation {act!r}")
     ar, N = b.ar, W.shape[1]
+    cap = np.float32(b.node.attr("softcap", 0.0))
 
     def run(args: Arrays) -> list[np.ndarray]:  # any rows: a window of tokens too
         x = args[0].reshape(-1, args[0].shape[-1])
         bias = args[2] if has_bias else None
-        return [_tiled_linear(x, tiles, ar, bias, act).reshape(*args[0].shape[:-1], N)]
+        y = _tiled_linear(x, tiles, ar, bias, act)
+        if cap:  # the soft-cap c·tanh(y / c) in the epilogue, each step in float32
+            y = ar.store(ar.acc(np.tanh(ar.acc(y / cap)) * cap))
+        return [y.reshape(*args[0].shape[:-1], N)]
 
     return run
 
@@ -603,7 +607,8 @@ class AttentionRun:
         bias = np.zeros((0, 0, 0, 0), np.float32) if bias is None else bias
         heads = functools.partial(
             attention_heads, qs, k, v, np.ascontiguousarray(keep[:, 0]),
-            np.ascontiguousarray(bias, np.float32), self.fill, self.rows,
+            np.ascontiguousarray(bias, np.float32), self.fill,
+            np.float32(a.get("softcap", 0.0)), self.rows,
             ar.half_accum, ar.store is round_to_f16, bool(a.get("nan_to_zero")), out,
         )  # fmt: skip
         _on_threads(heads, B * H, work=B * H * Sq * Sk * dh)

@@ -18,6 +18,11 @@ does ALiBi's bias (slope × key position: the product is formed once per cached 
 per score) and a bias operand (its element read from SRAM with the score: the add)."""
 
 
+SOFTCAP_OPS = 2 + TRANSCENDENTAL_OPS
+"""Per soft-capped score (Gemma 2's c·tanh(s / c)): s × (1 / c) (1), tanh (8, a transcendental
+as exp), × c (1) = 10."""
+
+
 def _bias_ops(p: Params) -> int:
     """Ops per score the mask's add (padding or full), ALiBi's add and the bias operand's add
     take."""
@@ -25,8 +30,8 @@ def _bias_ops(p: Params) -> int:
 
 
 def _score_ops(p: Params) -> int:
-    """Ops per score: the online softmax, the mask's add and ALiBi's add."""
-    return SCORE_OPS + _bias_ops(p)
+    """Ops per score: the online softmax, the soft-cap, the mask's add and ALiBi's add."""
+    return SCORE_OPS + SOFTCAP_OPS * int(p["softcap"]) + _bias_ops(p)
 
 
 ROTARY_OPS = 3
@@ -195,6 +200,7 @@ def _lower(n: Node, b: int) -> dict[str, object]:
         "full_mask": n.attr("mask") == "full",
         "alibi": bool(n.attr("alibi", ())),
         "bias": bool(n.attr("has_bias", False)),
+        "softcap": bool(n.attr("softcap", 0.0)),
     }
 
 
@@ -206,9 +212,11 @@ def _grad_flops(p: Params) -> int:
     D = rowsum(dO * O) costs 2d per query. Rotated q and k rotate their gradients back
     (ROTARY_OPS per element); grouped K/V heads sum their query heads' dK and dV (an add per
     element, in the dK/dV accumulation above). A bias operand's gradient (dS summed over the
-    samples: `wsecc.ir.rules`) is not in this count."""
+    samples: `wsecc.ir.rules`) is not in this count. A soft-cap is recomputed with s
+    (SOFTCAP_OPS) and scales dS by 1 - tanh^2 (3: the square, the subtraction, the product)."""
     heads, seq, d = int(p["heads"]), int(p["seq"]), int(p["head_dim"])
-    per_pair = 10 * d + 3 + TRANSCENDENTAL_OPS + _bias_ops(p)
+    softcap = (SOFTCAP_OPS + 3) * int(p["softcap"])
+    per_pair = 10 * d + 3 + TRANSCENDENTAL_OPS + _bias_ops(p) + softcap
     pairs = heads * attention_pairs(seq, bool(p["causal"]))
     return pairs * per_pair + 2 * heads * seq * d + ROTARY_OPS * _rotated(p)
 
@@ -234,6 +242,7 @@ ATTENTION = KindDef(
         "full_mask": "bool",
         "alibi": "bool",
         "bias": "bool",
+        "softcap": "bool",
         "cache_sequences": "int+",
     },
     flops=_flops,
@@ -251,7 +260,7 @@ ATTENTION = KindDef(
     check=_check,
     # kernels made before grouped K/V heads and rotary embeddings: one K/V head per head;
     # outside generate mode one sequence's K/V is resident; before ALiBi none had a bias, before
-    # full masks none had one, before bias operands none had one
+    # full masks none had one, before bias operands none had one, nor a soft-cap before Gemma 2
     defaults=lambda p: {
         "kv_heads": p.get("heads", 1),
         "rotary_dim": 0,
@@ -259,6 +268,7 @@ ATTENTION = KindDef(
         "alibi": False,
         "full_mask": False,
         "bias": False,
+        "softcap": False,
     },
     lowers=frozenset({Op.ATTENTION}),
     lower=_lower,

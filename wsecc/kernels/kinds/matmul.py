@@ -296,11 +296,20 @@ GATED_LINEAR = KindDef(
 # --- lm_head: logits[rows, vocab] = x[rows, K] W[K, vocab]; tied: W is the embedding table ------
 
 
+LOGIT_SOFTCAP_OPS = 2 + TRANSCENDENTAL_OPS
+"""Per logit of a soft-capped head (Gemma 2's final_logit_softcapping, c·tanh(y / c)): × 1/c
+(1), tanh (8), × c (1) = 10, the head's epilogue."""
+
+
+def _softcap_ops(p: Params) -> int:
+    return LOGIT_SOFTCAP_OPS if p.get("softcap") else 0
+
+
 def lm_head_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
-    """The LM head: `matmul_cost` with M = rows, N = vocab, no epilogue. A tied head still holds
-    its own copy of the table here: every region keeps its weights resident (execution model
-    §3)."""
-    return matmul_cost(p["rows"], p["K"], p["vocab"], h, w, ctx)
+    """The LM head: `matmul_cost` with M = rows, N = vocab, no epilogue but a soft-cap's
+    (LOGIT_SOFTCAP_OPS per logit, with `softcap`). A tied head still holds its own copy of the
+    table here: every region keeps its weights resident (execution model §3)."""
+    return matmul_cost(p["rows"], p["K"], p["vocab"], h, w, ctx, act_ops=_softcap_ops(p))
 
 
 def _lower_lm_head(n: Node, b: int) -> dict[str, object]:
@@ -310,6 +319,7 @@ def _lower_lm_head(n: Node, b: int) -> dict[str, object]:
         "K": w.type.shape[0],
         "vocab": w.type.shape[1],
         "tied": bool(n.attr("tied")),
+        "softcap": bool(n.attr("softcap", 0.0)),
     }
 
 
@@ -321,15 +331,17 @@ label costs one op per row, not per logit."""
 
 def _lm_head_grad_flops(p: Params) -> int:
     """The loss's gradient over the logits (LOSS_OPS each), then dX = dL W^T and dW = X^T dL
-    (2 rows K vocab each); tied, dW accumulates into the embedding's table."""
+    (2 rows K vocab each); tied, dW accumulates into the embedding's table. A soft-cap is
+    recomputed per logit and scales its gradient by 1 - tanh^2 (3 more)."""
     rows, K, V = p["rows"], p["K"], p["vocab"]
-    return int(rows * V * LOSS_OPS + 4 * rows * K * V)
+    softcap = _softcap_ops(p) + 3 * bool(p.get("softcap"))
+    return int(rows * V * (LOSS_OPS + softcap) + 4 * rows * K * V)
 
 
 LM_HEAD = KindDef(
     kind=KernelKind.LM_HEAD,
-    params={"rows": "int+", "K": "int+", "vocab": "int+", "tied": "bool"},
-    flops=lambda p: 2 * p["rows"] * p["K"] * p["vocab"],
+    params={"rows": "int+", "K": "int+", "vocab": "int+", "tied": "bool", "softcap": "bool"},
+    flops=lambda p: (2 * p["K"] + _softcap_ops(p)) * p["rows"] * p["vocab"],
     weight_elems=lambda p: p["K"] * p["vocab"],
     in_edge="W",
     out_edge="S",
@@ -339,6 +351,9 @@ LM_HEAD = KindDef(
     lower=_lower_lm_head,
     grad=GradRule(flops=_lm_head_grad_flops, saved_elems=lambda p: p["rows"] * p["K"]),
     tokens="rows",
-    decode=lambda p, h, w, ctx, B: matmul_decode(B, p["K"], p["vocab"], h, w, ctx),
+    decode=lambda p, h, w, ctx, B: matmul_decode(
+        B, p["K"], p["vocab"], h, w, ctx, epilogue=_softcap_ops(p)
+    ),
     simulate="wsecc.sim.functional:_linear",
+    defaults=lambda p: {"softcap": False},  # heads made before Gemma 2's soft-cap: none
 )
