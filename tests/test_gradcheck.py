@@ -183,15 +183,31 @@ def test_float64_session_reproduces_the_fp32_loss() -> None:
     assert loss(outputs) == pytest.approx(loss(OrtWithWeights(path).run(feeds)), rel=1e-6)
 
 
-def test_float64_session_unavailable_says_why() -> None:
-    """onnxruntime has no double Erf (BERT's GELU): no float64 reference, and the reason."""
+def test_float64_session_unavailable_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnxruntime has no double Erf (BERT's GELU runs through one): without the rewrite in
+    double ops, no float64 reference, and the reason."""
+    import wsecc.numerics
+
     path = SAMPLES / "bert_dynamo.onnx"
     g, feeds = fused(path)
+    monkeypatch.setattr(wsecc.numerics, "_erf_in_double_ops", lambda g: None)
     why = float64_session(path, feeds)
     assert isinstance(why, str) and "Erf" in why
     check = check_gradients(path, g, feeds, samples=2)
     assert check.float64 == why
     assert all(r.reference == "fp32 FD" for r in check.rows)
+
+
+@pytest.mark.parametrize("sample", ["bert_dynamo.onnx", "bert_legacy_op17.onnx"])
+def test_erf_and_gelu_run_in_double(sample: str) -> None:
+    """Issue 33: BERT's GELU (an Erf, or opset 20's Gelu, which onnxruntime runs through Erf)
+    rewritten in double ops: the float64 reference exists and reproduces the fp32 loss."""
+    path = SAMPLES / sample
+    g, feeds = fused(path)
+    wide = float64_session(path, feeds)
+    assert isinstance(wide, OrtWithWeights), wide
+    loss = choose_loss(g, feeds, 0)
+    assert loss(wide.run(feeds)) == pytest.approx(loss(OrtWithWeights(path).run(feeds)), rel=1e-6)
 
 
 def test_float64_judges_a_row_fp32_cannot(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -259,10 +275,11 @@ def test_one_percent_fails_where_the_differences_resolve_it(precision: str) -> N
     assert row.status == "failed" and not check.passed
 
 
-def test_unresolved_rows_are_counted_unchecked_not_passed() -> None:
-    """BERT has no float64 reference (no double Erf): rows whose differences disagree with
-    themselves by more than 1e-2 (the key bias, which softmax ignores; the Q/K weights) are
+def test_unresolved_rows_are_counted_unchecked_not_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a float64 reference (here disabled): rows whose differences disagree with
+    themselves by more than 1e-2 (BERT's key bias, which softmax ignores; the Q/K weights) are
     unchecked — not among the passed, listed in the verdict and the report."""
+    monkeypatch.setattr(gradcheck, "float64_session", lambda path, feeds: "disabled")
     path = SAMPLES / "bert_dynamo.onnx"
     g, feeds = fused(path)
     check = check_gradients(path, g, feeds, "mixed", samples=FAST, seed=1)
