@@ -3,7 +3,8 @@
 Anchored on Softmax over the last axis of a rank-4 tensor [B, H, Sq, Sk]:
 
 1. scores: walking back from the Softmax through Mul/Div by scalars (the scale), Add of a
-   mask-class bias, Where(mask-class condition, ·, fill) down to MatMul(q', kᵀ'); at most one
+   mask-class bias, Where(mask-class condition, ·, fill), at most one soft-cap c·tanh(s / c)
+   below every mask term (Gemma 2: the `softcap` attribute) down to MatMul(q', kᵀ'); at most one
    Reshape [B·H, Sq, Sk] -> [B, H, Sq, Sk] on the way (BLOOM's baddbmm forms the scores with
    the heads batched; q', k', v' and p·v are then [B·H, S, dh]);
 2. q', k', v': walking back through scalar Mul/Div (q and k each scaled, the SDPA form) and

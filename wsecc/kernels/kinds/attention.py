@@ -1,7 +1,8 @@
 """`attention`: softmax(Q K^T / sqrt(d) + bias + mask) V over `heads` heads, K and V from
 `kv_heads` heads (grouped-query attention when fewer), q and k rotated first when `rotary_dim` > 0
 (rotary position embedding), a constant per-head bias [heads, S, S] added when `bias` (MPNet's
-relative position bias); the projections are linear kernels."""
+relative position bias), the scores soft-capped to c tanh(s / c) when `softcap` (Gemma 2); the
+projections are linear kernels."""
 
 from __future__ import annotations
 
