@@ -399,14 +399,18 @@ def test_fp16_addition_is_exact_for_every_pair():
 # --- the attention kernel against its row-merge reference -----------------------------------
 
 
-def reference_attention(qs, k, v, keep, fill, rows, ar, bias=None):
+def reference_attention(qs, k, v, keep, fill, rows, ar, bias=None, softcap=0.0):
     """The attention kernel's order written out with numpy, one PE row at a time: keys dealt
     cyclically (key t on row t mod rows), each row's max, sum of e = exp(s - max) and e v, then
     the rows merged in order, rescaled by exp of the running max's change. [B, Sq, H, d]. The
-    scores raised by `bias` [B | 1, H, 1 | Sq, Sk] (ALiBi's, a bias operand's) before they are
-    rounded."""
+    scores soft-capped to c tanh(s / c) with `softcap` c, then raised by `bias` [B | 1, H,
+    1 | Sq, Sk] (ALiBi's, a bias operand's) before they are rounded."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        s = qs @ k.transpose(0, 1, 3, 2) + (np.float32(0) if bias is None else bias)
+        s = qs @ k.transpose(0, 1, 3, 2)
+        if softcap:
+            cap = np.float32(softcap)
+            s = ar.acc(np.tanh(s / cap) * cap)
+        s = s + (np.float32(0) if bias is None else bias)
         s = np.where(keep, ar.acc(s), fill)  # [B, H, Sq, Sk]
         Sk = s.shape[3]
         m, l_pe, pv = [], [], []
@@ -433,12 +437,13 @@ def reference_attention(qs, k, v, keep, fill, rows, ar, bias=None):
 @pytest.mark.parametrize("precision", ["fp32", "mixed", "fp16"])
 @pytest.mark.parametrize("rows", [1, 3, 7, 40])  # 40 rows for 33 keys: seven hold none
 @pytest.mark.parametrize("fill", [-np.inf, np.finfo(np.float32).min, -10000.0])
-@pytest.mark.parametrize("added", ["none", "alibi", "table"])
+@pytest.mark.parametrize("added", ["none", "alibi", "table", "softcap"])
 def test_attention_kernel_matches_its_row_merge_reference(precision, rows, fill, added):
     """Causal, with padded keys, and one batch whose keys are all padded (its rows are fully
     masked: the reference's softmax of fills, or nan made 0). Scores spread over 2^±6, so the
     per-row maxima differ and the rescaling matters; with ALiBi slopes, raised by slope × the
-    key's position among the kept keys; with a bias operand, by its [H, Sq, Sk] entry."""
+    key's position among the kept keys; with a bias operand, by its [H, Sq, Sk] entry; soft-
+    capped (Gemma 2) at c = 2, where most scores are well into tanh's bend."""
     rng = np.random.default_rng(rows)
     B, H, Sq, Sk, d = 3, 2, 9, 33, 8
     ar = functional.Arithmetic.of(precision)
@@ -458,11 +463,12 @@ def test_attention_kernel_matches_its_row_merge_reference(precision, rows, fill,
     if ar.half_accum and np.isfinite(fill):
         fill = np.float32(np.finfo(np.float16).min)
     out = np.empty((B, Sq, H, d), np.float32)
+    cap = np.float32(2.0 if added == "softcap" else 0.0)
     attention_heads(
-        qs, k, v, np.ascontiguousarray(keep[:, 0]), np.ascontiguousarray(held), fill, rows,
-        ar.half_accum, ar.store is round_to_f16, True, out, 0, B * H,
+        qs, k, v, np.ascontiguousarray(keep[:, 0]), np.ascontiguousarray(held), fill, cap,
+        rows, ar.half_accum, ar.store is round_to_f16, True, out, 0, B * H,
     )  # fmt: skip
-    want = reference_attention(qs, k, v, keep, fill, rows, ar, bias)
+    want = reference_attention(qs, k, v, keep, fill, rows, ar, bias, cap)
     if precision == "mixed":  # float32 throughout, the output rounded to fp16: float32 values
         # a last bit apart (numba's loop and numpy's exp are not the same code) may round one
         # fp16 ulp apart, no more (seen once with a bias operand, at 40 rows): one rounding,
