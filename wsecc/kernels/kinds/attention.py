@@ -32,7 +32,7 @@ def _bias_ops(p: Params) -> int:
 
 def _score_ops(p: Params) -> int:
     """Ops per score: the online softmax, the soft-cap, the mask's add and ALiBi's add."""
-    return SCORE_OPS + SOFTCAP_OPS * int(p["softcap"]) + _bias_ops(p)
+    return SCORE_OPS + SOFTCAP_OPS * int(p.get("softcap", False)) + _bias_ops(p)
 
 
 ROTARY_OPS = 3
@@ -216,7 +216,7 @@ def _grad_flops(p: Params) -> int:
     samples: `wsecc.ir.rules`) is not in this count. A soft-cap is recomputed with s
     (SOFTCAP_OPS) and scales dS by 1 - tanh^2 (3: the square, the subtraction, the product)."""
     heads, seq, d = int(p["heads"]), int(p["seq"]), int(p["head_dim"])
-    softcap = (SOFTCAP_OPS + 3) * int(p["softcap"])
+    softcap = (SOFTCAP_OPS + 3) * int(p.get("softcap", False))
     per_pair = 10 * d + 3 + TRANSCENDENTAL_OPS + _bias_ops(p) + softcap
     pairs = heads * attention_pairs(seq, bool(p["causal"]))
     return pairs * per_pair + 2 * heads * seq * d + ROTARY_OPS * _rotated(p)
