@@ -26,8 +26,13 @@ A shared expert (Qwen2-MoE: a SwiGLU MLP of plain Linears every token goes throu
 not by sigmoid(x·w) per token) added to the routed sum joins the block: the Add is the block's
 output and the shared expert's Linears its weights, checked the same way.
 
+gpt-oss's block (the router a Linear with bias, TopK of the logits, a softmax over the kept
+k: the softmax router renormalised; experts with biases, gate and up interleaved in one stack;
+the clamped SwiGLU, its alpha and limit read from the region's scalar constants) is matched the
+same way, the biases gathered from constant [E, .] stacks. The check evaluates two probes, the
+second 64 times larger, so that a clamp's bound is reached and checked.
+
 Not matched (the region stays, and lowering leaves generic kernels, so the pass notes why):
-gpt-oss's clamped SwiGLU with biases,
 Llama 4's dense-then-scatter experts, onnxruntime-genai's `com.microsoft.MoE`.
 Requires fuse-linear's Linears (the router) and runs before fuse-swiglu, whose SiLU matcher
 never sees inside the gathered experts anyway.
@@ -58,6 +63,10 @@ from wsecc.pm import Pass, PassContext
 _VIEWS = LAYOUT | {Op.IDENTITY, Op.CAST}
 _RTOL = 1e-4  # of the output's largest magnitude: float32 rounding, not a different function
 _SEED = 0
+_SCALES = (1.0, 64.0)
+"""The probes' scales: x ~ N(0, 1), and one large enough that a clamped gate's bounds are
+reached (gpt-oss: limit 7 against gate values of a few tenths at scale 1), so the check sees
+the clamp and not only its inside."""
 MAX_PROBE_ELEMS = 1 << 26
 """The most elements the block's values may hold for the check to evaluate it (each gathered
 expert weight is materialised per token and choice: 256 MiB of float32 here); a larger block
@@ -73,12 +82,13 @@ def _viewed(view: GraphView, v: Value) -> Value:
 
 
 def _router(view: GraphView, topk: Node) -> Node:
+    """The nearest Linear x·W[H, E] (+ b[E], gpt-oss's) before the TopK, constant weights."""
     scores = topk.inputs[0]
     e = scores.type.shape[-1]
     for n in view.ancestors(scores)[::-1]:  # the nearest Linear first
-        if n.op is not Op.LINEAR or n.attr("activation") != "none" or n.attr("has_bias"):
+        if n.op is not Op.LINEAR or n.attr("activation") != "none":
             continue
-        if n.inputs[1].is_const and n.inputs[1].type.shape[-1] == e:
+        if all(v.is_const for v in n.inputs[1:]) and n.inputs[1].type.shape[-1] == e:
             return n
     raise NoMatch("no router Linear x·W[H, E] before the TopK")
 
@@ -117,18 +127,22 @@ def _region(view: GraphView, x: Value, out: Value) -> list[Node]:
     return region
 
 
-def _stacks(region: list[Node], experts: int) -> list[np.ndarray]:
-    """The constant weight stacks [E, ., .] the region gathers experts from, in node order."""
-    stacks = []
+def _stacks(region: list[Node], experts: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The constant stacks the region gathers experts from, in node order: weights [E, ., .]
+    and biases [E, .] (gpt-oss's)."""
+    stacks: list[np.ndarray] = []
+    biases: list[np.ndarray] = []
     for n in region:
         d = n.inputs[0] if n.inputs else None
         if n.op in (Op.GATHER_ND, Op.GATHER) and d is not None and d.is_const:
-            if d.type.rank == 3 and d.type.shape[0] == experts:
+            if d.type.rank in (2, 3) and d.type.shape[0] == experts:
                 assert d.const is not None
-                stacks.append(np.asarray(d.const))
+                (stacks if d.type.rank == 3 else biases).append(np.asarray(d.const))
     if len(stacks) not in (2, 3):
         raise NoMatch(f"the block gathers {len(stacks)} expert weight stacks, not 2 or 3")
-    return stacks
+    if len(biases) not in (0, 2, 3):
+        raise NoMatch(f"the block gathers {len(biases)} expert bias stacks, not 0, 2 or 3")
+    return stacks, biases
 
 
 def _oriented(s: np.ndarray, rows: int) -> Iterator[np.ndarray]:
@@ -139,8 +153,15 @@ def _oriented(s: np.ndarray, rows: int) -> Iterator[np.ndarray]:
         yield s.transpose(0, 2, 1)
 
 
-def _layouts(stacks: list[np.ndarray], h: int) -> Iterator[tuple[np.ndarray, ...]]:
-    """Candidate (W_gate, W_up, W_down) as [E, H, I], [E, H, I], [E, I, H]."""
+_HALVES = ((slice(None), slice(None)), (slice(0, None, 2), slice(1, None, 2)))
+
+
+def _layouts(
+    stacks: list[np.ndarray], biases: list[np.ndarray], h: int
+) -> Iterator[tuple[np.ndarray, ...]]:
+    """Candidate (W_gate, W_up, W_down) as [E, H, I], [E, H, I], [E, I, H], then, when the
+    block gathers biases, (b_gate, b_up, b_down) as [E, I], [E, I], [E, H], split as the
+    weights are."""
     if len(stacks) == 2:
         for gu, down in itertools.permutations(stacks):
             for g in _oriented(gu, h):
@@ -150,14 +171,40 @@ def _layouts(stacks: list[np.ndarray], h: int) -> Iterator[tuple[np.ndarray, ...
                 for d in _oriented(down, i):
                     if d.shape[2] != h:
                         continue
-                    yield g[..., :i], g[..., i:], d
-                    yield g[..., 0::2], g[..., 1::2], d
+                    for first, second in (slice(0, i), slice(i, None)), _HALVES[1]:
+                        ws = (g[..., first], g[..., second], d)
+                        if not biases:
+                            yield ws
+                        for bgu, bd in itertools.permutations(biases):
+                            if bgu.shape[1] == 2 * i and bd.shape[1] == h:
+                                yield (*ws, bgu[:, first], bgu[:, second], bd)
     else:
         for gate, up, down in itertools.permutations(stacks):
             for g, u in itertools.product(_oriented(gate, h), _oriented(up, h)):
                 for d in _oriented(down, g.shape[2]):
                     if g.shape == u.shape and d.shape[2] == h:
-                        yield g, u, d
+                        if not biases:
+                            yield g, u, d
+                        for bg, bu, bd in itertools.permutations(biases):
+                            if bg.shape == bu.shape == g.shape[::2] and bd.shape[1] == h:
+                                yield g, u, d, bg, bu, bd
+
+
+def _activations(region: list[Node]) -> Iterator[dict[str, object]]:
+    """Candidate expert gates: SwiGLU's silu, then gpt-oss's clamped silu for each (alpha,
+    limit) pair of the positive scalar constants the region reads (its Clip's bound, its
+    sigmoid's scale: the check by evaluation decides which is which)."""
+    yield {"activation": GATES[0]}
+    scalars = sorted(
+        {
+            float(np.asarray(v.const).reshape(-1)[0])
+            for n in region
+            for v in n.inputs
+            if v.is_const and v.type.size == 1 and v.type.dtype.is_float
+        }
+    )
+    for alpha, limit in itertools.permutations([c for c in scalars if c > 0], 2):
+        yield {"activation": "clamped_silu", "alpha": alpha, "limit": limit}
 
 
 def _agrees(want: np.ndarray, got: np.ndarray) -> bool:
@@ -223,10 +270,15 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
         why = why or err
     if not blocks:
         raise why or NoMatch("no block")
-    probe = np.random.default_rng(_SEED).standard_normal(x.type.shape).astype(x.type.dtype.numpy)
+    rng = np.random.default_rng(_SEED)
+    probes = [rng.standard_normal(x.type.shape).astype(x.type.dtype.numpy) for _ in _SCALES]
+    probes = [(s * p).astype(p.dtype) for s, p in zip(_SCALES, probes, strict=True)]
     k = int(topk.attr("k"))
+    br = router.inputs[2].const if router.attr("has_bias") else None
     for out, region, shared_forms in blocks:
-        stacks = _stacks(region, e)
+        stacks, biases = _stacks(region, e)
+        if (br is None) != (not biases):
+            raise NoMatch("the router has a bias and the experts none, or the reverse")
         size = sum(v.type.size for n in region for v in n.outputs)
         if size > MAX_PROBE_ELEMS:
             per_token = -(-size // max(1, x.type.size // h))
@@ -238,19 +290,30 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
                     else f"evaluates, {per_token:,} a token: experts this large are not fused yet"
                 )
             )
-        want = eval_nodes(region, {x: probe})[out].reshape(x.type.shape)
-        for (shared, extra), (g, u, d) in itertools.product(shared_forms, _layouts(stacks, h)):
-            for router_form, normalize in itertools.product(MOE_ROUTERS, (True, False)):
-                attrs: dict[str, object] = {
-                    "k": k,
-                    "router": router_form,
-                    "normalize": normalize,
-                    "activation": GATES[0],
-                    "shared": shared,
-                }
-                got = moe([probe, wr.const, g, u, d, *extra], attrs)[0]
-                if _agrees(want, got):
-                    return _replacement(view, router, x, out, region, [g, u, d, *extra], attrs)
+        wants = [eval_nodes(region, {x: p})[out].reshape(x.type.shape) for p in probes]
+        candidates = itertools.product(
+            shared_forms,
+            _layouts(stacks, biases, h),
+            _activations(region),
+            itertools.product(MOE_ROUTERS, (True, False)),
+        )
+        for (shared, extra), layout, act, (router_form, normalize) in candidates:
+            weights = [*layout[:3], *extra]
+            if br is not None:
+                weights += [br, *layout[3:]]
+            attrs: dict[str, object] = {
+                "k": k,
+                "router": router_form,
+                "normalize": normalize,
+                "shared": shared,
+                "bias": br is not None,
+                **act,
+            }
+            if all(
+                _agrees(want, moe([p, wr.const, *weights], attrs)[0])
+                for p, want in zip(probes, wants, strict=True)
+            ):
+                return _replacement(view, router, x, out, region, weights, attrs)
     raise NoMatch("no router form and expert weight layout computes what the block computes")
 
 
@@ -263,7 +326,11 @@ def _replacement(
     weights: list[np.ndarray],
     attrs: dict[str, object],
 ) -> tuple[Replacement, set[Node]]:
-    parts = ("gate", "up", "down", "shared_gate", "shared_up", "shared_down", "shared_scale")
+    parts = ["gate", "up", "down"]
+    parts += {"none": [], "plain": ["shared_gate", "shared_up", "shared_down"]}.get(
+        str(attrs["shared"]), ["shared_gate", "shared_up", "shared_down", "shared_scale"]
+    )
+    parts += ["router_bias", "gate_bias", "up_bias", "down_bias"]
     if is_uniform(weights[0]) and same_data(weights[0], weights[1]):
         # halves of one weight without data (`--weights inputs`): one stored value each would
         # make them the same weight to the parameter count; the up half gets the negated tag

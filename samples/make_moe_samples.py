@@ -94,9 +94,57 @@ MOE_FAMILIES: dict[str, Family] = {
         _IDS_MASK,
         _LM,
     ),
+    # gpt-oss: router Linear with bias, top 2 of 4, softmax over the two kept logits; experts
+    # with biases, gate/up interleaved in one stack, the clamped SwiGLU (alpha 1.702, limit 7);
+    # attention with per-head sinks and bias, layer 0 a sliding window of 8 tokens, layer 1 full
+    "gptoss": Family(
+        "GptOssForCausalLM",
+        "GptOssConfig",
+        dict(
+            _TINY,
+            head_dim=16,
+            intermediate_size=48,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
+        ),
+        _IDS_MASK,
+        _LM,
+    ),
+    # Llama 4 text: layer 0 dense (SwiGLU of intermediate_size_mlp), layer 1 MoE (sigmoid top-1
+    # router, one routed SwiGLU expert scaled before its up/gate projections, a shared expert);
+    # layer 0 chunked attention (chunk 8) with rotary and q/k L2 norm, layer 1 full attention
+    # without rotary (NoPE)
+    "llama4": Family(
+        "Llama4ForCausalLM",
+        "Llama4TextConfig",
+        dict(
+            _TINY,
+            head_dim=16,
+            intermediate_size=48,
+            intermediate_size_mlp=96,
+            num_local_experts=4,
+            num_experts_per_tok=1,
+            interleave_moe_layer_step=2,
+            no_rope_layers=[1, 0],
+            attention_chunk_size=8,
+            use_qk_norm=True,
+            attn_temperature_tuning=False,
+        ),
+        _IDS_MASK,
+        _LM,
+    ),
 }
 
-MOE_SAMPLES = {"mixtral": "mixtral", "qwen2moe": "qwen2moe", "qwen3moe": "qwen3moe"}
+MOE_SAMPLES = {
+    "mixtral": "mixtral",
+    "qwen2moe": "qwen2moe",
+    "qwen3moe": "qwen3moe",
+    "gptoss": "gptoss",
+    "llama4": "llama4",
+}
 
 
 def build_moe_family(family: Family) -> torch.nn.Module:

@@ -365,6 +365,27 @@ def _variadic(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value
     return [acc]
 
 
+@_conv("Clip")
+def _clip(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    """Clip(x, lo, hi) as Max(x, lo) then Min(., hi), each bound only where given (an input
+    from opset 11, an attribute before): gpt-oss's clamped SwiGLU clips its gate and up."""
+    x = c.get(n.input[0])
+    if c.opset.get("", 0) < 11:
+        lo = np.asarray(a["min"], x.type.dtype.numpy) if "min" in a else None
+        hi = np.asarray(a["max"], x.type.dtype.numpy) if "max" in a else None
+        bounds = [(Op.MAX, None if lo is None else c.const(lo, "clip_min"))]
+        bounds.append((Op.MIN, None if hi is None else c.const(hi, "clip_max")))
+    else:
+        named = [n.input[i] if len(n.input) > i and n.input[i] else "" for i in (1, 2)]
+        bounds = [(op, c.get(b) if b else None) for op, b in zip((Op.MAX, Op.MIN), named)]
+    steps = [(op, b) for op, b in bounds if b is not None]
+    if not steps:
+        return c.emit(Op.IDENTITY, [x], out_names=n.output)
+    for op, b in steps[:-1]:
+        x = c.emit(op, [x, b])[0]
+    return c.emit(steps[-1][0], [x, steps[-1][1]], out_names=n.output)
+
+
 @_conv("Mod")
 def _mod(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     return c.emit(Op.MOD, _ins(c, n), {"fmod": bool(a.get("fmod", 0))}, n.output)

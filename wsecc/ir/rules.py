@@ -518,6 +518,11 @@ MOE_ROUTERS = ("softmax", "sigmoid")
 each."""
 
 
+MOE_ACTIVATIONS = ("silu", "clamped_silu")
+"""A `moe` expert's gate: SwiGLU's silu(g)·u, or gpt-oss's clamped variant with its `alpha` and
+`limit`: g' = min(g, limit), u' = clip(u, -limit, limit), g'·σ(alpha g')·(u' + 1)."""
+
+
 MOE_SHARED = ("none", "plain", "sigmoid")
 """A `moe` block's shared expert: none; one every token goes through, added to the routed sum;
 or that, scaled per token by sigmoid(x·w_shared_gate) (Qwen2-MoE)."""
@@ -532,14 +537,25 @@ def _moe_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
             f"moe expects x[..., H], W_router[H, E], W_gate and W_up [E, H, I], W_down [E, I, H], "
             f"got {x.shape}, {wr.shape}, {wg.shape}, {wu.shape}, {wd.shape}"
         )
-    if a["router"] not in MOE_ROUTERS or a["activation"] not in GATES:
-        raise IRError(f"moe router must be one of {MOE_ROUTERS}, activation one of {GATES}")
+    if a["router"] not in MOE_ROUTERS or a["activation"] not in MOE_ACTIVATIONS:
+        raise IRError(
+            f"moe router must be one of {MOE_ROUTERS}, activation one of {MOE_ACTIVATIONS}"
+        )
+    if a["activation"] == "clamped_silu" and not float(a.get("limit", 0.0)) > 0:
+        raise IRError("moe's clamped_silu needs a positive limit")
     if not 1 <= a["k"] <= e:
         raise IRError(f"moe chooses k={a['k']} of {e} experts")
     shared = a.get("shared", "none")
-    want = {"none": 5, "plain": 8, "sigmoid": 9}.get(shared)
+    want = moe_bias_start(a) + 4 * int(bool(a.get("bias", False)))
     if want != len(ts):
         raise IRError(f"moe shared {shared!r} takes {want} operands, got {len(ts)}")
+    if a.get("bias", False):
+        got = tuple(t.shape for t in ts[-4:])
+        if got != ((e,), (e, i), (e, i), (e, h)):
+            raise IRError(
+                f"moe's biases expect b_router [E], b_gate and b_up [E, I], b_down [E, H], "
+                f"got {got}"
+            )
     if shared != "none":
         sg, su, sd = ts[5:8]
         s_ = sg.shape[-1] if sg.rank == 2 else 0
@@ -553,11 +569,33 @@ def _moe_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     return [TensorType(_same_dtype(ts), x.shape)]
 
 
-def moe_routing(x2: np.ndarray, wr: np.ndarray, a: Attrs) -> tuple[np.ndarray, np.ndarray]:
+def moe_bias_start(a: Attrs) -> int:
+    """The index of a `moe` op's first bias operand (b_router, b_gate, b_up, b_down follow the
+    weights and the shared expert's when `bias`)."""
+    return {"none": 5, "plain": 8, "sigmoid": 9}.get(a.get("shared", "none"), 5)
+
+
+def moe_gate(g: np.ndarray, u: np.ndarray, a: Attrs) -> np.ndarray:
+    """An expert's hidden units from its gate and up projections (`MOE_ACTIVATIONS`), in
+    float64 rounded to g's dtype."""
+    if a["activation"] != "clamped_silu":
+        return (silu(g) * u).astype(g.dtype)
+    lim = float(a["limit"])
+    g64 = np.minimum(g.astype(np.float64), lim)
+    u64 = np.clip(u.astype(np.float64), -lim, lim)
+    return (g64 * special.expit(float(a["alpha"]) * g64) * (u64 + 1)).astype(g.dtype)
+
+
+def moe_routing(
+    x2: np.ndarray, wr: np.ndarray, a: Attrs, br: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The router of `moe` on tokens x2[T, H]: the chosen experts [T, k] (best first, ties to
     the lower index, as ONNX TopK) and their weights [T, k] (renormalised to sum 1 when
-    `normalize`)."""
+    `normalize`). `br`, the router's bias, is added to the logits. A softmax renormalised over
+    the kept k is the softmax of the k largest logits (gpt-oss's router)."""
     logits = _matmul(x2, wr)
+    if br is not None:
+        logits = (logits + br).astype(x2.dtype)
     if a["router"] == "softmax":
         scores = softmax(logits, -1).astype(x2.dtype)
     else:
@@ -576,17 +614,25 @@ def moe(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     y = Σ_j w_j · (silu(x·W_gate[e_j]) · (x·W_up[e_j]))·W_down[e_j] over the k chosen e_j,
     summed in choice order (best first), as the exporters' combine sums them; then, with a
     shared expert (`shared`), y + s·(silu(x·S_gate) · (x·S_up))·S_down, s = 1 or, "sigmoid",
-    sigmoid(x·w_shared_gate)."""
+    sigmoid(x·w_shared_gate). With `bias` (gpt-oss) the router's logits and each expert's
+    gate, up and down projections add their biases; `activation` "clamped_silu" is gpt-oss's
+    gate (`moe_gate`)."""
     x, wr, wg, wu, wd = xs[:5]
     x2 = x.reshape(-1, x.shape[-1])
-    idx, w = moe_routing(x2, wr, a)
+    br, bg, bu, bd = xs[moe_bias_start(a) :] if a.get("bias", False) else (None,) * 4
+    idx, w = moe_routing(x2, wr, a, br)
     y = np.zeros((a["k"],) + x2.shape, x.dtype)
     for e in range(wg.shape[0]):
         rows, slot = np.nonzero(idx == e)
         if rows.size:
             xe = x2[rows]
-            he = silu(_matmul(xe, wg[e])) * _matmul(xe, wu[e])
-            y[slot, rows] = _matmul(he.astype(x.dtype), wd[e]) * w[rows, slot, None]
+            zg, zu = _matmul(xe, wg[e]), _matmul(xe, wu[e])
+            if bg is not None and bu is not None:
+                zg, zu = (zg + bg[e]).astype(x.dtype), (zu + bu[e]).astype(x.dtype)
+            ye = _matmul(moe_gate(zg, zu, a), wd[e])
+            if bd is not None:
+                ye = (ye + bd[e]).astype(x.dtype)
+            y[slot, rows] = ye * w[rows, slot, None]
     out = y.sum(axis=0).astype(x.dtype)
     if a.get("shared", "none") != "none":
         hs = silu(_matmul(x2, xs[5])) * _matmul(x2, xs[6])
@@ -1365,7 +1411,7 @@ RULES: dict[Op, Rule] = {
         _softmax_vjp,
     ),
     Op.TOP_K: Rule(1, 1, _top_k_infer, _top_k_impl, _top_k_vjp),
-    Op.MOE: Rule(5, 9, _moe_infer, moe),
+    Op.MOE: Rule(5, 13, _moe_infer, moe),
     Op.LINEAR: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LM_HEAD: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LAYER_NORM: Rule(3, 3 + MAX_SKIPS, _layer_norm_infer, layer_norm, _layer_norm_vjp),
