@@ -153,7 +153,7 @@ def _oriented(s: np.ndarray, rows: int) -> Iterator[np.ndarray]:
         yield s.transpose(0, 2, 1)
 
 
-_HALVES = ((slice(None), slice(None)), (slice(0, None, 2), slice(1, None, 2)))
+_INTERLEAVED = (slice(0, None, 2), slice(1, None, 2))  # gate, up columns alternating (gpt-oss)
 
 
 def _layouts(
@@ -171,10 +171,11 @@ def _layouts(
                 for d in _oriented(down, i):
                     if d.shape[2] != h:
                         continue
-                    for first, second in (slice(0, i), slice(i, None)), _HALVES[1]:
+                    for first, second in (slice(0, i), slice(i, None)), _INTERLEAVED:
                         ws = (g[..., first], g[..., second], d)
                         if not biases:
                             yield ws
+                            continue
                         for bgu, bd in itertools.permutations(biases):
                             if bgu.shape[1] == 2 * i and bd.shape[1] == h:
                                 yield (*ws, bgu[:, first], bgu[:, second], bd)
@@ -185,6 +186,7 @@ def _layouts(
                     if g.shape == u.shape and d.shape[2] == h:
                         if not biases:
                             yield g, u, d
+                            continue
                         for bg, bu, bd in itertools.permutations(biases):
                             if bg.shape == bu.shape == g.shape[::2] and bd.shape[1] == h:
                                 yield g, u, d, bg, bu, bd
@@ -306,7 +308,7 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
                 "router": router_form,
                 "normalize": normalize,
                 "shared": shared,
-                "bias": br is not None,
+                **({"bias": True} if br is not None else {}),
                 **act,
             }
             if all(

@@ -377,7 +377,9 @@ def _clip(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
         bounds.append((Op.MIN, None if hi is None else c.const(hi, "clip_max")))
     else:
         named = [n.input[i] if len(n.input) > i and n.input[i] else "" for i in (1, 2)]
-        bounds = [(op, c.get(b) if b else None) for op, b in zip((Op.MAX, Op.MIN), named)]
+        bounds = [
+            (op, c.get(b) if b else None) for op, b in zip((Op.MAX, Op.MIN), named, strict=True)
+        ]
     steps = [(op, b) for op, b in bounds if b is not None]
     if not steps:
         return c.emit(Op.IDENTITY, [x], out_names=n.output)

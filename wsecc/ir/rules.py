@@ -773,6 +773,8 @@ def _attention_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
         raise IRError(f"attention bias must be [H, S_q, S_kv] with H = {h}, got {bias.shape}")
     if len(a.get("alibi", ())) not in (0, h):
         raise IRError(f"attention alibi has {len(a['alibi'])} slopes for {h} heads")
+    if len(a.get("sinks", ())) not in (0, h):
+        raise IRError(f"attention sinks has {len(a['sinks'])} logits for {h} heads")
     if rotary != "none":
         rd = a["rotary_dim"]
         if rd < 2 or rd % 2 or rd > dh:
@@ -881,8 +883,10 @@ def attention(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     slope_h × key position with `alibi`, + the bias operand with `has_bias`: `attention_bias`);
     positions not kept (causal: key > query; window w: key ≤ query − w, GPT-Neo's local attention;
     key_padding: mask[b, key] == 0; key_length: key ≥ len[b]; full: mask[b, query, key] == 0)
-    are *replaced* by `fill` (exporters' −∞, finfo.min or −10000); p = softmax(scores); with
-    `nan_to_zero`, NaN rows (all keys masked with −∞) become 0; out = merge_heads(p·v).
+    are *replaced* by `fill` (exporters' −∞, finfo.min or −10000); p = softmax(scores), with
+    `sinks` (gpt-oss's attention sinks) over the scores and one more logit per head, sink_h,
+    whose probability is dropped (`with_sinks`); with `nan_to_zero`, NaN rows (all keys masked
+    with −∞) become 0; out = merge_heads(p·v).
     """
     _, _, v, _, p = _attention_probs(xs, a)
     return [merge_heads(_matmul(p, v))]
@@ -901,10 +905,20 @@ def _attention_probs(
         scores = scores + bias.astype(q.dtype)
     keep = attention_keep(a, q.shape[0], q.shape[2], k.shape[2], mask)
     scores = np.where(keep, scores, np.asarray(a["fill"], q.dtype))
-    p = softmax(scores, axis=-1).astype(q.dtype)
+    p = softmax(with_sinks(scores, a), axis=-1).astype(q.dtype)[..., : scores.shape[-1]]
     if a.get("nan_to_zero"):
         p = np.where(np.isnan(p), np.zeros((), p.dtype), p)
     return q, k, v, keep, p
+
+
+def with_sinks(scores: np.ndarray, a: Attrs) -> np.ndarray:
+    """scores [B, h, Sq, Sk] with one more key per head whose score is sink_h (`sinks`), as
+    gpt-oss concatenates its sinks before the softmax; the scores themselves without sinks."""
+    sinks = a.get("sinks", ())
+    if not sinks:
+        return scores
+    column = np.asarray(sinks, scores.dtype)[None, :, None, None]
+    return np.concatenate([scores, np.broadcast_to(column, (*scores.shape[:3], 1))], axis=-1)
 
 
 def attention_heads_of(
