@@ -32,8 +32,12 @@ the clamped SwiGLU, its alpha and limit read from the region's scalar constants)
 same way, the biases gathered from constant [E, .] stacks. The check evaluates two probes, the
 second 64 times larger, so that a clamp's bound is reached and checked.
 
+onnxruntime-genai's `com.microsoft.MoE` contrib op becomes the same `Moe` op in the frontend
+(`wsecc.frontend.convert`), its router's MatMul (+ Add) read as the router.
+
 Not matched (the region stays, and lowering leaves generic kernels, so the pass notes why):
-Llama 4's dense-then-scatter experts, onnxruntime-genai's `com.microsoft.MoE`.
+Llama 4's dense-then-scatter experts (each expert computes every token, its input scaled by
+the sigmoid of its logit).
 Requires fuse-linear's Linears (the router) and runs before fuse-swiglu, whose SiLU matcher
 never sees inside the gathered experts anyway.
 """
