@@ -61,7 +61,7 @@ from wsecc.ir.rewrite import (
     origin_of,
     rewrite_nodes,
 )
-from wsecc.ir.rules import GATES, MOE_ROUTERS, moe
+from wsecc.ir.rules import GATES, MOE_ROUTERS, evaluate_op, moe
 from wsecc.pm import Pass, PassContext
 
 _VIEWS = LAYOUT | {Op.IDENTITY, Op.CAST}
@@ -72,10 +72,13 @@ _SCALES = (1.0, 64.0)
 reached (gpt-oss: limit 7 against gate values of a few tenths at scale 1), so the check sees
 the clamp and not only its inside."""
 MAX_PROBE_ELEMS = 1 << 26
-"""The most elements the block's values may hold for the check to evaluate it (each gathered
-expert weight is materialised per token and choice: 256 MiB of float32 here); a larger block
-is not fused, and the note says how many tokens fit, or that even one does not (real-size
-experts: Mixtral 8x7B's block holds 353M elements a token)."""
+"""The most elements the block's values may hold for the check to evaluate it whole (each
+gathered expert weight is materialised per token and choice: 256 MiB of float32 here). A larger
+block (real-size experts: Mixtral 8x7B's holds 353M elements a token) is checked on a few
+tokens (`_evaluate_few`); what that still cannot hold is not fused, and the note says how many
+tokens fit."""
+FEW_TOKENS = 4
+"""The tokens a block too large to evaluate whole is checked on (`_evaluate_few`)."""
 
 
 def _viewed(view: GraphView, v: Value) -> Value:
@@ -213,6 +216,73 @@ def _activations(region: list[Node]) -> Iterator[dict[str, object]]:
         yield {"activation": "clamped_silu", "alpha": alpha, "limit": limit}
 
 
+def _lazy_gathers(region: list[Node], experts: int) -> dict[Value, tuple[np.ndarray, Node]]:
+    """The gathered expert weights of `region` that only MatMuls read: value -> (the constant
+    stack [E, ., .], its Gather node), for `_evaluate_few` to multiply without materialising."""
+    users: dict[Value, list[Node]] = {}
+    for n in region:
+        for v in n.inputs:
+            users.setdefault(v, []).append(n)
+    lazy = {}
+    for n in region:
+        d = n.inputs[0] if n.inputs else None
+        if d is None or d.const is None or d.type.rank != 3 or d.type.shape[0] != experts:
+            continue
+        one_index = (
+            n.op is Op.GATHER_ND and n.attr("batch_dims") == 0 and n.inputs[1].type.shape[-1] == 1
+        ) or (n.op is Op.GATHER and n.attr("axis") == 0)
+        if one_index and all(u.op is Op.MATMUL for u in users.get(n.outputs[0], [])):
+            lazy[n.outputs[0]] = (np.asarray(d.const), n)
+    return lazy
+
+
+def _gathered_matmul(
+    m: Node, vals: dict[Value, np.ndarray], lazy: dict[Value, tuple[np.ndarray, Node]]
+) -> np.ndarray:
+    """MatMul `m` of a gathered weight G[r] = stack[ids[r]] and rows A[r], row by row, grouped by
+    expert; a row whose A[r] is not finite (a token outside the check) is NaN, not computed."""
+    left = m.inputs[0] in lazy
+    g, a = (m.inputs[0], m.inputs[1]) if left else (m.inputs[1], m.inputs[0])
+    stack, gather = lazy[g]
+    ids = np.asarray(vals[gather.inputs[1]]).reshape(-1).astype(np.int64) % stack.shape[0]
+    rows = np.asarray(vals[a])
+    out = np.full(m.output.type.shape, np.nan, np.float32)
+    live = np.isfinite(rows.reshape(len(ids), -1)).all(axis=1)
+    for e in np.unique(ids[live]):
+        r = np.flatnonzero(live & (ids == e))
+        out[r] = stack[e] @ rows[r] if left else rows[r] @ stack[e]
+    return out
+
+
+def _evaluate_few(
+    region: list[Node], x: Value, probe: np.ndarray, out: Value, experts: int
+) -> tuple[np.ndarray, int] | None:
+    """What the region computes on `probe` with every token past the first FEW_TOKENS set to
+    NaN: the gathered expert weights are never materialised (`_gathered_matmul` computes the
+    finite rows only). A region that mixes tokens carries the NaN into the checked ones, which
+    then agree with no candidate. (output, tokens checked), or None when the values that remain
+    exceed MAX_PROBE_ELEMS."""
+    lazy = _lazy_gathers(region, experts)
+    size = sum(v.type.size for n in region for v in n.outputs if v not in lazy)
+    if size > MAX_PROBE_ELEMS:
+        return None
+    h = x.type.shape[-1]
+    few = min(FEW_TOKENS, x.type.size // h)
+    p = probe.copy().reshape(-1, h)
+    p[few:] = np.nan
+    vals: dict[Value, np.ndarray] = {x: p.reshape(probe.shape)}
+    for n in region:
+        if n.outputs[0] in lazy:
+            continue
+        if n.op is Op.MATMUL and any(v in lazy for v in n.inputs):
+            vals[n.output] = _gathered_matmul(n, vals, lazy)
+            continue
+        args = [v.const if v.is_const else vals[v] for v in n.inputs]
+        for v, r in zip(n.outputs, evaluate_op(n.op, args, n.attr_dict), strict=True):
+            vals[v] = np.asarray(r)
+    return vals[out].reshape(-1, h)[:few].reshape(few, h), few
+
+
 def _agrees(want: np.ndarray, got: np.ndarray) -> bool:
     scale = float(np.max(np.abs(want))) if want.size else 0.0
     return bool(scale > 0 and np.max(np.abs(want - got)) <= _RTOL * scale)
@@ -286,17 +356,28 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
         if (br is None) != (not biases):
             raise NoMatch("the router has a bias and the experts none, or the reverse")
         size = sum(v.type.size for n in region for v in n.outputs)
-        if size > MAX_PROBE_ELEMS:
-            per_token = -(-size // max(1, x.type.size // h))
-            raise NoMatch(
-                f"the block holds {size:,} elements, over the {MAX_PROBE_ELEMS:,} its check "
-                + (
-                    f"evaluates: bind at most {MAX_PROBE_ELEMS // per_token} tokens (--seq x --batch)"
-                    if per_token <= MAX_PROBE_ELEMS
-                    else f"evaluates, {per_token:,} a token: experts this large are not fused yet"
+        tokens = x.type.size // h
+        if size <= MAX_PROBE_ELEMS:  # the whole block, every token
+            wants = [eval_nodes(region, {x: p})[out].reshape(tokens, h) for p in probes]
+            few = tokens
+        else:
+            found = [_evaluate_few(region, x, p, out, e) for p in probes]
+            if any(f is None for f in found):
+                lazy = _lazy_gathers(region, e)
+                kept = sum(v.type.size for n in region for v in n.outputs if v not in lazy)
+                per_token = -(-kept // max(1, tokens))
+                fit = MAX_PROBE_ELEMS // per_token
+                raise NoMatch(
+                    f"the block holds {kept:,} elements besides its gathered weights, over the "
+                    f"{MAX_PROBE_ELEMS:,} its check evaluates: "
+                    + (
+                        f"bind at most {fit} tokens (--seq x --batch)"
+                        if fit
+                        else "not even one token's values fit"
+                    )
                 )
-            )
-        wants = [eval_nodes(region, {x: p})[out].reshape(x.type.shape) for p in probes]
+            wants = [f[0] for f in found if f is not None]
+            few = min(FEW_TOKENS, tokens)
         candidates = itertools.product(
             shared_forms,
             _layouts(stacks, biases, h),
@@ -316,7 +397,7 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
                 **act,
             }
             if all(
-                _agrees(want, moe([p, wr.const, *weights], attrs)[0])
+                _agrees(want, moe([p.reshape(-1, h)[:few], wr.const, *weights], attrs)[0])
                 for p, want in zip(probes, wants, strict=True)
             ):
                 return _replacement(view, router, x, out, region, weights, attrs)
