@@ -69,3 +69,39 @@ def test_a_tiny_mixtral_config_exports_weightless_and_compiles(tmp_path: Path) -
         seq=16, placer="greedy", validate=False,
     )  # fmt: skip
     assert c.report()["model"]["params"] == sample.report()["model"]["params"]
+
+
+@pytest.mark.slow
+def test_a_tiny_gpt_oss_config_exports_weightless_and_compiles(tmp_path: Path) -> None:
+    """The bundled gpt-oss sample's config, weightless: two moe kernels (router bias, expert
+    biases, the clamped gate), sink attention, no generic kernel, and the sample's parameters."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    import wsecc
+
+    cfg = transformers.GptOssConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, vocab_size=256, intermediate_size=48, num_local_experts=4,
+        num_experts_per_tok=2, max_position_embeddings=128, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
+    ).to_dict()  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "architectures": ["GptOssForCausalLM"]}))
+    out = tmp_path / "gptoss.onnx"
+    run = subprocess.run(
+        [sys.executable, "-m", "wsecc.cli", "export", str(path), "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    c = wsecc.compile(out, weights="inputs", seq=16, placer="greedy", validate=False)
+    kinds = [k.kind.value for k in c.kernel_graph.kernels]
+    assert kinds.count("moe") == 2 and "generic" not in kinds
+    moe = next(k for k in c.kernel_graph.kernels if k.kind.value == "moe")
+    assert moe.params["bias"] and moe.params["activation"] == "clamped_silu"
+    sample = wsecc.compile(
+        Path(__file__).parents[2] / "samples" / "gptoss_dynamo.onnx",
+        seq=16, placer="greedy", validate=False,
+    )  # fmt: skip
+    assert c.report()["model"]["params"] == sample.report()["model"]["params"]
