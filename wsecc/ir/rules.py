@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
+from wsecc.ir.arrays import is_uniform
 from wsecc.ir.core import DType, IRError, Op, TensorType
 
 Arrays = Sequence[np.ndarray]
@@ -156,7 +157,12 @@ def _matmul_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
 
 
 def _matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """float32 matmul with float32 accumulation, as onnxruntime's MLAS does it."""
+    """float32 matmul with float32 accumulation, as onnxruntime's MLAS does it. A uniform matrix
+    w (a weight without data, `wsecc.ir.arrays.placeholder`: every element the same) is not
+    expanded: each output is the row sum of x times that element."""
+    if w.ndim == 2 and x.ndim >= 2 and is_uniform(w):
+        rows = x.sum(axis=-1, keepdims=True, dtype=np.float32) * w.reshape(-1)[0]
+        return np.broadcast_to(rows, (*x.shape[:-1], w.shape[1])).copy()
     return np.matmul(x, w)
 
 
