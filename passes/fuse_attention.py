@@ -1242,10 +1242,11 @@ def _sinks(view: GraphView, sm: Node) -> _Sinks | None:
     if n is None or n.op is not Op.CONCAT or len(n.inputs) != 2 or n.attr("axis") % 4 != 3:
         return None
     s, c = n.inputs
-    if s.type.rank != 4 or not c.is_const or c.type.shape[-1] != 1:
+    if s.type.rank != 4 or c.type.shape[-1] != 1 or (not c.is_const and view.input_ancestors(c)):
         return None
-    assert c.const is not None
-    column = np.broadcast_to(np.asarray(c.const, np.float32), (*s.type.shape[:3], 1))
+    # a constant, or computed from constants alone (a weightless export's sinks, expanded)
+    value = c.const if c.const is not None else eval_nodes(view.ancestors(c), {})[c]
+    column = np.broadcast_to(np.asarray(value, np.float32), (*s.type.shape[:3], 1))
     per_head = column[0, :, 0, 0]
     if not np.array_equal(column, np.broadcast_to(per_head[None, :, None, None], column.shape)):
         raise NoMatch("the column joined to the scores is not one logit per head (a sink)")
@@ -1443,8 +1444,12 @@ def _rotary(
     kf, kd, kc, ks = _rope_tables(memo, k[0], k[1], k[2])
     assert qc.const is not None and kc.const is not None and qs.const is not None
     assert ks.const is not None
+    # the tables are solved from probes of q's and k's own shapes: equal to their rounding
+    # (1e-6, as `_evaluate_rope` confirms them; gpt-oss's YaRN tables, scaled by 1.35, differ
+    # in the last bits)
     if (qf, qd) != (kf, kd) or not (
-        np.array_equal(qc.const, kc.const) and np.array_equal(qs.const, ks.const)
+        np.allclose(qc.const, kc.const, rtol=0, atol=1e-6)
+        and np.allclose(qs.const, ks.const, rtol=0, atol=1e-6)
     ):
         raise NoMatch("q and k are rotated differently")
     return qf, qd, [qc, qs]
