@@ -150,8 +150,10 @@ MOE_SAMPLES = {
     "qwen2moe": "qwen2moe",
     "qwen3moe": "qwen3moe",
     "gptoss": "gptoss",
-    "llama4": "llama4",
 }
+"""The committed samples. Llama 4's family exports (`python samples/make_moe_samples.py DIR
+llama4`) but is not committed: its graph does not compile yet (bench/configs/README.md), and the
+suite compiles every bundled sample."""
 
 
 def build_moe_family(family: Family) -> torch.nn.Module:
@@ -165,9 +167,8 @@ def main(out_dir: Path = SAMPLES_DIR, only: tuple[str, ...] = ()) -> None:
     versions = (torch.__version__, transformers.__version__, onnx.__version__)
     print("torch {}, transformers {}, onnx {}".format(*versions))
     out_dir.mkdir(parents=True, exist_ok=True)
-    for stem, family_name in MOE_SAMPLES.items():
-        if only and stem not in only:
-            continue
+    stems = {stem: stem for stem in only} if only else MOE_SAMPLES
+    for stem, family_name in stems.items():
         family = MOE_FAMILIES[family_name]
         module = build_moe_family(family)
         example = make_inputs(family, 2, 16, pad_last_row=True)
