@@ -61,7 +61,7 @@ from wsecc.ir.rewrite import (
     origin_of,
     rewrite_nodes,
 )
-from wsecc.ir.rules import GATES, MOE_ROUTERS, evaluate_op, moe
+from wsecc.ir.rules import GATES, MOE_ROUTERS, evaluate_op
 from wsecc.pm import Pass, PassContext
 
 _VIEWS = LAYOUT | {Op.IDENTITY, Op.CAST}
@@ -289,6 +289,12 @@ def _evaluate_few(
     return vals[out].reshape(-1, h)[:few].reshape(few, h), few
 
 
+def _moe(xs: list[np.ndarray], attrs: dict[str, object]) -> np.ndarray:
+    """The candidate's output (`wsecc.ir.rules.moe`), numpy's warnings off: a candidate that
+    divides 0 by 0 (a sigmoid router renormalising two scores that underflowed) disagrees."""
+    return evaluate_op(Op.MOE, xs, attrs)[0]
+
+
 def _agrees(want: np.ndarray, got: np.ndarray, rtol: float = _RTOL) -> bool:
     scale = float(np.max(np.abs(want))) if want.size else 0.0
     return bool(scale > 0 and np.max(np.abs(want - got)) <= rtol * scale)
@@ -412,7 +418,7 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
             }
             rtol = _rtol(h, layout[0].shape[2])
             if all(
-                _agrees(want, moe([p.reshape(-1, h)[:few], wr.const, *weights], attrs)[0], rtol)
+                _agrees(want, _moe([p.reshape(-1, h)[:few], wr.const, *weights], attrs), rtol)
                 for p, want in zip(probes, wants, strict=True)
             ):
                 return _replacement(view, router, x, out, region, weights, attrs)
@@ -433,11 +439,15 @@ def _replacement(
         str(attrs["shared"]), ["shared_gate", "shared_up", "shared_down", "shared_scale"]
     )
     parts += ["router_bias", "gate_bias", "up_bias", "down_bias"]
-    if is_uniform(weights[0]) and same_data(weights[0], weights[1]):
-        # halves of one weight without data (`--weights inputs`): one stored value each would
-        # make them the same weight to the parameter count; the up half gets the negated tag
-        up = weights[1]
-        weights = [weights[0], np.broadcast_to(-up.reshape(-1)[:1], up.shape), *weights[2:]]
+    weights = list(weights)
+    pairs = [(0, 1)] + ([(len(weights) - 3, len(weights) - 2)] if attrs.get("bias") else [])
+    for g, u in pairs:  # gate and up weights, gate and up biases
+        if is_uniform(weights[g]) and same_data(weights[g], weights[u]):
+            # halves of one weight without data (`--weights inputs`): one stored value each
+            # would make them the same weight to the parameter count; the up half gets the
+            # negated tag
+            up = weights[u]
+            weights[u] = np.broadcast_to(-up.reshape(-1)[:1], up.shape)
     consts = [
         Value.constant(f"{router.name}/moe_{part}", dense(a))
         for part, a in zip(parts, weights, strict=False)
