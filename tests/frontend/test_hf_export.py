@@ -105,3 +105,26 @@ def test_a_tiny_gpt_oss_config_exports_weightless_and_compiles(tmp_path: Path) -
         seq=16, placer="greedy", validate=False,
     )  # fmt: skip
     assert c.report()["model"]["params"] == sample.report()["model"]["params"]
+
+
+def test_real_rotary_turns_as_llama4s_complex_rotary() -> None:
+    """`real_rotary` (Llama 4 exported without complex tensors) computes what transformers'
+    complex product computes: the same q and k, to float32 rounding, with attention_scaling."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama4 import modeling_llama4 as m
+
+    from wsecc.frontend.hf_export import real_rotary
+
+    cfg = transformers.Llama4TextConfig(hidden_size=64, num_attention_heads=4, head_dim=16)
+    rotary = m.Llama4TextRotaryEmbedding(cfg)
+    rotary.attention_scaling = 1.25  # scaled tables (YaRN-like) must scale both ways alike
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 7, 4, 16, generator=g), torch.randn(2, 7, 2, 16, generator=g)
+    pos = torch.arange(7).expand(2, 7)
+    want = m.apply_rotary_emb(q, k, rotary(q, pos))
+    with real_rotary():
+        got = m.apply_rotary_emb(q, k, rotary(q, pos))
+    assert m.apply_rotary_emb is not None and rotary(q, pos).is_complex()  # restored after
+    for w, r in zip(want, got, strict=True):
+        torch.testing.assert_close(r, w, rtol=0, atol=1e-5)
