@@ -203,6 +203,7 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
     hop = ctx.target.link.hop_latency_cycles
     ns = cdiv(p["S"], w)
     rows = E + int(p["shared"] == "sigmoid")  # the shared expert's gate: one more column
+    bias = int(p.get("bias", False))
     shared = (
         DecodeCost(
             compute=matvec(ctx, B * 3 * kh * ns, 3 * kh * ns * sb)
@@ -219,7 +220,7 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
         + cdiv(B * router_ops(E, k), ctx.v)
         + matvec(ctx, cb * 3 * kh * ni, re * 3 * kh * ni * sb)
         + cdiv(cb * cdiv(ni, h) * gate_ops(p), ctx.v)
-        + int(p.get("bias", False)) * (cdiv(B * E, ctx.v) + cdiv(cb * (2 * cdiv(ni, h) + kh), ctx.v))
+        + bias * (cdiv(B * E, ctx.v) + cdiv(cb * (2 * cdiv(ni, h) + kh), ctx.v))
         + shared.compute,
         reduction=chain(ctx, h, B * rows * ab)
         + chain(ctx, h, cb * 2 * ni * ab)
@@ -232,10 +233,10 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
         + multicast(ctx, h, B * ni * sb)
         + shared.broadcast,
         bytes_read=(re * 3 * kh * ni + kh * rows) * sb
-        + int(p.get("bias", False)) * (re * (2 * ni + kh) + E) * sb
+        + bias * (re * (2 * ni + kh) + E) * sb
         + shared.bytes_read,
         flops=2 * B * H * E
-        + B * (router_ops(E, k) + E * int(p.get("bias", False)))
+        + B * (router_ops(E, k) + E * bias)
         + B * k * (6 * H * F + F * gate_ops(p) + 2 * H + _bias_ops(p))
         + B * _shared_flops(p),
     )
