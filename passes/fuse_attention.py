@@ -242,7 +242,7 @@ def _rope_region(view: GraphView, end: Node) -> _Rope | None:
     Reshape); or partial rotary, Concat(that Add, pass) over the last axis, where the Add's x
     and the passed-through rest are both cut out of one x (`_partial_rope_region`)."""
     if end.op is Op.CONCAT:
-        return _partial_rope_region(view, end)
+        return _partial_rope_region(view, end) or _halves_rope_region(view, end)
     add = end
     muls = [view.prod(v, Op.MUL) for v in add.inputs]
     if any(m is None for m in muls):
@@ -262,6 +262,47 @@ def _rope_region(view: GraphView, end: Node) -> _Rope | None:
             computed = {n for t in tables for n in view.ancestors(t)}
             table_nodes = tuple(sorted(computed, key=view.index.__getitem__))
             return _Rope(cand, add.output, tuple(region), table_nodes, frozenset(tables))
+    return None
+
+
+def _static_factor(view: GraphView, m: Node) -> Value | None:
+    """The one operand of Mul `m` that depends on no graph input (a rotary table), or None."""
+    static = [u for u in m.inputs if u.is_const or not view.input_ancestors(u)]
+    return static[0] if len(static) == 1 else None
+
+
+def _halves_rope_region(view: GraphView, cat: Node) -> _Rope | None:
+    """Concat(x1·c − x2·s, x2·c + x1·s) over the last axis, x1 and x2 the halves of one x
+    (gpt-oss's rotary: tables half a head wide, the rotated halves concatenated): the region
+    from the nearest x both halves are cut from."""
+    rank = cat.output.type.rank
+    if len(cat.inputs) != 2 or cat.attr("axis") % rank != rank - 1:
+        return None
+    muls: list[Node] = []
+    for v in cat.inputs:
+        n = view.prod(v, Op.ADD, Op.SUB)
+        if n is None:
+            return None
+        for u in n.inputs:
+            m = view.prod(u, Op.MUL)
+            if m is None:
+                return None
+            muls.append(m)
+    tables = [_static_factor(view, m) for m in muls]
+    if any(t is None for t in tables):
+        return None
+    leaves = frozenset(t for t in tables if t is not None)
+    x = next(u for u in muls[0].inputs if u is not tables[0])
+    for _ in range(3):  # the halves are cut by one Split (or two Slices) of x
+        p = view.prod(x)
+        if p is None or p.op not in LAYOUT:
+            return None
+        x = p.inputs[0]
+        region = region_between(view, x, cat, _ROPE_OPS, 24, leaves)
+        if region is not None and set(muls) <= set(region):
+            computed = {n for t in leaves for n in view.ancestors(t)}
+            table_nodes = tuple(sorted(computed, key=view.index.__getitem__))
+            return _Rope(x, cat.output, tuple(region), table_nodes, leaves)
     return None
 
 
@@ -1176,8 +1217,59 @@ def _alibi_slopes(
     return tuple(found) if any(found) else ()
 
 
+@dataclass(frozen=True)
+class _Sinks:
+    """gpt-oss's attention sinks around a Softmax (`_sinks`)."""
+
+    scores: Value  # [B, H, Sq, Sk], before the sink column joins
+    probs: Value  # the Slice of the keys' probabilities, the sink's dropped
+    logits: tuple[float, ...]  # sink_h, one per head
+    nodes: tuple[Node, ...]
+
+
+def _sinks(view: GraphView, sm: Node) -> _Sinks | None:
+    """Softmax(Concat([s, c], -1) − ReduceMax(.)) then Slice [..., :Sk]: attention sinks, c a
+    constant [.., H, .., 1] of one logit per head (the ReduceMax shift, which a softmax cancels,
+    optional); None when the softmax's input is no such Concat."""
+    x, nodes = sm.inputs[0], []
+    n = view.prod(x)
+    if n is not None and n.op is Op.SUB and x.type.rank == 4:
+        mx = view.prod(n.inputs[1])
+        if (
+            mx is not None
+            and mx.op is Op.REDUCE_MAX
+            and mx.inputs[0] is n.inputs[0]
+            and tuple(a % 4 for a in mx.attr("axes")) == (3,)
+            and mx.attr("keepdims")
+        ):
+            nodes, n = [n, mx], view.prod(n.inputs[0])
+    if n is None or n.op is not Op.CONCAT or len(n.inputs) != 2 or n.attr("axis") % 4 != 3:
+        return None
+    s, c = n.inputs
+    if s.type.rank != 4 or c.type.shape[-1] != 1 or (not c.is_const and view.input_ancestors(c)):
+        return None
+    # a constant, or computed from constants alone (a weightless export's sinks, expanded)
+    value = c.const if c.const is not None else eval_nodes(view.ancestors(c), {})[c]
+    column = np.broadcast_to(np.asarray(value, np.float32), (*s.type.shape[:3], 1))
+    per_head = column[0, :, 0, 0]
+    if not np.array_equal(column, np.broadcast_to(per_head[None, :, None, None], column.shape)):
+        raise NoMatch("the column joined to the scores is not one logit per head (a sink)")
+    sl = view.sole_user(sm.output)
+    if (
+        sl is None
+        or sl.op is not Op.SLICE
+        or sl.output.type.shape != s.type.shape
+        or tuple(a % 4 for a in sl.attr("axes")) != (3,)
+        or tuple(sl.attr("starts")) != (0,)
+        or tuple(sl.attr("steps", (1,))) != (1,)
+    ):
+        raise NoMatch("the softmax over the scores and a sink does not drop the sink's column")
+    return _Sinks(s, sl.output, tuple(float(v) for v in per_head), (*nodes, n, sl))
+
+
 def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node]]:
-    x = sm.inputs[0]
+    sinks = _sinks(view, sm)
+    x = sinks.scores if sinks is not None else sm.inputs[0]
     if x.type.rank != 4 or sm.attr("axis") != 3:
         raise NoMatch("not a softmax over the last axis of [B, H, Sq, Sk]")
     token_inputs = _token_inputs(view)
@@ -1206,7 +1298,7 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     k_cols = _head_columns(memo, k_src, k_chain, kv, h, dh, True, k_rope, grouped=True)
     rotary = _rotary(memo, (q_src, q_rope, q_cols), (k_src, k_rope, k_cols))
     # after softmax: optional NaN clean-up, then p·v
-    p, post = sm.output, []
+    p, post = (sinks.probs, list(sinks.nodes)) if sinks is not None else (sm.output, [])
     nan_to_zero = False
     u = view.sole_user(p)
     if u is not None and u.op is Op.ISNAN:
@@ -1285,6 +1377,8 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
         attrs["has_bias"] = True
     if sc.softcap:
         attrs["softcap"] = float(np.float32(sc.softcap))
+    if sinks is not None:
+        attrs["sinks"] = sinks.logits
     origin = origin_of(sorted(region, key=view.index.__getitem__))
     mask_nodes, mask_ins = _mask_operand(mask, (b, sq, sk), out.name, origin)
     ins = srcs + mask_ins + ([mask.bias] if mask.bias is not None else []) + rotary[2]
@@ -1356,8 +1450,12 @@ def _rotary(
     kf, kd, kc, ks = _rope_tables(memo, k[0], k[1], k[2])
     assert qc.const is not None and kc.const is not None and qs.const is not None
     assert ks.const is not None
+    # the tables are solved from probes of q's and k's own shapes: equal to their rounding
+    # (1e-6, as `_evaluate_rope` confirms them; gpt-oss's YaRN tables, scaled by 1.35, differ
+    # in the last bits)
     if (qf, qd) != (kf, kd) or not (
-        np.array_equal(qc.const, kc.const) and np.array_equal(qs.const, ks.const)
+        np.allclose(qc.const, kc.const, rtol=0, atol=1e-6)
+        and np.allclose(qs.const, ks.const, rtol=0, atol=1e-6)
     ):
         raise NoMatch("q and k are rotated differently")
     return qf, qd, [qc, qs]

@@ -26,9 +26,18 @@ A shared expert (Qwen2-MoE: a SwiGLU MLP of plain Linears every token goes throu
 not by sigmoid(x·w) per token) added to the routed sum joins the block: the Add is the block's
 output and the shared expert's Linears its weights, checked the same way.
 
+gpt-oss's block (the router a Linear with bias, TopK of the logits, a softmax over the kept
+k: the softmax router renormalised; experts with biases, gate and up interleaved in one stack;
+the clamped SwiGLU, its alpha and limit read from the region's scalar constants) is matched the
+same way, the biases gathered from constant [E, .] stacks. The check evaluates two probes, the
+second 64 times larger, so that a clamp's bound is reached and checked.
+
+onnxruntime-genai's `com.microsoft.MoE` contrib op becomes the same `Moe` op in the frontend
+(`wsecc.frontend.convert`), its router's MatMul (+ Add) read as the router.
+
 Not matched (the region stays, and lowering leaves generic kernels, so the pass notes why):
-gpt-oss's clamped SwiGLU with biases,
-Llama 4's dense-then-scatter experts, onnxruntime-genai's `com.microsoft.MoE`.
+Llama 4's dense-then-scatter experts (each expert computes every token, its input scaled by
+the sigmoid of its logit).
 Requires fuse-linear's Linears (the router) and runs before fuse-swiglu, whose SiLU matcher
 never sees inside the gathered experts anyway.
 """
@@ -52,17 +61,24 @@ from wsecc.ir.rewrite import (
     origin_of,
     rewrite_nodes,
 )
-from wsecc.ir.rules import GATES, MOE_ROUTERS, moe
+from wsecc.ir.rules import GATES, MOE_ROUTERS, evaluate_op
 from wsecc.pm import Pass, PassContext
 
 _VIEWS = LAYOUT | {Op.IDENTITY, Op.CAST}
 _RTOL = 1e-4  # of the output's largest magnitude: float32 rounding, not a different function
 _SEED = 0
+_SCALES = (1.0, 64.0)
+"""The probes' scales: x ~ N(0, 1), and one large enough that a clamped gate's bounds are
+reached (gpt-oss: limit 7 against gate values of a few tenths at scale 1), so the check sees
+the clamp and not only its inside."""
 MAX_PROBE_ELEMS = 1 << 26
-"""The most elements the block's values may hold for the check to evaluate it (each gathered
-expert weight is materialised per token and choice: 256 MiB of float32 here); a larger block
-is not fused, and the note says how many tokens fit, or that even one does not (real-size
-experts: Mixtral 8x7B's block holds 353M elements a token)."""
+"""The most elements the block's values may hold for the check to evaluate it whole (each
+gathered expert weight is materialised per token and choice: 256 MiB of float32 here). A larger
+block (real-size experts: Mixtral 8x7B's holds 353M elements a token) is checked on a few
+tokens (`_evaluate_few`); what that still cannot hold is not fused, and the note says how many
+tokens fit."""
+FEW_TOKENS = 4
+"""The tokens a block too large to evaluate whole is checked on (`_evaluate_few`)."""
 
 
 def _viewed(view: GraphView, v: Value) -> Value:
@@ -73,12 +89,13 @@ def _viewed(view: GraphView, v: Value) -> Value:
 
 
 def _router(view: GraphView, topk: Node) -> Node:
+    """The nearest Linear x·W[H, E] (+ b[E], gpt-oss's) before the TopK, constant weights."""
     scores = topk.inputs[0]
     e = scores.type.shape[-1]
     for n in view.ancestors(scores)[::-1]:  # the nearest Linear first
-        if n.op is not Op.LINEAR or n.attr("activation") != "none" or n.attr("has_bias"):
+        if n.op is not Op.LINEAR or n.attr("activation") != "none":
             continue
-        if n.inputs[1].is_const and n.inputs[1].type.shape[-1] == e:
+        if all(v.is_const for v in n.inputs[1:]) and n.inputs[1].type.shape[-1] == e:
             return n
     raise NoMatch("no router Linear x·W[H, E] before the TopK")
 
@@ -117,18 +134,22 @@ def _region(view: GraphView, x: Value, out: Value) -> list[Node]:
     return region
 
 
-def _stacks(region: list[Node], experts: int) -> list[np.ndarray]:
-    """The constant weight stacks [E, ., .] the region gathers experts from, in node order."""
-    stacks = []
+def _stacks(region: list[Node], experts: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The constant stacks the region gathers experts from, in node order: weights [E, ., .]
+    and biases [E, .] (gpt-oss's)."""
+    stacks: list[np.ndarray] = []
+    biases: list[np.ndarray] = []
     for n in region:
         d = n.inputs[0] if n.inputs else None
         if n.op in (Op.GATHER_ND, Op.GATHER) and d is not None and d.is_const:
-            if d.type.rank == 3 and d.type.shape[0] == experts:
+            if d.type.rank in (2, 3) and d.type.shape[0] == experts:
                 assert d.const is not None
-                stacks.append(np.asarray(d.const))
+                (stacks if d.type.rank == 3 else biases).append(np.asarray(d.const))
     if len(stacks) not in (2, 3):
         raise NoMatch(f"the block gathers {len(stacks)} expert weight stacks, not 2 or 3")
-    return stacks
+    if len(biases) not in (0, 2, 3):
+        raise NoMatch(f"the block gathers {len(biases)} expert bias stacks, not 0, 2 or 3")
+    return stacks, biases
 
 
 def _oriented(s: np.ndarray, rows: int) -> Iterator[np.ndarray]:
@@ -139,8 +160,15 @@ def _oriented(s: np.ndarray, rows: int) -> Iterator[np.ndarray]:
         yield s.transpose(0, 2, 1)
 
 
-def _layouts(stacks: list[np.ndarray], h: int) -> Iterator[tuple[np.ndarray, ...]]:
-    """Candidate (W_gate, W_up, W_down) as [E, H, I], [E, H, I], [E, I, H]."""
+_INTERLEAVED = (slice(0, None, 2), slice(1, None, 2))  # gate, up columns alternating (gpt-oss)
+
+
+def _layouts(
+    stacks: list[np.ndarray], biases: list[np.ndarray], h: int
+) -> Iterator[tuple[np.ndarray, ...]]:
+    """Candidate (W_gate, W_up, W_down) as [E, H, I], [E, H, I], [E, I, H], then, when the
+    block gathers biases, (b_gate, b_up, b_down) as [E, I], [E, I], [E, H], split as the
+    weights are."""
     if len(stacks) == 2:
         for gu, down in itertools.permutations(stacks):
             for g in _oriented(gu, h):
@@ -150,19 +178,134 @@ def _layouts(stacks: list[np.ndarray], h: int) -> Iterator[tuple[np.ndarray, ...
                 for d in _oriented(down, i):
                     if d.shape[2] != h:
                         continue
-                    yield g[..., :i], g[..., i:], d
-                    yield g[..., 0::2], g[..., 1::2], d
+                    for first, second in (slice(0, i), slice(i, None)), _INTERLEAVED:
+                        ws = (g[..., first], g[..., second], d)
+                        if not biases:
+                            yield ws
+                            continue
+                        for bgu, bd in itertools.permutations(biases):
+                            if bgu.shape[1] == 2 * i and bd.shape[1] == h:
+                                yield (*ws, bgu[:, first], bgu[:, second], bd)
     else:
         for gate, up, down in itertools.permutations(stacks):
             for g, u in itertools.product(_oriented(gate, h), _oriented(up, h)):
                 for d in _oriented(down, g.shape[2]):
                     if g.shape == u.shape and d.shape[2] == h:
-                        yield g, u, d
+                        if not biases:
+                            yield g, u, d
+                            continue
+                        for bg, bu, bd in itertools.permutations(biases):
+                            if bg.shape == bu.shape == g.shape[::2] and bd.shape[1] == h:
+                                yield g, u, d, bg, bu, bd
 
 
-def _agrees(want: np.ndarray, got: np.ndarray) -> bool:
+def _activations(region: list[Node]) -> Iterator[dict[str, object]]:
+    """Candidate expert gates: SwiGLU's silu, then gpt-oss's clamped silu for each (alpha,
+    limit) pair of the positive scalar constants the region reads (its Clip's bound, its
+    sigmoid's scale: the check by evaluation decides which is which)."""
+    yield {"activation": GATES[0]}
+    scalars = sorted(
+        {
+            float(np.asarray(v.const).reshape(-1)[0])
+            for n in region
+            for v in n.inputs
+            if v.is_const and v.type.size == 1 and v.type.dtype.is_float
+        }
+    )
+    for alpha, limit in itertools.permutations([c for c in scalars if c > 0], 2):
+        yield {"activation": "clamped_silu", "alpha": alpha, "limit": limit}
+
+
+def _lazy_gathers(region: list[Node], experts: int) -> dict[Value, tuple[np.ndarray, Node]]:
+    """The gathered expert weights of `region` that only MatMuls read: value -> (the constant
+    stack [E, ., .], its Gather node), for `_evaluate_few` to multiply without materialising."""
+    users: dict[Value, list[Node]] = {}
+    for n in region:
+        for v in n.inputs:
+            users.setdefault(v, []).append(n)
+    lazy = {}
+    for n in region:
+        d = n.inputs[0] if n.inputs else None
+        if d is None or d.const is None or d.type.rank != 3 or d.type.shape[0] != experts:
+            continue
+        one_index = (
+            n.op is Op.GATHER_ND and n.attr("batch_dims") == 0 and n.inputs[1].type.shape[-1] == 1
+        ) or (n.op is Op.GATHER and n.attr("axis") == 0)
+        if one_index and all(u.op is Op.MATMUL for u in users.get(n.outputs[0], [])):
+            lazy[n.outputs[0]] = (np.asarray(d.const), n)
+    return lazy
+
+
+def _gathered_matmul(
+    m: Node, vals: dict[Value, np.ndarray], lazy: dict[Value, tuple[np.ndarray, Node]]
+) -> np.ndarray:
+    """MatMul `m` of a gathered weight G[r] = stack[ids[r]] and rows A[r], row by row, grouped by
+    expert; a row whose A[r] is not finite (a token outside the check) is NaN, not computed."""
+    left = m.inputs[0] in lazy
+    g, a = (m.inputs[0], m.inputs[1]) if left else (m.inputs[1], m.inputs[0])
+    stack, gather = lazy[g]
+    ids = np.asarray(vals[gather.inputs[1]]).reshape(-1).astype(np.int64) % stack.shape[0]
+    rows = np.asarray(vals[a])
+    out = np.full(m.output.type.shape, np.nan, np.float32)
+    live = np.isfinite(rows.reshape(len(ids), -1)).all(axis=1)
+    for e in np.unique(ids[live]):
+        r = np.flatnonzero(live & (ids == e))
+        if is_uniform(stack[e]):  # a weight without data: each output the sum times its value
+            v = stack[e].reshape(-1)[0]
+            axis = -2 if left else -1
+            sums = rows[r].sum(axis=axis, keepdims=True, dtype=np.float32) * v
+            out[r] = np.broadcast_to(sums, out[r].shape)
+        else:
+            out[r] = stack[e] @ rows[r] if left else rows[r] @ stack[e]
+    return out
+
+
+def _evaluate_few(
+    region: list[Node], x: Value, probe: np.ndarray, out: Value, experts: int
+) -> tuple[np.ndarray, int] | None:
+    """What the region computes on `probe` with every token past the first FEW_TOKENS set to
+    NaN: the gathered expert weights are never materialised (`_gathered_matmul` computes the
+    finite rows only). A region that mixes tokens carries the NaN into the checked ones, which
+    then agree with no candidate. (output, tokens checked), or None when the values that remain
+    exceed MAX_PROBE_ELEMS."""
+    lazy = _lazy_gathers(region, experts)
+    size = sum(v.type.size for n in region for v in n.outputs if v not in lazy)
+    if size > MAX_PROBE_ELEMS:
+        return None
+    h = x.type.shape[-1]
+    few = min(FEW_TOKENS, x.type.size // h)
+    p = probe.copy().reshape(-1, h)
+    p[few:] = np.nan
+    vals: dict[Value, np.ndarray] = {x: p.reshape(probe.shape)}
+    for n in region:
+        if n.outputs[0] in lazy:
+            continue
+        if n.op is Op.MATMUL and any(v in lazy for v in n.inputs):
+            vals[n.output] = _gathered_matmul(n, vals, lazy)
+            continue
+        args = [v.const if v.is_const else vals[v] for v in n.inputs]
+        for v, r in zip(n.outputs, evaluate_op(n.op, args, n.attr_dict), strict=True):
+            vals[v] = np.asarray(r)
+    return vals[out].reshape(-1, h)[:few].reshape(few, h), few
+
+
+def _moe(xs: list[np.ndarray], attrs: dict[str, object]) -> np.ndarray:
+    """The candidate's output (`wsecc.ir.rules.moe`), numpy's warnings off: a candidate that
+    divides 0 by 0 (a sigmoid router renormalising two scores that underflowed) disagrees."""
+    return evaluate_op(Op.MOE, xs, attrs)[0]
+
+
+def _agrees(want: np.ndarray, got: np.ndarray, rtol: float = _RTOL) -> bool:
     scale = float(np.max(np.abs(want))) if want.size else 0.0
-    return bool(scale > 0 and np.max(np.abs(want - got)) <= _RTOL * scale)
+    return bool(scale > 0 and np.max(np.abs(want - got)) <= rtol * scale)
+
+
+def _rtol(h: int, f: int) -> float:
+    """The check's tolerance for experts of width f on H = h: _RTOL, or float32's rounding of the
+    block's dot products where that is more — the gate/up sums of h products (whose error the
+    gate's product doubles) and the down projection's of f, (2 h + f) eps (Mixtral 8x7B's: 2.7e-3
+    of the largest output; a wrong layout or router differs by the outputs themselves)."""
+    return max(_RTOL, (2 * h + f) * float(np.finfo(np.float32).eps))
 
 
 def _with_shared(view: GraphView, topk: Node, out: Value) -> Value | None:
@@ -223,34 +366,62 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
         why = why or err
     if not blocks:
         raise why or NoMatch("no block")
-    probe = np.random.default_rng(_SEED).standard_normal(x.type.shape).astype(x.type.dtype.numpy)
+    rng = np.random.default_rng(_SEED)
+    probes = [rng.standard_normal(x.type.shape).astype(x.type.dtype.numpy) for _ in _SCALES]
+    probes = [(s * p).astype(p.dtype) for s, p in zip(_SCALES, probes, strict=True)]
     k = int(topk.attr("k"))
+    br = router.inputs[2].const if router.attr("has_bias") else None
     for out, region, shared_forms in blocks:
-        stacks = _stacks(region, e)
+        stacks, biases = _stacks(region, e)
+        if (br is None) != (not biases):
+            raise NoMatch("the router has a bias and the experts none, or the reverse")
         size = sum(v.type.size for n in region for v in n.outputs)
-        if size > MAX_PROBE_ELEMS:
-            per_token = -(-size // max(1, x.type.size // h))
-            raise NoMatch(
-                f"the block holds {size:,} elements, over the {MAX_PROBE_ELEMS:,} its check "
-                + (
-                    f"evaluates: bind at most {MAX_PROBE_ELEMS // per_token} tokens (--seq x --batch)"
-                    if per_token <= MAX_PROBE_ELEMS
-                    else f"evaluates, {per_token:,} a token: experts this large are not fused yet"
+        tokens = x.type.size // h
+        if size <= MAX_PROBE_ELEMS:  # the whole block, every token
+            wants = [eval_nodes(region, {x: p})[out].reshape(tokens, h) for p in probes]
+            few = tokens
+        else:
+            found = [_evaluate_few(region, x, p, out, e) for p in probes]
+            if any(f is None for f in found):
+                lazy = _lazy_gathers(region, e)
+                kept = sum(v.type.size for n in region for v in n.outputs if v not in lazy)
+                per_token = -(-kept // max(1, tokens))
+                fit = MAX_PROBE_ELEMS // per_token
+                raise NoMatch(
+                    f"the block holds {kept:,} elements besides its gathered weights, over the "
+                    f"{MAX_PROBE_ELEMS:,} its check evaluates: "
+                    + (
+                        f"bind at most {fit} tokens (--seq x --batch)"
+                        if fit
+                        else "not even one token's values fit"
+                    )
                 )
-            )
-        want = eval_nodes(region, {x: probe})[out].reshape(x.type.shape)
-        for (shared, extra), (g, u, d) in itertools.product(shared_forms, _layouts(stacks, h)):
-            for router_form, normalize in itertools.product(MOE_ROUTERS, (True, False)):
-                attrs: dict[str, object] = {
-                    "k": k,
-                    "router": router_form,
-                    "normalize": normalize,
-                    "activation": GATES[0],
-                    "shared": shared,
-                }
-                got = moe([probe, wr.const, g, u, d, *extra], attrs)[0]
-                if _agrees(want, got):
-                    return _replacement(view, router, x, out, region, [g, u, d, *extra], attrs)
+            wants = [f[0] for f in found if f is not None]
+            few = min(FEW_TOKENS, tokens)
+        candidates = itertools.product(
+            shared_forms,
+            _layouts(stacks, biases, h),
+            _activations(region),
+            itertools.product(MOE_ROUTERS, (True, False)),
+        )
+        for (shared, extra), layout, act, (router_form, normalize) in candidates:
+            weights = [*layout[:3], *extra]
+            if br is not None:
+                weights += [br, *layout[3:]]
+            attrs: dict[str, object] = {
+                "k": k,
+                "router": router_form,
+                "normalize": normalize,
+                "shared": shared,
+                **({"bias": True} if br is not None else {}),
+                **act,
+            }
+            rtol = _rtol(h, layout[0].shape[2])
+            if all(
+                _agrees(want, _moe([p.reshape(-1, h)[:few], wr.const, *weights], attrs), rtol)
+                for p, want in zip(probes, wants, strict=True)
+            ):
+                return _replacement(view, router, x, out, region, weights, attrs)
     raise NoMatch("no router form and expert weight layout computes what the block computes")
 
 
@@ -263,12 +434,20 @@ def _replacement(
     weights: list[np.ndarray],
     attrs: dict[str, object],
 ) -> tuple[Replacement, set[Node]]:
-    parts = ("gate", "up", "down", "shared_gate", "shared_up", "shared_down", "shared_scale")
-    if is_uniform(weights[0]) and same_data(weights[0], weights[1]):
-        # halves of one weight without data (`--weights inputs`): one stored value each would
-        # make them the same weight to the parameter count; the up half gets the negated tag
-        up = weights[1]
-        weights = [weights[0], np.broadcast_to(-up.reshape(-1)[:1], up.shape), *weights[2:]]
+    parts = ["gate", "up", "down"]
+    parts += {"none": [], "plain": ["shared_gate", "shared_up", "shared_down"]}.get(
+        str(attrs["shared"]), ["shared_gate", "shared_up", "shared_down", "shared_scale"]
+    )
+    parts += ["router_bias", "gate_bias", "up_bias", "down_bias"]
+    weights = list(weights)
+    pairs = [(0, 1)] + ([(len(weights) - 3, len(weights) - 2)] if attrs.get("bias") else [])
+    for g, u in pairs:  # gate and up weights, gate and up biases
+        if is_uniform(weights[g]) and same_data(weights[g], weights[u]):
+            # halves of one weight without data (`--weights inputs`): one stored value each
+            # would make them the same weight to the parameter count; the up half gets the
+            # negated tag
+            up = weights[u]
+            weights[u] = np.broadcast_to(-up.reshape(-1)[:1], up.shape)
     consts = [
         Value.constant(f"{router.name}/moe_{part}", dense(a))
         for part, a in zip(parts, weights, strict=False)

@@ -115,7 +115,9 @@ def test_a_shared_expert_adds_its_work_on_every_token() -> None:
 
 
 @pytest.mark.parametrize("precision", ["fp32", "mixed"])
-@pytest.mark.parametrize("sample", ["mixtral_dynamo.onnx", "qwen2moe_dynamo.onnx"])
+@pytest.mark.parametrize(
+    "sample", ["mixtral_dynamo.onnx", "qwen2moe_dynamo.onnx", "gptoss_dynamo.onnx"]
+)
 def test_moe_samples_compile_to_moe_kernels_and_match_onnxruntime(
     samples_dir: Path, sample: str, precision: str
 ) -> None:
@@ -133,13 +135,15 @@ def test_moe_samples_compile_to_moe_kernels_and_match_onnxruntime(
     assert c.numerics is not None and c.numerics.passed, c.numerics.summary()
 
 
-def test_mixtral_sample_generates_the_ids_onnxruntime_generates(samples_dir: Path) -> None:
+@pytest.mark.parametrize("sample", ["mixtral_dynamo.onnx", "gptoss_dynamo.onnx"])
+def test_moe_samples_generate_the_ids_onnxruntime_generates(samples_dir: Path, sample: str) -> None:
     """Generate mode (prompt 8, context 32, fp32): the moe kernels decode token by token and
-    the greedy ids equal onnxruntime's."""
+    the greedy ids equal onnxruntime's (gpt-oss: its layer 0 attends within a window of 8 with
+    sinks, so the decode steps past token 8 drop keys)."""
     import wsecc
 
     c = wsecc.compile(
-        samples_dir / "mixtral_dynamo.onnx",
+        samples_dir / sample,
         seq=32,
         prompt=8,
         mode="generate",
@@ -150,3 +154,23 @@ def test_mixtral_sample_generates_the_ids_onnxruntime_generates(samples_dir: Pat
     check = c.generation_check
     assert check is not None and check.passed, check.summary() if check else None
     assert "ids identical" in check.summary()
+
+
+def test_gpt_oss_biases_and_clamped_gate_by_hand() -> None:
+    """gpt-oss's experts on the 4 x 8 of `test_moe_cost_on_4x8_by_hand` (kh 16, ni 16, Mb 8,
+    one expert a band): the biases add a gate/up slice (2 ni) and a down slice (kh) per expert
+    and the router's E to each PE; their adds are E a token and 2 cdiv(ni, h) + kh a pair; the
+    clamped gate costs CLAMPED_GATE_OPS = 12 + 5 per hidden unit, cdiv(16, 4) = 4 on a PE."""
+    t = load_target("tiny32")
+    plain = kernel_cost(Kernel("m", KernelKind.MOE, P), 4, 8, "mixed", t)
+    q = {**P, "bias": True, "activation": "clamped_silu"}
+    c = kernel_cost(Kernel("m", KernelKind.MOE, q), 4, 8, "mixed", t)
+    assert c.sram.weights - plain.sram.weights == (1 * (2 * 16 + 16) + 4) * 2
+    assert c.compute_cycles - plain.compute_cycles == 16 * 4 + 8 * (2 * 4 + 16) + 8 * 4 * 5
+    spec = Kernel("m", KernelKind.MOE, q).spec
+    assert spec.flops(q) - spec.flops(P) == 16 * 4 + 16 * 2 * (32 * 5 + 2 * 32 + 64)
+    assert spec.weight_elems(q) - spec.weight_elems(P) == 4 * (1 + 2 * 32 + 64)
+    ctx = CostContext(load_target("wse2"), "mixed")
+    d, d0 = moe_decode(q, 4, 8, ctx, 1), moe_decode(P, 4, 8, ctx, 1)
+    assert d.bytes_read - d0.bytes_read == (1 * (2 * 16 + 16) + 4) * 2
+    assert d.compute - d0.compute == 4 + (2 * 4 + 16) + 4 * 5

@@ -119,19 +119,94 @@ def test_a_block_whose_routing_is_used_outside_is_not_fused(samples_dir: Path, l
     assert any("used outside it" in n for n in ctx.notes)
 
 
-def test_a_block_too_large_to_check_is_left_with_a_note(
+def test_a_block_too_large_to_evaluate_whole_is_checked_on_a_few_tokens(
     samples_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The check evaluates the block; past MAX_PROBE_ELEMS it is not fused, and the note says
-    how many tokens would fit, or that not even one does (real-size experts)."""
+    """Past MAX_PROBE_ELEMS the check evaluates FEW_TOKENS tokens, the others NaN, without
+    materialising the gathered expert weights: the block still fuses, to the same function.
+    What even that cannot hold is not fused, and the note says how many tokens would fit."""
     import importlib
 
     fuse_moe = importlib.import_module("wsecc.passes.fuse_moe")
-    g = _graph(samples_dir)  # 16 tokens
-    for limit, says in ((1000, "experts this large are not fused yet"),
-                        (200_000, "bind at most 5 tokens (--seq x --batch)")):  # fmt: skip
+    g = _graph(samples_dir)  # 16 tokens; the whole block holds about 40,000 elements a token
+    monkeypatch.setattr(fuse_moe, "MAX_PROBE_ELEMS", 200_000)
+    out = PASSES["fuse-moe"](g, PassContext())
+    assert [n.op for n in out.nodes].count(Op.MOE) == 2
+    feeds = _feeds(g)
+    want, got = run(g, feeds), run(out, feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+    for limit, says in ((1000, "not even one token's values fit"),
+                        (20_000, "bind at most 6 tokens (--seq x --batch)")):  # fmt: skip
         monkeypatch.setattr(fuse_moe, "MAX_PROBE_ELEMS", limit)
         ctx = PassContext()
         out = PASSES["fuse-moe"](g, ctx)
         assert Op.MOE not in [n.op for n in out.nodes]
         assert any(says in n for n in ctx.notes), ctx.notes
+
+
+def test_the_few_token_check_still_refuses_another_function(
+    samples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The combine maxed instead of summed is refused on the few-token path too."""
+    import importlib
+
+    fuse_moe = importlib.import_module("wsecc.passes.fuse_moe")
+    monkeypatch.setattr(fuse_moe, "MAX_PROBE_ELEMS", 200_000)
+    g = _graph(samples_dir)
+    combine = next(n for n in g.nodes if n.op is Op.REDUCE_SUM and n.output.type.shape[-1] == 64)
+    g = _replace(g, combine, Node(Op.REDUCE_MAX, combine.inputs, combine.outputs, combine.attrs,
+                                  combine.name, combine.origin))  # fmt: skip
+    ctx = PassContext()
+    out = PASSES["fuse-moe"](g, ctx)
+    assert [n.op for n in out.nodes].count(Op.MOE) == 1
+    assert any("computes what the block computes" in n for n in ctx.notes)
+
+
+def test_gpt_oss_block_with_biases_and_the_clamped_gate(samples_dir: Path) -> None:
+    """gpt-oss: the router a Linear with bias, softmax over the two kept logits (the softmax
+    router renormalised), experts with biases, gate and up interleaved in one stack, the
+    clamped gate with alpha 1.702 and limit 7 as transformers' GptOssConfig has them."""
+    g = _graph(samples_dir, "gptoss_dynamo.onnx")
+    out = PASSES["fuse-moe"](g, PassContext())
+    moes = [n for n in out.nodes if n.op is Op.MOE]
+    assert len(moes) == 2 and Op.TOP_K not in [n.op for n in out.nodes]
+    a = moes[0].attr_dict
+    assert (a["router"], a["normalize"], a["activation"], a["bias"]) == (
+        "softmax", True, "clamped_silu", True,
+    )  # fmt: skip
+    assert np.float32(a["alpha"]) == np.float32(1.702) and a["limit"] == 7.0
+    # b_router [E], b_gate, b_up [E, I], b_down [E, H] after the weights
+    assert [v.type.shape for v in moes[0].inputs[5:]] == [(4,), (4, 48), (4, 48), (4, 64)]
+    feeds = _feeds(g)
+    want, got = run(g, feeds), run(out, feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def _with_bounds(g: Graph, ops: tuple[Op, ...], value: float) -> Graph:
+    """g with layer 0's clamp bounds of the given ops (Min: the gate's and the up's upper
+    bound, Max: the up's lower) replaced by ±value."""
+    clamps = [n for n in g.nodes if n.op in (Op.MIN, Op.MAX) and n.inputs[1].is_const]
+    layer0 = {n for n in clamps[:3] if n.op in ops}
+    nodes = []
+    for n in g.nodes:
+        if n in layer0:
+            b = n.inputs[1]
+            new = type(b).constant(f"{b.name}/{n.name}", np.sign(b.const) * np.float32(value))
+            n = Node(n.op, (n.inputs[0], new), n.outputs, n.attrs, n.name, n.origin)
+        nodes.append(n)
+    return g.replace(nodes)
+
+
+def test_the_clamp_is_checked_where_it_bites(samples_dir: Path) -> None:
+    """The check's second probe is large enough to reach gpt-oss's limit of 7. Layer 0 with
+    its bounds at ±700 fuses with limit 700 (limit 7, the other layer's, would clip); with
+    only its upper bounds moved (u clipped to [-7, 700], no clamped gate) it is not fused."""
+    g = _graph(samples_dir, "gptoss_dynamo.onnx")
+    out = PASSES["fuse-moe"](_with_bounds(g, (Op.MIN, Op.MAX), 700.0), PassContext())
+    assert [n.attr("limit") for n in out.nodes if n.op is Op.MOE] == [700.0, 7.0]
+    ctx = PassContext()
+    out = PASSES["fuse-moe"](_with_bounds(g, (Op.MIN,), 700.0), ctx)
+    assert [n.attr("limit") for n in out.nodes if n.op is Op.MOE] == [7.0]
+    assert any("computes what the block computes" in n for n in ctx.notes)

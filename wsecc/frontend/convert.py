@@ -365,6 +365,29 @@ def _variadic(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value
     return [acc]
 
 
+@_conv("Clip")
+def _clip(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    """Clip(x, lo, hi) as Max(x, lo) then Min(., hi), each bound only where given (an input
+    from opset 11, an attribute before): gpt-oss's clamped SwiGLU clips its gate and up."""
+    x = c.get(n.input[0])
+    if c.opset.get("", 0) < 11:
+        lo = np.asarray(a["min"], x.type.dtype.numpy) if "min" in a else None
+        hi = np.asarray(a["max"], x.type.dtype.numpy) if "max" in a else None
+        bounds = [(Op.MAX, None if lo is None else c.const(lo, "clip_min"))]
+        bounds.append((Op.MIN, None if hi is None else c.const(hi, "clip_max")))
+    else:
+        named = [n.input[i] if len(n.input) > i and n.input[i] else "" for i in (1, 2)]
+        bounds = [
+            (op, c.get(b) if b else None) for op, b in zip((Op.MAX, Op.MIN), named, strict=True)
+        ]
+    steps = [(op, b) for op, b in bounds if b is not None]
+    if not steps:
+        return c.emit(Op.IDENTITY, [x], out_names=n.output)
+    for op, b in steps[:-1]:
+        x = c.emit(op, [x, b])[0]
+    return c.emit(steps[-1][0], [x, steps[-1][1]], out_names=n.output)
+
+
 @_conv("Mod")
 def _mod(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     return c.emit(Op.MOD, _ins(c, n), {"fmod": bool(a.get("fmod", 0))}, n.output)
@@ -838,6 +861,108 @@ def _ms_attention(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[V
     }  # fmt: skip
     return c.emit(
         Op.ATTENTION, [qkv, qkv, qkv] + ([mask] if mask is not None else []), attrs, n.output[:1]
+    )
+
+
+@_conv("MoE", domain="com.microsoft")
+def _ms_moe(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    """onnxruntime's MoE (as onnxruntime-genai writes it) as the `moe` op: softmax over the
+    router_probs input (logits, x·W_r + b_r, which the op reads from the router's MatMul), the
+    top k, renormalised with normalize_routing_weights; fc1 [E, 2I, H] holding gate and up
+    interleaved (swiglu_fusion 1) or side by side (2), fc2 [E, H, I], optional biases; the
+    swiglu activation G·σ(alpha G)·(L + beta), clamped at swiglu_limit when given. What the
+    moe kernel does not compute (another activation, FC3, the sparse mixer) is refused."""
+    name = f"MoE {n.name!r}"
+    act, fusion = a.get("activation_type", "relu"), _attr_int(a, "swiglu_fusion", 0)
+    if isinstance(act, bytes):
+        act = act.decode()
+    if act != "swiglu" or fusion not in (1, 2):
+        raise FrontendError(
+            f"{name}: activation_type {act!r} with swiglu_fusion {fusion} is not supported; "
+            "wsecc's moe kernel computes SwiGLU experts with fc1 holding gate and up "
+            "(activation_type swiglu, swiglu_fusion 1 or 2)"
+        )
+    if _attr_int(a, "use_sparse_mixer", 0) or any(len(n.input) > i and n.input[i] for i in (6, 7)):
+        raise FrontendError(f"{name}: the sparse mixer and fc3 are not supported")
+    alpha, beta = float(a.get("activation_alpha", 1.0)), float(a.get("activation_beta", 0.0))
+    limit = a.get("swiglu_limit")
+    if limit is None and (alpha, beta) == (1.0, 0.0):
+        activation: dict[str, Any] = {"activation": "silu"}
+    elif limit is not None and float(limit) > 0 and beta == 1.0:
+        activation = {"activation": "clamped_silu", "alpha": alpha, "limit": float(limit)}
+    else:
+        raise FrontendError(
+            f"{name}: swiglu with alpha {alpha}, beta {beta}, limit {limit} is neither SwiGLU "
+            "(alpha 1, beta 0, no limit) nor gpt-oss's clamped form (beta 1, a limit)"
+        )
+    x = c.get(n.input[0])
+    wr, br = _moe_router(c, n, x)
+
+    def weight(i: int) -> np.ndarray | None:
+        if len(n.input) <= i or not n.input[i]:
+            return None
+        v = c.get(n.input[i])
+        if v.const is None:
+            raise FrontendError(f"{name}: input {i} ({n.input[i]!r}) is not a constant")
+        return np.asarray(v.const)
+
+    fc1, b1, fc2, b2 = weight(2), weight(3), weight(4), weight(5)
+    assert fc1 is not None and fc2 is not None
+    e, h = wr.shape[1], x.type.shape[-1]
+    if fc1.ndim != 3 or fc1.shape[0] != e or fc1.shape[2] != h or fc1.shape[1] % 2:
+        raise FrontendError(f"{name}: fc1 must be [E={e}, 2 I, H={h}], got {list(fc1.shape)}")
+    i = fc1.shape[1] // 2
+    if fc2.shape != (e, h, i):
+        raise FrontendError(f"{name}: fc2 must be [E, H, I] = {[e, h, i]}, got {list(fc2.shape)}")
+    gate, up = (
+        (slice(0, None, 2), slice(1, None, 2)) if fusion == 1 else (slice(0, i), slice(i, None))
+    )
+    ws = [
+        fc1[:, gate, :].transpose(0, 2, 1),
+        fc1[:, up, :].transpose(0, 2, 1),
+        fc2.transpose(0, 2, 1),
+    ]
+    attrs: dict[str, Any] = {
+        "k": _attr_int(a, "k", 1), "router": "softmax",
+        "normalize": bool(_attr_int(a, "normalize_routing_weights", 0)), "shared": "none",
+        **activation,
+    }  # fmt: skip
+    if br is not None or b1 is not None or b2 is not None:
+        dt = fc1.dtype
+        b1 = np.zeros((e, 2 * i), dt) if b1 is None else b1
+        ws += [
+            np.zeros(e, dt) if br is None else br,
+            b1[:, gate],
+            b1[:, up],
+            np.zeros((e, h), dt) if b2 is None else b2,
+        ]
+        attrs["bias"] = True
+    consts = [c.const(np.ascontiguousarray(w), f"{n.name}/moe") for w in ws]
+    return c.emit(Op.MOE, [x, c.const(wr, f"{n.name}/router"), *consts], attrs, n.output[:1])
+
+
+def _moe_router(c: _Converter, n: onnx.NodeProto, x: Value) -> tuple[np.ndarray, np.ndarray | None]:
+    """(W_r [H, E], b_r [E] or None) of the MatMul (+ Add) that computes a MoE's router_probs
+    from its input x (or a Reshape of x), or a FrontendError: the moe kernel computes its router."""
+    producer = {o: m for m in c.nodes for o in m.outputs}
+    logits = c.get(n.input[1])
+    m, bias = producer.get(logits), None
+    if m is not None and m.op is Op.ADD:
+        const = [v for v in m.inputs if v.const is not None and v.type.rank == 1]
+        other = [v for v in m.inputs if v.const is None]
+        if len(const) == 1 and len(other) == 1:
+            bias = np.asarray(const[0].const)
+            m = producer.get(other[0])
+    if m is not None and m.op is Op.MATMUL and m.inputs[1].const is not None:
+        xr = m.inputs[0]
+        view = producer.get(xr)
+        if xr is x or (view is not None and view.op is Op.RESHAPE and view.inputs[0] is x):
+            w = np.asarray(m.inputs[1].const)
+            if w.ndim == 2 and w.shape[0] == x.type.shape[-1]:
+                return w, bias
+    raise FrontendError(
+        f"MoE {n.name!r}: its router_probs are not x·W (+ b) with a constant W [H, E] of its "
+        "input x; wsecc's moe kernel computes the router's logits itself"
     )
 
 

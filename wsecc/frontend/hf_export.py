@@ -14,6 +14,10 @@ which `fuse-moe` matches); transformers' default experts loop over the experts a
 which no exporter writes. A multimodal checkpoint (Llama 4: `text_config` inside) exports its
 text decoder.
 
+Llama 4's rotary embedding multiplies complex tensors (torch.polar, view_as_complex), which
+the dynamo exporter does not translate; `real_rotary` computes the same rotation of each
+(even, odd) pair of features with real cos and sin tables while a model exports.
+
 torch and transformers are imported here only (pip install 'wsecc[export]').
 """
 
@@ -24,6 +28,8 @@ import json
 import os
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +118,40 @@ def _meta_model(arch: str, model_type: str, fields: dict[str, Any]) -> Any:
     return model.eval()
 
 
+@contextmanager
+def real_rotary() -> Iterator[None]:
+    """Within: Llama 4's rotary as real arithmetic. Its rotary module returns [cos, sin] stacked
+    on a last axis of 2 (attention_scaling applied) in place of the complex freqs_cis, and
+    `apply_rotary_emb` turns each pair (x[2i], x[2i+1]) by it: (x0 cos - x1 sin, x0 sin + x1
+    cos), what the complex product computes; the interleaved rotary form fuse-attention reads."""
+    import torch
+    from transformers.models.llama4 import modeling_llama4 as m
+
+    def tables(self: Any, x: Any, position_ids: Any) -> Any:
+        inv = self.inv_freq.to(device=x.device, dtype=torch.float)
+        freqs = position_ids[..., None].float() * inv
+        return torch.stack([freqs.cos(), freqs.sin()], dim=-1) * self.attention_scaling
+
+    def rotate(xq: Any, xk: Any, cis: Any) -> tuple[Any, Any]:
+        cos, sin = cis[:, :, None, :, 0], cis[:, :, None, :, 1]
+
+        def turn(x: Any) -> Any:
+            pairs = x.float().reshape(*x.shape[:-1], -1, 2)
+            x0, x1 = pairs[..., 0], pairs[..., 1]
+            out = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1)
+            return out.flatten(3).type_as(x)
+
+        return turn(xq), turn(xk)
+
+    saved = (m.Llama4TextRotaryEmbedding.forward, m.apply_rotary_emb)
+    m.Llama4TextRotaryEmbedding.forward = tables  # type: ignore[method-assign]
+    m.apply_rotary_emb = rotate
+    try:
+        yield
+    finally:
+        m.Llama4TextRotaryEmbedding.forward, m.apply_rotary_emb = saved  # type: ignore[method-assign]
+
+
 def _has_experts(model: Any) -> bool:
     return any(type(m).__name__.endswith("Experts") for m in model.modules())
 
@@ -138,7 +178,7 @@ def export_config(config_path: str | Path, out: str | Path) -> Exported:
 
     ids = torch.ones(2, 16, dtype=torch.int64)
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), real_rotary():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
             _Logits().eval(),

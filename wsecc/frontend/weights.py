@@ -7,10 +7,11 @@ parameter as a graph input with a static shape and no data. An input is taken as
 
 - its element type is a float and every dim is a number (nothing --batch/--seq/--dim binds), and
 - some node reads it where a parameter goes, directly or through a view (Transpose, Cast,
-  Reshape, Identity, Unsqueeze, Squeeze, Flatten): `PARAMETER_SLOTS` — the right operand of
+  Reshape, Identity, Unsqueeze, Squeeze, Flatten, Expand): `PARAMETER_SLOTS` — the right operand of
   MatMul, the B and C of Gemm, the table of Gather or GatherND (experts' weight stacks), the scale and bias of LayerNormalization
-  (and of the contrib ops onnxruntime fuses), or a 0-d or 1-d operand of Add, Sub, Mul or Div
-  (a bias or a scale: activations have batch and sequence dims).
+  (and of the contrib ops onnxruntime fuses), or a 0-d or 1-d operand of Add, Sub, Mul, Div or
+  Concat (a bias or a scale: activations have batch and sequence dims; gpt-oss's attention
+  sinks, one logit per head, are concatenated to the scores).
 
 Model data — input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds — is
 integer, or has symbolic dims, or feeds indices and activations, so it is never taken.
@@ -41,8 +42,10 @@ PARAMETER_SLOTS: Mapping[str, frozenset[int]] = {
 }
 """op type -> the operand positions that hold parameters."""
 
-_BIAS_OPS = frozenset({"Add", "Sub", "Mul", "Div"})  # a 0-d/1-d float operand is a bias/scale
-_VIEWS = frozenset({"Transpose", "Cast", "Reshape", "Identity", "Unsqueeze", "Squeeze", "Flatten"})
+_BIAS_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Concat"})  # a 0-d/1-d float: bias, scale
+_VIEWS = frozenset(
+    {"Transpose", "Cast", "Reshape", "Identity", "Unsqueeze", "Squeeze", "Flatten", "Expand"}
+)
 
 
 def weight_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

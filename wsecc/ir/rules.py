@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
+from wsecc.ir.arrays import is_uniform
 from wsecc.ir.core import DType, IRError, Op, TensorType
 
 Arrays = Sequence[np.ndarray]
@@ -156,7 +157,12 @@ def _matmul_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
 
 
 def _matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """float32 matmul with float32 accumulation, as onnxruntime's MLAS does it."""
+    """float32 matmul with float32 accumulation, as onnxruntime's MLAS does it. A uniform matrix
+    w (a weight without data, `wsecc.ir.arrays.placeholder`: every element the same) is not
+    expanded: each output is the row sum of x times that element."""
+    if w.ndim == 2 and x.ndim >= 2 and is_uniform(w):
+        rows = x.sum(axis=-1, keepdims=True, dtype=np.float32) * w.reshape(-1)[0]
+        return np.broadcast_to(rows, (*x.shape[:-1], w.shape[1])).copy()
     return np.matmul(x, w)
 
 
@@ -521,6 +527,11 @@ MOE_ROUTERS = ("softmax", "sigmoid")
 each."""
 
 
+MOE_ACTIVATIONS = ("silu", "clamped_silu")
+"""A `moe` expert's gate: SwiGLU's silu(g)·u, or gpt-oss's clamped variant with its `alpha` and
+`limit`: g' = min(g, limit), u' = clip(u, -limit, limit), g'·σ(alpha g')·(u' + 1)."""
+
+
 MOE_SHARED = ("none", "plain", "sigmoid")
 """A `moe` block's shared expert: none; one every token goes through, added to the routed sum;
 or that, scaled per token by sigmoid(x·w_shared_gate) (Qwen2-MoE)."""
@@ -535,14 +546,25 @@ def _moe_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
             f"moe expects x[..., H], W_router[H, E], W_gate and W_up [E, H, I], W_down [E, I, H], "
             f"got {x.shape}, {wr.shape}, {wg.shape}, {wu.shape}, {wd.shape}"
         )
-    if a["router"] not in MOE_ROUTERS or a["activation"] not in GATES:
-        raise IRError(f"moe router must be one of {MOE_ROUTERS}, activation one of {GATES}")
+    if a["router"] not in MOE_ROUTERS or a["activation"] not in MOE_ACTIVATIONS:
+        raise IRError(
+            f"moe router must be one of {MOE_ROUTERS}, activation one of {MOE_ACTIVATIONS}"
+        )
+    if a["activation"] == "clamped_silu" and not float(a.get("limit", 0.0)) > 0:
+        raise IRError("moe's clamped_silu needs a positive limit")
     if not 1 <= a["k"] <= e:
         raise IRError(f"moe chooses k={a['k']} of {e} experts")
     shared = a.get("shared", "none")
-    want = {"none": 5, "plain": 8, "sigmoid": 9}.get(shared)
+    want = moe_bias_start(a) + 4 * int(bool(a.get("bias", False)))
     if want != len(ts):
         raise IRError(f"moe shared {shared!r} takes {want} operands, got {len(ts)}")
+    if a.get("bias", False):
+        got = tuple(t.shape for t in ts[-4:])
+        if got != ((e,), (e, i), (e, i), (e, h)):
+            raise IRError(
+                f"moe's biases expect b_router [E], b_gate and b_up [E, I], b_down [E, H], "
+                f"got {got}"
+            )
     if shared != "none":
         sg, su, sd = ts[5:8]
         s_ = sg.shape[-1] if sg.rank == 2 else 0
@@ -556,11 +578,33 @@ def _moe_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     return [TensorType(_same_dtype(ts), x.shape)]
 
 
-def moe_routing(x2: np.ndarray, wr: np.ndarray, a: Attrs) -> tuple[np.ndarray, np.ndarray]:
+def moe_bias_start(a: Attrs) -> int:
+    """The index of a `moe` op's first bias operand (b_router, b_gate, b_up, b_down follow the
+    weights and the shared expert's when `bias`)."""
+    return {"none": 5, "plain": 8, "sigmoid": 9}.get(a.get("shared", "none"), 5)
+
+
+def moe_gate(g: np.ndarray, u: np.ndarray, a: Attrs) -> np.ndarray:
+    """An expert's hidden units from its gate and up projections (`MOE_ACTIVATIONS`), in
+    float64 rounded to g's dtype."""
+    if a["activation"] != "clamped_silu":
+        return (silu(g) * u).astype(g.dtype)
+    lim = float(a["limit"])
+    g64 = np.minimum(g.astype(np.float64), lim)
+    u64 = np.clip(u.astype(np.float64), -lim, lim)
+    return (g64 * special.expit(float(a["alpha"]) * g64) * (u64 + 1)).astype(g.dtype)
+
+
+def moe_routing(
+    x2: np.ndarray, wr: np.ndarray, a: Attrs, br: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The router of `moe` on tokens x2[T, H]: the chosen experts [T, k] (best first, ties to
     the lower index, as ONNX TopK) and their weights [T, k] (renormalised to sum 1 when
-    `normalize`)."""
+    `normalize`). `br`, the router's bias, is added to the logits. A softmax renormalised over
+    the kept k is the softmax of the k largest logits (gpt-oss's router)."""
     logits = _matmul(x2, wr)
+    if br is not None:
+        logits = (logits + br).astype(x2.dtype)
     if a["router"] == "softmax":
         scores = softmax(logits, -1).astype(x2.dtype)
     else:
@@ -579,17 +623,25 @@ def moe(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     y = Σ_j w_j · (silu(x·W_gate[e_j]) · (x·W_up[e_j]))·W_down[e_j] over the k chosen e_j,
     summed in choice order (best first), as the exporters' combine sums them; then, with a
     shared expert (`shared`), y + s·(silu(x·S_gate) · (x·S_up))·S_down, s = 1 or, "sigmoid",
-    sigmoid(x·w_shared_gate)."""
+    sigmoid(x·w_shared_gate). With `bias` (gpt-oss) the router's logits and each expert's
+    gate, up and down projections add their biases; `activation` "clamped_silu" is gpt-oss's
+    gate (`moe_gate`)."""
     x, wr, wg, wu, wd = xs[:5]
     x2 = x.reshape(-1, x.shape[-1])
-    idx, w = moe_routing(x2, wr, a)
+    br, bg, bu, bd = xs[moe_bias_start(a) :] if a.get("bias", False) else (None,) * 4
+    idx, w = moe_routing(x2, wr, a, br)
     y = np.zeros((a["k"],) + x2.shape, x.dtype)
     for e in range(wg.shape[0]):
         rows, slot = np.nonzero(idx == e)
         if rows.size:
             xe = x2[rows]
-            he = silu(_matmul(xe, wg[e])) * _matmul(xe, wu[e])
-            y[slot, rows] = _matmul(he.astype(x.dtype), wd[e]) * w[rows, slot, None]
+            zg, zu = _matmul(xe, wg[e]), _matmul(xe, wu[e])
+            if bg is not None and bu is not None:
+                zg, zu = (zg + bg[e]).astype(x.dtype), (zu + bu[e]).astype(x.dtype)
+            ye = _matmul(moe_gate(zg, zu, a), wd[e])
+            if bd is not None:
+                ye = (ye + bd[e]).astype(x.dtype)
+            y[slot, rows] = ye * w[rows, slot, None]
     out = y.sum(axis=0).astype(x.dtype)
     if a.get("shared", "none") != "none":
         hs = silu(_matmul(x2, xs[5])) * _matmul(x2, xs[6])
@@ -732,6 +784,8 @@ def _attention_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
         raise IRError(f"attention softcap {a['softcap']} is negative")
     if len(a.get("alibi", ())) not in (0, h):
         raise IRError(f"attention alibi has {len(a['alibi'])} slopes for {h} heads")
+    if len(a.get("sinks", ())) not in (0, h):
+        raise IRError(f"attention sinks has {len(a['sinks'])} logits for {h} heads")
     if rotary != "none":
         rd = a["rotary_dim"]
         if rd < 2 or rd % 2 or rd > dh:
@@ -841,8 +895,10 @@ def attention(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     slope_h × key position with `alibi`, + the bias operand with `has_bias`: `attention_bias`);
     positions not kept (causal: key > query; window w: key ≤ query − w, GPT-Neo's local attention;
     key_padding: mask[b, key] == 0; key_length: key ≥ len[b]; full: mask[b, query, key] == 0)
-    are *replaced* by `fill` (exporters' −∞, finfo.min or −10000); p = softmax(scores); with
-    `nan_to_zero`, NaN rows (all keys masked with −∞) become 0; out = merge_heads(p·v).
+    are *replaced* by `fill` (exporters' −∞, finfo.min or −10000); p = softmax(scores), with
+    `sinks` (gpt-oss's attention sinks) over the scores and one more logit per head, sink_h,
+    whose probability is dropped (`with_sinks`); with `nan_to_zero`, NaN rows (all keys masked
+    with −∞) become 0; out = merge_heads(p·v).
     """
     _, _, v, _, p = _attention_probs(xs, a)
     return [merge_heads(_matmul(p, v))]
@@ -861,7 +917,7 @@ def _attention_probs(
         scores = scores + bias.astype(q.dtype)
     keep = attention_keep(a, q.shape[0], q.shape[2], k.shape[2], mask)
     scores = np.where(keep, scores, np.asarray(a["fill"], q.dtype))
-    p = softmax(scores, axis=-1).astype(q.dtype)
+    p = softmax(with_sinks(scores, a), axis=-1).astype(q.dtype)[..., : scores.shape[-1]]
     if a.get("nan_to_zero"):
         p = np.where(np.isnan(p), np.zeros((), p.dtype), p)
     return q, k, v, keep, p
@@ -875,6 +931,16 @@ def softcap(scores: np.ndarray, a: Attrs) -> np.ndarray:
         return scores
     cap = np.asarray(c, scores.dtype)
     return (np.tanh(scores / cap) * cap).astype(scores.dtype)
+
+
+def with_sinks(scores: np.ndarray, a: Attrs) -> np.ndarray:
+    """scores [B, h, Sq, Sk] with one more key per head whose score is sink_h (`sinks`), as
+    gpt-oss concatenates its sinks before the softmax; the scores themselves without sinks."""
+    sinks = a.get("sinks", ())
+    if not sinks:
+        return scores
+    column = np.asarray(sinks, scores.dtype)[None, :, None, None]
+    return np.concatenate([scores, np.broadcast_to(column, (*scores.shape[:3], 1))], axis=-1)
 
 
 def attention_heads_of(
@@ -1391,7 +1457,7 @@ RULES: dict[Op, Rule] = {
         _softmax_vjp,
     ),
     Op.TOP_K: Rule(1, 1, _top_k_infer, _top_k_impl, _top_k_vjp),
-    Op.MOE: Rule(5, 9, _moe_infer, moe),
+    Op.MOE: Rule(5, 13, _moe_infer, moe),
     Op.LINEAR: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LM_HEAD: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LAYER_NORM: Rule(3, 3 + MAX_SKIPS, _layer_norm_infer, layer_norm, _layer_norm_vjp),

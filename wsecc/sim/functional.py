@@ -450,7 +450,7 @@ def _moe(b: _Build) -> Run:
     and H over the rows; the combine adds w_j · y_e into each token's running sum in band order
     (band 0, nearest the W edge, first; experts of one band in index order), in the accumulate
     type, rounded to storage as it leaves."""
-    from wsecc.ir.rules import top_k_indices
+    from wsecc.ir.rules import moe_bias_start, top_k_indices
     from wsecc.kernels.kinds.moe import _bands
 
     b.expect(Op.MOE)
@@ -484,11 +484,25 @@ def _moe(b: _Build) -> Run:
         down.append(_MatmulTiles.of(wd[e], wb, h, M, None))
     order = sorted(range(E), key=lambda e: (e % bands, e // bands))  # the combine's order
     k = int(a["k"])
+    j = moe_bias_start(a)
+    br, bg, bu, bd = (b.resident(j + i) for i in range(4)) if a.get("bias", False) else (None,) * 4
+    clamped = a["activation"] == "clamped_silu"
+    alpha, limit = np.float32(a.get("alpha", 0.0)), np.float32(a.get("limit", 0.0))
+
+    def hidden(g: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """The expert's hidden units in the accumulate type (`wsecc.ir.rules.moe_gate`)."""
+        if not clamped:
+            return ar.acc(ar.acc(g / (np.float32(1) + np.exp(-g))) * u)
+        g, u = np.minimum(g, limit), np.clip(u, -limit, limit)
+        sig = ar.acc(np.float32(1) / (np.float32(1) + np.exp(-ar.acc(alpha * g))))
+        return ar.acc(ar.acc(g * sig) * ar.acc(u + np.float32(1)))
 
     def run(args: Arrays) -> list[np.ndarray]:
         shape = args[0].shape
         x = args[0].reshape(-1, shape[-1])
         logits = _tiled_linear(x, router, inner, None, "none")
+        if br is not None:
+            logits[:, :E] = ar.acc(logits[:, :E] + br)
         acc = np.zeros(x.shape, np.float32)
         if shared != "none":
             y = _tiled_linear(x, shared_gate_up, ar, None, "none")
@@ -514,11 +528,15 @@ def _moe(b: _Build) -> Run:
             rows, slot = np.nonzero(idx == e)
             if not rows.size:
                 continue
-            y = _tiled_linear(x[rows], gate_up[e], ar, None, "none")
+            bias = None
+            if bg is not None and bu is not None:  # the epilogue's, interleaved as W
+                bias = np.empty(2 * F, np.float32)
+                bias[0::2], bias[1::2] = bg[e], bu[e]
+            y = _tiled_linear(x[rows], gate_up[e], ar, bias, "none")
             g, u = y[:, 0::2], y[:, 1::2]
             with np.errstate(over="ignore"):
-                hid = ar.store(ar.acc(ar.acc(g / (np.float32(1) + np.exp(-g))) * u))
-            ye = _tiled_linear(hid, down[e], inner, None, "none")
+                hid = ar.store(hidden(g, u))
+            ye = _tiled_linear(hid, down[e], inner, None if bd is None else bd[e], "none")
             acc[rows] = ar.acc(acc[rows] + ar.acc(ye * weights[rows, slot, None]))
         return [ar.store(acc).reshape(shape)]
 
@@ -600,6 +618,8 @@ class AttentionRun:
         if k.shape[1] != H:  # each K/V head serves H / Hk query heads: held once per column
             k, v = np.repeat(k, H // k.shape[1], axis=1), np.repeat(v, H // k.shape[1], axis=1)
         k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
+        if a.get("sinks"):
+            k, v, keep, bias = _sink_key(a["sinks"], k, v, keep, bias)
         B, _, Sq, dh = q.shape
         Sk = k.shape[2]
         qs = np.ascontiguousarray(ar.store(q * np.float32(a["scale"])))
@@ -613,6 +633,28 @@ class AttentionRun:
         )  # fmt: skip
         _on_threads(heads, B * H, work=B * H * Sq * Sk * dh)
         return out.reshape(B, Sq, H * dh)
+
+
+def _sink_key(
+    sinks: Sequence[float],
+    k: np.ndarray,
+    v: np.ndarray,
+    keep: np.ndarray,
+    bias: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Attention sinks as one more key after the last: k = 0 and v = 0 (its score is its bias,
+    its probability weighs nothing), always kept, its bias sink_h per head; it lands on the
+    row after the last key's (`attention_heads`' key j on row j mod rows)."""
+    B, H, _, d = k.shape
+    zeros = np.zeros((B, H, 1, d), np.float32)
+    k, v = np.concatenate([k, zeros], axis=2), np.concatenate([v, zeros], axis=2)
+    keep = np.concatenate([keep, np.ones((*keep.shape[:3], 1), bool)], axis=3)
+    base = np.zeros((1, H, 1, 1), np.float32) if bias is None else bias
+    sink = np.asarray(sinks, np.float32)[None, :, None, None]
+    column = np.broadcast_to(sink, (*base.shape[:3], 1))
+    rest = np.broadcast_to(base, (*base.shape[:3], k.shape[2] - 1))
+    bias = np.concatenate([rest, column], axis=3)
+    return k, v, keep, np.ascontiguousarray(bias)
 
 
 def _rmsnorm(b: _Build) -> Run:

@@ -61,6 +61,17 @@ running sum; its sigmoid gate is one more column of the router's tile. It adds
              B ns sb); bytes read + 3 kh ns sb
 with sig = 1 for the sigmoid-gated form.
 
+With `bias` (gpt-oss: the router's and each expert's gate, up and down biases), a band's PE also
+holds its experts' gate/up bias slices and a down-bias slice, column 0 the router's E biases:
+
+    weights  + (ep (2 ni + kh) + E) sb
+    compute  + cdiv(M E, v) + cdiv(Mb (2 cdiv(ni, h) + kh), v)
+    decode   compute + cdiv(B E, v) + cdiv(cb (2 cdiv(ni, h) + kh), v); bytes read
+             + (re (2 ni + kh) + E) sb
+
+and `activation` "clamped_silu" (gpt-oss's gate) costs CLAMPED_GATE_OPS per hidden unit of a
+routed expert in place of GATE_OPS.
+
 The decode step (`moe_decode`, B tokens): only the experts the step's tokens choose are read —
 the busiest band computes B min(k, ep) (token, choice) pairs and reads min(ep, B k) experts'
 tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decode`:
@@ -80,7 +91,7 @@ tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decod
 from __future__ import annotations
 
 from wsecc.ir.core import Node, Op
-from wsecc.ir.rules import MOE_ROUTERS, MOE_SHARED
+from wsecc.ir.rules import MOE_ACTIVATIONS, MOE_ROUTERS, MOE_SHARED
 from wsecc.kernels.conv import cdiv
 from wsecc.kernels.costs import CostContext, KernelCost, breakpoints
 from wsecc.kernels.decode import DecodeCost, chain, matvec, multicast, relay
@@ -91,6 +102,19 @@ from wsecc.kernels.kinds.matmul import GATE_OPS
 from wsecc.kernels.kinds.rowwise import ELEMENTWISE_OPS
 
 SIGMOID_OPS = ELEMENTWISE_OPS["sigmoid"]
+CLAMPED_GATE_OPS = GATE_OPS + 5
+"""gpt-oss's clamped gate per hidden unit: SwiGLU's, plus min(g, limit), u's two bounds,
+alpha·g inside the sigmoid and u + 1."""
+
+
+def gate_ops(p: Params) -> int:
+    """Vector ops per hidden unit of a routed expert's gate (`activation`)."""
+    return CLAMPED_GATE_OPS if p.get("activation", "silu") == "clamped_silu" else GATE_OPS
+
+
+def _bias_ops(p: Params) -> int:
+    """Per (token, choice) with `bias`: the gate, up and down biases' adds (2F + H)."""
+    return (2 * p["F"] + p["H"]) * int(p.get("bias", False))
 
 
 def router_ops(E: int, k: int) -> int:
@@ -119,7 +143,8 @@ def _moe_flops(p: Params) -> int:
     ops), k SwiGLU experts per token (6 H F multiply-adds as flops, GATE_OPS per hidden
     unit), the combine's weight and add per output, and the shared expert if any."""
     T, H, F, E, k = p["tokens"], p["H"], p["F"], p["E"], p["k"]
-    per_token = router_ops(E, k) + k * (6 * H * F + F * GATE_OPS + 2 * H) + _shared_flops(p)
+    per_choice = 6 * H * F + F * gate_ops(p) + 2 * H + _bias_ops(p)
+    per_token = router_ops(E, k) + E * int(p.get("bias", False)) + k * per_choice + _shared_flops(p)
     return int(2 * T * H * E + T * per_token)
 
 
@@ -139,16 +164,19 @@ def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
         if ns
         else 0
     )
+    bias = int(p.get("bias", False))
     return ctx.cost(
         h,
         w,
-        weights=(ep * 3 * kh * ni + kh * E + 3 * kh * ns + sig * kh) * sb,
+        weights=(ep * 3 * kh * ni + kh * E + 3 * kh * ns + sig * kh) * sb
+        + bias * (ep * (2 * ni + kh) + E) * sb,
         buffers=2 * c * kh * sb + 2 * c * 2 * (ni + ns) * ab + 2 * c * kh * ab,
         compute=cdiv(2 * M * kh * E, ctx.f)
         + cdiv(M * router_ops(E, k), ctx.v)
         + cdiv(2 * Mb * kh * 3 * ni, ctx.f)
-        + cdiv(Mb * cdiv(ni, h) * GATE_OPS, ctx.v)
+        + cdiv(Mb * cdiv(ni, h) * gate_ops(p), ctx.v)
         + cdiv(2 * Mb * kh, ctx.v)
+        + bias * (cdiv(M * E, ctx.v) + cdiv(Mb * (2 * cdiv(ni, h) + kh), ctx.v))
         + shared_compute,
         link=max(
             cdiv(M * kh * sb, ctx.L),
@@ -175,6 +203,7 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
     hop = ctx.target.link.hop_latency_cycles
     ns = cdiv(p["S"], w)
     rows = E + int(p["shared"] == "sigmoid")  # the shared expert's gate: one more column
+    bias = int(p.get("bias", False))
     shared = (
         DecodeCost(
             compute=matvec(ctx, B * 3 * kh * ns, 3 * kh * ns * sb)
@@ -190,7 +219,8 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
         compute=matvec(ctx, B * kh * rows, kh * rows * sb)
         + cdiv(B * router_ops(E, k), ctx.v)
         + matvec(ctx, cb * 3 * kh * ni, re * 3 * kh * ni * sb)
-        + cdiv(cb * cdiv(ni, h) * GATE_OPS, ctx.v)
+        + cdiv(cb * cdiv(ni, h) * gate_ops(p), ctx.v)
+        + bias * (cdiv(B * E, ctx.v) + cdiv(cb * (2 * cdiv(ni, h) + kh), ctx.v))
         + shared.compute,
         reduction=chain(ctx, h, B * rows * ab)
         + chain(ctx, h, cb * 2 * ni * ab)
@@ -202,10 +232,12 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
         + multicast(ctx, h, B * 2 * k * sb)
         + multicast(ctx, h, B * ni * sb)
         + shared.broadcast,
-        bytes_read=(re * 3 * kh * ni + kh * rows) * sb + shared.bytes_read,
+        bytes_read=(re * 3 * kh * ni + kh * rows) * sb
+        + bias * (re * (2 * ni + kh) + E) * sb
+        + shared.bytes_read,
         flops=2 * B * H * E
-        + B * router_ops(E, k)
-        + B * k * (6 * H * F + F * GATE_OPS + 2 * H)
+        + B * (router_ops(E, k) + E * bias)
+        + B * k * (6 * H * F + F * gate_ops(p) + 2 * H + _bias_ops(p))
         + B * _shared_flops(p),
     )
 
@@ -230,8 +262,10 @@ def _lower_moe(n: Node, b: int) -> dict[str, object]:
         "k": int(n.attr("k")),
         "router": str(n.attr("router")),
         "normalize": bool(n.attr("normalize")),
-        "S": n.inputs[5].type.shape[1] if len(n.inputs) > 5 else 0,
+        "S": n.inputs[5].type.shape[1] if n.attr("shared", "none") != "none" else 0,
         "shared": str(n.attr("shared", "none")),
+        "bias": bool(n.attr("bias", False)),
+        "activation": str(n.attr("activation")),
     }
 
 
@@ -240,6 +274,8 @@ def _check(p: Params) -> str:
         return (
             f"shared {p['shared']!r} with S {p['S']}: one of {', '.join(MOE_SHARED)}, S 0 for none"
         )
+    if p["activation"] not in MOE_ACTIVATIONS:
+        return f"activation {p['activation']!r} is not one of {', '.join(MOE_ACTIVATIONS)}"
     if p["router"] not in MOE_ROUTERS:
         return f"router {p['router']!r} is not one of {', '.join(MOE_ROUTERS)}"
     return "" if p["k"] <= p["E"] else f"k {p['k']} is more than the {p['E']} experts"
@@ -257,15 +293,18 @@ MOE = KindDef(
         "normalize": "bool",
         "S": "int0",
         "shared": "str",
+        "bias": "bool",
+        "activation": "str",
     },
     check=_check,
-    defaults=lambda p: {"S": 0, "shared": "none"},
+    defaults=lambda p: {"S": 0, "shared": "none", "bias": False, "activation": "silu"},
     flops=_moe_flops,
     weight_elems=lambda p: (
         p["H"] * p["E"]
         + 3 * p["E"] * p["H"] * p["F"]
         + 3 * p["H"] * p["S"]
         + int(p["shared"] == "sigmoid") * p["H"]
+        + int(p.get("bias", False)) * p["E"] * (1 + 2 * p["F"] + p["H"])
     ),
     in_edge="W",
     out_edge="E",
