@@ -33,7 +33,9 @@ def stdout_of_fresh_process(code: str) -> str:
         capture_output=True,
         text=True,
         check=True,
-        timeout=120,
+        # only ends a hung run, never decides a result: deterministic CP-SAT's own wall-clock
+        # guard is 300 s at least (`CpSatOptions.wall_guard_floor_s`)
+        timeout=600,
     ).stdout
 
 

@@ -118,7 +118,8 @@ def test_check_reports_bounds_and_refuses_what_cannot_fit(tmp_path, capsys):
 
 def test_diff_shows_the_wirelength_ratio(tmp_path, capsys):
     for placer in ("greedy", "cpsat"):
-        argv = ["compile", str(GPT2), "--seq", "16", "--placer", placer, "--time-budget", "2"]
+        argv = ["compile", str(GPT2), "--seq", "16", "--placer", placer, "--time-budget", "2",
+                "--deterministic"]  # fmt: skip
         assert main([*argv, "-o", str(tmp_path / placer)]) == 0
     capsys.readouterr()
     assert main(["diff", str(tmp_path / "greedy"), str(tmp_path / "cpsat")]) == 0

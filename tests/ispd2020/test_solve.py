@@ -88,10 +88,16 @@ def test_samples(bench: str, tmp_path: Path) -> None:
     assert score_solution(graph, read_solution(tmp_path / "s.solution")) == result.score
 
 
-@pytest.mark.parametrize("bench", ["A", "B", "C", "D"])
+@pytest.mark.parametrize(
+    "bench",
+    # C's deterministic scan takes 23 s of CPU (A, B, D: 4-10 s): the slow run keeps it, the
+    # same checks run on A, B and D by default
+    ["A", "B", pytest.param("C", marks=pytest.mark.slow), "D"],
+)
 def test_contest_benchmarks(bench: str, tmp_path: Path) -> None:
     graph = read_kgraph(CORPUS / f"{bench}.kgraph")
-    result = solve(graph, SolveOptions(time_budget_s=6, seed=1))
+    # deterministic: the work, not the seconds, is budgeted, so the score is the same on any load
+    result = solve(graph, SolveOptions(time_budget_s=2, seed=1, deterministic=True))
     out = tmp_path / f"{bench}.solution"
     write_solution(out, result.solution)
     again = score_solution(graph, read_solution(out))
@@ -99,9 +105,10 @@ def test_contest_benchmarks(bench: str, tmp_path: Path) -> None:
     assert again.delta_t == result.score.delta_t and again.wirelength == result.score.wirelength
     assert result.lower_bound <= again.delta_t
     assert again.ceil_memory_ok
-    # a 6 s run lands within 3% of the best published score on an idle 2-core machine
-    # (longer runs beat it: bench/); 10% leaves room for a CI machine that is busy
-    assert again.score <= 1.10 * PUBLISHED[bench]
+    # the deterministic 2 s run scores 0.991-1.000 of the best published score (A 35672, B
+    # 66146.5, C 66855.5, D 36103; longer runs beat it: bench/RESULTS.md); 1% is left for
+    # another OR-Tools version, none for the machine's load
+    assert again.score <= 1.01 * PUBLISHED[bench]
 
 
 def test_instance_edges_are_kernel_positions() -> None:

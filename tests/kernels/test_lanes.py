@@ -57,6 +57,7 @@ def gpt2_program(gpt2_graph):
     sized, placed (greedy) and routed on WSE-2."""
     kg = gpt2_graph(layers=2, d=768, heads=12, seq=1024, vocab=50257, name="gpt2-2l")
     sizing = flow.size_regions(kg, WSE2, "mixed")
+    # greedy ignores the budget (`wsecc.place.api.place`): the program does not depend on the load
     placed = flow.place_and_route(kg, sizing, WSE2, "mixed", placer="greedy", time_budget_s=5)
     return sizing, placed.program
 

@@ -15,6 +15,7 @@ from wsecc.place.problem import (
     PlaceKernel,
     Placement,
     PlacementError,
+    PlacementProblem,
     Rect,
     tailored,
     validate_placement,
@@ -53,11 +54,18 @@ def test_layers_are_found_by_structure():
     assert [len(layer) for layer in layers] == [7, 7, 7]
 
 
-def test_tiled_beats_greedy_and_layered_on_a_gpt2_shaped_problem():
-    # GPT-2 small's regions, 4 layers, 76% fill: greedy smears each layer over the width, the
-    # strips pack it kernel by kernel; one packed layer reused keeps every layer compact.
+@pytest.fixture(scope="module")
+def gpt2_4() -> tuple[PlacementProblem, dict[str, Rect] | None]:
+    """GPT-2 small's regions, 4 layers, 76% fill, and their tiled placement (made once: two
+    tests read it, each packing takes seconds)."""
     problem = gpt2_small_problem(4, height=560)
-    tiled = tiled_rects(problem, _pack)
+    return problem, tiled_rects(problem, _pack)
+
+
+def test_tiled_beats_greedy_and_layered_on_a_gpt2_shaped_problem(gpt2_4):
+    # greedy smears each layer over the width, the strips pack it kernel by kernel; one packed
+    # layer reused keeps every layer compact.
+    problem, tiled = gpt2_4
     assert tiled is not None and _legal(problem, tiled) == []
     wl = weighted_wirelength(problem, tiled)
     layered = layered_rects(problem)
@@ -85,13 +93,13 @@ def test_a_packed_layer_stays_in_its_box():
     assert rects is not None and _legal(unit, rects) == []
 
 
-def test_cpsat_starts_from_the_tiled_placement_when_it_is_best():
-    problem = gpt2_small_problem(4, height=560)
+def test_cpsat_starts_from_the_tiled_placement_when_it_is_best(gpt2_4):
+    problem, tiled = gpt2_4
     # a share of the budget that lets every layer packing run, with `_pack`'s limits
     opts = CpSatOptions(tiled_share=1.0)
     p = place_cpsat(problem, time_budget_s=4.0, deterministic=True, options=opts)
     assert validate_placement(problem, p) == []
-    assert p.objective <= weighted_wirelength(problem, tiled_rects(problem, _pack))
+    assert tiled is not None and p.objective <= weighted_wirelength(problem, tiled)
 
 
 def test_the_tiled_start_takes_pool_shapes_that_pack_a_layer_better():
