@@ -5,7 +5,9 @@
 
 Each run is `wsecc compile MODEL --seq SEQ --no-validate` (the default options otherwise, plus
 any after `--`) in a fresh process, so imports and writing the output folder count. One
-markdown row per model, medians over `--runs`: the wall time of the process; the stages from
+markdown row per model, medians over `--runs`: the wall time of the process and its CPU time
+(user + sys of the compile process and its threads: the load on a shared machine stretches
+the wall time far more than the CPU time), the load average when each run began; the stages from
 report.json's `stage_seconds` — frontend, passes, sizing, placement (`placement.seconds`),
 routing (the "place" stage less placement), simulation — and "other" (the wall time outside
 the stages: imports, the report, PNGs, viewer, trace); the on-wafer throughput (L0, samples/s)
@@ -19,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -35,11 +38,15 @@ def one_run(model: str, seq: int, extra: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "o"
         argv = ["compile", model, "--seq", str(seq), "--no-validate", "-o", str(out), *extra]
+        load = os.getloadavg()[0]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         subprocess.run(
             [sys.executable, "-m", "wsecc.cli", *argv], check=True, capture_output=True, text=True
         )
         wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         report = json.loads((out / "report.json").read_text())
     st, placement = report["stage_seconds"], report["placement"]
     stages = {
@@ -53,6 +60,8 @@ def one_run(model: str, seq: int, extra: list[str]) -> dict[str, Any]:
     stages["other"] = wall - sum(st.values())
     return {
         "wall": wall,
+        "cpu": cpu,
+        "load": load,
         "stages": stages,
         "on_wafer": report["performance"]["on_wafer_samples_per_s"],
         "wirelength": placement["objective"],
@@ -77,12 +86,20 @@ def row(spec: str, runs: int, extra: list[str]) -> str:
         Path(path).stem,
         seq,
         f"{statistics.median(_wall(r) for r in results):.1f}",
+        f"{statistics.median(r['cpu'] for r in results):.1f}",
+        _span([r["load"] for r in results]),
         *(f"{median[s]:.1f}" for s in STAGES),
         f"{statistics.median(r['on_wafer'] for r in results):,.0f}",
         f"{statistics.median(r['wirelength'] for r in results):.4g}",
         added,
     ]
     return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _span(values: list[float]) -> str:
+    """The least and the greatest of `values`, one decimal ("3.2-9.5", or "3.2" if equal)."""
+    lo, hi = f"{min(values):.1f}", f"{max(values):.1f}"
+    return lo if lo == hi else f"{lo}-{hi}"
 
 
 def _wall(r: dict[str, Any]) -> float:
@@ -103,10 +120,12 @@ def main() -> None:
         f"`wsecc compile MODEL --seq SEQ --no-validate {' '.join(extra)}`, medians of {a.runs}"
     )
     print(
-        "| model | seq | wall s | " + " | ".join(STAGES) + " | on-wafer samples/s | wirelength "
+        "| model | seq | wall s | CPU s | load | "
+        + " | ".join(STAGES)
+        + " | on-wafer samples/s | wirelength "
         "B·PE | CP-SAT search (median run) |"
     )
-    print("|---" * (len(STAGES) + 6) + "|")
+    print("|---" * (len(STAGES) + 8) + "|")
     for m in a.models:
         print(row(m, a.runs, extra), flush=True)
 

@@ -132,3 +132,22 @@ def test_bottom_left_step_takes_the_least_key_over_every_column(data):
     )
     prev = data.draw(st.integers(0, 2 * W))
     assert bottom_left_step(sky, shapes, prev) == _bottom_left_by_column(sky, shapes, prev)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_bottom_left_step_with_a_rectangle_as_wide_as_the_skyline(data):
+    # the tiled start's layer blocks fill a strip's width: one window, taken without the
+    # sliding view; the same rule, pins pushing down included
+    W, H = data.draw(st.integers(1, 30)), data.draw(st.integers(1, 30))
+    pins = {}
+    for i in range(data.draw(st.integers(0, 3))):
+        w, h = data.draw(st.integers(1, W)), data.draw(st.integers(1, H))
+        x, y = data.draw(st.integers(0, W - w)), data.draw(st.integers(0, H - h))
+        pins[f"p{i}"] = Rect(x, y, w, h)
+    sky = _Skyline(W, H, pins)
+    sky.top[:] = data.draw(st.lists(st.integers(0, H), min_size=W, max_size=W))
+    heights = data.draw(st.lists(st.integers(1, H), min_size=1, max_size=3))
+    shapes = tuple((W, h) for h in heights)
+    prev = data.draw(st.integers(0, 2 * W))
+    assert bottom_left_step(sky, shapes, prev) == _bottom_left_by_column(sky, shapes, prev)

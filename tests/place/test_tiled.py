@@ -145,3 +145,36 @@ def test_deterministic_mode_with_the_tiled_start_is_byte_identical_across_proces
 
     first, second = two_fresh_runs(_RUN)
     assert first == second
+
+
+def test_the_blocks_are_sized_only_for_packings_that_will_run(monkeypatch):
+    # a `pack` whose budget ends after m first packings: asked beforehand (`ready`), the tiled
+    # start skips the strip counts whose packing would be refused, and ends the same
+    import wsecc.place.tiled as tiled
+
+    problem = gpt2_small_problem(4, height=560)
+    sized: list[int] = []
+    tallest = tiled._tallest
+    monkeypatch.setattr(tiled, "_tallest", lambda *a: sized.append(1) or tallest(*a))
+
+    def run(m: int, asked: bool) -> dict[str, Rect] | None:
+        packed: list[str] = []
+
+        def pack(unit, joins, start, stage="first"):
+            if stage == "first" and packed.count("first") >= m:
+                return None
+            packed.append(stage)
+            return _pack(unit, joins, start, stage)
+
+        def ready(stage) -> bool:
+            return stage != "first" or packed.count("first") < m
+
+        sized.clear()
+        return tiled_rects(problem, pack, ready) if asked else tiled_rects(problem, pack)
+
+    for m in (0, 1):
+        without = run(m, asked=False)
+        sized_without = len(sized)
+        assert run(m, asked=True) == without
+        assert len(sized) < sized_without
+    assert run(0, asked=True) is None and sized == []

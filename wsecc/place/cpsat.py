@@ -574,7 +574,9 @@ def place_cpsat(
             return packed
 
         layered = layered_rects(problem)  # before the tiled start, whose shares see its time
-        tiled = tiled_rects(problem, pack)
+        tiled = tiled_rects(
+            problem, pack, lambda stage: budget.unit(stage, tiled_dtime) is not None
+        )
         starts = {"greedy": greedy, "layered": layered, "tiled": tiled}
         found = {k: r for k, r in starts.items() if r is not None}
         if not found:

@@ -188,11 +188,11 @@ def bottom_left_step(sky: _Skyline, shapes: tuple[Shape, ...], prev_cx2: int) ->
     for w, h in shapes:
         if w > sky.width:
             continue
-        rest = np.lib.stride_tricks.sliding_window_view(sky.top, w).max(axis=1)
+        rest = _window_max(sky.top, w)
         xs = np.arange(rest.size)
         dist = np.abs(2 * xs + w - prev_cx2)
         ys = _below_pins(sky.pins, xs, rest, w, h)
-        fits = np.flatnonzero(ys + h <= sky.height)
+        fits = (ys + h <= sky.height).nonzero()[0]
         if fits.size == 0:
             continue
         scale = 4 * sky.width  # > any dist: the key orders by y + h, then by dist
@@ -202,6 +202,16 @@ def bottom_left_step(sky: _Skyline, shapes: tuple[Shape, ...], prev_cx2: int) ->
         if best is None or key < best[:2]:
             best = (*key, Rect(x, int(ys[x]), w, h))
     return None if best is None else best[2]
+
+
+def _window_max(top: np.ndarray, w: int) -> np.ndarray:
+    """The highest of `top` over every window of w consecutive columns, left to right. A
+    window as wide as the skyline (a layer block one strip wide: most of the tiled start's
+    calls) is one max, without building the sliding view (whose set-up took 40% of
+    `bottom_left_step` on GPT-2 XL)."""
+    if w == top.size:
+        return top.max(keepdims=True)
+    return np.lib.stride_tricks.sliding_window_view(top, w).max(axis=1)
 
 
 def _below_pins(pins: list[Rect], xs: np.ndarray, ys: np.ndarray, w: int, h: int) -> np.ndarray:

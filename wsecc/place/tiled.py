@@ -67,6 +67,14 @@ Pack = Callable[
     [PlacementProblem, Sequence[PlaceFlow], dict[str, Rect] | None, Stage],
     dict[str, Rect] | None,
 ]
+# whether `pack` would still pack at this stage (its budget not spent): the blocks' sizes are
+# worked out only for a packing that will run. Asked again later, it must not say yes again
+# once it has said no (time and spent work only grow).
+Ready = Callable[[Stage], bool]
+
+
+def _always(stage: Stage) -> bool:
+    return True
 
 
 def repeating_layers(problem: PlacementProblem) -> tuple[list[str], list[list[str]], list[str]]:
@@ -350,10 +358,12 @@ def _tile(
 
 
 def _tiled(
-    problem: PlacementProblem, pack: Pack
+    problem: PlacementProblem, pack: Pack, ready: Ready = _always
 ) -> list[tuple[dict[str, Rect], dict[str, Rect], _Tiling]]:
     """Every tiled placement that fits, in `problem`'s own orientation, with its layer packing
-    and how it was tiled."""
+    and how it was tiled; none past the strip count at which `ready("first")` says no (the
+    block heights of a strip count are a bisection over `_strips` per option: GPT-2 XL spent
+    4 s of CPU on them under cProfile, for packings its budget then refused)."""
     before, layers, after = repeating_layers(problem)
     if len(layers) < 2:
         return []
@@ -365,6 +375,8 @@ def _tiled(
     n = len(layers)
     out = []
     for k in range(2, min(MAX_STRIPS, max(4, n // 4)) + 1):
+        if not ready("first"):  # `pack` would refuse this strip count's packing, and the rest
+            break
         S = problem.width // k
         options = [
             (serpentine, obstacle, _tallest(problem, n, k, obstacle, serpentine))
@@ -382,17 +394,21 @@ def _tiled(
     return out
 
 
-def tiled_rects(problem: PlacementProblem, pack: Pack) -> dict[str, Rect] | None:
+def tiled_rects(
+    problem: PlacementProblem, pack: Pack, ready: Ready = _always
+) -> dict[str, Rect] | None:
     """The tiled placement with the least weighted wirelength, or None (see module doc). The
     best one's layer packing is then handed to `pack` to improve ("again"), then once more with
     the pools in the menus ("pools"), each tiled again: the result is legal for
-    `with_pools(problem)` (`tailored` gives the problem it is legal for)."""
+    `with_pools(problem)` (`tailored` gives the problem it is legal for). `ready`: whether
+    `pack` would still pack (`Ready`); the result is the same as without it, found sooner when
+    the budget is spent."""
     if problem.pins:
         return None
     best: tuple[float, dict[str, Rect], bool, dict[str, Rect], _Tiling] | None = None
     for transposed in (False, True):
         prob = _transpose(problem) if transposed else problem
-        for rects, packed, how in _tiled(prob, pack):
+        for rects, packed, how in _tiled(prob, pack, ready):
             wl = weighted_wirelength(problem, _oriented(rects, transposed))
             if best is None or wl < best[0]:
                 best = (wl, rects, transposed, packed, how)
