@@ -29,11 +29,11 @@ from typing import Any
 from wsecc.errors import WseccError
 from wsecc.flow import fuse as run_passes
 from wsecc.flow import load as import_model
-from wsecc.flow import place_and_route
+from wsecc.flow import place_and_route, place_systems
 from wsecc.frontend.common import widened_text
 from wsecc.hashing import sha256_beside
 from wsecc.kernels import Sizing
-from wsecc.modes import bound_batch, per_sample_batch, strategy
+from wsecc.modes import Layout, bound_batch, per_sample_batch, strategy
 from wsecc.options import Options, saved_options
 from wsecc.place.from_kernels import placement_problem
 from wsecc.place.problem import Placement, PlacementProblem, tailored
@@ -127,6 +127,8 @@ def place(sized: Sized, say: Say = _quiet) -> Placed:
     o, target = sized.job.options, sized.job.target
     layout = strategy(o.mode).layout(sized)
     seconds = dict(sized.seconds)
+    if layout.systems is not None:  # a pipeline over several systems (`wsecc.partition`)
+        return _place_systems(sized, layout, seconds, say)
     with timed(say, "place", seconds):
         placed = place_and_route(
             layout.kernel_graph, layout.sizing, target, o.precision, placer=o.placer,
@@ -151,6 +153,29 @@ def place(sized: Sized, say: Say = _quiet) -> Placed:
         f"(lower bound {r.color_lower_bound}), link load max {r.link_load_max}",
     )
     return result
+
+
+def _place_systems(sized: Sized, layout: Layout, seconds: dict[str, float], say: Say) -> Placed:
+    """`place` over several systems: each distinct layer group placed and routed once."""
+    o, target = sized.job.options, sized.job.target
+    assert layout.systems is not None
+    with timed(say, "place", seconds):
+        each, systems = place_systems(
+            layout.systems, target, o.precision, placer=o.placer, time_budget_s=o.time_budget_s,
+            seed=o.seed, deterministic=o.deterministic, say=say, rule=layout.rule,
+        )  # fmt: skip
+    if layout.one_copy_because is not None:
+        one = Replicas(1, layout.one_copy_because)
+        programs = tuple(dataclasses.replace(p, replicas=one) for p in systems.programs)
+        systems = dataclasses.replace(systems, programs=programs)
+    lanes = sum(len(p.program.routing.lanes) for p in each)
+    say(
+        "place",
+        f"{systems.count} systems, {len(each)} placements ({systems.count - len(each)} shared), "
+        f"{lanes} lanes, {len(systems.crossings)} flows crossing between systems",
+    )
+    pool = sum(p.pool_shapes for p in each)
+    return Placed(sized, each[0].problem, systems, pool, seconds)
 
 
 def placed_to_json(placed: Placed) -> dict[str, Any]:

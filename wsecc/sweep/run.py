@@ -107,6 +107,8 @@ def _compile(fused: Fused, cache: Path | None) -> Sized | Simulated:
     o = sized.job.options
     if not strategy(o.mode).placed_in_sweep:  # train: costed, not placed
         return sized
+    if sized.systems is not None:  # several systems: placed for this point, not cached
+        return chain.simulate(chain.place(sized))
     key = {
         "kernels": hashlib.sha256(
             json.dumps(sized.kernel_graph.to_json(), sort_keys=True).encode()
