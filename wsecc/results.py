@@ -88,14 +88,6 @@ class SystemRow:
             "crossing_in_bytes": self.crossing_in_bytes,
         }  # fmt: skip
 
-    def summary(self) -> str:
-        shared = f", placement of system {self.placed_as}" if self.placed_as != self.system else ""
-        return (
-            f"system {self.system}: layers L{self.first_layer}-L{self.last_layer}, "
-            f"{self.kernels} kernels, {self.pes:,} PEs, {self.resident_bytes / 1e9:,.2f} GB "
-            f"resident, {1e6 * self.seconds:,.1f} us ({100 * self.share:.0f}%){shared}"
-        )
-
 
 def system_rows(placed: Placed, seconds: Sequence[float]) -> tuple[SystemRow, ...]:
     """A row per system of a program split over systems (`placed.sized.systems`), system i
