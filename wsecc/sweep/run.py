@@ -201,6 +201,7 @@ def row_of(p: Point, stage: Sized | Simulated) -> dict[str, Any]:
         "pes_used": sizing["pes_used"],
         "fabric_fraction": sizing["fabric_fraction"],
         "copies": rep.get("replicas", {}).get("k"),  # data-parallel copies on the wafer
+        "systems_used": perf.get("systems"),  # the systems it spans (--systems auto chooses)
         "sram_max_bytes": rep["sram"]["max_bytes"] if placed else sizing["max_sram_bytes_per_pe"],
         "colors_max": rep["routing"]["colors_max"] if placed else None,
         "gap": rep["placement"]["gap"] if placed else None,
