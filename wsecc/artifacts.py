@@ -44,8 +44,22 @@ def viewer_html(stage: Stage) -> str:
     return render_viewer(
         t.placed.program, title=t.title, kernel_info=info,
         sram_per_pe=sim.sram.total if sim is not None and sim.sram is not None else None,
-        limits=limits(stage),
+        limits=limits(stage), systems=_system_panels(t),
     )  # fmt: skip
+
+
+def _system_panels(t: Trail) -> list[dict[str, Any]] | None:
+    """The viewer's panel per system of a program over several systems, else None."""
+    from wsecc.partition import crossing_latency_s
+    from wsecc.view.data import systems_payload
+
+    assert t.placed is not None
+    sized = t.placed.sized.systems
+    if sized is None or t.performance is None:
+        return None
+    names = [[k.name for k in p.graph.kernels] for p in sized.partition.parts]
+    rows = t.performance.systems_json()
+    return systems_payload(t.placed.systems, names, rows, crossing_latency_s(t.job.target))
 
 
 def folder_files(

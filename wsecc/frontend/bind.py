@@ -64,8 +64,11 @@ def resolve_bindings(
     batch: int | None = None,
     seq: int | None = None,
     dims: Mapping[str, int] | None = None,
+    weights: Collection[str] = (),
 ) -> dict[str, int]:
     """Map every symbolic input dim to a value, or raise one error naming all unbound dims.
+    `weights`: inputs taken as weights without data (`--weights inputs`), never allocated, so
+    not held to the one-tensor budget (`_check_input_sizes`).
 
     A generation graph's past length is 0 (`wsecc.frontend.generation`); a dim named by an
     expression of other dims (`past_sequence_length + sequence_length`) is its value; in a
@@ -128,7 +131,7 @@ def resolve_bindings(
     for name, v in bound.items():
         if not isinstance(v, int) or v <= 0 and name != past:
             raise FrontendError(f"dim {name} must be bound to a positive integer, got {v!r}")
-    _check_input_sizes(model, bound)
+    _check_input_sizes(model, bound, weights)
     return bound
 
 
@@ -243,7 +246,9 @@ def _too_big(what: str, nbytes: int) -> FrontendError:
     )
 
 
-def _check_input_sizes(model: onnx.ModelProto, bound: Mapping[str, int]) -> None:
+def _check_input_sizes(
+    model: onnx.ModelProto, bound: Mapping[str, int], weights: Collection[str] = ()
+) -> None:
     """No input, and no int64 vector as long as a bound dim (the positions a Range makes from
     it), may exceed `tensor_budget_bytes()` once the dims are bound: checked before anything is
     allocated, and before a dim overflows int64."""
@@ -251,9 +256,9 @@ def _check_input_sizes(model: onnx.ModelProto, bound: Mapping[str, int]) -> None
     for name, v in bound.items():
         if v * 8 > budget:
             raise _too_big(f"dim {name} = {v:,}: a vector of as many int64 positions", v * 8)
-    inits = {i.name for i in model.graph.initializer}
+    skip = {i.name for i in model.graph.initializer} | set(weights)
     for inp in model.graph.input:
-        if inp.name in inits:
+        if inp.name in skip:
             continue
         t = inp.type.tensor_type
         shape = [

@@ -146,7 +146,7 @@ def import_model(
     if seq is None:
         seq, seq_source = default_seq(model, names)
     dims = dict(dims or {})
-    bindings = resolve_bindings(model, batch, seq, dims)
+    bindings = resolve_bindings(model, batch, seq, dims, names)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     raw_ops = raw_op_histogram(model)
     bind_dims(model, bindings)
