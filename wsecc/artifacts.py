@@ -77,7 +77,9 @@ def folder_files(
     if t.fused is not None:
         files["fused.ir.txt"] = format_graph(t.fused.graph)
     if t.sized is not None:
-        files["kernels.json"] = json.dumps(t.sized.kernel_graph.to_json(), indent=1) + "\n"
+        split = t.sized.systems  # several systems: system 0's, as sizing.json and the rest
+        kg = split.partition.parts[0].graph if split is not None else t.sized.kernel_graph
+        files["kernels.json"] = json.dumps(kg.to_json(), indent=1) + "\n"
         files["sizing.json"] = json.dumps(t.sizing.to_json(), indent=1) + "\n"
     files["target.toml"] = target_source(t.job.options.target)[0]
     sim = t.simulated

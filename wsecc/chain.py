@@ -239,8 +239,14 @@ def reload(folder: str | os.PathLike[str]) -> Placed:
     from wsecc.view import load_outdir
 
     folder = Path(folder)
-    v = load_outdir(folder)
     saved = json.loads((folder / "report.json").read_text())
+    systems = saved.get("performance", {}).get("systems", 1)
+    if systems != 1 and saved.get("mode") != "train":
+        raise WseccError(
+            f"{folder}: a compile over {systems} systems keeps only system 0's placement in its "
+            "folder; compile the model again to re-simulate it"
+        )
+    v = load_outdir(folder)
     opts = saved_options(saved.get("options", {}))
     opts["target"] = (
         str(folder / "target.toml") if (folder / "target.toml").is_file() else v.program.target.name
