@@ -98,6 +98,7 @@ def test_the_report_over_systems_is_schema_valid(two: wsecc.Compilation) -> None
     jsonschema.validate(rep, schema)
     assert rep["partition"]["split"] == "pipeline"
     assert "not modelled" in rep["partition"]["why"]
+    assert "it fits one wafer" in rep["partition"]["count_why"]
     bad = json.loads(json.dumps(rep))
     bad["systems"][0]["time_share"] = 2.0
     with pytest.raises(jsonschema.ValidationError):

@@ -337,7 +337,8 @@ def size_over_systems(
             failed = str(e)
             continue
         if requested is not None:
-            why = f"{n} requested ({held}: at least {least})"
+            fits = "; it fits one wafer" if least == 1 and n > 1 else ""
+            why = f"{n} requested ({held}: at least {least}{fits})"
         elif n == 1:
             why = f"fits one wafer ({held})"
         elif n == least:
