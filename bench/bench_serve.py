@@ -7,7 +7,7 @@
 Each row compiles a weightless export (`wsecc export bench/configs/NAME.json -o NAME.onnx`, made
 here when `--models` lacks it) in generate mode with `--systems auto` on its target (16-bit
 weights in mixed precision, batch 1: one user, a 2,048-position context and a 128-token prompt,
-CP-SAT placement at its default budget), as a child process under `/usr/bin/time -v`, and prints
+CP-SAT placement at its default budget unless `--placer greedy`), as a child process under `/usr/bin/time -v`, and prints
 a markdown row:
 
 - published: the public figure (measurements.md §6) and what it relied on that wsecc does not
@@ -119,15 +119,17 @@ def export(model: str, models: Path) -> tuple[Path, str]:
     return path, f"exported in {time.perf_counter() - t0:.0f} s"
 
 
-def compile_row(path: Path, row: Row, context: int, prompt: int) -> tuple[dict, float, float]:
+def compile_row(
+    path: Path, row: Row, context: int, prompt: int, placer: str
+) -> tuple[dict, float, float]:
     """The report of `wsecc compile` on `path` (generate, --systems auto), its wall seconds
     and peak resident memory in GB (`/usr/bin/time -v`)."""
     out = Path(tempfile.mkdtemp(prefix=f"serve-{row.model}-"))
     systems = "1" if row.layers_of else "auto"
     cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "wsecc.cli", "compile", str(path),
            "--weights", "inputs", "--mode", "generate", "--systems", systems, "--target",
-           row.target, "--context", str(context), "--prompt", str(prompt), "-o",
-           str(out / "out")]  # fmt: skip
+           row.target, "--context", str(context), "--prompt", str(prompt), "--placer", placer,
+           "-o", str(out / "out")]  # fmt: skip
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
@@ -160,11 +162,11 @@ def bound_text(phases: dict[str, float]) -> str:
     return f"{top} ({split})"
 
 
-def run(row: Row, models: Path, context: int, prompt: int) -> str:
+def run(row: Row, models: Path, context: int, prompt: int, placer: str) -> str:
     head = f"| {row.model} | {row.target} | {row.published:,.0f} |"
     try:
         path, made = export(row.model, models)
-        rep, seconds, gb = compile_row(path, row, context, prompt)
+        rep, seconds, gb = compile_row(path, row, context, prompt, placer)
     except RuntimeError as e:
         msg = str(e)
         generic = "no decode model" in msg or "known kind" in msg or "fuse" in msg
@@ -195,12 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", type=Path, default=WEIGHTLESS, help="the weightless exports")
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--placer", default="cpsat", help="cpsat (default budget) or greedy")
     args = ap.parse_args(argv)
     args.models.mkdir(parents=True, exist_ok=True)
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python "
         f"{platform.python_version()}; command: python {' '.join(sys.argv)}; context "
-        f"{args.context}, prompt {args.prompt}, batch 1, mixed precision (16-bit weights)"
+        f"{args.context}, prompt {args.prompt}, batch 1, mixed precision (16-bit weights), "
+        f"placer {args.placer}"
     )
     print(
         "| model | target | published tokens/s | wsecc tokens/s per user | ratio | first token "
@@ -209,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for row in ROWS:
         if not args.only or args.only == row.model:
-            print(run(row, args.models, args.context, args.prompt), flush=True)
+            print(run(row, args.models, args.context, args.prompt, args.placer), flush=True)
     for row in ROWS:
         if not args.only or args.only == row.model:
             print(f"- {row.model} on {row.target}: {row.source}")
