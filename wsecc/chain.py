@@ -32,11 +32,12 @@ from wsecc.flow import load as import_model
 from wsecc.flow import place_and_route, place_systems
 from wsecc.frontend.common import widened_text
 from wsecc.hashing import sha256_beside
-from wsecc.kernels import Sizing
+from wsecc.kernels import Sizing, SizingError
 from wsecc.modes import Layout, bound_batch, per_sample_batch, strategy
 from wsecc.options import Options, saved_options
+from wsecc.partition import PartitionError, size_over_systems
 from wsecc.place.from_kernels import placement_problem
-from wsecc.place.problem import Placement, PlacementProblem, tailored
+from wsecc.place.problem import Placement, PlacementError, PlacementProblem, tailored
 from wsecc.program import Program, Systems
 from wsecc.replicas import Replicas
 from wsecc.route.problem import Routing
@@ -158,12 +159,31 @@ def place(sized: Sized, say: Say = _quiet) -> Placed:
 def _place_systems(sized: Sized, layout: Layout, seconds: dict[str, float], say: Say) -> Placed:
     """`place` over several systems: each distinct layer group placed and routed once."""
     o, target = sized.job.options, sized.job.target
-    assert layout.systems is not None
+    over = layout.systems
+    assert over is not None
     with timed(say, "place", seconds):
-        each, systems = place_systems(
-            layout.systems, target, o.precision, placer=o.placer, time_budget_s=o.time_budget_s,
-            seed=o.seed, deterministic=o.deterministic, say=say, rule=layout.rule,
-        )  # fmt: skip
+        while True:
+            try:
+                each, systems = place_systems(
+                    over, target, o.precision, placer=o.placer, time_budget_s=o.time_budget_s,
+                    seed=o.seed, deterministic=o.deterministic, say=say, rule=layout.rule,
+                )  # fmt: skip
+                break
+            except (PlacementError, SizingError) as e:
+                # auto: a group whose regions do not pack at any fill takes one more system
+                if o.systems is not None:
+                    raise PartitionError(
+                        f"a group of layers does not pack on one of {over.count} systems "
+                        f"({str(e)[:100]}...): raise --systems or use --systems auto"
+                    ) from None
+                n = over.count + 1
+                say("place", f"{over.count} systems: a group does not pack; {n} systems")
+                more = size_over_systems(
+                    sized.kernel_graph, target, o.precision, layout.rule, o.chunk_tokens, n
+                )
+                why = f"{n}: {over.count} held the bytes, but a group's regions did not pack"
+                over = dataclasses.replace(more, why=why)
+    sized = dataclasses.replace(sized, sizing=over.sizings[0], systems=over)
     if layout.one_copy_because is not None:
         one = Replicas(1, layout.one_copy_because)
         programs = tuple(dataclasses.replace(p, replicas=one) for p in systems.programs)
