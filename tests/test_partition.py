@@ -205,3 +205,18 @@ def test_a_folder_over_systems_says_it_cannot_be_resimulated(
     assert "over 2 systems" in err[-1] and "compile the model again" in err[-1]
     html = (out / "viewer.html").read_text()
     assert '"systems":[{"system":0' in html
+
+
+def test_a_group_that_does_not_pack_is_one_line_with_systems_n(monkeypatch) -> None:
+    """With --systems N, a layer group whose regions do not pack is refused in one line naming
+    --systems (auto takes one more system instead)."""
+    from wsecc import chain
+    from wsecc.errors import WseccError
+    from wsecc.place.problem import PlacementError
+
+    def no_room(*args: object, **kw: object) -> None:
+        raise PlacementError("regions do not pack")
+
+    monkeypatch.setattr(chain, "place_systems", no_room)
+    with pytest.raises(WseccError, match="does not pack on one of 2 systems.*--systems auto"):
+        wsecc.compile(LLAMA, systems=2, validate=False, **GEN)
