@@ -253,7 +253,7 @@ def test_weights_that_do_not_fit_one_wafer_name_the_wafers_needed(
     tiny = dataclasses.replace(
         t, fabric=dataclasses.replace(t.fabric, program_width=2, program_height=2)
     )
-    with pytest.raises(WseccError, match=r"at least 2 wafers; splitting a model"):
+    with pytest.raises(WseccError, match=r"at least 2 systems: compile it with --systems auto"):
         generation_kernels(llama.kernel_graph, 1, tiny, "mixed")
 
 

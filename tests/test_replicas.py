@@ -252,10 +252,10 @@ def test_a_copy_that_does_not_route_on_a_tile_names_colors(monkeypatch):
 
     real = flow._route_placed
 
-    def short_of_colors(kg, sizing, target, precision, problem, *rest, **kw):
-        if problem.width < target.fabric.program_width or problem.height < 994:  # a tile
+    def short_of_colors(work, problem, *rest, **kw):
+        if problem.width < work.target.fabric.program_width or problem.height < 994:  # a tile
             raise RoutingError("router (1, 1) needs 30 colors, budget 21", ())
-        return real(kg, sizing, target, precision, problem, *rest, **kw)
+        return real(work, problem, *rest, **kw)
 
     monkeypatch.setattr(flow, "_route_placed", short_of_colors)
     reps = _compile().report()["replicas"]

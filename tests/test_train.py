@@ -251,8 +251,8 @@ def test_a_step_that_fits_nowhere_is_one_line(tmp_path: Path, capsys) -> None:
 
 
 def test_train_options_are_refused_in_infer_mode(capsys) -> None:
-    assert main(["compile", str(GPT2), "--systems", "2"]) == 2
-    assert "train-mode options" in capsys.readouterr().err
+    assert main(["compile", str(GPT2), "--execution", "pipelined"]) == 2
+    assert "a train-mode option" in capsys.readouterr().err
 
 
 def test_compile_train_writes_a_report_of_the_step(tmp_path: Path) -> None:

@@ -44,8 +44,22 @@ def viewer_html(stage: Stage) -> str:
     return render_viewer(
         t.placed.program, title=t.title, kernel_info=info,
         sram_per_pe=sim.sram.total if sim is not None and sim.sram is not None else None,
-        limits=limits(stage),
+        limits=limits(stage), systems=_system_panels(t),
     )  # fmt: skip
+
+
+def _system_panels(t: Trail) -> list[dict[str, Any]] | None:
+    """The viewer's panel per system of a program over several systems, else None."""
+    from wsecc.partition import crossing_latency_s
+    from wsecc.view.data import systems_payload
+
+    assert t.placed is not None
+    sized = t.placed.sized.systems
+    if sized is None or t.performance is None:
+        return None
+    names = [[k.name for k in p.graph.kernels] for p in sized.partition.parts]
+    rows = t.performance.systems_json()
+    return systems_payload(t.placed.systems, names, rows, crossing_latency_s(t.job.target))
 
 
 def folder_files(
@@ -63,7 +77,9 @@ def folder_files(
     if t.fused is not None:
         files["fused.ir.txt"] = format_graph(t.fused.graph)
     if t.sized is not None:
-        files["kernels.json"] = json.dumps(t.sized.kernel_graph.to_json(), indent=1) + "\n"
+        split = t.sized.systems  # several systems: system 0's, as sizing.json and the rest
+        kg = split.partition.parts[0].graph if split is not None else t.sized.kernel_graph
+        files["kernels.json"] = json.dumps(kg.to_json(), indent=1) + "\n"
         files["sizing.json"] = json.dumps(t.sizing.to_json(), indent=1) + "\n"
     files["target.toml"] = target_source(t.job.options.target)[0]
     sim = t.simulated

@@ -29,14 +29,15 @@ from typing import Any
 from wsecc.errors import WseccError
 from wsecc.flow import fuse as run_passes
 from wsecc.flow import load as import_model
-from wsecc.flow import place_and_route
+from wsecc.flow import place_and_route, place_systems
 from wsecc.frontend.common import widened_text
 from wsecc.hashing import sha256_beside
-from wsecc.kernels import Sizing
-from wsecc.modes import bound_batch, per_sample_batch, strategy
+from wsecc.kernels import Sizing, SizingError
+from wsecc.modes import Layout, bound_batch, per_sample_batch, strategy
 from wsecc.options import Options, saved_options
+from wsecc.partition import PartitionError, size_over_systems
 from wsecc.place.from_kernels import placement_problem
-from wsecc.place.problem import Placement, PlacementProblem, tailored
+from wsecc.place.problem import Placement, PlacementError, PlacementProblem, tailored
 from wsecc.program import Program, Systems
 from wsecc.replicas import Replicas
 from wsecc.route.problem import Routing
@@ -127,6 +128,8 @@ def place(sized: Sized, say: Say = _quiet) -> Placed:
     o, target = sized.job.options, sized.job.target
     layout = strategy(o.mode).layout(sized)
     seconds = dict(sized.seconds)
+    if layout.systems is not None:  # a pipeline over several systems (`wsecc.partition`)
+        return _place_systems(sized, layout, seconds, say)
     with timed(say, "place", seconds):
         placed = place_and_route(
             layout.kernel_graph, layout.sizing, target, o.precision, placer=o.placer,
@@ -151,6 +154,48 @@ def place(sized: Sized, say: Say = _quiet) -> Placed:
         f"(lower bound {r.color_lower_bound}), link load max {r.link_load_max}",
     )
     return result
+
+
+def _place_systems(sized: Sized, layout: Layout, seconds: dict[str, float], say: Say) -> Placed:
+    """`place` over several systems: each distinct layer group placed and routed once."""
+    o, target = sized.job.options, sized.job.target
+    over = layout.systems
+    assert over is not None
+    with timed(say, "place", seconds):
+        while True:
+            try:
+                each, systems = place_systems(
+                    over, target, o.precision, placer=o.placer, time_budget_s=o.time_budget_s,
+                    seed=o.seed, deterministic=o.deterministic, say=say, rule=layout.rule,
+                )  # fmt: skip
+                break
+            except (PlacementError, SizingError) as e:
+                # auto: a group whose regions do not pack at any fill takes one more system
+                if o.systems is not None:
+                    raise PartitionError(
+                        f"a group of layers does not pack on one of {over.count} systems "
+                        f"({str(e)[:100]}...): raise --systems or use --systems auto"
+                    ) from None
+                n = over.count + 1
+                say("place", f"{over.count} systems: a group does not pack; {n} systems")
+                more = size_over_systems(
+                    sized.kernel_graph, target, o.precision, layout.rule, o.chunk_tokens, n
+                )
+                why = f"{n}: {over.count} held the bytes, but a group's regions did not pack"
+                over = dataclasses.replace(more, why=why)
+    sized = dataclasses.replace(sized, sizing=over.sizings[0], systems=over)
+    if layout.one_copy_because is not None:
+        one = Replicas(1, layout.one_copy_because)
+        programs = tuple(dataclasses.replace(p, replicas=one) for p in systems.programs)
+        systems = dataclasses.replace(systems, programs=programs)
+    lanes = sum(len(p.program.routing.lanes) for p in each)
+    say(
+        "place",
+        f"{systems.count} systems, {len(each)} placements ({systems.count - len(each)} shared), "
+        f"{lanes} lanes, {len(systems.crossings)} flows crossing between systems",
+    )
+    pool = sum(p.pool_shapes for p in each)
+    return Placed(sized, each[0].problem, systems, pool, seconds)
 
 
 def placed_to_json(placed: Placed) -> dict[str, Any]:
@@ -214,8 +259,14 @@ def reload(folder: str | os.PathLike[str]) -> Placed:
     from wsecc.view import load_outdir
 
     folder = Path(folder)
-    v = load_outdir(folder)
     saved = json.loads((folder / "report.json").read_text())
+    systems = saved.get("performance", {}).get("systems", 1)
+    if systems != 1 and saved.get("mode") != "train":
+        raise WseccError(
+            f"{folder}: a compile over {systems} systems keeps only system 0's placement in its "
+            "folder; compile the model again to re-simulate it"
+        )
+    v = load_outdir(folder)
     opts = saved_options(saved.get("options", {}))
     opts["target"] = (
         str(folder / "target.toml") if (folder / "target.toml").is_file() else v.program.target.name

@@ -31,7 +31,7 @@ from wsecc.errors import WseccError
 from wsecc.hashing import sha256_beside, sha256_of
 from wsecc.options import Options
 from wsecc.report import Trail, limits, report
-from wsecc.results import GeneratePerformance, InferPerformance
+from wsecc.results import GeneratePerformance, InferPerformance, SystemsInferPerformance
 from wsecc.stages import Fused, Job, Loaded, Placed, Simulated, Sized, Stage
 
 if TYPE_CHECKING:
@@ -274,7 +274,8 @@ class Compilation:
     def numerics(self) -> Any:
         """Inference's numerics verdict (`wsecc.sim.functional.NumericsResult`)."""
         s = self.simulated
-        return s.check if s is not None and isinstance(s.performance, InferPerformance) else None
+        infer = (InferPerformance, SystemsInferPerformance)
+        return s.check if s is not None and isinstance(s.performance, infer) else None
 
     @property
     def gradients(self) -> Any:

@@ -49,7 +49,7 @@ from wsecc.place.problem import (
     without_halos,
 )
 from wsecc.pm import NumericsCheck, PassContext, PassManager, PassRecord
-from wsecc.program import Program
+from wsecc.program import Program, Systems
 from wsecc.replicas import (
     COLORS,
     FABRIC_AREA,
@@ -84,6 +84,7 @@ from wsecc.vocab import SimLevel
 if TYPE_CHECKING:
     from wsecc.frontend.onnx import ModelInfo
     from wsecc.kernels.costs import TrainCosts
+    from wsecc.partition import SizedSystems
     from wsecc.sim.events import EventResult
     from wsecc.sim.perf import PerfResult
     from wsecc.sim.sram import SramMap
@@ -463,6 +464,63 @@ def pool_shapes(sizing: Sizing, placement: Placement) -> int:
     )
 
 
+@dataclass(frozen=True)
+class Search:
+    """How placement searches: the placer, its budget for every attempt together (re-sizings
+    and tiles included; `deadline` is when it runs out, on `time.perf_counter`'s clock), the
+    seed, and whether the placer runs a fixed work quota instead (`deterministic`)."""
+
+    placer: str
+    time_budget_s: float
+    seed: int
+    deterministic: bool
+    deadline: float
+
+    def left_s(self) -> float:
+        """The budget an attempt gets now: what is left (at least half a second), or the whole
+        budget when deterministic (a work quota, the same each time)."""
+        if self.deterministic:
+            return self.time_budget_s
+        return max(0.5, self.deadline - time.perf_counter())
+
+
+@dataclass(frozen=True)
+class Work:
+    """What is placed and routed: the kernels, their sizing, the target and precision, and the
+    mode's sizing rule (re-costing and lanes)."""
+
+    kg: KernelGraph
+    sizing: Sizing
+    target: Target
+    precision: str
+    rule: SizingRule
+
+
+def _place_in(problem: PlacementProblem, search: Search) -> tuple[PlacementProblem, Placement]:
+    """`problem` placed with what `search` has left, and the problem tailored to the pool
+    shapes the placement took."""
+    placement = place(
+        problem, placer=search.placer, time_budget_s=search.left_s(), seed=search.seed,
+        deterministic=search.deterministic,
+    )  # fmt: skip
+    return tailored(problem, placement.rects), placement
+
+
+def _route_in(
+    work: Work,
+    problem: PlacementProblem,
+    placement: Placement,
+    search: Search,
+    say: Callable[[str, str], None],
+) -> tuple[Placement, RoutingProblem, Program]:
+    """Route `placement` of `problem` (`_route_placed`); when the rule checks the routed program
+    against sizing's throughput, placed again with halos where its lanes fell short
+    (`_route_checked`). The placement kept, its routing problem and the program."""
+    if not work.rule.checked:  # sized for a step, not for L0's throughput
+        return placement, *_route_placed(work, problem, placement, say)
+    return _route_checked(work, problem, placement, search, say)
+
+
 def place_and_route(
     kg: KernelGraph,
     sizing: Sizing,
@@ -491,36 +549,11 @@ def place_and_route(
     solver-free validators. Raises PlacementError / RoutingError (one line) when no legal
     result exists.
     """
-    deadline = time.perf_counter() + time_budget_s
-
-    def place_in(problem: PlacementProblem) -> tuple[PlacementProblem, Placement]:
-        # one budget for all attempts (deterministic mode: a work quota, the same each time)
-        left = time_budget_s if deterministic else max(0.5, deadline - time.perf_counter())
-        placement = place(
-            problem, placer=placer, time_budget_s=left, seed=seed, deterministic=deterministic
-        )
-        return tailored(problem, placement.rects), placement  # the pool shapes it took
-
-    def place_again(
-        problem: PlacementProblem, first: Placement, halos: Mapping[str, int]
-    ) -> Placement:
-        return _place_again(problem, first, halos, placer, time_budget_s, seed, deterministic)
-
-    def route_in(
-        problem: PlacementProblem, placement: Placement
-    ) -> tuple[Placement, RoutingProblem, Program]:
-        def route(p: Placement) -> tuple[RoutingProblem, Program]:
-            return _route_placed(kg, sizing, target, precision, problem, p, say, rule)
-
-        if not rule.checked:  # sized for a step, not for L0's throughput
-            return placement, *route(placement)
-        return _route_checked(problem, placement, route, place_again, say)
-
+    search = Search(placer, time_budget_s, seed, deterministic, time.perf_counter() + time_budget_s)
+    work = Work(kg, sizing, target, precision, rule)
     blocked = REQUESTED
     if replicas != 1:
-        tiled = _place_copies(
-            kg, sizing, target, precision, replicas, pins, place_in, route_in, say
-        )
+        tiled = _place_copies(work, replicas, pins, search, say)
         if isinstance(tiled, Placed):
             return tiled
         blocked = tiled
@@ -529,15 +562,59 @@ def place_and_route(
             sizing = rule.size(kg, target, precision, fill, sizing.chunk_tokens)
             say("size", f"re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
         try:
-            problem, placement = place_in(_problem(kg, sizing, target, precision, pins))
+            work = replace(work, sizing=sizing)
+            problem, placement = _place_in(_problem(kg, sizing, target, precision, pins), search)
             break
         except PlacementError as e:
             if i == len(FILL_STEPS) - 1:
                 raise
             say("place", f"regions at {100 * fill:.0f}% fill do not pack: {str(e)[:100]}...")
-    placement, _, program = route_in(problem, placement)
+    placement, _, program = _route_in(work, problem, placement, search, say)
     program = replace(program, replicas=Replicas(1, blocked))
     return Placed(problem, program, pool_shapes(sizing, placement))
+
+
+def place_systems(
+    systems: SizedSystems,
+    target: Target,
+    precision: str,
+    *,
+    placer: str,
+    time_budget_s: float,
+    seed: int = 0,
+    deterministic: bool = False,
+    say: Callable[[str, str], None] = lambda stage, s: None,
+    rule: SizingRule = ForThroughput(),
+) -> tuple[tuple[Placed, ...], Systems]:
+    """Each system's layer group placed and routed (`place_and_route`, one copy, `time_budget_s`
+    each), a group whose shapes equal an earlier one's (`wsecc.partition.shape_key`) reusing
+    its placement: the placed groups (one per distinct placement, in system order) and the
+    program over the systems with its crossings."""
+    from wsecc.partition import shape_key
+
+    placed: list[Placed] = []
+    programs: list[Program] = []
+    placed_as: list[int] = []
+    first_of: dict[tuple[object, ...], int] = {}
+    for part, sizing in zip(systems.partition.parts, systems.sizings, strict=True):
+        key = shape_key(part.graph)
+        if key in first_of:
+            i = first_of[key]
+            programs.append(programs[i])
+            placed_as.append(i)
+            say("place", f"system {part.index}: the placement of system {i} (the same shapes)")
+            continue
+        say("place", f"system {part.index}: layers L{part.first}-L{part.last}")
+        one = place_and_route(
+            part.graph, sizing, target, precision, placer=placer, time_budget_s=time_budget_s,
+            seed=seed, deterministic=deterministic, say=say, rule=rule, replicas=1,
+        )  # fmt: skip
+        first_of[key] = part.index
+        placed.append(one)
+        programs.append(one.program)
+        placed_as.append(part.index)
+    over = Systems(tuple(programs), systems.partition.crossings, tuple(placed_as))
+    return tuple(placed), over
 
 
 def _problem(
@@ -548,17 +625,20 @@ def _problem(
 
 
 def _route_placed(
-    kg: KernelGraph,
-    sizing: Sizing,
-    target: Target,
-    precision: str,
+    work: Work,
     problem: PlacementProblem,
     placement: Placement,
     say: Callable[[str, str], None],
-    rule: SizingRule = ForThroughput(),
 ) -> tuple[RoutingProblem, Program]:
-    """Cost the kernels at their placed shapes, route with the lanes `rule` gives, validate:
+    """Cost the kernels at their placed shapes, route with the lanes the rule gives, validate:
     the program of one copy and the routing problem it was routed as."""
+    kg, sizing, target, precision, rule = (
+        work.kg,
+        work.sizing,
+        work.target,
+        work.precision,
+        work.rule,
+    )
     # what the placement achieves: each kernel costed at its placed shape (one of its menu's)
     shapes = {name: (r.h, r.w) for name, r in placement.rects.items()}
     sizing = rule.at_shapes(sizing, kg, target, precision, shapes)
@@ -584,22 +664,22 @@ side or two, and a ring that wide lets a quarter of them turn along each side.""
 
 
 def _route_checked(
+    work: Work,
     problem: PlacementProblem,
     placement: Placement,
-    route: Callable[[Placement], tuple[RoutingProblem, Program]],
-    place_again: Callable[[PlacementProblem, Placement, Mapping[str, int]], Placement],
+    search: Search,
     say: Callable[[str, str], None],
 ) -> tuple[Placement, RoutingProblem, Program]:
-    """Route `placement` (`route`: `_route_placed` on `problem`); when the routed program keeps
+    """Route `placement` (`_route_placed` on `problem`); when the routed program keeps
     less than `ON_WAFER_GOAL` of its balanced throughput because lanes found no room
     (`_halos`), place once more with a free ring around the kernels they leave and enter
-    (`place_again`, on `problem` grown by those halos) and keep whichever routed program is
+    (`_place_again`, on `problem` grown by those halos) and keep whichever routed program is
     faster on the wafer (the first on a tie or when the second does not pack or route).
     Inference only: a training step's or a decode step's sizing is not L0's balanced
     throughput, and `place_and_route` routes those without the check."""
     from wsecc.sim.perf import simulate_l0
 
-    rp, program = route(placement)
+    rp, program = _route_placed(work, problem, placement, say)
     first = simulate_l0(program)
     halos = _halos(program, rp, first)
     grown = with_halos(problem, halos)  # pinned kernels, and shapes a ring would not fit, stay
@@ -615,8 +695,8 @@ def _route_checked(
         f"rings of PEs around {ring}",
     )
     try:
-        again = place_again(problem, placement, halos)
-        rp2, program2 = route(again)
+        again = _place_again(problem, placement, halos, search)
+        rp2, program2 = _route_placed(work, problem, again, say)
     except (PlacementError, RoutingError) as e:
         say("place", f"with halos: {str(e)[:80]}...; kept the first placement")
         return placement, rp, program
@@ -633,17 +713,16 @@ def _place_again(
     problem: PlacementProblem,
     first: Placement,
     halos: Mapping[str, int],
-    placer: str,
-    time_budget_s: float,
-    seed: int,
-    deterministic: bool,
+    search: Search,
 ) -> Placement:
     """A placement of `problem` keeping `halos` PEs free around those kernels: `problem` grown
-    by them placed with `placer` (the whole budget), shrunk back. `problem` is the tailored one
-    `first` is legal for (no pools), so `first`'s bound holds for it too and is kept."""
+    by them placed with `search`'s placer (its whole budget again), shrunk back. `problem` is
+    the tailored one `first` is legal for (no pools), so `first`'s bound holds for it too and
+    is kept."""
+    seed = search.seed
     grown = place(
-        with_halos(problem, halos), placer=placer, time_budget_s=time_budget_s, seed=seed,
-        deterministic=deterministic,
+        with_halos(problem, halos), placer=search.placer, time_budget_s=search.time_budget_s,
+        seed=seed, deterministic=search.deterministic,
     )  # fmt: skip
     return Placement.of(
         problem,
@@ -692,14 +771,10 @@ attempt narrows lanes several times, `_route_widest`); then no copies."""
 
 
 def _place_copies(
-    kg: KernelGraph,
-    sizing: Sizing,
-    target: Target,
-    precision: str,
+    work: Work,
     requested: int | None,
     pins: str | None,
-    place_in: Callable[[PlacementProblem], tuple[PlacementProblem, Placement]],
-    route_in: Callable[[PlacementProblem, Placement], tuple[Placement, RoutingProblem, Program]],
+    search: Search,
     say: Callable[[str, str], None],
 ) -> Placed | str:
     """Copies on a grid of tiles (`wsecc.replicas`), or the resource that stops a second copy
@@ -711,7 +786,8 @@ def _place_copies(
     does not route on a tile, grids with fewer, larger tiles are tried (at most
     `TILE_ROUTING_ATTEMPTS` times).
     """
-    whole = _problem(kg, sizing, target, precision, pins)
+    sizing = work.sizing
+    whole = _problem(work.kg, sizing, work.target, work.precision, pins)
     most = whole.area // copy_area(whole)
     if requested is not None:
         most = min(most, requested)
@@ -723,8 +799,8 @@ def _place_copies(
         columns, rows = grid
         tile = (whole.width // columns, whole.height // rows)
         try:
-            problem, placement = place_in(within(whole, tile))
-            placement, rp, program = route_in(problem, placement)
+            problem, placement = _place_in(within(whole, tile), search)
+            placement, rp, program = _route_in(work, problem, placement, search, say)
         except PlacementError:
             most = columns * rows - 1  # the placer did not pack what greedy packed
             continue

@@ -42,6 +42,7 @@ multiply-add per token, at the FMAC rate or the SRAM read rate: `matvec`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -74,6 +75,7 @@ PHASE_WORDS = {
     "broadcast": "multicasts across regions",
     "flows": "hops between regions",
     "host": "host I/O (token ids in, logits out)",
+    "crossings": "system-to-system crossings (the system I/O's latency)",
 }
 """What each phase means, for the bound's sentence."""
 
@@ -92,13 +94,17 @@ def generation_kernels(
     target: Target,
     precision: str,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    *,
+    one_wafer: bool = True,
 ) -> KernelGraph:
     """`kg` with every attention keeping the K/V cache of `sequences` sequences
     (`cache_sequences`), after checking it can generate on `target`: a causal decoder whose
     every kernel has a decode model, whose weights fit the wafer's data SRAM (generation keeps
-    them all resident), whose attention has no full [S_q, S_kv] mask (the cache keeps one mask
-    element per key) nor bias operand, and whose attention caches fit some region (else the error names the
-    largest context that would). Raises WseccError naming what does not."""
+    them all resident; only with `one_wafer`, for a program split over several systems,
+    `wsecc.partition`, checks its own groups), whose attention has no full [S_q, S_kv] mask
+    (the cache keeps one mask element per key) nor bias operand, and whose attention caches fit
+    some region (else the error names the largest context that would). Raises WseccError
+    naming what does not."""
     attention = [k for k in kg.kernels if k.kind is KernelKind.ATTENTION]
     if not attention:
         raise WseccError(
@@ -128,13 +134,13 @@ def generation_kernels(
         )
     weights = sum(k.weight_bytes(precision) for k in kg.kernels)
     wafer = target.usable_pes * target.sram_budget_bytes
-    if weights > wafer:
+    if one_wafer and weights > wafer:
         raise WseccError(
             f"{kg.name}: the weights are {weights / 1e9:,.1f} GB in {precision}, "
             f"{weights / wafer:.1f} x the data SRAM of one {target.name} "
             f"({wafer / 1e9:,.1f} GB after the per-PE reserve): generation keeps every weight "
-            f"resident, so it needs at least {math.ceil(weights / wafer)} wafers; splitting a "
-            "model over several wafers is not modelled"
+            f"resident, so it needs at least {math.ceil(weights / wafer)} systems: compile it "
+            "with --systems auto"
         )
     kernels = tuple(
         replace(k, params={**k.params, "cache_sequences": sequences})
@@ -237,8 +243,8 @@ class StageDecode:
     not."""
 
     name: str
-    kind: str  # KERNEL, FLOW or HOST
-    layer: str  # "L3" (found by structure: `wsecc.train.streamed_units`), "input", "output", "host"
+    kind: str  # KERNEL, FLOW, HOST or CROSSINGS (between systems, `over_systems`)
+    layer: str  # "L3" (by structure: `wsecc.train.streamed_units`), "input", "output", "host"
     cycles: dict[str, int]  # phase -> cycles
     critical: bool
     kernel_kind: str = ""  # kernels: their kind
@@ -297,7 +303,7 @@ class GenerationPerf:
         for s in self.stages:
             if s.critical:
                 for phase, c in s.cycles.items():
-                    out[phase] += c
+                    out[phase] = out.get(phase, 0) + c
         return out
 
     @property
@@ -318,7 +324,7 @@ class GenerationPerf:
             if s.critical:
                 row = out.setdefault(s.layer, dict.fromkeys(DECODE_PHASES, 0))
                 for phase, c in s.cycles.items():
-                    row[phase] += c
+                    row[phase] = row.get(phase, 0) + c
         return list(out.items())
 
     def roofline(self) -> dict[str, Any]:
@@ -477,7 +483,60 @@ def plan_generation(program: Program, prompt: int) -> GenerationPerf:
     )
 
 
+CROSSINGS = "crossings"
+"""The phase (and stage kind) of a crossing between two systems' programs."""
+
+
+def over_systems(
+    perfs: Sequence[GenerationPerf], first_layers: Sequence[int], crossing_s: float
+) -> GenerationPerf:
+    """The generation figures of a pipeline over systems (`wsecc.partition`), system i's being
+    `perfs[i]` (its layers numbered from `first_layers[i]`), each crossing between consecutive
+    systems adding `crossing_s` of latency. The bytes a crossing carries already pass each
+    system's I/O in its own figures (its host stages: out of one system, into the next), so:
+
+        decode step = sum of the systems' steps + (N - 1) crossings,
+        time to first token = sum of the systems' prompt latencies + (N - 1) crossings;
+
+    the prefill's steady rate is the slowest system's; the K/V cache is every system's, the
+    largest context the one that fits every system. Stage names get their system ("s1/...")."""
+    hz = perfs[0].clock_hz
+    crossing = math.ceil(crossing_s * hz)
+    stages: list[StageDecode] = []
+    for i, (g, first) in enumerate(zip(perfs, first_layers, strict=True)):
+        if i:
+            stages.append(
+                StageDecode(f"s{i - 1}->s{i}", CROSSINGS, CROSSINGS, {CROSSINGS: crossing}, True)
+            )
+        stages += [
+            replace(st, name=f"s{i}/{st.name}", layer=_layer_after(st.layer, first))
+            for st in g.stages
+        ]
+    slowest = min(range(len(perfs)), key=lambda i: perfs[i].prefill_tokens_per_s)
+    crossings = len(perfs) - 1
+    return replace(
+        perfs[0],
+        ttft_s=sum(g.ttft_s for g in perfs) + crossings * crossing_s,
+        prefill_tokens_per_s=perfs[slowest].prefill_tokens_per_s,
+        prefill_bound=f"s{slowest}/{perfs[slowest].prefill_bound}",
+        prefill_bound_kind=perfs[slowest].prefill_bound_kind,
+        decode_cycles=sum(g.decode_cycles for g in perfs) + crossings * crossing,
+        stages=tuple(stages),
+        kv_cache_bytes=sum(g.kv_cache_bytes for g in perfs),
+        kv_bytes_per_pe_max=max(g.kv_bytes_per_pe_max for g in perfs),
+        max_context=min(g.max_context for g in perfs),
+    )
+
+
+def _layer_after(layer: str, first: int) -> str:
+    """A system's layer name ("L3": its fourth) as the model's ("L23" when it starts at 20)."""
+    if layer.startswith("L") and layer[1:].isdigit():
+        return f"L{first + int(layer[1:])}"
+    return layer
+
+
 __all__ = [
+    "CROSSINGS",
     "DECODE_PHASES",
     "GenerationPerf",
     "at_tokens",
@@ -485,5 +544,6 @@ __all__ = [
     "generation_kernels",
     "kv_cache_bytes",
     "max_context",
+    "over_systems",
     "plan_generation",
 ]

@@ -27,10 +27,25 @@ from wsecc.checks import (
     should_validate,
 )
 from wsecc.flow import FILL_STEPS, ForDecode, ForThroughput, SizingRule, lower, simulate
-from wsecc.generate import default_prompt, generation_kernels, plan_generation
+from wsecc.generate import (
+    GenerationPerf,
+    default_prompt,
+    generation_kernels,
+    over_systems,
+    plan_generation,
+)
 from wsecc.options import Options
+from wsecc.partition import SizedSystems, crossing_latency_s, size_over_systems
 from wsecc.replicas import GENERATE_MODE, TRAIN_MODE
-from wsecc.results import GeneratePerformance, InferPerformance, TrainPerformance
+from wsecc.results import (
+    GeneratePerformance,
+    InferPerformance,
+    SystemRow,
+    SystemsInferPerformance,
+    TrainPerformance,
+    one_system,
+    system_rows,
+)
 from wsecc.stages import Fused, Placed, Simulated, Sized, timed
 from wsecc.train import plan_training
 from wsecc.vocab import Mode, SimLevel
@@ -53,6 +68,8 @@ class Layout:
     rule: SizingRule
     replicas: int | None
     one_copy_because: str | None = None
+    # several systems (`wsecc.partition`): each system's graph and sizing, placed in turn
+    systems: SizedSystems | None = None
 
 
 class ModeStrategy(Protocol):
@@ -127,6 +144,8 @@ class Infer:
     def size(self, fused: Fused, say: Say) -> Sized:
         o, target = fused.job.options, fused.job.target
         kg = lower(fused.graph)
+        if o.systems != 1:
+            return _sized_over_systems(fused, kg, ForThroughput(), say)
         sizing = ForThroughput().size(kg, target, o.precision, FILL_STEPS[0], o.chunk_tokens)
         return Sized(fused.job, fused, kg, sizing)
 
@@ -137,14 +156,24 @@ class Infer:
         return sized
 
     def layout(self, sized: Sized) -> Layout:
-        return Layout(sized.kernel_graph, sized.sizing, ForThroughput(), sized.job.options.replicas)
+        o = sized.job.options
+        if sized.systems is not None:
+            return Layout(
+                sized.kernel_graph, sized.sizing, ForThroughput(), 1, SEVERAL_SYSTEMS,
+                sized.systems,
+            )  # fmt: skip
+        return Layout(sized.kernel_graph, sized.sizing, ForThroughput(), o.replicas)
 
     def simulate(self, placed: Placed, say: Say, fused_again: Callable[[], Fused]) -> Simulated:
         o = placed.job.options
         seconds = dict(placed.seconds)
+        if placed.sized.systems is not None:
+            return _simulate_infer_systems(placed, say, seconds, fused_again)
         with timed(say, "simulate", seconds):
             sram, perf, events = simulate(placed.program, o)
-        performance = InferPerformance(perf, events, placed.program.replicas.k)
+        performance = InferPerformance(
+            perf, events, placed.program.replicas.k, one_system(placed, [perf.latency_s])
+        )
         say("simulate", performance.summary())
         sized = placed.sized
         if not should_validate(sized.job, _graph(sized), _params(sized.fused, sized)):
@@ -152,9 +181,7 @@ class Infer:
         fused = fused_again()
         placed = dataclasses.replace(placed, sized=dataclasses.replace(sized, fused=fused))
         with timed(say, "numerics", seconds):
-            check, inputs, outputs = check_numerics(
-                fused, sized.kernel_graph, placed.program.sizing
-            )
+            check, inputs, outputs = check_numerics(fused, sized.kernel_graph, whole_sizing(placed))
         say("numerics", check.summary())
         arrays = {"inputs.npz": inputs, "outputs.npz": outputs}
         return Simulated(placed, performance, sram, perf, events, check, arrays, seconds)
@@ -177,6 +204,7 @@ class Train:
     def size(self, fused: Fused, say: Say) -> Sized:
         o, target = fused.job.options, fused.job.target
         kg = lower(fused.graph)
+        assert o.systems is not None  # Options refuses --systems auto in train mode
         t = plan_training(
             kg, target, o.precision, execution=o.execution, batch=o.batch, systems=o.systems,
             chunk_tokens=o.chunk_tokens,
@@ -232,7 +260,12 @@ class Generate:
     def size(self, fused: Fused, say: Say) -> Sized:
         o, target = fused.job.options, fused.job.target
         rule = self._rule(o)
-        kg = generation_kernels(lower(fused.graph), rule.batch, target, o.precision, o.chunk_tokens)
+        one = o.systems == 1
+        kg = generation_kernels(
+            lower(fused.graph), rule.batch, target, o.precision, o.chunk_tokens, one_wafer=one
+        )
+        if not one:
+            return _sized_over_systems(fused, kg, rule, say)
         sizing = rule.size(kg, target, o.precision, FILL_STEPS[0], o.chunk_tokens)
         return Sized(fused.job, fused, kg, sizing)
 
@@ -245,7 +278,7 @@ class Generate:
     def layout(self, sized: Sized) -> Layout:
         # the batch's sequences share one placement (`wsecc.generate`)
         rule = self._rule(sized.job.options)
-        return Layout(sized.kernel_graph, sized.sizing, rule, 1, GENERATE_MODE)
+        return Layout(sized.kernel_graph, sized.sizing, rule, 1, GENERATE_MODE, sized.systems)
 
     def prompt(self, sized: Sized) -> int:
         """`options.prompt`, or `default_prompt` of the context."""
@@ -259,8 +292,9 @@ class Generate:
             sram, perf, events = simulate(placed.program, o)
         sized, target = placed.sized, placed.job.target
         with timed(say, "generate", seconds):
-            generation = plan_generation(placed.program, self.prompt(sized))
-        performance = GeneratePerformance(generation, target.peak_flops_per_s(o.precision))
+            generation, rows = _generation(placed, self.prompt(sized))
+        peak = placed.systems.count * target.peak_flops_per_s(o.precision)
+        performance = GeneratePerformance(generation, peak, rows)
         say("generate", performance.summary())
         if not should_validate(sized.job, _graph(sized), _params(sized.fused, sized)):
             return Simulated(placed, performance, sram, perf, events, seconds=seconds)
@@ -268,11 +302,90 @@ class Generate:
         placed = dataclasses.replace(placed, sized=dataclasses.replace(sized, fused=fused))
         with timed(say, "numerics", seconds):
             check, generated = check_generation(
-                fused, sized.kernel_graph, placed.program.sizing, self.prompt(sized)
+                fused, sized.kernel_graph, whole_sizing(placed), self.prompt(sized)
             )
         say("numerics", check.summary())
         arrays = {"generated.npz": generated}
         return Simulated(placed, performance, sram, perf, events, check, arrays, seconds)
+
+
+SEVERAL_SYSTEMS = "several systems: one copy of each layer group, one on each system"
+"""Why a program over several systems keeps one copy per system (`wsecc.replicas`)."""
+
+
+def _sized_over_systems(fused: Fused, kg: KernelGraph, rule: SizingRule, say: Say) -> Sized:
+    """`kg` split over the systems the options ask for (`wsecc.partition`), each group sized by
+    `rule`; one system (auto, on a model that fits a wafer) is the one-system compile."""
+    o, target = fused.job.options, fused.job.target
+    over = size_over_systems(kg, target, o.precision, rule, o.chunk_tokens, o.systems)
+    say("size", f"{over.count} system(s): {over.why}")
+    if over.count == 1:
+        return Sized(fused.job, fused, kg, over.sizings[0])
+    return Sized(fused.job, fused, kg, over.sizings[0], systems=over)
+
+
+def whole_sizing(placed: Placed) -> Sizing:
+    """Every kernel's region as placed, over every system (system 0's program when there is
+    one): what the functional simulation reads. A system that shares another's placement
+    takes that system's regions kernel by kernel, in order."""
+    systems = placed.systems
+    sized = placed.sized.systems
+    if sized is None:
+        return placed.program.sizing
+    kernels = []
+    for i, part in enumerate(sized.partition.parts):
+        placed_sizing = systems.programs[i].sizing
+        kernels += [
+            dataclasses.replace(ks, name=k.name)
+            for ks, k in zip(placed_sizing.kernels, part.graph.kernels, strict=True)
+        ]
+    return dataclasses.replace(placed.program.sizing, kernels=tuple(kernels))
+
+
+def _crossing_s(placed: Placed) -> float:
+    """A crossing's latency between two systems (`wsecc.partition.crossing_latency_s`)."""
+    return crossing_latency_s(placed.job.target)
+
+
+def _generation(placed: Placed, prompt: int) -> tuple[GenerationPerf, tuple[SystemRow, ...]]:
+    """The generation figures over the program's systems (`wsecc.generate.over_systems`), each
+    distinct placement's computed once, and a row per system."""
+    systems = placed.systems
+    if placed.sized.systems is None:
+        g = plan_generation(placed.program, prompt)
+        return g, one_system(placed, [g.decode_latency_s])
+    own = {i: plan_generation(systems.programs[i], prompt) for i in set(systems.placed_as or [0])}
+    per = [own[systems.placed(i)] for i in range(systems.count)]
+    parts = placed.sized.systems.partition.parts
+    g = over_systems(per, [p.first for p in parts], _crossing_s(placed))
+    return g, system_rows(placed, [x.decode_latency_s for x in per])
+
+
+def _simulate_infer_systems(
+    placed: Placed, say: Say, seconds: dict[str, float], fused_again: Callable[[], Fused]
+) -> Simulated:
+    """Infer mode over several systems: L0 of each distinct placement, the pipeline of the
+    systems (`wsecc.results.SystemsInferPerformance`); the SRAM map and L0 kept are system
+    0's. L1 is not run over several systems (its trace is one wafer's)."""
+    o = dataclasses.replace(placed.job.options, sim=SimLevel.L0)
+    systems = placed.systems
+    with timed(say, "simulate", seconds):
+        own = {i: simulate(systems.programs[i], o) for i in set(systems.placed_as)}
+        perfs = tuple(own[systems.placed(i)][1] for i in range(systems.count))
+    rows = system_rows(placed, [p.latency_s for p in perfs])
+    performance = SystemsInferPerformance(perfs, _crossing_s(placed), rows)
+    say("simulate", performance.summary())
+    sram, perf, _ = own[0]
+    sized = placed.sized
+    if not should_validate(sized.job, _graph(sized), _params(sized.fused, sized)):
+        return Simulated(placed, performance, sram, perf, seconds=seconds)
+    fused = fused_again()
+    placed = dataclasses.replace(placed, sized=dataclasses.replace(sized, fused=fused))
+    with timed(say, "numerics", seconds):
+        check, inputs, outputs = check_numerics(fused, sized.kernel_graph, whole_sizing(placed))
+    say("numerics", check.summary())
+    arrays = {"inputs.npz": inputs, "outputs.npz": outputs}
+    return Simulated(placed, performance, sram, perf, None, check, arrays, seconds)
 
 
 STRATEGIES: dict[Mode, ModeStrategy] = {

@@ -311,9 +311,13 @@ class Options:
         "weights from external memory) or auto (the faster that fits; the report says why)",
         str, choices=_values(Execution),
     )  # fmt: skip
-    systems: int = _opt(
-        1, "--systems", "train mode: data parallel over N systems",
-        int, low=1, high=MAX_COPIES, metavar="N",
+    systems: int | None = _opt(
+        1, "--systems",
+        "systems the compile spans. Train mode: data parallel over N systems. Infer and "
+        "generate modes: a pipeline over N systems, each a contiguous group of layers "
+        "(wsecc.partition); auto: the fewest whose SRAM holds the weights, K/V cache and "
+        "buffers (the report says which split and why)",
+        int, low=1, high=MAX_COPIES, nullable=True, auto=True, metavar="N|auto",
     )  # fmt: skip
     prompt: int | None = _opt(
         None, "--prompt", "generate mode: prompt tokens (default min(128, context / 2))",
@@ -395,10 +399,18 @@ class Options:
                 "--replicas is an infer-mode option; generate mode serves its --batch "
                 "sequences from one placement"
             )
-        if self.mode is not Mode.TRAIN and (
-            self.systems != 1 or self.execution is not Execution.AUTO
-        ):
-            raise WseccError("--execution and --systems are train-mode options (--mode train)")
+        if self.mode is not Mode.TRAIN and self.execution is not Execution.AUTO:
+            raise WseccError("--execution is a train-mode option (--mode train)")
+        if self.mode is Mode.TRAIN and self.systems is None:
+            raise WseccError(
+                "--systems auto is for infer and generate modes; train mode takes a number "
+                "of data-parallel systems (--systems N)"
+            )
+        if self.systems != 1 and self.replicas not in (None, 1):
+            raise WseccError(
+                "--replicas with --systems: a program over several systems keeps one copy "
+                "on each; drop --replicas"
+            )
         if self.mode is not Mode.GENERATE and (
             self.prompt is not None or self.new_tokens != DEFAULT_NEW_TOKENS
         ):

@@ -64,15 +64,24 @@ class Crossing:
 class Systems:
     """A placed program over one or more systems: a `Program` per system, and the flows that
     cross between them. A model that fits a wafer is one system and no crossings; a program
-    split over several systems (issue 30) is more of the same data."""
+    split over several systems (`wsecc.partition`, a pipeline over layer groups) is more of the
+    same data."""
 
     programs: tuple[Program, ...]
     crossings: tuple[Crossing, ...] = ()
+    # system i's program is the one placed for system placed_as[i] (systems whose layer groups
+    # have the same shapes share one placement; empty: each its own)
+    placed_as: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.programs:
             raise ValueError("Systems: at least one system's program")
         n = len(self.programs)
+        if self.placed_as and (
+            len(self.placed_as) != n
+            or any(not 0 <= p <= i or self.placed_as[p] != p for i, p in enumerate(self.placed_as))
+        ):
+            raise ValueError(f"Systems: placed_as {self.placed_as} is not a placement per system")
         for c in self.crossings:
             if not (0 <= c.src_system < n and 0 <= c.dst_system < n):
                 raise ValueError(
@@ -82,6 +91,14 @@ class Systems:
     @classmethod
     def one(cls, program: Program) -> Systems:
         return cls((program,))
+
+    @property
+    def count(self) -> int:
+        return len(self.programs)
+
+    def placed(self, system: int) -> int:
+        """The system whose placement system `system` uses (itself unless shared)."""
+        return self.placed_as[system] if self.placed_as else system
 
     @property
     def only(self) -> Program:

@@ -94,6 +94,7 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     reps = report.get("replicas")
     if reps and "per_copy_samples_per_s" in reps and report.get("mode") != "generate":
         rows.append(("replicas", replicas_text(reps)))
+    rows += _systems_rows(report)
     limits = Limits.from_report(report)
     if limits is not None:
         rows.append(("bottleneck", limits.bottleneck_text()))
@@ -137,6 +138,31 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
             ("numerics", report.get("numerics_skipped", "not validated (--validate to run it)"))
         )
     return rows
+
+
+def _systems_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """A program over several systems (`wsecc.partition`): how many and why, and a row per
+    system (layers, PEs, resident bytes, time share); nothing for one system."""
+    systems, split = report.get("systems", []), report.get("partition")
+    if len(systems) < 2 or split is None:
+        return []
+    out = [
+        ("systems", f"{len(systems)}: {split['count_why']}; {split['why']}"),
+        ("crossings", f"{len(split['crossings'])} flows, "
+         f"{sum(c['bytes_per_sample'] for c in split['crossings']):,.0f} B per sample, "
+         f"{_seconds(split['crossing_latency_s'])} latency each of {len(systems) - 1}"),
+    ]  # fmt: skip
+    for r in systems:
+        shared = f", placement of system {r['placed_as']}" if r["placed_as"] != r["system"] else ""
+        out.append(
+            (
+                f"system {r['system']}",
+                f"L{r['first_layer']}-L{r['last_layer']} ({r['layers']} layers), "
+                f"{r['kernels']} kernels, {r['pes']:,} PEs, {r['resident_bytes'] / 1e9:,.2f} GB "
+                f"resident, {_seconds(r['seconds'])} ({100 * r['time_share']:.0f}%){shared}",
+            )
+        )
+    return out
 
 
 def _generation_rows(perf: dict[str, Any]) -> list[tuple[str, str]]:

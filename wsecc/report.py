@@ -185,6 +185,17 @@ def report(stage: Stage, *, timings: bool = True) -> dict[str, Any]:
     performance = t.performance
     if performance is not None:
         rep["performance"] = performance.to_json()
+        if rows := performance.systems_json():
+            rep["systems"] = rows
+            if t.placed is not None and t.placed.sized.systems is not None:
+                sized = t.placed.sized.systems
+                rep["partition"] = {
+                    "split": sized.partition.split,
+                    "why": sized.partition.why,
+                    "count_why": sized.why,
+                    "crossings": [dataclasses.asdict(c) for c in t.placed.systems.crossings],
+                    "crossing_latency_s": _crossing_latency(t),
+                }
         check = t.check
         rep["numerics"] = check.to_json() if check is not None else None
         if rep["numerics"] is None:
@@ -196,6 +207,12 @@ def report(stage: Stage, *, timings: bool = True) -> dict[str, Any]:
     if not timings:
         drop_timings(rep)
     return rep
+
+
+def _crossing_latency(t: Trail) -> float:
+    from wsecc.partition import crossing_latency_s
+
+    return crossing_latency_s(t.job.target)
 
 
 def _seconds(stage: Stage) -> Any:

@@ -14,7 +14,7 @@ them through this interface, never by mode.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from wsecc.generate import GenerationPerf
     from wsecc.sim.events import EventResult
     from wsecc.sim.perf import PerfResult
+    from wsecc.stages import Placed
     from wsecc.train import TrainResult
 
 
@@ -41,6 +42,11 @@ class Performance(Protocol):
         """The mode's own figures for the output folder: file name -> a function drawing it."""
         ...
 
+    def systems_json(self) -> list[dict[str, Any]]:
+        """The report's top-level `systems`: a row per system the program spans (empty when
+        the mode's systems are not a split of the program: training's are data parallel)."""
+        ...
+
 
 class Check(Protocol):
     """A verdict against onnxruntime: numerics, gradients or a generation."""
@@ -54,6 +60,84 @@ class Check(Protocol):
 
 
 @dataclass(frozen=True)
+class SystemRow:
+    """One system of a program (`wsecc.partition`): its layers (first and last, "L" numbers),
+    kernels and PEs, the bytes it keeps resident, its fullest PE, its time (a decode step's, or
+    a sample's latency through it) and that time's share of the systems' sum, the system whose
+    placement it uses, and the bytes per sample crossing into it from earlier systems."""
+
+    system: int
+    first_layer: int
+    last_layer: int
+    kernels: int
+    pes: int
+    resident_bytes: int
+    sram_max_bytes_per_pe: int
+    seconds: float
+    share: float
+    placed_as: int
+    crossing_in_bytes: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "system": self.system, "layers": self.last_layer - self.first_layer + 1,
+            "first_layer": self.first_layer, "last_layer": self.last_layer,
+            "kernels": self.kernels, "pes": self.pes, "resident_bytes": self.resident_bytes,
+            "sram_max_bytes_per_pe": self.sram_max_bytes_per_pe, "seconds": self.seconds,
+            "time_share": self.share, "placed_as": self.placed_as,
+            "crossing_in_bytes": self.crossing_in_bytes,
+        }  # fmt: skip
+
+
+def system_rows(placed: Placed, seconds: Sequence[float]) -> tuple[SystemRow, ...]:
+    """A row per system of a program split over systems (`placed.sized.systems`), system i
+    taking `seconds[i]`."""
+    from wsecc.partition import resident_bytes
+
+    sized = placed.sized.systems
+    assert sized is not None
+    systems, precision = placed.systems, placed.job.options.precision
+    total = sum(seconds) or 1.0
+    rows = []
+    for part, t in zip(sized.partition.parts, seconds, strict=True):
+        program = systems.programs[part.index]
+        crossing = sum(c.bytes_per_sample for c in systems.crossings if c.dst_system == part.index)
+        rows.append(
+            SystemRow(
+                part.index,
+                part.first,
+                part.last,
+                len(part.graph.kernels),
+                sum(r.h * r.w for r in program.placement.rects.values()),
+                sum(resident_bytes(part.graph, precision)),
+                program.sizing.max_sram_per_pe,
+                t,
+                t / total,
+                systems.placed(part.index),
+                crossing,
+            )  # fmt: skip
+        )
+    return tuple(rows)
+
+
+def one_system(placed: Placed, seconds: Sequence[float]) -> tuple[SystemRow, ...]:
+    """The one row of a program on one system (every layer, no crossings), taking
+    `seconds[0]`."""
+    from wsecc.layers import find_layers
+    from wsecc.partition import resident_bytes
+
+    program = placed.program
+    layers = find_layers([k.kind for k in program.kg.kernels])
+    row = SystemRow(
+        0, 0, max(0, len(layers) - 1) if layers is not None else 0, len(program.kg.kernels),
+        sum(r.h * r.w for r in program.placement.rects.values()),
+        sum(resident_bytes(program.kg, program.precision)), program.sizing.max_sram_per_pe,
+        seconds[0], 1.0, 0, 0.0,
+    )  # fmt: skip
+    return (row,)
+
+
+@dataclass(frozen=True)
 class InferPerformance:
     """L1's figures when L1 ran, L0's otherwise: the throughput and utilization of every copy
     together (`copies`); latency, the bottleneck and the on-wafer figures are one copy's."""
@@ -61,11 +145,16 @@ class InferPerformance:
     perf: PerfResult
     events: EventResult | None
     copies: int = 1
+    systems: tuple[SystemRow, ...] = ()
+
+    def systems_json(self) -> list[dict[str, Any]]:
+        return [r.to_json() for r in self.systems]
 
     def to_json(self) -> dict[str, Any]:
         l0, k = self.perf, self.copies
         rep: dict[str, Any] = {
             "model": "l0",
+            "systems": 1,
             "samples_per_s": k * l0.samples_per_s,
             "tokens_per_s": k * l0.tokens_per_s,
             "latency_s": l0.latency_s,
@@ -123,6 +212,59 @@ class InferPerformance:
 
 
 @dataclass(frozen=True)
+class SystemsInferPerformance:
+    """Infer mode over several systems (`wsecc.partition`): a pipeline of the systems' own
+    pipelines (L0 of each, `perfs[i]` system i's), so the throughput is the slowest system's
+    (each one's L0 already charges the bytes crossing in and out to its system I/O), and a
+    sample's latency is every system's plus `crossing_s` per crossing. Utilization is of
+    every system's PEs together."""
+
+    perfs: tuple[PerfResult, ...]
+    crossing_s: float
+    systems: tuple[SystemRow, ...]
+
+    @property
+    def slowest(self) -> int:
+        return min(range(len(self.perfs)), key=lambda i: self.perfs[i].samples_per_s)
+
+    def systems_json(self) -> list[dict[str, Any]]:
+        return [r.to_json() for r in self.systems]
+
+    def to_json(self) -> dict[str, Any]:
+        n, i = len(self.perfs), self.slowest
+        slow = self.perfs[i]
+        crossings = (n - 1) * self.crossing_s
+        rate = slow.samples_per_s
+        return {
+            "model": "l0",
+            "systems": n,
+            "samples_per_s": rate,
+            "tokens_per_s": slow.tokens_per_s,
+            "latency_s": sum(p.latency_s for p in self.perfs) + crossings,
+            "batch_latency_s": sum(p.batch_latency_s for p in self.perfs) + crossings,
+            "crossing_latency_s": self.crossing_s,
+            "utilization": sum(p.utilization * rate / p.samples_per_s for p in self.perfs) / n,
+            "bottleneck": f"s{i}/{slow.bottleneck}",
+            "bottleneck_kind": slow.bottleneck_kind,
+            "on_wafer_bottleneck": f"s{i}/{slow.wafer_bottleneck}",
+            "on_wafer_bottleneck_kind": slow.wafer_bottleneck_kind,
+            "on_wafer_samples_per_s": min(p.wafer_samples_per_s for p in self.perfs),
+            "stage_cycles": slow.stage_cycles,
+        }
+
+    def summary(self) -> str:
+        perf = self.to_json()
+        return (
+            f"l0 over {len(self.perfs)} systems: {perf['samples_per_s']:,.1f} samples/s, latency "
+            f"{perf['latency_s'] * 1e6:,.1f} us ({len(self.perfs) - 1} crossings of "
+            f"{self.crossing_s * 1e6:,.0f} us), bottleneck {perf['bottleneck']}"
+        )
+
+    def figures(self, title: str) -> dict[str, Callable[[Path], None]]:
+        return {}
+
+
+@dataclass(frozen=True)
 class TrainPerformance:
     """A training step's figures (`wsecc.train`); `latency_s` is one optimizer step."""
 
@@ -152,6 +294,9 @@ class TrainPerformance:
     def figures(self, title: str) -> dict[str, Callable[[Path], None]]:
         return {}
 
+    def systems_json(self) -> list[dict[str, Any]]:
+        return []  # data parallel: every system runs the whole program
+
 
 @dataclass(frozen=True)
 class GeneratePerformance:
@@ -162,7 +307,11 @@ class GeneratePerformance:
     (`peak_flops_per_s`, the target's in the compile's precision)."""
 
     generation: GenerationPerf
-    peak_flops_per_s: float
+    peak_flops_per_s: float  # every system's together
+    systems: tuple[SystemRow, ...] = ()
+
+    def systems_json(self) -> list[dict[str, Any]]:
+        return [r.to_json() for r in self.systems]
 
     def to_json(self) -> dict[str, Any]:
         g = self.generation
@@ -170,6 +319,7 @@ class GeneratePerformance:
         flops = sum(s.flops for s in g.stages)
         return {
             "model": "generate",
+            "systems": max(1, len(self.systems)),
             "samples_per_s": g.batch / (g.ttft_s + new * g.decode_latency_s),
             "tokens_per_s": g.tokens_per_s,
             "latency_s": g.decode_latency_s,
@@ -183,9 +333,10 @@ class GeneratePerformance:
 
     def summary(self) -> str:
         g = self.generation
+        over = f" over {len(self.systems)} systems" if len(self.systems) > 1 else ""
         return (
             f"time to first token {g.ttft_s * 1e3:,.3f} ms; decode {g.tokens_per_s_per_sequence:,.0f} "
-            f"tokens/s per sequence, {g.tokens_per_s:,.0f} aggregate; bound {g.decode_bound}"
+            f"tokens/s per sequence, {g.tokens_per_s:,.0f} aggregate{over}; bound {g.decode_bound}"
         )
 
     def figures(self, title: str) -> dict[str, Callable[[Path], None]]:

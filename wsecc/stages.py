@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from wsecc.ir.core import Graph
     from wsecc.kernels import KernelGraph, Sizing
     from wsecc.options import Options
+    from wsecc.partition import SizedSystems
     from wsecc.place.problem import PlacementProblem
     from wsecc.pm import PassRecord
     from wsecc.program import Program, Systems
@@ -105,11 +106,14 @@ class Sized:
     training: TrainResult | None = None
     check: Check | None = None
     seconds: Seconds = field(default_factory=dict, repr=False)
+    # infer and generate modes over several systems (`wsecc.partition`): each system's kernel
+    # graph and sizing; `kernel_graph` and `sizing` are then system 0's
+    systems: SizedSystems | None = None
 
 
 @dataclass(frozen=True, eq=False)
 class Placed:
-    """The placed and routed program over its systems (one today, `wsecc.program.Systems`);
+    """The placed and routed program over its systems (`wsecc.program.Systems`);
     `problem` is the placement problem of system 0's (one copy's) program, `pool_shapes` the
     kernels the placer put in a shape from sizing's pool."""
 
@@ -125,7 +129,8 @@ class Placed:
 
     @property
     def program(self) -> Program:
-        return self.systems.only
+        """System 0's program (the only one unless the compile spans several systems)."""
+        return self.systems.programs[0]
 
 
 @dataclass(frozen=True, eq=False)

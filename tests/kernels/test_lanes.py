@@ -22,8 +22,6 @@ from wsecc.place.problem import (
     tailored,
     validate_placement,
 )
-from wsecc.program import Program
-from wsecc.route.problem import RoutingProblem
 from wsecc.sim.perf import FLOW, build_pipeline, simulate_l0
 
 WSE2 = load_target("wse2")
@@ -114,7 +112,11 @@ def boxed_in(problem: PlacementProblem) -> dict[str, Rect]:
     return pins
 
 
-def test_lanes_with_no_way_around_are_given_room_by_placing_again(gpt2_graph) -> None:
+SEARCH = flow.Search("greedy", 5.0, 0, False, deadline=0.0)
+"""Placing again as these tests do: greedy, 5 s, seed 0."""
+
+
+def test_lanes_with_no_way_around_are_given_room_by_placing_again(gpt2_graph, monkeypatch) -> None:
     """A placement whose lanes must cross the LM head (its links have no room left in the stage
     time) keeps about half the balanced throughput on the wafer. The flow places it again with
     a free ring around the kernels whose lanes crossed it, the LM head left out, and keeps the
@@ -127,25 +129,28 @@ def test_lanes_with_no_way_around_are_given_room_by_placing_again(gpt2_graph) ->
         problem, pinned.rects, placer="greedy", bound=1e9, status="", seconds=0.0, seed=0
     )
 
-    def route(p: Placement) -> tuple[RoutingProblem, Program]:
-        return flow._route_placed(kg, sizing, WSE3, "mixed", problem, p, lambda *_: None)
-
-    _, first = route(boxed)
+    work = flow.Work(kg, sizing, WSE3, "mixed", flow.ForThroughput())
+    _, first = flow._route_placed(work, problem, boxed, lambda *_: None)
     assert simulate_l0(first).wafer_samples_per_s < 0.6 * first.sizing.samples_per_s
 
+    real = flow._place_again
+    monkeypatch.setattr(flow, "_place_again", never)
     every_pinned = replace(problem, pins=dict(boxed.rects))  # no halo can move a pinned kernel
-    kept, _, _ = flow._route_checked(every_pinned, boxed, route, never, lambda *_: None)
+    kept, _, _ = flow._route_checked(work, every_pinned, boxed, SEARCH, lambda *_: None)
     assert kept is boxed
 
     halos: list[Mapping[str, int]] = []
 
-    def again(problem: PlacementProblem, first: Placement, ring: Mapping[str, int]) -> Placement:
+    def again(
+        problem: PlacementProblem, first: Placement, ring: Mapping[str, int], search: flow.Search
+    ) -> Placement:
         halos.append(ring)
-        return flow._place_again(problem, first, ring, "greedy", 5.0, 0, False)
+        return real(problem, first, ring, search)
 
+    monkeypatch.setattr(flow, "_place_again", again)
     said: list[str] = []
     placement, _, program = flow._route_checked(
-        problem, boxed, route, again, lambda _, s: said.append(s)
+        work, problem, boxed, SEARCH, lambda _, s: said.append(s)
     )
     assert len(halos) == 1 and "embed" in halos[0] and "lm_head" not in halos[0]
     assert any("placed again with free rings" in s for s in said)
@@ -159,14 +164,14 @@ def test_lanes_with_no_way_around_are_given_room_by_placing_again(gpt2_graph) ->
         assert not any(ring.overlaps(o) for n, o in placement.rects.items() if n != name)
 
 
-def test_a_program_at_its_balanced_throughput_is_not_placed_again(gpt2_program) -> None:
+def test_a_program_at_its_balanced_throughput_is_not_placed_again(
+    gpt2_program, monkeypatch
+) -> None:
     sizing, program = gpt2_program
     problem = tailored(
         flow._problem(program.kg, sizing, WSE2, "mixed", None), program.placement.rects
     )
-
-    def route(p: Placement) -> tuple[RoutingProblem, Program]:
-        return flow._route_placed(program.kg, sizing, WSE2, "mixed", problem, p, lambda *_: None)
-
-    placement, _, _ = flow._route_checked(problem, program.placement, route, never, lambda *_: None)
+    work = flow.Work(program.kg, sizing, WSE2, "mixed", flow.ForThroughput())
+    monkeypatch.setattr(flow, "_place_again", never)
+    placement, _, _ = flow._route_checked(work, problem, program.placement, SEARCH, lambda *_: None)
     assert placement is program.placement

@@ -470,8 +470,8 @@ def _help(
     remedy = _REMEDIES[component]
     if component == "weights" and generate:  # generation keeps every weight resident
         remedy = (
-            "a smaller --chunk-tokens (the prefill's buffers sit beside the weights); splitting "
-            "a model over several wafers is not modelled"
+            "a smaller --chunk-tokens (the prefill's buffers sit beside the weights), or more "
+            "systems (--systems auto)"
         )
     if component == "kv" and kernel is not None and kernel.params.get("cache_sequences", 1) > 1:
         remedy = "a shorter --context or fewer sequences (--batch): the K/V cache grows with both"

@@ -107,6 +107,8 @@ def _compile(fused: Fused, cache: Path | None) -> Sized | Simulated:
     o = sized.job.options
     if not strategy(o.mode).placed_in_sweep:  # train: costed, not placed
         return sized
+    if sized.systems is not None:  # several systems: placed for this point, not cached
+        return chain.simulate(chain.place(sized))
     key = {
         "kernels": hashlib.sha256(
             json.dumps(sized.kernel_graph.to_json(), sort_keys=True).encode()
@@ -199,6 +201,7 @@ def row_of(p: Point, stage: Sized | Simulated) -> dict[str, Any]:
         "pes_used": sizing["pes_used"],
         "fabric_fraction": sizing["fabric_fraction"],
         "copies": rep.get("replicas", {}).get("k"),  # data-parallel copies on the wafer
+        "systems_used": perf.get("systems"),  # the systems it spans (--systems auto chooses)
         "sram_max_bytes": rep["sram"]["max_bytes"] if placed else sizing["max_sram_bytes_per_pe"],
         "colors_max": rep["routing"]["colors_max"] if placed else None,
         "gap": rep["placement"]["gap"] if placed else None,

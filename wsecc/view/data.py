@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -20,6 +20,7 @@ import numpy as np
 from wsecc.kernels import KernelGraph, Sizing
 from wsecc.limits import Limits
 from wsecc.place.problem import Placement
+from wsecc.program import Systems
 from wsecc.route.problem import Point, Routing
 from wsecc.targets import Target
 
@@ -265,3 +266,40 @@ def kernel_records(
             {"name": name, "kind": kind, "x": r.x, "y": r.y, "w": r.w, "h": r.h, "info": info}
         )
     return out
+
+
+def systems_payload(
+    systems: Systems,
+    kernel_names: Sequence[Sequence[str]],
+    rows: Sequence[Mapping[str, Any]],
+    crossing_latency_s: float,
+) -> list[dict[str, Any]]:
+    """One panel per system of a program over several systems (`wsecc.partition`): its regions
+    as [x, y, w, h, kind, crossing end] (the placement it uses; a shared one is its source's,
+    kernel for kernel), the lines the panel states (from the report's `systems` rows) and the
+    bytes per sample crossing into it. `kernel_names[i]` are system i's kernels in order."""
+    ends = {(c.src_system, c.src) for c in systems.crossings}
+    ends |= {(c.dst_system, c.dst) for c in systems.crossings}
+    panels = []
+    for i, (names, row) in enumerate(zip(kernel_names, rows, strict=True)):
+        program = systems.programs[i]
+        rects = []
+        for name, k in zip(names, program.kg.kernels, strict=True):
+            r = program.placement.rects[k.name]
+            rects.append([r.x, r.y, r.w, r.h, k.kind.value, (i, name) in ends])
+        shared = f" (placement of system {row['placed_as']})" if row["placed_as"] != i else ""
+        panels.append(
+            {
+                "system": i,
+                "rects": rects,
+                "crossing_in_bytes": row["crossing_in_bytes"],
+                "crossing_latency_us": 1e6 * crossing_latency_s,
+                "lines": [
+                    f"system {i}{shared}",
+                    f"L{row['first_layer']}\u2013L{row['last_layer']} ({row['layers']} layers)",
+                    f"{row['pes']:,} PEs, {row['resident_bytes'] / 1e9:,.2f} GB",
+                    f"{1e6 * row['seconds']:,.1f} \u00b5s ({100 * row['time_share']:.0f}%)",
+                ],
+            }
+        )
+    return panels

@@ -69,6 +69,11 @@ body { display: flex; flex-direction: column; }
 #status { position: absolute; left: 8px; bottom: 8px; padding: 2px 6px; font-size: 12px;
   color: #a8b0ba; background: rgba(24, 27, 31, 0.8); border-radius: 4px; z-index: 2; }
 #status.error { color: #ff8a80; }
+#systems { display: flex; gap: 4px; align-items: center; overflow-x: auto; padding: 6px 10px;
+  background: #20242a; border-top: 1px solid #333a42; font-size: 11px; }
+#systems .system { flex: none; padding: 4px; border: 1px solid #39424c; border-radius: 4px; }
+#systems .system canvas { display: block; background: #0d0f11; margin-bottom: 3px; }
+#systems .crossing { flex: none; color: #ffb0ec; text-align: center; padding: 0 4px; }
 """
 
 BODY = """
@@ -97,6 +102,7 @@ BODY = """
   <div id="legend"></div>
   <div id="status">loading…</div>
 </main>
+<section id="systems" hidden></section>
 """
 
 JS = r"""
@@ -768,10 +774,49 @@ Object.assign(api, {
     return { x: r.left + view.ox + (k.x + k.w / 2) * view.s, y: r.top + view.oy + (k.y + k.h / 2) * view.s };
   },
 });
+drawSystems();
 resize();
 fit();
 updateLegend();
 statusEl.dataset.msg = "";
+
+// ---------------------------------------------------------------- several systems: one panel each
+// D.systems (a program over several systems, wsecc.partition): each system's regions drawn small,
+// the kernels sending or receiving a crossing outlined, and between panels the bytes crossing.
+function drawSystems() {
+  const SYS = D.systems;
+  if (!SYS || SYS.length < 2) return;
+  const strip = document.getElementById("systems");
+  strip.hidden = false;
+  const scale = 140 / W, cw = 140, ch = Math.max(1, Math.round(H * scale));
+  SYS.forEach((sy, i) => {
+    if (i) {
+      const c = document.createElement("div");
+      c.className = "crossing";
+      c.textContent = `→ ${fmt(sy.crossing_in_bytes)} B/sample\n+${fmt(sy.crossing_latency_us)} µs`;
+      c.style.whiteSpace = "pre";
+      strip.append(c);
+    }
+    const box = document.createElement("div");
+    box.className = "system";
+    const cv = Object.assign(document.createElement("canvas"), { width: cw, height: ch });
+    const g = cv.getContext("2d");
+    for (const [x, y, w, h, kind, ends] of sy.rects) {
+      g.fillStyle = D.kinds[kind] || "#888";
+      g.fillRect(x * scale, y * scale, Math.max(1, w * scale), Math.max(1, h * scale));
+      if (ends) {
+        g.strokeStyle = "#ffb0ec";
+        g.lineWidth = 2;
+        g.strokeRect(x * scale, y * scale, Math.max(2, w * scale), Math.max(2, h * scale));
+      }
+    }
+    box.append(cv);
+    const text = document.createElement("div");
+    text.innerHTML = sy.lines.map(esc).join("<br>");
+    box.append(text);
+    strip.append(box);
+  });
+}
 }
 })();
 """

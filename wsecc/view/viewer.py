@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ def render_viewer(
     sram_per_pe: np.ndarray | None = None,
     link_util: Mapping[tuple[Point, str], float] | None = None,
     limits: Limits | None = None,
+    systems: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
     """The viewer page for a placed, routed graph, as one HTML string.
 
@@ -56,6 +57,8 @@ def render_viewer(
     limits: what limits the throughput (`Compilation.limits()`, or `Limits.from_report` of a
         saved report): stated in the header, its on-wafer limit (a kernel's region or a flow's
         lanes) highlighted on the fabric; default: sizing's slowest kernel, said to be sizing's.
+    systems: a program over several systems (`wsecc.view.data.systems_payload`): one panel
+        each below the fabric (which shows system 0), the crossing flows marked.
     Raises ValueError if `sram_per_pe` has the wrong shape.
     """
     kg, sizing, placement, routing, target = (
@@ -134,6 +137,7 @@ def render_viewer(
         },
         "limits": limits_payload(limits, kernels, routing),
         "replicas": program.replicas.to_json(),
+        "systems": list(systems or []),
     }
     # JSON inside <script>: escaping "<" keeps "</script>" and "<!--" in names harmless.
     blob = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")

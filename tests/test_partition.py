@@ -1,0 +1,222 @@
+"""Infer and generate modes over several systems (`wsecc.partition`): the split checked by
+hand, the crossings' bytes and latency, one system as before, auto, and the one-line
+refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES
+
+import wsecc
+from wsecc.cli import main
+from wsecc.partition import balanced_bounds, split_layers
+from wsecc.report import drop_timings
+
+LLAMA = SAMPLES / "llama_dynamo.onnx"  # 2 layers, hidden 64, GQA, rotary
+GEN = {"mode": "generate", "seq": 64, "prompt": 16, "placer": "greedy", "target": "wse3"}
+
+
+@pytest.fixture(scope="module")
+def two() -> wsecc.Compilation:
+    """The sample in generate mode over two systems (numerics on: the split still generates
+    onnxruntime's ids)."""
+    return wsecc.compile(LLAMA, systems=2, **GEN)
+
+
+@pytest.mark.parametrize(
+    ("costs", "lead", "tail", "n", "bounds"),
+    [
+        # 3 + k against 6 - k: k = 1 and 2 both give 5; the groups end earliest on a tie
+        ([1, 1, 1, 1, 1, 1], 3, 0, 2, (0, 1, 6)),
+        # equal layers, no lead or tail: equal groups
+        ([2, 2, 2, 2, 2, 2], 0, 0, 3, (0, 2, 4, 6)),
+        # a heavy head (tail 10) leaves the last system one layer: max(4 + 4, 4 + 10) = 14
+        ([4, 4, 4, 4], 0, 10, 2, (0, 3, 4)),
+    ],
+)
+def test_balanced_bounds_minimise_the_largest_group_by_hand(costs, lead, tail, n, bounds) -> None:
+    assert balanced_bounds(costs, lead, tail, n) == bounds
+
+
+def test_a_split_over_two_systems_by_hand(two: wsecc.Compilation) -> None:
+    """Layer 0 and what leads it (the embedding) on system 0, layer 1, the final norm and the
+    head on system 1. The residual stream crosses as the two tensors the fused kernels pass on
+    (the residual and the MLP's output, added in the next RMSNorm): 64 tokens x 64 hidden x
+    2 bytes (mixed) = 8,192 B each, 16,384 B per sample."""
+    sized = two.simulated.placed.sized.systems
+    assert sized is not None and sized.count == 2
+    s0, s1 = sized.partition.parts
+    assert (s0.first, s0.last, s1.first, s1.last) == (0, 0, 1, 1)
+    assert [k.kind.value for k in s0.graph.kernels][0] == "embedding"
+    assert [k.kind.value for k in s1.graph.kernels][-1] == "lm_head"
+    assert len(s0.graph.kernels) + len(s1.graph.kernels) == len(two.kernel_graph.kernels)
+    crossings = two.simulated.placed.systems.crossings
+    assert [(c.src_system, c.dst_system, c.bytes_per_sample) for c in crossings] == [
+        (0, 1, 64 * 64 * 2),
+        (0, 1, 64 * 64 * 2),
+    ]
+    # each crossing tensor is an output port of system 0 and an input port of system 1
+    assert len(s0.graph.outputs) == 2 and {p.name for p in s0.graph.outputs} == {
+        "s1:" + p.name.split(":", 1)[1] for p in s1.graph.inputs if p.name.startswith("s0:")
+    }
+
+
+def test_the_decode_step_is_each_systems_step_plus_the_crossing(two: wsecc.Compilation) -> None:
+    """One crossing of 200 us (the target's system I/O latency) at 1.1 GHz is 220,000 cycles;
+    the step is system 0's plus that plus system 1's, and the time to first token likewise."""
+    from wsecc.generate import plan_generation
+
+    g, placed = two.generation, two.simulated.placed
+    assert g is not None
+    own = [plan_generation(p, 16) for p in placed.systems.programs]
+    crossing = math.ceil(200e-6 * 1.1e9)
+    assert crossing == 220_000
+    assert g.decode_cycles == own[0].decode_cycles + crossing + own[1].decode_cycles
+    assert g.ttft_s == pytest.approx(own[0].ttft_s + 200e-6 + own[1].ttft_s, rel=1e-12)
+    assert g.phases()["crossings"] == crossing
+    rep = two.report()
+    assert rep["performance"]["systems"] == 2
+    rows = rep["systems"]
+    assert [(r["first_layer"], r["last_layer"]) for r in rows] == [(0, 0), (1, 1)]
+    assert [r["seconds"] for r in rows] == pytest.approx(
+        [x.decode_latency_s for x in own], rel=1e-12
+    )
+    assert sum(r["time_share"] for r in rows) == pytest.approx(1.0)
+    assert rows[1]["crossing_in_bytes"] == 2 * 64 * 64 * 2
+    assert two.generation_check is not None and two.generation_check.passed
+
+
+def test_the_report_over_systems_is_schema_valid(two: wsecc.Compilation) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((resources.files("wsecc") / "report.schema.json").read_text())
+    rep = two.report()
+    jsonschema.validate(rep, schema)
+    assert rep["partition"]["split"] == "pipeline"
+    assert "not modelled" in rep["partition"]["why"]
+    assert "it fits one wafer" in rep["partition"]["count_why"]
+    bad = json.loads(json.dumps(rep))
+    bad["systems"][0]["time_share"] = 2.0
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+
+def test_auto_on_a_model_that_fits_is_one_system_as_before() -> None:
+    """--systems auto on a sample that fits one wafer gives one system, and the very report
+    of --systems 1 (the option itself aside)."""
+    one = wsecc.compile(LLAMA, systems=1, validate=False, **GEN).report(timings=False)
+    auto = wsecc.compile(LLAMA, systems=None, validate=False, **GEN).report(timings=False)
+    assert auto["performance"]["systems"] == 1 and len(auto["systems"]) == 1
+    assert "partition" not in auto
+    one.pop("options"), auto.pop("options")
+    drop_timings(one), drop_timings(auto)
+    assert auto == one
+
+
+def test_infer_over_two_systems_is_the_slowest_systems_rate() -> None:
+    c = wsecc.compile(LLAMA, seq=32, systems=2, placer="greedy", sim="l0", validate=False)
+    perf = c.report()["performance"]
+    assert perf["systems"] == 2
+    each = c.simulated.performance.perfs
+    assert perf["samples_per_s"] == min(p.samples_per_s for p in each)
+    assert perf["latency_s"] == pytest.approx(sum(p.latency_s for p in each) + 200e-6)
+
+
+def _target(tmp_path: Path, width: int, height: int, max_systems: int) -> str:
+    text = (resources.files("wsecc.targets") / "wse2.toml").read_text()
+    for old, new in (
+        ("program_width = 750", f"program_width = {width}"),
+        ("program_height = 994", f"program_height = {height}"),
+        ('name = "wse2"', 'name = "small"'),
+        ("max_systems = 192", f"max_systems = {max_systems}"),
+    ):
+        assert old in text
+        text = text.replace(old, new, 1)
+    path = tmp_path / "small.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("systems", "max_systems", "message"),
+    [
+        ("auto", 1, "need at least 2 systems and the target allows 1"),
+        ("1", 4, "at least 2 systems: compile it with --systems auto"),
+    ],
+)
+def test_too_many_systems_needed_is_one_line(
+    tmp_path: Path, capsys, systems: str, max_systems: int, message: str
+) -> None:
+    """The sample's 251,520 B of mixed-precision weights on a 2 x 2 program rectangle."""
+    target = _target(tmp_path, 2, 2, max_systems)
+    out = tmp_path / "out"
+    code = main(["compile", str(LLAMA), "--mode", "generate", "--seq", "64", "--systems",
+                 systems, "--target", target, "--placer", "greedy", "-o", str(out)])  # fmt: skip
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and message in err[-1] and err[-1].startswith("wsecc: error: ")
+    assert not any("Traceback" in line for line in err)
+    assert not out.exists()
+
+
+def test_more_systems_than_layers_is_refused() -> None:
+    from wsecc import chain
+    from wsecc.errors import WseccError
+    from wsecc.flow import lower
+
+    fused = chain.fuse(chain.load(chain.job(LLAMA, seq=32)))
+    with pytest.raises(WseccError, match="3 systems for 2 layers"):
+        split_layers(lower(fused.graph), "mixed", 3)
+
+
+def test_a_sweep_takes_systems_in_an_infer_point(tmp_path: Path) -> None:
+    from wsecc.sweep import load_spec, read_table, run_sweep
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        f'[[models]]\npath = "{LLAMA}"\nname = "llama"\n[axes]\nsystems = [1, 2]\n'
+        '[fixed]\nseq = 32\nplacer = "greedy"\nvalidate = false\nsim = "l0"\n'
+    )
+    summary = run_sweep(load_spec(spec), tmp_path / "out", workers=1)
+    assert (summary.points, summary.ran) == (2, 2)
+    rows = read_table(tmp_path / "out")
+    assert [(r["systems"], r["systems_used"], r["status"]) for r in rows] == [
+        (1, 1, "ok"),
+        (2, 2, "ok"),
+    ]
+    assert rows[1]["latency_s"] > rows[0]["latency_s"] + 199e-6  # the crossing's latency
+
+
+def test_a_folder_over_systems_says_it_cannot_be_resimulated(
+    two: wsecc.Compilation, tmp_path: Path, capsys
+) -> None:
+    """The folder keeps system 0's placement (kernels.json, sizing.json and placement.json
+    agree on it, so `wsecc view` redraws it); re-simulating the whole program from it is
+    refused in one line."""
+    out = two.write(tmp_path / "two.wsecc")
+    kernels = json.loads((out / "kernels.json").read_text())
+    sizing = json.loads((out / "sizing.json").read_text())
+    assert {k["name"] for k in kernels["kernels"]} == {k["name"] for k in sizing["kernels"]}
+    assert main(["simulate", str(out), "--sim", "l0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "over 2 systems" in err[-1] and "compile the model again" in err[-1]
+    html = (out / "viewer.html").read_text()
+    assert '"systems":[{"system":0' in html
+
+
+def test_a_group_that_does_not_pack_is_one_line_with_systems_n(monkeypatch) -> None:
+    """With --systems N, a layer group whose regions do not pack is refused in one line naming
+    --systems (auto takes one more system instead)."""
+    from wsecc import chain
+    from wsecc.errors import WseccError
+    from wsecc.place.problem import PlacementError
+
+    def no_room(*args: object, **kw: object) -> None:
+        raise PlacementError("regions do not pack")
+
+    monkeypatch.setattr(chain, "place_systems", no_room)
+    with pytest.raises(WseccError, match="does not pack on one of 2 systems.*--systems auto"):
+        wsecc.compile(LLAMA, systems=2, validate=False, **GEN)

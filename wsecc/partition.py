@@ -1,0 +1,377 @@
+"""A model split over several systems: a pipeline over contiguous groups of layers.
+
+    KernelGraph ─split_layers─▶ Partition (per system: its kernels as a graph of their own,
+                                           the flows crossing to later systems)
+
+When a model's weights and K/V cache do not fit one wafer, the layers (found by structure,
+`wsecc.layers.find_layers`, the one finder placement, training and generation use) are cut into
+N contiguous groups, one per system; the kernels that lead the first layer (embeddings, position
+ids) go with system 0, those after the last (final norm, head) with system N - 1. Each group is a
+kernel graph of its own (`system_graph`): a flow from a kernel of an earlier system becomes an
+input port of the later one and an output port of the earlier one (one port per tensor and
+destination system), so each system's pipeline charges those bytes to its own system I/O, the
+off-wafer rate every host stage already pays. The crossings are kept as
+`wsecc.program.Crossing` records.
+
+Balance. Every layer of a decoder keeps its weights and its K/V cache resident, and in a decode
+step reads each of them once, so a group's bytes are both its SRAM and its share of a token's
+time; the split minimises the largest group's bytes (`balanced_bounds`, exact over contiguous
+splits). Only this pipeline split is modelled: splitting each layer over systems (tensor
+parallelism across wafers) is not, so the report says that it was not compared.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from wsecc.errors import WseccError
+from wsecc.kernels import Flow, KernelGraph, Port, Sizing
+from wsecc.layers import find_layers
+from wsecc.program import Crossing
+from wsecc.targets import Target
+
+if TYPE_CHECKING:
+    from wsecc.flow import SizingRule
+
+PIPELINE = "pipeline"
+"""The one split modelled: contiguous layer groups, one per system (module doc)."""
+
+SPLIT_WHY = (
+    "pipeline over contiguous layer groups, balanced by the bytes each system keeps resident "
+    "(weights and K/V cache, also what a decode step reads); splitting each layer over systems "
+    "is not modelled, so it was not compared"
+)
+
+
+class PartitionError(WseccError):
+    """A model that cannot be split as asked (one line: what, and what to do)."""
+
+
+@dataclass(frozen=True)
+class SystemPart:
+    """System `index`'s share: layers `first` to `last` (inclusive; "L3" names), its kernel
+    graph, and the bytes it keeps resident."""
+
+    index: int
+    first: int
+    last: int
+    graph: KernelGraph
+    resident_bytes: int
+
+    @property
+    def layers(self) -> int:
+        return self.last - self.first + 1
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A kernel graph split over `len(parts)` systems, and the flows crossing between them."""
+
+    parts: tuple[SystemPart, ...]
+    crossings: tuple[Crossing, ...]
+    split: str = PIPELINE
+    why: str = SPLIT_WHY
+
+    @property
+    def crossing_bytes(self) -> float:
+        """Bytes per sample crossing between systems, every crossing counted once."""
+        return sum(c.bytes_per_sample for c in self.crossings)
+
+
+def resident_bytes(kg: KernelGraph, precision: str) -> list[int]:
+    """Each kernel's resident bytes, in `kg`'s order: its weights and, for an attention kernel
+    bound with `cache_sequences`, its K/V cache (`wsecc.generate.kv_cache_bytes`'s formula)."""
+    from wsecc.generate import kv_cache_bytes
+
+    out = []
+    for k in kg.kernels:
+        one = KernelGraph(kg.name, kg.tokens_per_sample, (k,), ())
+        kv = kv_cache_bytes(one, precision) if "cache_sequences" in k.params else 0
+        out.append(k.weight_bytes(precision) + kv)
+    return out
+
+
+def balanced_bounds(costs: Sequence[int], lead: int, tail: int, n: int) -> tuple[int, ...]:
+    """Cut `len(costs)` layers into `n` contiguous groups, bounds b_0 = 0 < b_1 < ... < b_n =
+    len(costs), minimising the largest group's cost, where group 0 also carries `lead` and
+    group n - 1 `tail`. Exact, by dynamic programming over (groups, layers); among equal
+    maxima the one whose groups end earliest."""
+    L = len(costs)
+    if not 1 <= n <= L:
+        raise ValueError(f"{n} groups of {L} layers")
+    prefix = [0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+
+    def group(g: int, a: int, b: int) -> int:
+        return prefix[b] - prefix[a] + (lead if g == 0 else 0) + (tail if g == n - 1 else 0)
+
+    inf = prefix[-1] + lead + tail + 1
+    # best[g][b]: the least largest cost of groups 0..g covering layers [0, b)
+    best = [[inf] * (L + 1) for _ in range(n)]
+    came = [[0] * (L + 1) for _ in range(n)]
+    for b in range(1, L + 1):
+        best[0][b] = group(0, 0, b)
+    for g in range(1, n):
+        for b in range(g + 1, L + 1):
+            for a in range(g, b):
+                cost = max(best[g - 1][a], group(g, a, b))
+                if cost < best[g][b]:
+                    best[g][b], came[g][b] = cost, a
+    bounds = [L]
+    for g in range(n - 1, 0, -1):
+        bounds.append(came[g][bounds[-1]])
+    return (0, *reversed(bounds[1:]), L)
+
+
+def split_layers(kg: KernelGraph, precision: str, n: int) -> Partition:
+    """`kg` (kernels in topological order) split into `n` systems (module doc). Raises
+    PartitionError when it has no layers to split or fewer layers than `n`."""
+    layers = find_layers([k.kind for k in kg.kernels])
+    if layers is None:
+        raise PartitionError(
+            f"{kg.name}: no transformer layers found to split over {n} systems: "
+            "compile it with --systems 1"
+        )
+    if n > len(layers):
+        raise PartitionError(
+            f"{kg.name}: {n} systems for {len(layers)} layers: a system holds at least one "
+            f"layer, so use --systems {len(layers)} or fewer"
+        )
+    per_kernel = resident_bytes(kg, precision)
+    costs = [sum(per_kernel[a:b]) for a, b in layers.spans]
+    lead, tail = sum(per_kernel[: layers.start]), sum(per_kernel[layers.end :])
+    cuts = balanced_bounds(costs, lead, tail, n)
+    starts = [0, *(layers.bounds[c] for c in cuts[1:-1]), len(kg.kernels)]
+    system_of = {
+        k.name: s for s, (a, b) in enumerate(zip(starts, starts[1:], strict=False))
+        for k in kg.kernels[a:b]
+    }  # fmt: skip
+    parts = []
+    for s, (a, b) in enumerate(zip(starts, starts[1:], strict=False)):
+        graph = system_graph(kg, s, system_of)
+        parts.append(SystemPart(s, cuts[s], cuts[s + 1] - 1, graph, sum(per_kernel[a:b])))
+    return Partition(tuple(parts), crossings(kg, system_of, precision))
+
+
+def crossings(kg: KernelGraph, system_of: dict[str, int], precision: str) -> tuple[Crossing, ...]:
+    """One `Crossing` per tensor and destination system: a kernel's output that later systems
+    read crosses once to each (its first reader there named)."""
+    seen: dict[tuple[str, str, int], Crossing] = {}
+    for f in kg.flows:
+        src, dst = system_of.get(f.src), system_of.get(f.dst)
+        if src is None or dst is None or src == dst:
+            continue
+        key = (f.src, f.name, dst)
+        if key not in seen:
+            seen[key] = Crossing(src, f.src, dst, f.dst, float(f.bytes_per_sample(precision)))
+    return tuple(seen.values())
+
+
+def crossing_port(src: str, tensor: str, system: int) -> str:
+    """The port name of tensor `tensor` of kernel `src` crossing to or from `system`."""
+    return f"s{system}:{src}:{tensor}" if tensor else f"s{system}:{src}"
+
+
+def system_graph(kg: KernelGraph, system: int, system_of: dict[str, int]) -> KernelGraph:
+    """System `system`'s kernels as a graph of their own (`system_of`: kernel -> system): the
+    model's ports its kernels read or write, and a port per tensor crossing in from an earlier
+    system or out to each later one."""
+    mine = [k for k in kg.kernels if system_of[k.name] == system]
+    model_in = {p.name: p for p in kg.inputs}
+    model_out = {p.name: p for p in kg.outputs}
+    flows: list[Flow] = []
+    inputs: dict[str, Port] = {}
+    outputs: dict[str, Port] = {}
+    for f in kg.flows:
+        src = system_of.get(f.src)
+        dst = system_of.get(f.dst)
+        if dst == system and (src == system or f.src in model_in):
+            flows.append(f)
+            if f.src in model_in:
+                inputs.setdefault(f.src, model_in[f.src])
+        elif src == system and f.dst in model_out:
+            flows.append(f)
+            outputs.setdefault(f.dst, model_out[f.dst])
+        elif dst == system and src is not None:  # crossing in from an earlier system
+            port = crossing_port(f.src, f.name, src)
+            inputs.setdefault(port, Port(port, f.elems_per_sample, f.elem_type))
+            flows.append(
+                Flow(port, f.dst, f.elems_per_sample, f.elem_type, "W", f.dst_edge, f.name)
+            )
+        elif src == system and dst is not None and dst != system:  # out to a later system
+            port = crossing_port(f.src, f.name, dst)
+            if port not in outputs:
+                outputs[port] = Port(port, f.elems_per_sample, f.elem_type)
+                flows.append(
+                    Flow(f.src, port, f.elems_per_sample, f.elem_type, f.src_edge, "E", f.name)
+                )
+    return KernelGraph(
+        f"{kg.name}:s{system}", kg.tokens_per_sample, tuple(mine), tuple(flows),
+        tuple(inputs.values()), tuple(outputs.values()),
+    )  # fmt: skip
+
+
+def shape_key(kg: KernelGraph) -> tuple[object, ...]:
+    """What a system's placement depends on, names aside: each kernel's kind and parameters in
+    order, the flows and ports by position and size. Two groups with the same key (the middle
+    systems of a model with as many layers in each) place and route alike, so they share one
+    placement."""
+    index = {k.name: ("k", i) for i, k in enumerate(kg.kernels)}
+    index |= {p.name: ("in", i) for i, p in enumerate(kg.inputs)}
+    index |= {p.name: ("out", i) for i, p in enumerate(kg.outputs)}
+    return (
+        kg.tokens_per_sample,
+        tuple((k.kind, repr(sorted(k.params.items()))) for k in kg.kernels),
+        tuple(
+            (index[f.src], index[f.dst], f.elems_per_sample, f.elem_type, f.src_edge, f.dst_edge)
+            for f in kg.flows
+        ),
+        tuple((p.elems_per_sample, p.elem_type) for p in kg.inputs),
+        tuple((p.elems_per_sample, p.elem_type) for p in kg.outputs),
+    )
+
+
+def systems_needed(resident: int, per_system: float) -> int:
+    """The fewest systems whose `per_system` bytes hold `resident` bytes (a lower bound: sizing
+    then says whether the groups' regions, with their buffers, fit)."""
+    return max(1, math.ceil(resident / per_system))
+
+
+@dataclass(frozen=True)
+class SizedSystems:
+    """A kernel graph split over systems and each system's sizing, and why that many."""
+
+    partition: Partition
+    sizings: tuple[Sizing, ...]
+    why: str
+
+    @property
+    def count(self) -> int:
+        return len(self.partition.parts)
+
+
+def system_sram_bytes(target: Target) -> float:
+    """What one system keeps resident at most: the data SRAM (after the per-PE reserve) of the
+    share of its PEs sizing fills at first (`wsecc.flow.FILL_STEPS[0]`)."""
+    from wsecc.flow import FILL_STEPS
+
+    return float(FILL_STEPS[0] * target.usable_pes * target.sram_budget_bytes)
+
+
+def crossing_latency_s(target: Target) -> float:
+    """The latency a flow crossing from one system to the next adds: the target's one
+    published latency of a CS system's Ethernet I/O, 200 us per TCP transaction (its
+    `system.swarmx_hop_s`, with that source; an assumption: no system-to-system figure is
+    published). The bytes themselves pass each system's I/O at `io.offwafer_bytes_per_s`
+    (1.2 Tb/s, 12 x 100 GbE: wafer-facts.md, host I/O) in each system's own figures."""
+    if target.system is None:
+        raise PartitionError(
+            f"target {target.name} has no [system] section: it spans one system (--systems 1)"
+        )
+    return float(target.system.swarmx_hop_s)
+
+
+def max_systems(target: Target) -> int:
+    """The systems `target` may span: its `[system]` section's cluster size, else one."""
+    return target.system.max_systems if target.system is not None else 1
+
+
+def size_over_systems(
+    kg: KernelGraph,
+    target: Target,
+    precision: str,
+    rule: SizingRule,
+    chunk_tokens: int,
+    requested: int | None,
+) -> SizedSystems:
+    """`kg` split over `requested` systems (None: auto, the fewest that hold it) and each group
+    sized by `rule` at the first fill. Auto starts at the fewest whose SRAM holds the resident
+    bytes (`systems_needed`) and adds a system while some group's regions and buffers do not
+    fit. Raises PartitionError (one line) when the target allows too few systems, or the
+    requested count is too few."""
+    from wsecc.flow import FILL_STEPS
+    from wsecc.kernels import SizingError
+
+    resident = sum(resident_bytes(kg, precision))
+    per_system = system_sram_bytes(target)
+    least = systems_needed(resident, per_system)
+    layers = find_layers([k.kind for k in kg.kernels])
+    most = min(max_systems(target), len(layers) if layers is not None else 1)
+    held = (
+        f"{resident / 1e9:,.1f} GB of weights and K/V cache in {precision}, "
+        f"{per_system / 1e9:,.1f} GB per {target.name} system"
+    )
+    if requested is not None and requested < least:
+        raise PartitionError(
+            f"{kg.name}: {held} need at least {least} systems, --systems {requested} is too "
+            "few: raise it or use --systems auto"
+        )
+    if least > most:
+        why = (
+            f"the target allows {max_systems(target)}"
+            if most == max_systems(target)
+            else f"the model has {most} layers, at least one a system"
+        )
+        raise PartitionError(
+            f"{kg.name}: {held} need at least {least} systems and {why}: use a larger "
+            "target or a lower precision"
+        )
+    counts = [requested] if requested is not None else list(range(least, most + 1))
+    failed = ""
+    for n in counts:
+        if n == 1:
+            part = SystemPart(0, 0, max(0, len(layers or ()) - 1), kg, resident)
+            partition = Partition((part,), ())
+        else:
+            partition = split_layers(kg, precision, n)
+        try:
+            sizings = tuple(
+                rule.size(p.graph, target, precision, FILL_STEPS[0], chunk_tokens)
+                for p in partition.parts
+            )
+        except SizingError as e:
+            failed = str(e)
+            continue
+        if requested is not None:
+            fits = "; it fits one wafer" if least == 1 and n > 1 else ""
+            why = f"{n} requested ({held}: at least {least}{fits})"
+        elif n == 1:
+            why = f"fits one wafer ({held})"
+        elif n == least:
+            why = f"the fewest that hold it: {held}"
+        else:
+            why = (
+                f"{held}: {least} would hold the bytes, but with each group's buffers "
+                f"{n - 1} did not fit"
+            )
+        return SizedSystems(partition, sizings, why)
+    if requested is not None:
+        raise PartitionError(
+            f"{kg.name}: a group of layers does not fit one of {requested} systems "
+            f"({failed[:120]}): raise --systems or use --systems auto"
+        )
+    raise PartitionError(
+        f"{kg.name}: no split over {least} to {most} systems fits ({failed[:120]}): use a "
+        "larger target or a lower precision"
+    )
+
+
+__all__ = [
+    "PIPELINE",
+    "Partition",
+    "PartitionError",
+    "SizedSystems",
+    "SystemPart",
+    "balanced_bounds",
+    "crossing_latency_s",
+    "resident_bytes",
+    "shape_key",
+    "size_over_systems",
+    "split_layers",
+    "system_graph",
+    "systems_needed",
+]
