@@ -70,7 +70,7 @@ from wsecc.ir.rewrite import (
     scalar,
 )
 from wsecc.ir.rules import alibi_positions, evaluate_op, rotate
-from wsecc.pm import Pass, PassContext, PassError
+from wsecc.passdef import Pass, PassContext, PassError
 
 VERY_NEGATIVE = -1000.0  # an additive bias at or below this masks the key out
 

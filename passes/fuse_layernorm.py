@@ -37,7 +37,7 @@ from wsecc.ir.rewrite import (
     scalar,
 )
 from wsecc.ir.rules import MAX_SKIPS
-from wsecc.pm import Pass, PassContext
+from wsecc.passdef import Pass, PassContext
 
 _ALLOWED = ELEMENTWISE | {Op.REDUCE_MEAN}
 _ROWS = 8

@@ -10,7 +10,7 @@ from __future__ import annotations
 from wsecc.ir.arrays import same_data
 from wsecc.ir.core import Graph, Node, Op
 from wsecc.ir.rewrite import GraphView, NoMatch, Replacement, make_node, rewrite_nodes
-from wsecc.pm import Pass, PassContext
+from wsecc.passdef import Pass, PassContext
 
 
 def _match(view: GraphView, lin: Node) -> tuple[Replacement, set[Node]]:

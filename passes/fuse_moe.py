@@ -53,7 +53,7 @@ from wsecc.ir.rewrite import (
     rewrite_nodes,
 )
 from wsecc.ir.rules import GATES, MOE_ROUTERS, moe
-from wsecc.pm import Pass, PassContext
+from wsecc.passdef import Pass, PassContext
 
 _VIEWS = LAYOUT | {Op.IDENTITY, Op.CAST}
 _RTOL = 1e-4  # of the output's largest magnitude: float32 rounding, not a different function

@@ -23,7 +23,7 @@ import numpy as np
 from wsecc.ir.core import DType, Graph, Node, Op, Value
 from wsecc.ir.rewrite import eval_nodes
 from wsecc.kernels import Flow, Kernel, KernelGraph, Port, lower_node
-from wsecc.pm import Level, Pass, PassContext
+from wsecc.passdef import Level, Pass, PassContext
 
 _VIEW_OPS = frozenset(
     {Op.RESHAPE, Op.TRANSPOSE, Op.SPLIT, Op.SLICE, Op.EXPAND, Op.CAST, Op.IDENTITY, Op.DROPOUT}
