@@ -42,6 +42,7 @@ from wsecc.replicas import Replicas
 from wsecc.route.problem import Routing
 from wsecc.stages import Fused, Job, Loaded, Placed, Simulated, Sized, timed
 from wsecc.targets import load_target
+from wsecc.view import load_outdir
 
 Say = Callable[[str, str], None]
 
@@ -211,8 +212,6 @@ def compile_file(
 def reload(folder: str | os.PathLike[str]) -> Placed:
     """A saved compile (its output folder) with its placement and routing, ready for
     `simulate`. The model is re-imported only when numerics are asked for."""
-    from wsecc.view import load_outdir
-
     folder = Path(folder)
     v = load_outdir(folder)
     saved = json.loads((folder / "report.json").read_text())

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from wsecc.errors import SimulationError
 from wsecc.ir.core import Graph
 from wsecc.kernels import (
     DEFAULT_CHUNK_TOKENS,
@@ -34,6 +35,7 @@ from wsecc.kernels import (
     sizing_at,
 )
 from wsecc.lanes import edge_cycles, lane_bytes, lanes_within
+from wsecc.numerics import make_inputs, ort_run
 from wsecc.options import Options
 from wsecc.passes import DEFAULT_PIPELINE, LOWERING
 from wsecc.place.api import place
@@ -78,6 +80,9 @@ from wsecc.route.problem import (
     validate_routing,
 )
 from wsecc.route.router import Tolls, route
+from wsecc.sim.events import buffer_bytes_per_pe, simulate_l1
+from wsecc.sim.perf import FLOW, crossing_cycles, flow_name, simulate_l0
+from wsecc.sim.sram import SramError, sram_map
 from wsecc.targets import Target
 from wsecc.vocab import SimLevel
 
@@ -106,8 +111,6 @@ def fuse(graph: Graph, model_path: Path, options: Options) -> tuple[Graph, list[
     checked against onnxruntime on `model_path`."""
     numerics = None
     if options.check_each_pass:
-        from wsecc.numerics import make_inputs, ort_run
-
         feeds = make_inputs(graph)
         numerics = NumericsCheck(feeds, ort_run(model_path, feeds))
     pm = PassManager(
@@ -401,8 +404,6 @@ def _busiest_link(
 ) -> int:
     """Cycles per sample of the busiest link a routing leaves, as L0 charges them: a kernel's
     own link time plus the lanes crossing its region, or a flow's bytes over its lanes."""
-    from wsecc.sim.perf import crossing_cycles, flow_name
-
     L = target.link_bytes_per_cycle
     paths: dict[str, list[tuple[Point, ...]]] = defaultdict(list)
     for ln in routing.lanes:
@@ -597,8 +598,6 @@ def _route_checked(
     faster on the wafer (the first on a tie or when the second does not pack or route).
     Inference only: a training step's or a decode step's sizing is not L0's balanced
     throughput, and `place_and_route` routes those without the check."""
-    from wsecc.sim.perf import simulate_l0
-
     rp, program = route(placement)
     first = simulate_l0(program)
     halos = _halos(program, rp, first)
@@ -668,8 +667,6 @@ def _halos(program: Program, rp: RoutingProblem, perf: PerfResult) -> dict[str, 
     own ends, so the limiting kernel is not among theirs). Their ends get a PE of ring per
     `HALO_LANES_PER_PE` of their starved lanes, within `HALO_PES`. Empty also when the limit
     is a kernel no lane crosses: its own links take the stage time, whatever the placement."""
-    from wsecc.sim.perf import FLOW, flow_name
-
     if perf.wafer_samples_per_s >= ON_WAFER_GOAL * program.sizing.samples_per_s:
         return {}
     limit = perf.wafer_bottleneck
@@ -778,8 +775,6 @@ def _most_tiles(whole: PlacementProblem, most: int) -> tuple[int, int] | None:
 def _copies_for_host(program: Program) -> int:
     """k_host of one copy (`wsecc.replicas.copies_for_host`): its on-wafer throughput against
     the host I/O bound, from L0 with the whole host I/O."""
-    from wsecc.sim.perf import simulate_l0
-
     alone = simulate_l0(program)
     host = host_samples_per_s(alone, program.target.io.offwafer_bytes_per_s)
     return copies_for_host(alone.wafer_samples_per_s, host)
@@ -804,11 +799,6 @@ def simulate(program: Program, options: Options) -> tuple[SramMap, PerfResult, E
     skew buffers take at most the SRAM each kernel's fullest PE leaves (fewer chunks, and L1
     shows the back-pressure, where a buffer would not fit), and the map charges them to the
     kernels that hold them."""
-    from wsecc.errors import SimulationError
-    from wsecc.sim.events import buffer_bytes_per_pe, simulate_l1
-    from wsecc.sim.perf import simulate_l0
-    from wsecc.sim.sram import SramError, sram_map
-
     perf = simulate_l0(program, options.batch)
     plain = sram_map(program)
     if options.sim is not SimLevel.L1:

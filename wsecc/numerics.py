@@ -15,8 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 from wsecc.errors import WseccError
+from wsecc.frontend.generation import generation_io
+from wsecc.frontend.load import read_mapped
+from wsecc.frontend.widen import widen_floats
 from wsecc.interp import run as run_interpreter
 from wsecc.ir.core import DType, Graph, Op, Value
 
@@ -269,7 +274,6 @@ def _session(path: str | os.PathLike[str], *, as_written: bool = False) -> Any:
     float16 read as float32; with `as_written`, as it is) with 4-D Megatron masks made 3-D
     (`_with_3d_masks`); graph optimizations off, one thread: runs repeat bit for bit. Or
     WseccError naming why onnxruntime cannot load it."""
-    import onnx
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -300,9 +304,6 @@ def _reference_model(path: str | os.PathLike[str]) -> tuple[Any, tuple[str, ...]
     (`load_as_compiled`: float32; the weights its loader leaves on disk read in, so that it
     serializes whole); any other as onnx reads it, without its external data (onnxruntime
     reads the file itself), which is the file the compiler reads."""
-    import onnx
-
-    from wsecc.frontend.load import read_mapped
     from wsecc.frontend.onnx import load_as_compiled, narrow_floats
 
     model = onnx.load(str(path), load_external_data=False)
@@ -322,9 +323,6 @@ def _with_3d_masks(model: Any) -> bool:
     CPU kernel takes as a 3-D mask_index with the same meaning (a pair is kept where it is > 0).
     S is read from the Attention's input at run time (Shape, Slice, Reshape: opset 10 or
     later)."""
-    import onnx
-    from onnx import helper, shape_inference
-
     if not any(
         (n.domain, n.op_type) == ("com.microsoft", "Attention") and len(n.input) > 3
         for n in model.graph.node
@@ -390,10 +388,6 @@ def _ort_error(path: str | os.PathLike[str], e: Exception) -> WseccError:
 def file_generation(path: str | os.PathLike[str]) -> GenerationIO | None:
     """The generation interface of the ONNX file at `path` (its graph read without external
     data), or None when it has no past key/value inputs."""
-    import onnx
-
-    from wsecc.frontend.generation import generation_io
-
     return generation_io(onnx.load(str(path), load_external_data=False))
 
 
@@ -624,12 +618,7 @@ class OrtWithWeights:
     WseccError when onnxruntime cannot load the file (widened or not)."""
 
     def __init__(self, path: str | os.PathLike[str], *, float64: bool = False) -> None:
-        import onnx
         import onnxruntime as ort
-        from onnx import TensorProto, numpy_helper
-
-        from wsecc.frontend.generation import generation_io
-        from wsecc.frontend.widen import widen_floats
 
         model, _ = _reference_model(path)
         self._generation = generation_io(model)  # a with-past file runs as ort_run runs it

@@ -53,7 +53,7 @@ import json
 import textwrap
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wsecc.errors import WseccError
@@ -658,6 +658,4 @@ def plan_training(
 
 
 def _with_why(r: TrainResult, why: str) -> TrainResult:
-    from dataclasses import replace
-
     return replace(r, why=why)

@@ -96,6 +96,7 @@ from typing import Any
 
 import numpy as np
 from scipy import special
+from threadpoolctl import ThreadpoolController
 
 from wsecc.errors import SimulationError
 from wsecc.interp import run as run_reference
@@ -110,9 +111,11 @@ from wsecc.ir.rules import (
     evaluate_op,
     rope,
     split_heads,
+    top_k_indices,
 )
 from wsecc.kernels import KernelGraph, KernelKind, KernelSizing, Sizing, precision
 from wsecc.kernels.costs import cdiv
+from wsecc.kernels.kinds.moe import _bands
 from wsecc.numerics import (
     AsWritten,
     OutputError,
@@ -446,9 +449,6 @@ def _moe(b: _Build) -> Run:
     and H over the rows; the combine adds w_j · y_e into each token's running sum in band order
     (band 0, nearest the W edge, first; experts of one band in index order), in the accumulate
     type, rounded to storage as it leaves."""
-    from wsecc.ir.rules import top_k_indices
-    from wsecc.kernels.kinds.moe import _bands
-
     b.expect(Op.MOE)
     a: dict[str, Any] = b.node.attr_dict
     wr, wg, wu, wd = (b.resident(i) for i in range(1, 5))
@@ -746,8 +746,6 @@ Builder = Callable[[_Build], Run]
 
 @functools.cache
 def _blas_threads() -> Any:
-    from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
-
     return ThreadpoolController()
 
 

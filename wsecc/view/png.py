@@ -24,6 +24,7 @@ from wsecc.limits import KERNEL, Limits
 from wsecc.place.problem import Placement, Rect
 from wsecc.replicas import Replicas
 from wsecc.route.problem import Routing
+from wsecc.sim.roofline import BOUND_COLORS, roofline
 from wsecc.targets import Target
 from wsecc.view.data import LIMIT_COLOR, corners, kind_colors
 
@@ -199,8 +200,6 @@ def _save(fig: Figure, path: str | os.PathLike[str]) -> None:
 def write_roofline_png(path: str | os.PathLike[str], perf: PerfResult, target: Target) -> None:
     """Every kernel of `perf` on the per-PE roofline of `target` (module doc), colored by the
     bound L0 found for it; the slowest kernels labelled."""
-    from wsecc.sim.roofline import BOUND_COLORS, roofline
-
     roof = roofline(target, perf.precision)
     ks = [k for k in perf.kernels if np.isfinite(k.intensity) and k.intensity > 0]
     x = np.array([k.intensity for k in ks])
