@@ -737,8 +737,26 @@ def _reference(b: _Build) -> Run:
 
 
 Builder = Callable[[_Build], Run]
-"""A kernel kind's tiled implementation, named by its definition's `simulate`
-(`wsecc.kernels.kinds`)."""
+"""A kernel kind's tiled implementation: the run of one node on its region."""
+
+BUILDERS: Mapping[KernelKind, Builder] = MappingProxyType(
+    {
+        KernelKind.LINEAR: _linear,
+        KernelKind.GATED_LINEAR: _gated_linear,
+        KernelKind.LM_HEAD: _linear,
+        KernelKind.MOE: _moe,
+        KernelKind.ATTENTION: _attention,
+        KernelKind.LAYERNORM: _layernorm,
+        KernelKind.RMSNORM: _rmsnorm,
+        KernelKind.SOFTMAX: _softmax,
+        KernelKind.EMBEDDING: _embedding,
+        KernelKind.ELEMENTWISE: _reference,
+        KernelKind.GENERIC: _reference,
+    }
+)
+"""The functional simulator of each kernel kind it runs (the contest's kinds have none). The
+simulator names the kinds, not the kinds the simulator: a kind's definition
+(`wsecc.kernels.kinds`) never imports the simulator (numba)."""
 
 
 # --- the program ------------------------------------------------------------------------------------
@@ -841,7 +859,7 @@ def compile_functional(
         else:
             if name not in regions:
                 raise SimulationError(f"sizing {sizing.graph!r} has no region for {name!r}")
-            builder = kernels[name].spec.builder()
+            builder = BUILDERS.get(kernels[name].kind)
             if builder is None:
                 raise SimulationError(
                     f"no functional model for kernel kind {kernels[name].kind.value!r}"

@@ -271,5 +271,4 @@ ATTENTION = KindDef(
     ),
     tokens="seq",
     decode=attention_decode,
-    simulate="wsecc.sim.functional:_attention",
 )

@@ -216,7 +216,6 @@ LINEAR = KindDef(
     grad=LINEAR_GRAD,
     tokens="tokens",
     decode=linear_decode,
-    simulate="wsecc.sim.functional:_linear",
 )
 
 
@@ -289,7 +288,6 @@ GATED_LINEAR = KindDef(
         flops=_gated_linear_grad_flops,
         saved_elems=lambda p: p["tokens"] * (p["K"] + 2 * p["N"]),
     ),
-    simulate="wsecc.sim.functional:_gated_linear",
 )
 
 
@@ -340,5 +338,4 @@ LM_HEAD = KindDef(
     grad=GradRule(flops=_lm_head_grad_flops, saved_elems=lambda p: p["rows"] * p["K"]),
     tokens="rows",
     decode=lambda p, h, w, ctx, B: matmul_decode(B, p["K"], p["vocab"], h, w, ctx),
-    simulate="wsecc.sim.functional:_linear",
 )

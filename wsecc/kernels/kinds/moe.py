@@ -276,5 +276,4 @@ MOE = KindDef(
     lower=_lower_moe,
     tokens="tokens",
     decode=moe_decode,
-    simulate="wsecc.sim.functional:_moe",
 )
