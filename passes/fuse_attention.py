@@ -141,8 +141,9 @@ def _splits_batch(n: Node) -> bool:
     )
 
 
-def _walk_scores(view: GraphView, v: Value, mask_class) -> _Scores:  # type: ignore[no-untyped-def]
-    scale, terms, nodes = 1.0, [], []
+def _walk_scores(view: GraphView, v: Value, mask_class: Callable[[Value], bool]) -> _Scores:
+    scale, nodes = 1.0, []
+    terms: list[tuple[str, Value, float]] = []
     batched = False
     while True:
         n = view.prod(v)
@@ -862,7 +863,7 @@ def _evaluate_mask(
                 raise NoMatch("mask does not mean 'key padding' (mask[b, key] == 0 drops the key)")
     finite = [f for f in fills if f < 0]
     fill = min(finite) if finite else -np.inf
-    fill = float(max(fill, np.finfo(np.float32).min) if np.isfinite(fill) else fill)
+    fill = float(max(fill, float(np.finfo(np.float32).min)) if np.isfinite(fill) else fill)
     if bias.slopes is not None:
         return _MaskMeaning(causal, window, mask_in, kind, fill, bias.slopes)
     if bias.table is None or not bias.table.any():
@@ -943,8 +944,10 @@ def _evaluate_mask_by_rows(
 
     def keep_rows(mask: np.ndarray | None, lo: int, hi: int) -> np.ndarray:
         """The kept pairs of query rows [lo, hi): [b, 1, hi - lo, sk]."""
-        env = {mask_in: mask.astype(mask_in.type.dtype.numpy)} if mask_in is not None else {}
-        vals = eval_nodes(small, env)  # type: ignore[arg-type]
+        env = {}
+        if mask_in is not None and mask is not None:
+            env[mask_in] = mask.astype(mask_in.type.dtype.numpy)
+        vals = eval_nodes(small, env)
 
         def rows(v: Value) -> np.ndarray:
             if v in made:  # computed on these rows already
@@ -955,7 +958,7 @@ def _evaluate_mask_by_rows(
             return a if ax is None else np.take(a, np.arange(lo, hi), axis=ax)
 
         for n in sorted(rowwise, key=view.index.__getitem__):
-            (vals[n.outputs[0]],) = evaluate_op(n.op, [rows(v) for v in n.inputs], n.attr_dict)  # type: ignore[arg-type]
+            (vals[n.outputs[0]],) = evaluate_op(n.op, [rows(v) for v in n.inputs], n.attr_dict)
         keep = np.ones((b, 1, hi - lo, sk), dtype=bool)
         later = np.ones_like(keep)
         for kind, v, _ in terms:
@@ -1034,7 +1037,7 @@ def _evaluate_mask_by_rows(
                     )
     finite = [f for f in fills if f < 0]
     fill = min(finite) if finite else -np.inf
-    fill = float(max(fill, np.finfo(np.float32).min) if np.isfinite(fill) else fill)
+    fill = float(max(fill, float(np.finfo(np.float32).min)) if np.isfinite(fill) else fill)
     return _MaskMeaning(
         causal, window, mask_in, "key_padding" if mask_in is not None else "none", fill, ()
     )
@@ -1262,8 +1265,8 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     srcs, offsets = [q_src, k_src, v_src], [_offset(c) for c in (q_cols, k_cols, v_cols)]
     packed: list[Node] = []  # the Linear q, k, v come from, reordered for the heads
     if any(off is None for off in offsets):
-        lin, offsets = _reordered_linear(view, srcs, [q_cols, k_cols, v_cols], region)
-        packed, srcs = [lin], [lin.output] * 3
+        lin, reordered = _reordered_linear(view, srcs, [q_cols, k_cols, v_cols], region)
+        packed, srcs, offsets = [lin], [lin.output] * 3, [*reordered]
     q_off, k_off, v_off = offsets
     mask = _mask_semantics(memo, view, sc.terms, (b, h, sq, sk))
     attrs: dict[str, object] = {

@@ -71,7 +71,8 @@ def lower_to_kernels(graph: Graph, ctx: PassContext | None = None) -> KernelGrap
     reads: dict[Value, list[tuple[Value, list[Node]]]] = defaultdict(list)
 
     def source(v: Value) -> Kernel | Port | None:
-        read, chain = v, []
+        read = v
+        chain: list[Node] = []
         while True:
             if v in ports_in:
                 reads[v].append((read, chain[::-1]))

@@ -212,9 +212,11 @@ def make_node(
     name: str,
     origin: Sequence[str],
     out_names: Sequence[str] = (),
+    /,
     **attrs: object,
 ) -> Node:
-    """A node with inferred output types; outputs are named `out_names` (default: `name`)."""
+    """A node with inferred output types; outputs are named `out_names` (default: `name`;
+    positional, so that any `**attrs` may be unpacked here)."""
     a = make_attrs(attrs)  # type: ignore[arg-type]
     types = infer_types(op, [v.type for v in ins], dict(a))
     names = list(out_names) or [name] + [f"{name}:{i}" for i in range(1, len(types))]
