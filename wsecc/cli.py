@@ -137,7 +137,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     sizing = None
     if args.target:
         sizing = c.lower_and_size().sizing
-    out = {
+    out: dict[str, Any] = {
         "model": str(args.model),
         "bindings": info.bindings,
         "params": param_count(fused),
@@ -165,7 +165,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"params {out['params']:,}   FLOPs/sample {out['flops_per_sample']:,}")
     print("ops (raw):   " + ", ".join(f"{k} {v}" for k, v in info.raw_ops.items()))
     print("ops (fused): " + ", ".join(f"{k} {v}" for k, v in fused.op_histogram().items()))
-    for f in out["fused"]:  # type: ignore[attr-defined]
+    for f in out["fused"]:
         nodes = f["onnx_nodes"]
         print(
             f"  {f['op']:<11} <- {len(nodes)} ONNX nodes: {', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}"
@@ -174,7 +174,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(
             f"\n{'kernel':<22} {'kind':<12} {'PEs':>8} {'region':>11} {'SRAM B/PE':>10} {'cycles/sample':>14}  ONNX nodes"
         )
-        for r in out["kernels"]:  # type: ignore[attr-defined]
+        for r in out["kernels"]:
             reg = f"{r['region']['h']}x{r['region']['w']}"
             nodes = r["onnx_nodes"]
             print(

@@ -376,8 +376,9 @@ def _widest_crossing(
     for _ in range(WIDENINGS):
         if wider is None:
             break
+        tried = wider
         try:
-            rp, routing = wider, route(wider, placement, tolls=tolls)
+            rp, routing = tried, route(tried, placement, tolls=tolls)
             best = min(
                 best,
                 (_busiest_link(rp, routing, placement, sizing, target), rp, routing),
@@ -391,9 +392,9 @@ def _widest_crossing(
                 replace(f, lanes=f.lanes - (f.lanes - before[f.name] + 3) // 4)
                 if f.name in e.flows
                 else f
-                for f in wider.flows
+                for f in tried.flows
             )
-            wider = replace(wider, flows=back) if back != wider.flows else None
+            wider = replace(tried, flows=back) if back != tried.flows else None
     if failed:
         say("route", "wider lanes for some flows crossing regions do not route; kept fewer")
     return best[1], best[2]
@@ -799,17 +800,19 @@ def simulate(program: Program, options: Options) -> tuple[SramMap, PerfResult, E
     skew buffers take at most the SRAM each kernel's fullest PE leaves (fewer chunks, and L1
     shows the back-pressure, where a buffer would not fit), and the map charges them to the
     kernels that hold them."""
-    perf = simulate_l0(program, options.batch)
+    batch = options.batch
+    assert batch is not None  # set in infer and generate mode (`Options.__post_init__`)
+    perf = simulate_l0(program, batch)
     plain = sram_map(program)
     if options.sim is not SimLevel.L1:
         return plain, perf, None
     room = {k: plain.sram_bytes_per_pe - used for k, used in plain.kernel_max.items()}
     try:
-        events = simulate_l1(program, options.batch, samples=options.sim_samples, skew_room=room)
+        events = simulate_l1(program, batch, samples=options.sim_samples, skew_room=room)
     except SimulationError as stalled:
         # Cut to fit, the buffers stall the pipeline (a barrier waits on a residual): the
         # program needs them whole, and the map of the whole ones says where they do not fit.
-        events = simulate_l1(program, options.batch, samples=options.sim_samples)
+        events = simulate_l1(program, batch, samples=options.sim_samples)
         try:
             sram_map(program, extra_buffers=buffer_bytes_per_pe(events))
         except SramError as e:

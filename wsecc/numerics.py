@@ -279,6 +279,7 @@ def _session(path: str | os.PathLike[str], *, as_written: bool = False) -> Any:
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
+    widened: tuple[str, ...]
     try:
         if as_written:
             model, widened = onnx.load(str(path), load_external_data=False), ()
@@ -430,7 +431,7 @@ def _prompt_feeds(
     out: dict[str, np.ndarray] = {}
     for layer in gen.layers:
         for name in layer.past:
-            empty = np.zeros(gen.past_shape(layer, batch), types[name])
+            empty: np.ndarray = np.zeros(gen.past_shape(layer, batch), types[name])
             out[name] = past[name] if past is not None else empty
     if gen.position_ids is not None:
         dtype = types[gen.position_ids]
@@ -478,7 +479,7 @@ def ort_generate(
         tokens: np.ndarray, start: int, past: Mapping[str, np.ndarray] | None
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """One run over `tokens` at positions start.. with `past`; (last logits, outputs)."""
-        args = {ids: tokens.astype(types[ids])}
+        args: dict[str, np.ndarray] = {ids: tokens.astype(types[ids])}
         pos = np.arange(start, start + tokens.shape[1])
         if mask is not None:
             args[mask] = np.ones((batch, start + tokens.shape[1]), types[mask])
@@ -529,7 +530,7 @@ def _generation_inputs(
     feeds; a WseccError for a file with other inputs, a mask that is not [batch, keys], or ids
     whose sequence dim is fixed (without a past, other than one token with one)."""
     name = Path(path).name
-    taken = set(gen.past_inputs) | {gen.use_cache_branch} if gen is not None else set()
+    taken: set[str | None] = {*gen.past_inputs, gen.use_cache_branch} if gen else set()
     rest = [k for k in inputs if k not in taken]
     mask = next((k for k in rest if "mask" in k.lower()), None)
     positions = next((k for k in rest if "position" in k.lower()), None)

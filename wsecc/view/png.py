@@ -98,7 +98,7 @@ def write_placement_png(
         fontsize=9,
     )
     counts = {kind: sum(1 for _, _, k in placed if k == kind) for kind in colors}
-    handles = [
+    handles: list[Patch | Line2D] = [
         Patch(facecolor=c, edgecolor="#202020", label=f"{k} ({counts[k]})")
         for k, c in colors.items()
     ]
@@ -158,6 +158,7 @@ def _draw_limit(
     name, kind = limits.highlight
     rect = placement.rects.get(name) if kind == KERNEL else None
     lanes = [ln for ln in (routing.lanes if routing else ()) if ln.flow == name]
+    box: tuple[float, float, float, float]
     if rect is not None:
         box = (rect.x, rect.y, rect.x + rect.w, rect.y + rect.h)
         ax.add_patch(
