@@ -243,6 +243,15 @@ def test_imports_inside_functions_are_read() -> None:
     assert _module_level(body) == []
 
 
+def _loads_heavy(module: str, mods: dict[str, Path], heavy: set[str]) -> bool:
+    """Whether importing `module` loads a `HEAVY` package (`heavy`: such library modules)."""
+    if not module.startswith("wsecc."):
+        return module.split(".")[0] in HEAVY
+    while module not in mods and "." in module:  # `from m import name` names module m
+        module = module.rpartition(".")[0]
+    return module in heavy
+
+
 def test_imports_inside_functions_only_for_heavy_dependencies() -> None:
     """An import inside a function is of a `HEAVY` package or of a library module that loads
     one; any other belongs at the top of its module (where a cycle would show)."""
@@ -252,9 +261,10 @@ def test_imports_inside_functions_only_for_heavy_dependencies() -> None:
     bad = []
     for name, path in mods.items():
         for node in _in_functions(ast.parse(path.read_text(), str(path)).body):
-            for t in _resolve(name, path.name == "__init__.py", node)[:1]:
-                while t.rpartition(".")[0] and t not in mods and t.startswith("wsecc."):
-                    t = t.rpartition(".")[0]
-                if t.split(".")[0] not in HEAVY and t not in heavy:
-                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {t}")
+            named = _resolve(name, path.name == "__init__.py", node)
+            if isinstance(node, ast.Import):  # `import a, b`: each module
+                light = [t for t in named if not _loads_heavy(t, mods, heavy)]
+            else:  # `from m import x`: module m, or its submodule x
+                light = named[:1] if not any(_loads_heavy(t, mods, heavy) for t in named) else []
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno} imports {t}" for t in light]
     assert not bad, "imports inside functions of light modules: " + "; ".join(bad)
