@@ -1,4 +1,4 @@
-"""Graph passes, one per file, each declaring its `Pass` (`wsecc.pm`: name, function, the IR
+"""Graph passes, one per file, each declaring its `Pass` (`wsecc.passdef`: name, function, the IR
 level it requires and produces); registered here by name. Installed as `wsecc.passes`.
 
 `DEFAULT_PIPELINE` is the compile's fusion stage (Graph -> fused Graph); `LOWERING` runs
@@ -22,7 +22,7 @@ from wsecc.passes import (
     lower,
 )
 
-from wsecc.pm import Pass, PassContext
+from wsecc.passdef import Pass, PassContext
 
 PASSES: Mapping[str, Pass] = MappingProxyType(
     {

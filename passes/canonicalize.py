@@ -20,7 +20,7 @@ from wsecc.ir.arrays import content_key, dense, foldable_size, is_uniform
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import COMMUTATIVE, Replacement, apply, make_node
 from wsecc.ir.rules import evaluate_op
-from wsecc.pm import Pass, PassContext
+from wsecc.passdef import Pass, PassContext
 
 _FOLDABLE = frozenset({Op.TRANSPOSE, Op.RESHAPE, Op.CAST, Op.EXPAND, Op.SLICE, Op.CONCAT})
 

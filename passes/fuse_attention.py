@@ -71,7 +71,7 @@ from wsecc.ir.rewrite import (
     scalar,
 )
 from wsecc.ir.rules import alibi_positions, evaluate_op, rotate
-from wsecc.pm import Pass, PassContext, PassError
+from wsecc.passdef import Pass, PassContext, PassError
 
 VERY_NEGATIVE = -1000.0  # an additive bias at or below this masks the key out
 
@@ -143,12 +143,13 @@ def _splits_batch(n: Node) -> bool:
     )
 
 
-def _walk_scores(view: GraphView, v: Value, mask_class) -> _Scores:  # type: ignore[no-untyped-def]
+def _walk_scores(view: GraphView, v: Value, mask_class: Callable[[Value], bool]) -> _Scores:
     """The scores' way back from the softmax to q·kᵀ: scales, mask terms and at most one
     soft-cap c·tanh(x) (Gemma 2's `tanh(s / c) · c`), which must sit below every mask term: with
     the scale s_in below the Tanh and s_out = c above it, c·tanh(s_in·q·kᵀ) is the kernel's
     `softcap` c with scale s_in·c."""
-    scale, terms, nodes = 1.0, [], []
+    scale, nodes = 1.0, []
+    terms: list[tuple[str, Value, float]] = []
     batched = False
     softcap, below = 0.0, 0  # the cap, and the terms found above it
     while True:
@@ -907,7 +908,7 @@ def _evaluate_mask(
                 raise NoMatch("mask does not mean 'key padding' (mask[b, key] == 0 drops the key)")
     finite = [f for f in fills if f < 0]
     fill = min(finite) if finite else -np.inf
-    fill = float(max(fill, np.finfo(np.float32).min) if np.isfinite(fill) else fill)
+    fill = float(max(fill, float(np.finfo(np.float32).min)) if np.isfinite(fill) else fill)
     if bias.slopes is not None:
         return _MaskMeaning(causal, window, mask_in, kind, fill, bias.slopes)
     if bias.table is None or not bias.table.any():
@@ -988,8 +989,10 @@ def _evaluate_mask_by_rows(
 
     def keep_rows(mask: np.ndarray | None, lo: int, hi: int) -> np.ndarray:
         """The kept pairs of query rows [lo, hi): [b, 1, hi - lo, sk]."""
-        env = {mask_in: mask.astype(mask_in.type.dtype.numpy)} if mask_in is not None else {}
-        vals = eval_nodes(small, env)  # type: ignore[arg-type]
+        env = {}
+        if mask_in is not None and mask is not None:
+            env[mask_in] = mask.astype(mask_in.type.dtype.numpy)
+        vals = eval_nodes(small, env)
 
         def rows(v: Value) -> np.ndarray:
             if v in made:  # computed on these rows already
@@ -1000,7 +1003,7 @@ def _evaluate_mask_by_rows(
             return a if ax is None else np.take(a, np.arange(lo, hi), axis=ax)
 
         for n in sorted(rowwise, key=view.index.__getitem__):
-            (vals[n.outputs[0]],) = evaluate_op(n.op, [rows(v) for v in n.inputs], n.attr_dict)  # type: ignore[arg-type]
+            (vals[n.outputs[0]],) = evaluate_op(n.op, [rows(v) for v in n.inputs], n.attr_dict)
         keep = np.ones((b, 1, hi - lo, sk), dtype=bool)
         later = np.ones_like(keep)
         for kind, v, _ in terms:
@@ -1079,7 +1082,7 @@ def _evaluate_mask_by_rows(
                     )
     finite = [f for f in fills if f < 0]
     fill = min(finite) if finite else -np.inf
-    fill = float(max(fill, np.finfo(np.float32).min) if np.isfinite(fill) else fill)
+    fill = float(max(fill, float(np.finfo(np.float32).min)) if np.isfinite(fill) else fill)
     return _MaskMeaning(
         causal, window, mask_in, "key_padding" if mask_in is not None else "none", fill, ()
     )
@@ -1358,8 +1361,8 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
     srcs, offsets = [q_src, k_src, v_src], [_offset(c) for c in (q_cols, k_cols, v_cols)]
     packed: list[Node] = []  # the Linear q, k, v come from, reordered for the heads
     if any(off is None for off in offsets):
-        lin, offsets = _reordered_linear(view, srcs, [q_cols, k_cols, v_cols], region)
-        packed, srcs = [lin], [lin.output] * 3
+        lin, reordered = _reordered_linear(view, srcs, [q_cols, k_cols, v_cols], region)
+        packed, srcs, offsets = [lin], [lin.output] * 3, [*reordered]
     q_off, k_off, v_off = offsets
     mask = _mask_semantics(memo, view, sc.terms, (b, h, sq, sk))
     attrs: dict[str, object] = {

@@ -30,7 +30,7 @@ from wsecc.ir.rewrite import (
     scalar,
 )
 from wsecc.ir.rules import evaluate_op, padded_positions
-from wsecc.pm import Pass, PassContext
+from wsecc.passdef import Pass, PassContext
 
 
 def _gather(view: GraphView, n: Node) -> tuple[Replacement, set[Node]]:

@@ -28,7 +28,7 @@ from wsecc.ir.rewrite import (
     rewrite_nodes,
 )
 from wsecc.ir.rules import gelu
-from wsecc.pm import Pass, PassContext
+from wsecc.passdef import Pass, PassContext
 
 _PROBE = np.linspace(-6.0, 6.0, 601, dtype=np.float32)
 _REFS = {a: gelu(_PROBE, a) for a in ("none", "tanh")}

@@ -37,7 +37,7 @@ from wsecc.ir.rewrite import (
     scalar,
 )
 from wsecc.ir.rules import MAX_SKIPS
-from wsecc.pm import Pass, PassContext
+from wsecc.passdef import Pass, PassContext
 
 _ALLOWED = ELEMENTWISE | {Op.REDUCE_MEAN}
 _ROWS = 8
@@ -171,7 +171,7 @@ def _residual(view: GraphView, ln: Node) -> tuple[Replacement, set[Node]]:
         [add.inputs[0], add.inputs[1], *ln.inputs[1:]],
         ln.output.name,
         origin_of([add, ln]),
-        out_names=names,
+        names,
         **attrs,
     )
     mapping = {ln.output: new.outputs[0]}
@@ -206,7 +206,7 @@ def _parallel(view: GraphView, ln: Node) -> tuple[Replacement, set[Node]]:
             [*parts, *ln.inputs[len(operands) :]],
             ln.name,
             origin_of([add, ln]),
-            out_names=names,
+            names,
             **ln.attr_dict,
         )
         return Replacement([new], dict(zip(ln.outputs, new.outputs, strict=True))), {add, ln}

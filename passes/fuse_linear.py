@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import GraphView, NoMatch, Replacement, make_node, origin_of, rewrite_nodes
-from wsecc.pm import Pass, PassContext
+from wsecc.passdef import Pass, PassContext
 
 
 def _bias(view: GraphView, y: Value) -> tuple[Node, Value] | None:

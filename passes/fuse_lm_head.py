@@ -15,7 +15,7 @@ import numpy as np
 from wsecc.ir.arrays import same_data
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import GraphView, NoMatch, Replacement, make_node, rewrite_nodes, scalar
-from wsecc.pm import Pass, PassContext
+from wsecc.passdef import Pass, PassContext
 
 
 def _match(view: GraphView, lin: Node) -> tuple[Replacement, set[Node]]:

@@ -62,7 +62,7 @@ from wsecc.ir.rewrite import (
     rewrite_nodes,
 )
 from wsecc.ir.rules import GATES, MOE_ROUTERS, evaluate_op
-from wsecc.pm import Pass, PassContext
+from wsecc.passdef import Pass, PassContext
 
 _VIEWS = LAYOUT | {Op.IDENTITY, Op.CAST}
 _RTOL = 1e-4  # of the output's largest magnitude: float32 rounding, not a different function
@@ -283,7 +283,7 @@ def _evaluate_few(
         if n.op is Op.MATMUL and any(v in lazy for v in n.inputs):
             vals[n.output] = _gathered_matmul(n, vals, lazy)
             continue
-        args = [v.const if v.is_const else vals[v] for v in n.inputs]
+        args = [c if (c := v.const) is not None else vals[v] for v in n.inputs]
         for v, r in zip(n.outputs, evaluate_op(n.op, args, n.attr_dict), strict=True):
             vals[v] = np.asarray(r)
     return vals[out].reshape(-1, h)[:few].reshape(few, h), few

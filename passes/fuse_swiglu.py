@@ -36,7 +36,7 @@ from wsecc.ir.rewrite import (
     rewrite_nodes,
 )
 from wsecc.ir.rules import gelu, silu
-from wsecc.pm import Pass, PassContext
+from wsecc.passdef import Pass, PassContext
 
 _PROBE = np.linspace(-8.0, 8.0, 401, dtype=np.float32)
 _PROBE64 = _PROBE.astype(np.float64)

@@ -23,7 +23,7 @@ import numpy as np
 from wsecc.ir.core import DType, Graph, Node, Op, Value
 from wsecc.ir.rewrite import eval_nodes
 from wsecc.kernels import Flow, Kernel, KernelGraph, Port, lower_node
-from wsecc.pm import Level, Pass, PassContext
+from wsecc.passdef import Level, Pass, PassContext
 
 _VIEW_OPS = frozenset(
     {Op.RESHAPE, Op.TRANSPOSE, Op.SPLIT, Op.SLICE, Op.EXPAND, Op.CAST, Op.IDENTITY, Op.DROPOUT}
@@ -71,7 +71,8 @@ def lower_to_kernels(graph: Graph, ctx: PassContext | None = None) -> KernelGrap
     reads: dict[Value, list[tuple[Value, list[Node]]]] = defaultdict(list)
 
     def source(v: Value) -> Kernel | Port | None:
-        read, chain = v, []
+        read = v
+        chain: list[Node] = []
         while True:
             if v in ports_in:
                 reads[v].append((read, chain[::-1]))

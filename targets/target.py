@@ -270,7 +270,7 @@ def parse_target(text: str, filename: str) -> Target:
 def _section_class(hint: Any) -> type:
     """The dataclass of a section's type hint (`System | None` for an optional one)."""
     args = [a for a in getattr(hint, "__args__", ()) if a is not type(None)]
-    return args[0] if args else hint  # type: ignore[no-any-return]
+    return args[0] if args else hint
 
 
 def _read_str(doc: dict[str, Any], key: str, fail: _Fail) -> str:

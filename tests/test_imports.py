@@ -6,11 +6,17 @@
 Two graphs: the module-level imports (what importing a module runs), which must have no cycle
 at all; and every import, those inside functions too, so that an import moved into a function
 cannot hide a cycle (imports inside functions are for optional or heavy dependencies, not for
-cycles). The one cycle left there is `known_cycle`'s."""
+cycles). Neither has a cycle.
+
+And an import inside a function is of a heavy dependency (`HEAVY`: optional, or seconds to
+load, so `wsecc --help`, a reloaded folder or a greedy compile need not load it) or of a library
+module that imports one at module level; a module's PEP 562 `__getattr__` may import anything
+(`import wsecc` stays light)."""
 
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +27,26 @@ PACKAGES = {
     "wsecc.passes": ROOT / "passes",
     "wsecc.targets": ROOT / "targets",
 }
+HEAVY = frozenset(
+    {
+        "torch",  # optional (export)
+        "transformers",  # optional (export)
+        "ray",  # optional (sweep --ray)
+        "playwright",  # optional (viewer tests)
+        "matplotlib",  # the PNGs only
+        "numba",  # the functional simulator only
+        "ortools",  # the CP-SAT placer only (and the pandas it imports)
+        "onnxscript",  # constant folding only
+        "onnxruntime",  # the numerics checks only
+        "rich",  # the progress display only
+        "onnx_ir",  # constant folding only (and the sympy it imports)
+        "networkx",  # one query of KernelGraph only
+    }
+)
+"""Third-party packages a module may import inside a function (seconds to load, or optional)."""
 
 
+@cache
 def modules() -> dict[str, Path]:
     """Module name -> file, for every module of the library."""
     found: dict[str, Path] = {}
@@ -45,16 +69,6 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def known_cycle(modules: list[str]) -> bool:
-    """The cycle not broken yet: `wsecc.pm.PassManager` resolves pass names in
-    `wsecc.passes.PASSES`, whose passes import the pass interface from `wsecc.pm` (breaking it
-    moves that interface out of `wsecc.pm`, an edit to every pass in `passes/`). Any cycle of
-    `wsecc.pm` and the passes, so that a new pass does not fail this test."""
-    return "wsecc.pm" in modules and all(
-        m == "wsecc.pm" or m == "wsecc.passes" or m.startswith("wsecc.passes.") for m in modules
-    )
-
-
 def _every(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
     """Every import statement a module holds, in functions too (not in `if TYPE_CHECKING:`)."""
     out: list[ast.Import | ast.ImportFrom] = []
@@ -70,6 +84,20 @@ def _every(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
             elif isinstance(child, ast.ExceptHandler):
                 out += _every(child.body)
     return out
+
+
+def _in_functions(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements inside functions (not in `if TYPE_CHECKING:`, not in a module-level
+    `__getattr__`)."""
+    top = {id(n) for n in _module_level(body)}
+    lazy = [
+        n
+        for node in body
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+        for n in _every(node.body)
+    ]
+    skip = top | {id(n) for n in lazy}
+    return [n for n in _every(body) if id(n) not in skip]
 
 
 def _module_level(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
@@ -89,6 +117,22 @@ def _module_level(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
     return out
 
 
+def _resolve(name: str, is_package: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The modules an import statement of module `name` names, absolute (`from . import x`
+    resolved against `name`)."""
+    mods = modules()
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = node.module or ""
+    if node.level:
+        anchor = name.split(".")
+        anchor = anchor if is_package else anchor[:-1]
+        anchor = anchor[: len(anchor) - (node.level - 1)]
+        base = ".".join([*anchor, base] if base else anchor)
+    # `from package import module` imports the module too
+    return [base] + [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in mods]
+
+
 def import_graph(statements: Any = _module_level) -> dict[str, set[str]]:
     """Module -> the library modules it imports (`statements`: which import statements count;
     by default those at module level)."""
@@ -97,20 +141,7 @@ def import_graph(statements: Any = _module_level) -> dict[str, set[str]]:
     for name, path in mods.items():
         is_package = path.name == "__init__.py"
         for node in statements(ast.parse(path.read_text(), str(path)).body):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            else:
-                base = node.module or ""
-                if node.level:
-                    anchor = name.split(".")
-                    anchor = anchor if is_package else anchor[:-1]
-                    anchor = anchor[: len(anchor) - (node.level - 1)]
-                    base = ".".join([*anchor, base] if base else anchor)
-                targets = [base]
-                # `from package import module` imports the module too
-                targets += [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in mods]
-            for t in targets:
+            for t in _resolve(name, is_package, node):
                 while t and t not in mods:  # `from m import name` names module m
                     t = t.rpartition(".")[0]
                 # importing a.b.c runs a/__init__ and a/b/__init__ first; a module's own
@@ -120,6 +151,25 @@ def import_graph(statements: Any = _module_level) -> dict[str, set[str]]:
                         graph[name].add(t)
                     t = t.rpartition(".")[0]
     return graph
+
+
+def heavy_modules() -> set[str]:
+    """The library modules whose module-level imports load a `HEAVY` package, directly or
+    through other library modules."""
+    mods = modules()
+    direct = {
+        name
+        for name, path in mods.items()
+        for node in _module_level(ast.parse(path.read_text(), str(path)).body)
+        if any(t.split(".")[0] in HEAVY for t in _resolve(name, path.name == "__init__.py", node))
+    }
+    graph = import_graph()
+    heavy = set(direct)
+    while True:
+        more = {m for m in mods if m not in heavy and graph[m] & heavy}
+        if not more:
+            return heavy
+        heavy |= more
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -164,7 +214,8 @@ def test_the_import_graph_is_read() -> None:
     graph = import_graph()
     assert "wsecc.chain" in graph["wsecc.compiler"]
     assert "wsecc.stages" in graph["wsecc.chain"]
-    assert "wsecc.pm" in graph["wsecc.passes.canonicalize"]
+    assert "wsecc.passdef" in graph["wsecc.passes.canonicalize"]
+    assert "wsecc.passes" in graph["wsecc.pm"]
     assert "wsecc.kernels.registry" in graph["wsecc.kernels.ir"]
     assert "wsecc.kernels" not in graph["wsecc.kernels.ir"]  # its own package: no edge
 
@@ -177,6 +228,43 @@ def test_no_import_cycle() -> None:
 def test_no_cycle_hidden_in_functions() -> None:
     """The kernel library was a ten-module cycle held by imports inside functions."""
     graph = import_graph(_every)
-    assert "wsecc.passes" in graph["wsecc.pm"]  # the imports inside functions are read
-    found = [c for c in cycles(graph) if not known_cycle(c)]
+    found = cycles(graph)
     assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_imports_inside_functions_are_read() -> None:
+    """`_every` sees an import in a function body and skips `if TYPE_CHECKING:`."""
+    body = ast.parse(
+        "if TYPE_CHECKING:\n    import a\ndef f():\n    try:\n        import b\n"
+        "    except ImportError:\n        from c import d\n"
+    ).body
+    names = [n.names[0].name if isinstance(n, ast.Import) else n.module for n in _every(body)]
+    assert names == ["b", "c"]
+    assert _module_level(body) == []
+
+
+def _loads_heavy(module: str, mods: dict[str, Path], heavy: set[str]) -> bool:
+    """Whether importing `module` loads a `HEAVY` package (`heavy`: such library modules)."""
+    if not module.startswith("wsecc."):
+        return module.split(".")[0] in HEAVY
+    while module not in mods and "." in module:  # `from m import name` names module m
+        module = module.rpartition(".")[0]
+    return module in heavy
+
+
+def test_imports_inside_functions_only_for_heavy_dependencies() -> None:
+    """An import inside a function is of a `HEAVY` package or of a library module that loads
+    one; any other belongs at the top of its module (where a cycle would show)."""
+    mods, heavy = modules(), heavy_modules()
+    assert {"wsecc.view.png", "wsecc.place.cpsat", "wsecc.sim.functional"} <= heavy
+    assert "wsecc.compiler" not in heavy  # a compile with the greedy placer loads none
+    bad = []
+    for name, path in mods.items():
+        for node in _in_functions(ast.parse(path.read_text(), str(path)).body):
+            named = _resolve(name, path.name == "__init__.py", node)
+            if isinstance(node, ast.Import):  # `import a, b`: each module
+                light = [t for t in named if not _loads_heavy(t, mods, heavy)]
+            else:  # `from m import x`: module m, or its submodule x
+                light = named[:1] if not any(_loads_heavy(t, mods, heavy) for t in named) else []
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno} imports {t}" for t in light]
+    assert not bad, "imports inside functions of light modules: " + "; ".join(bad)

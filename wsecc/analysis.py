@@ -6,6 +6,7 @@ import numpy as np
 
 from wsecc.ir.arrays import same_data
 from wsecc.ir.core import FUSED_OPS, Graph
+from wsecc.passes.lower import lower_to_kernels
 
 _SAMPLES = 64
 
@@ -41,8 +42,6 @@ def flops_per_sample(graph: Graph) -> int:
     """FLOPs of one sample (vector ops counted as flops) of a fused graph, as its kernels do the
     work: each kind's one formula (`wsecc.kernels.kinds`), the figure sizing's ceiling and the
     utilization use too."""
-    from wsecc.passes.lower import lower_to_kernels  # passes import this module's package
-
     return lower_to_kernels(graph).flops_per_sample
 
 

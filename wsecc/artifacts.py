@@ -12,11 +12,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from wsecc.ir.printer import format_graph
 from wsecc.outdir import write_folder
 from wsecc.report import Trail, limits, report
 from wsecc.stages import Stage
 from wsecc.targets import target_source
+from wsecc.view import render_viewer
 
 STALE = ("trace.json", "inputs.npz", "outputs.npz", "generated.npz")
 """Files a re-simulation does not carry over from the folder it rewrites (`keep`)."""
@@ -24,8 +27,6 @@ STALE = ("trace.json", "inputs.npz", "outputs.npz", "generated.npz")
 
 def viewer_html(stage: Stage) -> str:
     """viewer.html: the placed, routed compile, self-contained (wsecc.view)."""
-    from wsecc.view import render_viewer
-
     t = Trail.of(stage)
     if t.placed is None:
         raise ValueError("viewer_html: the stage is not placed")
@@ -118,7 +119,7 @@ def write(stage: Stage, out_dir: str | os.PathLike[str], *, keep: bool = False) 
 
 
 def _placement_png(t: Trail, stage: Stage, path: Path) -> None:
-    from wsecc.view import write_placement_png
+    from wsecc.view.png import write_placement_png  # matplotlib, on first use
 
     assert t.placed is not None and t.sized is not None
     program = t.placed.program
@@ -136,8 +137,6 @@ def _png(draw: Callable[[Path], None]) -> bytes:
 
 
 def _npz(arrays: Mapping[str, Any]) -> bytes:
-    import numpy as np
-
     buf = io.BytesIO()
     np.savez(buf, **dict(arrays))
     return buf.getvalue()

@@ -43,6 +43,7 @@ from wsecc.replicas import Replicas
 from wsecc.route.problem import Routing
 from wsecc.stages import Fused, Job, Loaded, Placed, Simulated, Sized, timed
 from wsecc.targets import load_target
+from wsecc.view import load_outdir
 
 Say = Callable[[str, str], None]
 
@@ -256,8 +257,6 @@ def compile_file(
 def reload(folder: str | os.PathLike[str]) -> Placed:
     """A saved compile (its output folder) with its placement and routing, ready for
     `simulate`. The model is re-imported only when numerics are asked for."""
-    from wsecc.view import load_outdir
-
     folder = Path(folder)
     saved = json.loads((folder / "report.json").read_text())
     systems = saved.get("performance", {}).get("systems", 1)

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from wsecc.errors import WseccError
 from wsecc.frontend.common import MAX_TENSOR_BYTES
+from wsecc.gradcheck import check_gradients as check
+from wsecc.numerics import make_inputs, ort_generate, vocab_sizes
 from wsecc.options import DEFAULT_NEW_TOKENS
 from wsecc.vocab import Weights
 
@@ -82,8 +86,6 @@ def check_fit(graph: Graph | None) -> None:
 
 def model_inputs(job: Job, graph: Graph) -> dict[str, Any]:
     """The inputs the numerics run on: `options.inputs`, else generated (seeded, padded)."""
-    from wsecc.numerics import make_inputs
-
     if job.options.inputs:
         return load_inputs(job.options.inputs, graph)
     return make_inputs(graph, seed=job.options.seed, padded=True)
@@ -139,8 +141,6 @@ def check_gradients(fused: Fused) -> GradCheck:
     """The gradient of the loss for every weight against central finite differences of
     onnxruntime on the original file (`wsecc.gradcheck`), in the options' precision (fp32 or
     mixed)."""
-    from wsecc.gradcheck import check_gradients as check
-
     o = fused.job.options
     if o.precision == "fp16":
         raise WseccError("the gradient check runs in fp32 or mixed; use --precision mixed")
@@ -162,9 +162,6 @@ def check_generation(
     every step is compared; in mixed or fp16 also the same program's fp32 generation, the
     structure check. Returns the verdict and the simulator's own greedy generation
     (prompt_ids, generated_ids, logits)."""
-    import numpy as np
-
-    from wsecc.numerics import ort_generate, vocab_sizes
     from wsecc.sim.generate import generation_verdict, ids_input, simulate_generation
 
     o = fused.job.options

@@ -19,10 +19,23 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from wsecc import profiling
-from wsecc.compiler import VALIDATE_AUTO_MAX_PARAMS
+from wsecc.analysis import flops_per_sample, fused_ops, param_count
+from wsecc.compiler import VALIDATE_AUTO_MAX_PARAMS, Compilation
+from wsecc.diff import diff_reports, format_diff, load_report
 from wsecc.errors import WseccError, one_line
+from wsecc.frontend.bind import memory_bytes
+from wsecc.frontend.common import widened_text
+from wsecc.frontend.hf_export import cmd_export
+from wsecc.kernels import fit_bounds
 from wsecc.options import Options, add_flags, argparse_type, from_args, option
+from wsecc.outdir import check_compile_output, check_sweep_output
+from wsecc.passes.lower import lower_to_kernels
+from wsecc.pm import Level, check_level
+from wsecc.sweep import load_spec, run_sweep
+from wsecc.sweep.report import check_golden, parse_tolerances, read_golden, write_report
+from wsecc.targets import list_targets, load_target
 from wsecc.version import __version__
+from wsecc.view import load_outdir, render_viewer
 
 EXAMPLES = """examples:
   wsecc compile samples/gpt2_legacy_op17.onnx --seq 32
@@ -69,8 +82,6 @@ holding the compiler; `wsecc compile` of the GPT-2 sample at --seq 16 peaked at 
 def _workers(text: str) -> int:
     """`--workers`: a positive integer, at most as many as this machine's memory holds at
     WORKER_BYTES each (10^9 workers would spawn as many interpreters as there are points)."""
-    from wsecc.frontend.bind import memory_bytes
-
     n = _positive_int(text)
     most = max(1, memory_bytes() // WORKER_BYTES)
     if n > most:
@@ -92,16 +103,12 @@ def _positive_int(text: str) -> int:
 
 def _load(args: argparse.Namespace) -> Any:
     """Load, bind and fuse the model as `wsecc compile` does (inspect and check stop there)."""
-    from wsecc.compiler import Compilation
-
     kw = from_args(args)
     options = Options(**kw | {"target": kw["target"] or "wse2", "batch": kw["batch"] or 1})
     return Compilation.load(args.model, options).fuse()
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
-    from wsecc.targets import list_targets, load_target
-
     targets = [load_target(n) for n in list_targets()]
     if args.json:
         print(
@@ -125,15 +132,12 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from wsecc.analysis import flops_per_sample, fused_ops, param_count
-    from wsecc.frontend.common import widened_text
-
     c = _load(args)
     fused, info = c.fused, c.import_info
     sizing = None
     if args.target:
         sizing = c.lower_and_size().sizing
-    out = {
+    out: dict[str, Any] = {
         "model": str(args.model),
         "bindings": info.bindings,
         "params": param_count(fused),
@@ -161,7 +165,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"params {out['params']:,}   FLOPs/sample {out['flops_per_sample']:,}")
     print("ops (raw):   " + ", ".join(f"{k} {v}" for k, v in info.raw_ops.items()))
     print("ops (fused): " + ", ".join(f"{k} {v}" for k, v in fused.op_histogram().items()))
-    for f in out["fused"]:  # type: ignore[attr-defined]
+    for f in out["fused"]:
         nodes = f["onnx_nodes"]
         print(
             f"  {f['op']:<11} <- {len(nodes)} ONNX nodes: {', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}"
@@ -170,7 +174,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(
             f"\n{'kernel':<22} {'kind':<12} {'PEs':>8} {'region':>11} {'SRAM B/PE':>10} {'cycles/sample':>14}  ONNX nodes"
         )
-        for r in out["kernels"]:  # type: ignore[attr-defined]
+        for r in out["kernels"]:
             reg = f"{r['region']['h']}x{r['region']['w']}"
             nodes = r["onnx_nodes"]
             print(
@@ -188,10 +192,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         resolve_bindings,
         unsupported_ops,
     )
-    from wsecc.kernels import fit_bounds
-    from wsecc.passes.lower import lower_to_kernels
-    from wsecc.pm import Level, check_level
-    from wsecc.targets import load_target
 
     target = load_target(args.target)
     model = load_model(args.model)
@@ -244,8 +244,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from wsecc.diff import diff_reports, format_diff, load_report
-
     a, b = load_report(args.a), load_report(args.b)
     rows = diff_reports(a, b)
     print(json.dumps(rows, indent=1) if args.json else format_diff(a, b, rows))
@@ -254,7 +252,6 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Re-simulate a saved compile (another simulator level or precision) and update its folder."""
-    from wsecc.compiler import Compilation
     from wsecc.progress import StageDisplay
 
     folder = Path(args.outdir)
@@ -273,7 +270,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_view(args: argparse.Namespace) -> int:
     """Draw a saved compile again: viewer.html (and placement.png) from its output folder."""
-    from wsecc.view import load_outdir, render_viewer, write_placement_png
+    from wsecc.view.png import write_placement_png  # matplotlib, on first use
 
     folder = Path(args.outdir)
     v = load_outdir(folder)
@@ -302,8 +299,6 @@ def _options(args: argparse.Namespace) -> Any:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from wsecc.compiler import Compilation
-    from wsecc.outdir import check_compile_output
     from wsecc.progress import StageDisplay
 
     model = Path(args.model)
@@ -328,9 +323,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run a sweep spec's points not yet finished in the output folder."""
-    from wsecc.outdir import check_sweep_output
     from wsecc.progress import SweepDisplay
-    from wsecc.sweep import load_spec, run_sweep
 
     spec = load_spec(args.spec)
     out = Path(args.out) if args.out else Path(f"{spec.path.stem}.sweep")
@@ -350,8 +343,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_sweep_report(args: argparse.Namespace) -> int:
     """Draw a sweep's table; compare it with published figures or a golden table."""
-    from wsecc.sweep.report import check_golden, parse_tolerances, read_golden, write_report
-
     folder = Path(args.folder)
     tol = parse_tolerances(args.tolerance)  # the golden and the tolerances before any write
     gold = read_golden(folder, args.check_golden, tol) if args.check_golden else None
@@ -492,8 +483,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_model_args(k, "check")
     k.set_defaults(fn=cmd_check)
-
-    from wsecc.frontend.hf_export import cmd_export  # issue 30; torch only when it runs
 
     x = sub.add_parser(
         "export",

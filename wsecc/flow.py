@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from wsecc.errors import SimulationError
 from wsecc.ir.core import Graph
 from wsecc.kernels import (
     DEFAULT_CHUNK_TOKENS,
@@ -34,6 +35,7 @@ from wsecc.kernels import (
     sizing_at,
 )
 from wsecc.lanes import edge_cycles, lane_bytes, lanes_within
+from wsecc.numerics import make_inputs, ort_run
 from wsecc.options import Options
 from wsecc.passes import DEFAULT_PIPELINE, LOWERING
 from wsecc.place.api import place
@@ -78,6 +80,9 @@ from wsecc.route.problem import (
     validate_routing,
 )
 from wsecc.route.router import Tolls, route
+from wsecc.sim.events import buffer_bytes_per_pe, simulate_l1
+from wsecc.sim.perf import FLOW, crossing_cycles, flow_name, simulate_l0
+from wsecc.sim.sram import SramError, sram_map
 from wsecc.targets import Target
 from wsecc.vocab import SimLevel
 
@@ -107,8 +112,6 @@ def fuse(graph: Graph, model_path: Path, options: Options) -> tuple[Graph, list[
     checked against onnxruntime on `model_path`."""
     numerics = None
     if options.check_each_pass:
-        from wsecc.numerics import make_inputs, ort_run
-
         feeds = make_inputs(graph)
         numerics = NumericsCheck(feeds, ort_run(model_path, feeds))
     pm = PassManager(
@@ -374,8 +377,9 @@ def _widest_crossing(
     for _ in range(WIDENINGS):
         if wider is None:
             break
+        tried = wider
         try:
-            rp, routing = wider, route(wider, placement, tolls=tolls)
+            rp, routing = tried, route(tried, placement, tolls=tolls)
             best = min(
                 best,
                 (_busiest_link(rp, routing, placement, sizing, target), rp, routing),
@@ -389,9 +393,9 @@ def _widest_crossing(
                 replace(f, lanes=f.lanes - (f.lanes - before[f.name] + 3) // 4)
                 if f.name in e.flows
                 else f
-                for f in wider.flows
+                for f in tried.flows
             )
-            wider = replace(wider, flows=back) if back != wider.flows else None
+            wider = replace(tried, flows=back) if back != tried.flows else None
     if failed:
         say("route", "wider lanes for some flows crossing regions do not route; kept fewer")
     return best[1], best[2]
@@ -402,8 +406,6 @@ def _busiest_link(
 ) -> int:
     """Cycles per sample of the busiest link a routing leaves, as L0 charges them: a kernel's
     own link time plus the lanes crossing its region, or a flow's bytes over its lanes."""
-    from wsecc.sim.perf import crossing_cycles, flow_name
-
     L = target.link_bytes_per_cycle
     paths: dict[str, list[tuple[Point, ...]]] = defaultdict(list)
     for ln in routing.lanes:
@@ -677,8 +679,6 @@ def _route_checked(
     faster on the wafer (the first on a tie or when the second does not pack or route).
     Inference only: a training step's or a decode step's sizing is not L0's balanced
     throughput, and `place_and_route` routes those without the check."""
-    from wsecc.sim.perf import simulate_l0
-
     rp, program = _route_placed(work, problem, placement, say)
     first = simulate_l0(program)
     halos = _halos(program, rp, first)
@@ -747,8 +747,6 @@ def _halos(program: Program, rp: RoutingProblem, perf: PerfResult) -> dict[str, 
     own ends, so the limiting kernel is not among theirs). Their ends get a PE of ring per
     `HALO_LANES_PER_PE` of their starved lanes, within `HALO_PES`. Empty also when the limit
     is a kernel no lane crosses: its own links take the stage time, whatever the placement."""
-    from wsecc.sim.perf import FLOW, flow_name
-
     if perf.wafer_samples_per_s >= ON_WAFER_GOAL * program.sizing.samples_per_s:
         return {}
     limit = perf.wafer_bottleneck
@@ -854,8 +852,6 @@ def _most_tiles(whole: PlacementProblem, most: int) -> tuple[int, int] | None:
 def _copies_for_host(program: Program) -> int:
     """k_host of one copy (`wsecc.replicas.copies_for_host`): its on-wafer throughput against
     the host I/O bound, from L0 with the whole host I/O."""
-    from wsecc.sim.perf import simulate_l0
-
     alone = simulate_l0(program)
     host = host_samples_per_s(alone, program.target.io.offwafer_bytes_per_s)
     return copies_for_host(alone.wafer_samples_per_s, host)
@@ -880,22 +876,19 @@ def simulate(program: Program, options: Options) -> tuple[SramMap, PerfResult, E
     skew buffers take at most the SRAM each kernel's fullest PE leaves (fewer chunks, and L1
     shows the back-pressure, where a buffer would not fit), and the map charges them to the
     kernels that hold them."""
-    from wsecc.errors import SimulationError
-    from wsecc.sim.events import buffer_bytes_per_pe, simulate_l1
-    from wsecc.sim.perf import simulate_l0
-    from wsecc.sim.sram import SramError, sram_map
-
-    perf = simulate_l0(program, options.batch)
+    batch = options.batch
+    assert batch is not None  # set in infer and generate mode (`Options.__post_init__`)
+    perf = simulate_l0(program, batch)
     plain = sram_map(program)
     if options.sim is not SimLevel.L1:
         return plain, perf, None
     room = {k: plain.sram_bytes_per_pe - used for k, used in plain.kernel_max.items()}
     try:
-        events = simulate_l1(program, options.batch, samples=options.sim_samples, skew_room=room)
+        events = simulate_l1(program, batch, samples=options.sim_samples, skew_room=room)
     except SimulationError as stalled:
         # Cut to fit, the buffers stall the pipeline (a barrier waits on a residual): the
         # program needs them whole, and the map of the whole ones says where they do not fit.
-        events = simulate_l1(program, options.batch, samples=options.sim_samples)
+        events = simulate_l1(program, batch, samples=options.sim_samples)
         try:
             sram_map(program, extra_buffers=buffer_bytes_per_pe(events))
         except SramError as e:

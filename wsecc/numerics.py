@@ -16,8 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 from wsecc.errors import WseccError
+from wsecc.frontend.generation import generation_io
+from wsecc.frontend.load import graph_tensors, load_model, read_mapped
+from wsecc.frontend.widen import widen_floats
 from wsecc.interp import run as run_interpreter
 from wsecc.ir.core import DType, Graph, Op, Value
 
@@ -270,12 +275,12 @@ def _session(path: str | os.PathLike[str], *, as_written: bool = False) -> Any:
     float16 read as float32; with `as_written`, as it is) with 4-D Megatron masks made 3-D
     (`_with_3d_masks`); graph optimizations off, one thread: runs repeat bit for bit. Or
     WseccError naming why onnxruntime cannot load it."""
-    import onnx
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
+    widened: tuple[str, ...]
     try:
         if as_written:
             model, widened = onnx.load(str(path), load_external_data=False), ()
@@ -301,9 +306,6 @@ def _reference_model(path: str | os.PathLike[str]) -> tuple[Any, tuple[str, ...]
     (`load_as_compiled`: float32; the weights its loader leaves on disk read in, so that it
     serializes whole); any other as onnx reads it, without its external data (onnxruntime
     reads the file itself), which is the file the compiler reads."""
-    import onnx
-
-    from wsecc.frontend.load import read_mapped
     from wsecc.frontend.onnx import load_as_compiled, narrow_floats
 
     model = onnx.load(str(path), load_external_data=False)
@@ -323,9 +325,6 @@ def _with_3d_masks(model: Any) -> bool:
     CPU kernel takes as a 3-D mask_index with the same meaning (a pair is kept where it is > 0).
     S is read from the Attention's input at run time (Shape, Slice, Reshape: opset 10 or
     later)."""
-    import onnx
-    from onnx import helper, shape_inference
-
     if not any(
         (n.domain, n.op_type) == ("com.microsoft", "Attention") and len(n.input) > 3
         for n in model.graph.node
@@ -391,10 +390,6 @@ def _ort_error(path: str | os.PathLike[str], e: Exception) -> WseccError:
 def file_generation(path: str | os.PathLike[str]) -> GenerationIO | None:
     """The generation interface of the ONNX file at `path` (its graph read without external
     data), or None when it has no past key/value inputs."""
-    import onnx
-
-    from wsecc.frontend.generation import generation_io
-
     return generation_io(onnx.load(str(path), load_external_data=False))
 
 
@@ -437,7 +432,7 @@ def _prompt_feeds(
     out: dict[str, np.ndarray] = {}
     for layer in gen.layers:
         for name in layer.past:
-            empty = np.zeros(gen.past_shape(layer, batch), types[name])
+            empty: np.ndarray = np.zeros(gen.past_shape(layer, batch), types[name])
             out[name] = past[name] if past is not None else empty
     if gen.position_ids is not None:
         dtype = types[gen.position_ids]
@@ -485,7 +480,7 @@ def ort_generate(
         tokens: np.ndarray, start: int, past: Mapping[str, np.ndarray] | None
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """One run over `tokens` at positions start.. with `past`; (last logits, outputs)."""
-        args = {ids: tokens.astype(types[ids])}
+        args: dict[str, np.ndarray] = {ids: tokens.astype(types[ids])}
         pos = np.arange(start, start + tokens.shape[1])
         if mask is not None:
             args[mask] = np.ones((batch, start + tokens.shape[1]), types[mask])
@@ -536,7 +531,7 @@ def _generation_inputs(
     feeds; a WseccError for a file with other inputs, a mask that is not [batch, keys], or ids
     whose sequence dim is fixed (without a past, other than one token with one)."""
     name = Path(path).name
-    taken = set(gen.past_inputs) | {gen.use_cache_branch} if gen is not None else set()
+    taken: set[str | None] = {*gen.past_inputs, gen.use_cache_branch} if gen else set()
     rest = [k for k in inputs if k not in taken]
     mask = next((k for k in rest if "mask" in k.lower()), None)
     positions = next((k for k in rest if "position" in k.lower()), None)
@@ -696,13 +691,7 @@ class OrtWithWeights:
     WseccError when onnxruntime cannot load the file (widened or not)."""
 
     def __init__(self, path: str | os.PathLike[str], *, float64: bool = False) -> None:
-        import onnx
         import onnxruntime as ort
-        from onnx import TensorProto, numpy_helper
-
-        from wsecc.frontend.generation import generation_io
-        from wsecc.frontend.load import graph_tensors, load_model, read_mapped
-        from wsecc.frontend.widen import widen_floats
 
         model, _ = _reference_model(path)
         if any(t.data_location == TensorProto.EXTERNAL for t in graph_tensors(model.graph)):

@@ -22,14 +22,19 @@ import enum
 import functools
 import json
 import math
+import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wsecc.errors import WseccError
-from wsecc.frontend.bind import DEFAULT_SEQ
+from wsecc.errors import WseccError, one_line
+from wsecc.frontend.bind import DEFAULT_SEQ, tensor_budget_bytes
+from wsecc.ir.core import IRError
+from wsecc.ir.grad import grad_scale_factor
 from wsecc.kernels.costs import DEFAULT_CHUNK_TOKENS
+from wsecc.place.manual import load_pins
+from wsecc.targets import load_target
 from wsecc.vocab import Execution, Mode, Placer, Precision, SimLevel, Weights, parse
 
 FAULTS = ("drop_partial", "misplace_tile")
@@ -127,8 +132,6 @@ def _values(kind: type[enum.StrEnum]) -> tuple[str, ...]:
 
 def _check_pins(path: str) -> None:
     """A pins file parses: a JSON object of kernel name -> {x, y, w, h} (`load_pins`)."""
-    from wsecc.place.manual import load_pins
-
     try:
         raw = json.loads(Path(path).read_bytes())
     except (ValueError, UnicodeDecodeError) as e:
@@ -149,9 +152,6 @@ def _check_fault(kind: str) -> None:
     """A fault some mode knows (which mode: `Options.__post_init__`), grad_scale's factor a
     positive number."""
     if kind.startswith("grad_scale="):
-        from wsecc.ir.core import IRError
-        from wsecc.ir.grad import grad_scale_factor
-
         try:
             grad_scale_factor(kind)
         except IRError as e:
@@ -191,8 +191,6 @@ def _check_target(name: str) -> None:
 
 @functools.lru_cache(maxsize=64)
 def _load_target_once(name: str, version: tuple[int, int] | None) -> None:
-    from wsecc.targets import load_target
-
     load_target(name)
 
 
@@ -203,10 +201,6 @@ def _size(n: float) -> str:
 def _check_inputs(path: str) -> None:
     """An .npz whose arrays, unpacked, fit `tensor_budget_bytes()` together (a compressed
     npz of zeros is small on disk and any size in memory)."""
-    import zipfile
-
-    from wsecc.frontend.bind import tensor_budget_bytes
-
     if not zipfile.is_zipfile(path):
         raise OptionError(f"--inputs {path}", "not an .npz file (numpy.savez); write one")
     with zipfile.ZipFile(path) as z:
@@ -442,9 +436,6 @@ class Options:
         faults = {Mode.TRAIN: TRAIN_FAULTS, Mode.GENERATE: GENERATE_FAULTS}.get(self.mode, FAULTS)
         kind = self.inject_fault
         if self.mode is Mode.TRAIN and kind is not None and kind.startswith("grad_scale="):
-            from wsecc.ir.core import IRError
-            from wsecc.ir.grad import grad_scale_factor
-
             try:
                 grad_scale_factor(kind)
             except IRError as e:  # a factor that is no positive number
@@ -566,8 +557,6 @@ def check_value(o: Option, v: Any) -> Any:
 
 
 def one_line_reason(e: object) -> str:
-    from wsecc.errors import one_line
-
     text = one_line(str(e))
     return text if len(text) <= 160 else text[:157] + "..."
 

@@ -16,7 +16,6 @@ op — whose result diverges.
 
 from __future__ import annotations
 
-import enum
 import json
 import sys
 import time
@@ -27,51 +26,25 @@ from typing import TextIO
 
 import numpy as np
 
-from wsecc.errors import WseccError
 from wsecc.interp import evaluate
 from wsecc.ir.core import Graph, Node, Value
 from wsecc.ir.printer import format_graph, format_node
 from wsecc.ir.verify import VerificationError, verify
-from wsecc.kernels.ir import KernelGraph
 from wsecc.numerics import compare, float32_noise, within_noise
+from wsecc.passdef import Level, Pass, PassContext, PassError, Product
+from wsecc.passes import PASSES
 
-Product = Graph | KernelGraph
-
-
-class PassError(WseccError):
-    """A pass broke the IR or the numerics, or got a product below the level it requires."""
-
-
-class Level(enum.Enum):
-    """The IR levels a pass requires and produces, each with its verifier."""
-
-    GRAPH = "graph"  # a wsecc IR Graph: every op has a rule, types agree (verify)
-    FUSED = "fused"  # a Graph with no unfused math outside fused ops (verify, allow_unfused)
-    KERNELS = "kernels"  # a KernelGraph (KernelGraph.verify)
-
-
-@dataclass
-class PassContext:
-    """Options for the passes, and where a pass records why its rules did not fire."""
-
-    options: dict[str, object] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    def note(self, pass_name: str, text: str) -> None:
-        self.notes.append(f"{pass_name}: {text}")
-
-
-@dataclass(frozen=True)
-class Pass:
-    """A named, pure transformation with the IR level it requires and the one it produces."""
-
-    name: str
-    run: Callable[[Graph, PassContext], Product]
-    requires: Level = Level.GRAPH
-    produces: Level = Level.GRAPH
-
-    def __call__(self, graph: Graph, ctx: PassContext) -> Product:
-        return self.run(graph, ctx)
+__all__ = [
+    "Level",
+    "NumericsCheck",
+    "Pass",
+    "PassContext",
+    "PassError",
+    "PassManager",
+    "PassRecord",
+    "Product",
+    "check_level",
+]
 
 
 @dataclass(frozen=True)
@@ -138,8 +111,6 @@ class PassManager:
     passes: tuple[Pass, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        from wsecc.passes import PASSES  # the passes import this module
-
         unknown = [p for p in self.pipeline if isinstance(p, str) and p not in PASSES]
         if unknown:
             raise PassError(f"unknown passes {unknown}; known: {', '.join(PASSES)}")

@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from wsecc.errors import WseccError
+from wsecc.place.from_kernels import placement_problem
+from wsecc.place.problem import tailored, validate_placement
+from wsecc.route.problem import RouteFlow, RoutingProblem, validate_routing
 
 MAX_SHOWN = 3  # violations named in one message; the count says how many there are
 
@@ -168,9 +171,6 @@ def check_program(program: Any, folder: Path, pinned: bool = False, layer: bool 
     placed shape need not be one sizing offered; `layer`: a train-mode compile, which sizes and
     places one layer's kernels of kernels.json (`wsecc.train`). ProductError names the file
     and the entry."""
-    from wsecc.place.from_kernels import placement_problem
-    from wsecc.place.problem import tailored, validate_placement
-
     kg, sizing, target = program.kg, program.sizing, program.target
     sized = {k.name for k in sizing.kernels}
     every = {k.name for k in kg.kernels}
@@ -238,8 +238,6 @@ def _replica_problems(program: Any) -> list[str]:
 def _routing_problems(problem: Any, program: Any) -> list[str]:
     """`validate_routing` against the flows the placement implies, each with as many lanes as
     the routing gives it (at least one), and the target's color budget."""
-    from wsecc.route.problem import RouteFlow, RoutingProblem, validate_routing
-
     routing, target = program.routing, program.target
     lanes: dict[str, int] = {}
     for ln in routing.lanes:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from wsecc.kernels import KernelGraph, Sizing
+from wsecc.kernels import KernelGraph, Sizing, sizing_at
 from wsecc.place.problem import Placement
 from wsecc.replicas import Replicas
 from wsecc.route.problem import Routing
@@ -42,8 +42,6 @@ class Program:
         shape); raises SizingError when a region no longer fits its SRAM."""
         if precision == self.precision:
             return self
-        from wsecc.kernels import sizing_at
-
         sizing = sizing_at(self.sizing, self.kg, self.target, precision)
         return replace(self, sizing=sizing)
 

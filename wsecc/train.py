@@ -53,7 +53,7 @@ import json
 import textwrap
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wsecc.errors import WseccError
@@ -61,7 +61,7 @@ from wsecc.kernels import KernelGraph, Sizing, size_regions
 from wsecc.kernels.conv import cdiv
 from wsecc.kernels.costs import TrainCosts
 from wsecc.kernels.ir import Flow, Kernel, Port, elem_bytes, precision
-from wsecc.kernels.kind import TRANSCENDENTAL_OPS
+from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule
 from wsecc.kernels.sizing import SizingError
 from wsecc.layers import find_layers
 from wsecc.targets import Target
@@ -375,7 +375,9 @@ def streamed_units(kg: KernelGraph) -> list[tuple[str, list[Kernel]]]:
 def unit_graph(kg: KernelGraph, name: str, kernels: Sequence[Kernel]) -> KernelGraph:
     """`kernels` as a graph of their own: flows from or to other kernels become ports."""
     inside = {k.name for k in kernels}
-    flows, inputs, outputs = [], {}, {}
+    flows: list[Flow] = []
+    inputs: dict[str, Port] = {}
+    outputs: dict[str, Port] = {}
     for f in kg.flows:
         if f.src in inside and f.dst in inside:
             flows.append(f)
@@ -433,7 +435,7 @@ def _size_units(kg: KernelGraph, target: Target, prec: str, chunk_tokens: int) -
                     f"weight streaming: unit {name!r} does not fit the wafer: {e}"
                 ) from None
         fwd = sum(k.flops_per_sample for k in kernels)
-        bwd = sum(int(k.spec.grad.flops(k.params)) for k in kernels)  # type: ignore[union-attr]
+        bwd = sum(int(_grad(k).flops(k.params)) for k in kernels)
         units.append(
             _Unit(
                 name, len(kernels), *memo[key], sum(k.weight_elems for k in kernels) * sb,
@@ -443,9 +445,16 @@ def _size_units(kg: KernelGraph, target: Target, prec: str, chunk_tokens: int) -
     return units
 
 
+def _grad(k: Kernel) -> GradRule:
+    """`k`'s gradient rule (`KernelGraph.train_flops_per_sample` refuses kinds without one)."""
+    if k.spec.grad is None:
+        raise TrainError(f"{k.kind.value} kernels have no gradient rule")
+    return k.spec.grad
+
+
 def _activation_bytes(kg: KernelGraph, prec: str) -> int:
     sb = precision(prec).storage_bytes
-    return sum(int(k.spec.grad.saved_elems(k.params)) for k in kg.kernels) * sb  # type: ignore[union-attr]
+    return sum(int(_grad(k).saved_elems(k.params)) for k in kg.kernels) * sb
 
 
 def _max_micro_batch(units: Sequence[_Unit], target: Target, per_sample: int) -> tuple[int, int]:
@@ -646,7 +655,7 @@ def plan_training(
         kg.train_flops_per_sample  # noqa: B018 - raises naming the kinds without a rule
     except ValueError as e:
         raise TrainError(f"{kg.name}: cannot train: {e}") from None
-    run = {
+    run: dict[Execution, Callable[[], TrainResult]] = {
         Execution.PIPELINED: lambda: _pipelined(
             kg, target, precision_name, chunk_tokens, batch, systems
         ),
@@ -687,6 +696,4 @@ def plan_training(
 
 
 def _with_why(r: TrainResult, why: str) -> TrainResult:
-    from dataclasses import replace
-
     return replace(r, why=why)

@@ -25,9 +25,9 @@ from wsecc.errors import SimulationError
 from wsecc.flow import lower_and_size
 from wsecc.ir.printer import parse_graph
 from wsecc.kernels import Kernel, KernelKind, size_regions
-from wsecc.kernels.kinds import KINDS
 from wsecc.numerics import OutputError, ort_run
 from wsecc.options import GENERATE_FAULTS, Options
+from wsecc.sim.functional import BUILDERS
 from wsecc.sim.generate import (
     _FRAMES,
     GenerationResult,
@@ -395,7 +395,7 @@ def test_elementwise_generic_and_softmax_kernels_window():
 
 def test_every_simulated_kind_has_a_windowing_rule():
     """A new kind the simulator runs needs a windowing rule (or generation fails on it)."""
-    simulated = {k for k, d in KINDS.items() if d.simulate}
+    simulated = set(BUILDERS)
     assert simulated - {KernelKind.ATTENTION} <= set(_FRAMES)
 
 

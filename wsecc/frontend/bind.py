@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import ast
 import math
+import os
 import re
+import resource
 from collections.abc import Collection, Iterator, Mapping
 
 import numpy as np
 import onnx
 from onnx import TensorProto
+from onnx.reference import ReferenceEvaluator
 
 from wsecc.errors import FrontendError
 from wsecc.frontend.common import DTYPES, MAX_TENSOR_BYTES
@@ -211,9 +214,6 @@ compile (issue 35: `--seq 2147483648` was killed at 24 GB)."""
 def memory_bytes() -> int:
     """The memory this process may use: the machine's physical memory, or less where a cgroup
     (`memory.max`) or an address-space limit (`ulimit -v`, `prlimit --as`) caps it."""
-    import os
-    import resource
-
     limits = [os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
@@ -362,8 +362,6 @@ def _largest_position(model: onnx.ModelProto, indices: str, seq: int) -> int | N
     mask of ones, position ids 0..seq-1 (what a generation graph's are bound to) and token ids
     of `TOKEN_ID` (RoBERTa and MPNet number the tokens that are not their padding id, 1, from
     padding id + 1). None when it cannot be run."""
-    from onnx.reference import ReferenceEvaluator
-
     try:
         g = model.graph
         producer = {o: n for n in g.node for o in n.output}

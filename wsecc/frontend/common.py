@@ -24,7 +24,7 @@ MAX_MODEL_BYTES = 64 << 30
 
 VALIDATED_MARK = "wsecc-validated"  # marks an external tensor whose location load_model checked
 
-DTYPES = {
+DTYPES: dict[int, DType] = {
     TensorProto.FLOAT: DType.FLOAT32,
     TensorProto.FLOAT16: DType.FLOAT16,
     TensorProto.DOUBLE: DType.FLOAT64,

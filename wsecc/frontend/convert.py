@@ -16,7 +16,7 @@ from wsecc.errors import FrontendError
 from wsecc.frontend.common import DTYPES, MAX_ACTIVATION_BYTES, MAX_TENSOR_BYTES, tensor_array
 from wsecc.ir.arrays import foldable_size
 from wsecc.ir.core import Graph, IRError, Node, Op, TensorType, Value, make_attrs
-from wsecc.ir.rules import infer_types
+from wsecc.ir.rules import evaluate_op, infer_types
 
 FOLD_LIMIT = 1 << 16  # elements: operands of shape arithmetic the converter folds itself
 
@@ -142,8 +142,6 @@ class _Converter:
             foldable_size(v.type.shape, v.type.dtype.itemsize) for n in new for v in n.outputs
         ):
             return outs  # data the bound dims make (a causal mask), not shape arithmetic
-        from wsecc.ir.rules import evaluate_op
-
         folded: dict[Value, Value] = {}
         for n in new:
             args = [folded.get(v, v).const for v in n.inputs]

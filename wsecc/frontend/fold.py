@@ -98,14 +98,14 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     """
     import onnx_ir as ir
     import onnx_ir.passes.common as common
-    from onnxscript.optimizer import constant_folding
+    from onnxscript.optimizer._constant_folding import FoldConstantsPass  # not in its __all__
 
     m = ir.serde.deserialize_model(model)
     ir.passes.Sequential(
         common.InlinePass(),
         ir.passes.PassManager(
             [
-                constant_folding.FoldConstantsPass(
+                FoldConstantsPass(
                     shape_inference=True,
                     input_size_limit=_FOLD_INPUT_ELEMS,
                     output_size_limit=1 << 20,

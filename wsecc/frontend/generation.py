@@ -186,6 +186,7 @@ def _layers(
 ) -> tuple[CacheLayer, ...]:
     """Past inputs grouped by layer (key with value, by name, else in order) and matched with
     their present outputs (by name, else in order)."""
+    groups: list[tuple[str, ...]]
     if layout == STACKED:
         groups = [(p,) for p in past]
     else:
@@ -193,7 +194,7 @@ def _layers(
         left = list(past)
         while left:
             key = left.pop(0)
-            value = key.replace("key", "value") if "key" in key else None
+            value = key.replace("key", "value") if "key" in key else ""  # "": no such name
             if value not in left:
                 if not left:
                     raise FrontendError(

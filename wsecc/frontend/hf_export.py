@@ -144,12 +144,13 @@ def real_rotary() -> Iterator[None]:
         return turn(xq), turn(xk)
 
     saved = (m.Llama4TextRotaryEmbedding.forward, m.apply_rotary_emb)
-    m.Llama4TextRotaryEmbedding.forward = tables  # type: ignore[method-assign]
-    m.apply_rotary_emb = rotate
+    setattr(m.Llama4TextRotaryEmbedding, "forward", tables)  # noqa: B010 (a method patched while exporting)
+    setattr(m, "apply_rotary_emb", rotate)  # noqa: B010
     try:
         yield
     finally:
-        m.Llama4TextRotaryEmbedding.forward, m.apply_rotary_emb = saved  # type: ignore[method-assign]
+        setattr(m.Llama4TextRotaryEmbedding, "forward", saved[0])  # noqa: B010
+        setattr(m, "apply_rotary_emb", saved[1])  # noqa: B010
 
 
 def _has_experts(model: Any) -> bool:

@@ -460,8 +460,8 @@ def _load_external(t: TensorProto, base: Path, path: Path, mappable: bool = True
                 ("offset", str(offset)),
                 (VALIDATED_MARK, "1"),
             ):
-                e = t.external_data.add()
-                e.key, e.value = key, value
+                entry = t.external_data.add()
+                entry.key, entry.value = key, value
             return
         f.seek(offset)
         t.raw_data = f.read(length)

@@ -10,13 +10,14 @@ exporter's node order.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from wsecc.ir.core import Graph, Node, Op, Value
-from wsecc.ir.rules import evaluate_op
+from wsecc.ir.core import Graph, Node, Op, Value, make_attrs
+from wsecc.ir.rules import evaluate_op, infer_types
 
 
 class NoMatch(Exception):
@@ -158,8 +159,6 @@ def dce(nodes: Sequence[Node], outputs: Iterable[Value]) -> list[Node]:
 
 def _toposort(nodes: list[Node]) -> list[Node]:
     """Stable topological order: among ready nodes, the earliest in `nodes` goes first."""
-    import heapq
-
     producer = {v: i for i, n in enumerate(nodes) for v in n.outputs}
     deps = [{producer[v] for v in n.inputs if v in producer} for n in nodes]
     users: list[list[int]] = [[] for _ in nodes]
@@ -213,12 +212,11 @@ def make_node(
     name: str,
     origin: Sequence[str],
     out_names: Sequence[str] = (),
+    /,
     **attrs: object,
 ) -> Node:
-    """A node with inferred output types; outputs are named `out_names` (default: `name`)."""
-    from wsecc.ir.core import make_attrs
-    from wsecc.ir.rules import infer_types
-
+    """A node with inferred output types; outputs are named `out_names` (default: `name`;
+    positional, so that any `**attrs` may be unpacked here)."""
     a = make_attrs(attrs)  # type: ignore[arg-type]
     types = infer_types(op, [v.type for v in ins], dict(a))
     names = list(out_names) or [name] + [f"{name}:{i}" for i in range(1, len(types))]

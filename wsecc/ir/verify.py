@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from wsecc.ir.core import FUSED_OPS, Graph, IRError, Node, Value
+from wsecc.ir.printer import format_node
 from wsecc.ir.rules import RULES, infer_types
 
 
@@ -17,8 +18,6 @@ class VerificationError(IRError):
 
 
 def _fail(node: Node | None, msg: str) -> VerificationError:
-    from wsecc.ir.printer import format_node
-
     where = f"\n  at: {format_node(node)}" if node is not None else ""
     return VerificationError(msg, node, where)
 

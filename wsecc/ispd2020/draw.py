@@ -6,7 +6,14 @@ from __future__ import annotations
 import math
 
 from wsecc.ispd2020.kgraph import KGraph
+from wsecc.ispd2020.perf import kernel_graph, kernel_spec
 from wsecc.ispd2020.score import Score, Solution
+from wsecc.ispd2020.size import BYTES_PER_WORD, PRECISION, contest_target
+from wsecc.kernels import KernelSizing, Sizing, SramBreakdown
+from wsecc.place.problem import Placement
+from wsecc.program import Program
+from wsecc.route.problem import Routing
+from wsecc.view.viewer import render_viewer
 
 
 def viewer_page(graph: KGraph, solution: Solution, score: Score) -> str:
@@ -14,14 +21,6 @@ def viewer_page(graph: KGraph, solution: Solution, score: Score) -> str:
     solution: regions by kind on the contest fabric, each kernel's time, memory and execution
     parameters on hover, the SRAM layer from the contest memory. There are no routed lanes (the
     contest scores centre-to-centre wirelength instead)."""
-    from wsecc.ispd2020.perf import kernel_graph, kernel_spec
-    from wsecc.ispd2020.size import BYTES_PER_WORD, PRECISION, contest_target
-    from wsecc.kernels import KernelSizing, Sizing, SramBreakdown
-    from wsecc.place.problem import Placement
-    from wsecc.program import Program
-    from wsecc.route.problem import Routing
-    from wsecc.view.viewer import render_viewer
-
     kg, target = kernel_graph(graph), contest_target(graph)
     nodes = {n.name: n for n in graph.kernels}
     sized, info = [], {}

@@ -32,10 +32,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from wsecc.bisection import least_true  # noqa: F401 - the kinds' and sizing's
-from wsecc.kernels.conv import cdiv
+from wsecc.bisection import least_true as least_true  # the kinds' and sizing's
+from wsecc.kernels.conv import cdiv as cdiv
 from wsecc.kernels.ir import ELEM_TYPE_BYTES, Kernel, KernelKind, precision
-from wsecc.kernels.kind import Params, ShapesFn, breakpoints, split_shapes  # noqa: F401
+from wsecc.kernels.kind import Params
+from wsecc.kernels.kind import breakpoints as breakpoints
+from wsecc.kernels.kind import split_shapes as split_shapes
 from wsecc.kernels.registry import KINDS
 from wsecc.targets import Target
 

@@ -269,8 +269,9 @@ class KernelGraph:
         if untrainable:
             raise ValueError(f"{', '.join(untrainable)} kernels have no gradient rule")
         return sum(
-            k.flops_per_sample + int(k.spec.grad.flops(k.params))  # type: ignore[union-attr]
+            k.flops_per_sample + int(g.flops(k.params))
             for k in self.kernels
+            if (g := k.spec.grad) is not None
         )
 
     def unique_weight_elems(self) -> int:

@@ -24,9 +24,6 @@ Every fact about a kind lives in its `KindDef`, written once in `wsecc.kernels.k
                   kernel at the prompt's length (prefill) this way (`with_tokens`)
     decode        its decode-step model (`wsecc.kernels.decode`): one token per sequence on the
                   same mapping, in cycles by phase; None: it cannot run in generate mode
-    simulate      the functional simulator's tiled implementation (`wsecc.sim.functional`), a
-                  dotted "module:function" resolved when a program is built, so importing a kind
-                  never imports the simulator
 
 A new kind is one new `KindDef` added to `KINDS` (`wsecc.kernels.kinds`); a new fact about every
 kind (a gradient rule, a cache) is one new field here.
@@ -34,7 +31,6 @@ kind (a gradient rule, a cache) is one new field here.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -160,7 +156,6 @@ class KindDef:
     grad: GradRule | None = None
     tokens: str = ""
     decode: DecodeFn | None = None
-    simulate: str = ""  # "module:function" of its functional builder; "" = not simulated
 
     def __post_init__(self) -> None:
         if self.shapes is None and self.frontier is None:
@@ -172,10 +167,3 @@ class KindDef:
     def with_tokens(self, p: Params, tokens: int) -> Params:
         """`p` at `tokens` tokens per sample (its `tokens` param; unchanged without one)."""
         return {**p, self.tokens: tokens} if self.tokens else p
-
-    def builder(self) -> Callable[..., Any] | None:
-        """The functional simulator's builder for this kind, imported on first use."""
-        if not self.simulate:
-            return None
-        module, _, name = self.simulate.partition(":")
-        return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]

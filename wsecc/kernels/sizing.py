@@ -31,7 +31,6 @@ every usable PE busy on the FMAC path,
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -42,6 +41,7 @@ from wsecc.errors import WseccError
 from wsecc.kernels.costs import (
     DEFAULT_CHUNK_TOKENS,
     CostContext,
+    FrontierFn,
     KernelCost,
     SramBreakdown,
     TrainCosts,
@@ -49,7 +49,6 @@ from wsecc.kernels.costs import (
     least_true,
 )
 from wsecc.kernels.ir import Kernel, KernelGraph
-from wsecc.kernels.kind import KindDef
 from wsecc.lanes import shared_edge_cycles
 from wsecc.targets import Target, check_precision
 
@@ -265,15 +264,18 @@ class _FrontierMenu:
     """The menu of a kind whose cost model lists its own shapes within a stage time
     (`KindDef.frontier`): computed per T on demand and kept."""
 
-    def __init__(self, model: KindDef, kernel: Kernel, ctx: CostContext) -> None:
-        self._shapes = functools.partial(model.frontier, kernel.params, ctx=ctx)
+    def __init__(self, frontier: FrontierFn, kernel: Kernel, ctx: CostContext) -> None:
+        self._frontier, self._params, self._ctx = frontier, kernel.params, ctx
         self._cache: dict[int | None, tuple[KernelCost, ...]] = {}
 
     def shapes_within(self, T: int | None) -> tuple[KernelCost, ...]:
         """Every fitting shape with cycles <= T (None: any), by (area, cycles)."""
         if T not in self._cache:
             self._cache[T] = tuple(
-                sorted(self._shapes(T), key=lambda c: (c.area, c.cycles_per_sample))
+                sorted(
+                    self._frontier(self._params, T, self._ctx),
+                    key=lambda c: (c.area, c.cycles_per_sample),
+                )
             )
         return self._cache[T]
 
@@ -337,8 +339,9 @@ def _menu_of(
     another menu of the same kernels."""
     model = kernel.spec
     if model.frontier is not None:
-        menu = _FrontierMenu(model, kernel, ctx)
+        menu = _FrontierMenu(model.frontier, kernel, ctx)
         return [], menu if menu.shapes_within(None) else None
+    assert model.shapes is not None  # a kind without a frontier has shapes (KindDef)
     fab = ctx.target.fabric
     raw = {} if raw is None else raw
     key = _signature(kernel)

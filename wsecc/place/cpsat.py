@@ -737,8 +737,8 @@ def _plane_bound(c: Cluster, hub_shape: tuple[int, int], limits: _Limits) -> flo
     room_y = 2 * sum(max(h for _, h in s) for s in c.shapes)
     options = [[hub_shape] if i == hub else list(s) for i, s in enumerate(c.shapes)]
     model = cp_model.CpModel()
-    cx: list[cp_model.LinearExprT] = []
-    cy: list[cp_model.LinearExprT] = []
+    cx: list[cp_model.IntVar | int] = []  # the hub's centre is the origin
+    cy: list[cp_model.IntVar | int] = []
     xivs, yivs = [], []
     for i, opts in enumerate(options):
         x = model.new_int_var(-room_x, room_x, f"cx{i}") if i != hub else 0

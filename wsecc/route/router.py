@@ -154,6 +154,8 @@ def _meeting(rects: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
 
 
 _NONE = np.zeros((0, 4), np.int64)  # no closed regions
+Coords = int | np.ndarray
+"""A row or column index, or an array of them (the pattern costs are vectorised)."""
 
 
 class _Negotiation:
@@ -233,12 +235,12 @@ class _Negotiation:
             k, at = divmod(link, hw)
             self.stale[k].add(at // self.W if k < 2 else at % self.W)
 
-    def hcost(self, y, xa, xb):
+    def hcost(self, y: Coords, xa: Coords, xb: Coords) -> np.ndarray:
         """Cost of running along row(s) y from column xa to xb (either way); vectorised."""
         pe, pw = self.prefix[0], self.prefix[1]
         return np.where(xb >= xa, pe[y, xb] - pe[y, xa], pw[y, xa + 1] - pw[y, xb + 1])
 
-    def vcost(self, x, ya, yb):
+    def vcost(self, x: Coords, ya: Coords, yb: Coords) -> np.ndarray:
         """Cost of running along column(s) x from row ya to yb (either way); vectorised."""
         ps, pn = self.prefix[2], self.prefix[3]
         return np.where(yb >= ya, ps[yb, x] - ps[ya, x], pn[ya + 1, x] - pn[yb + 1, x])

@@ -66,6 +66,7 @@ from typing import Any
 
 import numpy as np
 
+from wsecc.errors import SimulationError
 from wsecc.program import Program
 from wsecc.route.problem import STEPS
 from wsecc.sim.perf import (
@@ -76,7 +77,6 @@ from wsecc.sim.perf import (
     Edge,
     PerfResult,
     Pipeline,
-    SimulationError,
     build_pipeline,
     flow_name,
     l0_result,

@@ -96,6 +96,7 @@ from typing import Any
 
 import numpy as np
 from scipy import special
+from threadpoolctl import ThreadpoolController
 
 from wsecc.errors import SimulationError
 from wsecc.interp import run as run_reference
@@ -108,11 +109,14 @@ from wsecc.ir.rules import (
     attention_mask_operand,
     embedding_ids,
     evaluate_op,
+    moe_bias_start,
     rope,
     split_heads,
+    top_k_indices,
 )
 from wsecc.kernels import KernelGraph, KernelKind, KernelSizing, Sizing, precision
 from wsecc.kernels.costs import cdiv
+from wsecc.kernels.kinds.moe import _bands
 from wsecc.numerics import (
     AsWritten,
     OutputError,
@@ -450,9 +454,6 @@ def _moe(b: _Build) -> Run:
     and H over the rows; the combine adds w_j · y_e into each token's running sum in band order
     (band 0, nearest the W edge, first; experts of one band in index order), in the accumulate
     type, rounded to storage as it leaves."""
-    from wsecc.ir.rules import moe_bias_start, top_k_indices
-    from wsecc.kernels.kinds.moe import _bands
-
     b.expect(Op.MOE)
     a: dict[str, Any] = b.node.attr_dict
     wr, wg, wu, wd = (b.resident(i) for i in range(1, 5))
@@ -784,8 +785,26 @@ def _reference(b: _Build) -> Run:
 
 
 Builder = Callable[[_Build], Run]
-"""A kernel kind's tiled implementation, named by its definition's `simulate`
-(`wsecc.kernels.kinds`)."""
+"""A kernel kind's tiled implementation: the run of one node on its region."""
+
+BUILDERS: Mapping[KernelKind, Builder] = MappingProxyType(
+    {
+        KernelKind.LINEAR: _linear,
+        KernelKind.GATED_LINEAR: _gated_linear,
+        KernelKind.LM_HEAD: _linear,
+        KernelKind.MOE: _moe,
+        KernelKind.ATTENTION: _attention,
+        KernelKind.LAYERNORM: _layernorm,
+        KernelKind.RMSNORM: _rmsnorm,
+        KernelKind.SOFTMAX: _softmax,
+        KernelKind.EMBEDDING: _embedding,
+        KernelKind.ELEMENTWISE: _reference,
+        KernelKind.GENERIC: _reference,
+    }
+)
+"""The functional simulator of each kernel kind it runs (the contest's kinds have none). The
+simulator names the kinds, not the kinds the simulator: a kind's definition
+(`wsecc.kernels.kinds`) never imports the simulator (numba)."""
 
 
 # --- the program ------------------------------------------------------------------------------------
@@ -793,8 +812,6 @@ Builder = Callable[[_Build], Run]
 
 @functools.cache
 def _blas_threads() -> Any:
-    from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
-
     return ThreadpoolController()
 
 
@@ -890,7 +907,7 @@ def compile_functional(
         else:
             if name not in regions:
                 raise SimulationError(f"sizing {sizing.graph!r} has no region for {name!r}")
-            builder = kernels[name].spec.builder()
+            builder = BUILDERS.get(kernels[name].kind)
             if builder is None:
                 raise SimulationError(
                     f"no functional model for kernel kind {kernels[name].kind.value!r}"

@@ -209,7 +209,7 @@ class Pipeline:
 def crossing_cycles(
     placement: Placement,
     lanes: Mapping[str, list[tuple[tuple[int, int], ...]]],
-    pair_bytes: Mapping[tuple[str, str], int],
+    pair_bytes: Mapping[tuple[str, str], float],
     link_bytes_per_cycle: int,
 ) -> dict[str, int]:
     """Kernel -> the cycles per sample other flows' lanes add to the busiest link inside its

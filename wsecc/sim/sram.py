@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from wsecc.errors import SimulationError
 from wsecc.kernels import Kernel, SramBreakdown, kernel_cost
 from wsecc.program import Program
-from wsecc.sim.perf import SimulationError
 from wsecc.targets import Target
 
 COMPONENTS: tuple[str, ...] = ("weights", "buffers", "kv", "reserve")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from wsecc.outdir import check_sweep_output
+from wsecc.sweep.pool import check_ray, run_local, run_ray
 from wsecc.sweep.run import Message, Task, make_tasks
 from wsecc.sweep.spec import Point, Spec, SpecError, load_spec
 from wsecc.sweep.table import append_journal, read_journal, read_table, write_table
@@ -57,8 +58,6 @@ def run_sweep(
     its batch, its own placement), for measuring what sharing saves."""
     folder = check_sweep_output(folder, [spec.path])
     if ray:  # a runner that cannot start fails before the folder is made
-        from wsecc.sweep.pool import check_ray
-
         check_ray(ray)
     done = read_journal(folder)  # a damaged journal fails before anything is written
     folder.mkdir(parents=True, exist_ok=True)
@@ -88,12 +87,8 @@ def run_sweep(
     tasks = make_tasks(todo) if share else [Task((p,), shared=False) for p in todo]
     n = workers or os.cpu_count() or 1
     if tasks and ray:
-        from wsecc.sweep.pool import run_ray
-
         run_ray(tasks, ray, n, cache, on_message)
     elif tasks:
-        from wsecc.sweep.pool import run_local
-
         run_local(tasks, n, cache, on_message)
     failed = sum(1 for r in rows.values() if r["status"] != "ok")
     return SweepSummary(len(points), len(keep), len(todo), failed, folder)

@@ -155,7 +155,7 @@ def read_table(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         except (pa.ArrowException, OSError, ValueError) as e:
             raise TableError(f"{path}: not a readable Parquet table ({_first_line(e)})") from None
         return rows
-    out = []
+    out: list[dict[str, Any]] = []
     try:
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)

@@ -24,6 +24,7 @@ from wsecc.limits import KERNEL, Limits
 from wsecc.place.problem import Placement, Rect
 from wsecc.replicas import Replicas
 from wsecc.route.problem import Routing
+from wsecc.sim.roofline import BOUND_COLORS, roofline
 from wsecc.targets import Target
 from wsecc.view.data import LIMIT_COLOR, corners, kind_colors
 
@@ -97,7 +98,7 @@ def write_placement_png(
         fontsize=9,
     )
     counts = {kind: sum(1 for _, _, k in placed if k == kind) for kind in colors}
-    handles = [
+    handles: list[Patch | Line2D] = [
         Patch(facecolor=c, edgecolor="#202020", label=f"{k} ({counts[k]})")
         for k, c in colors.items()
     ]
@@ -157,6 +158,7 @@ def _draw_limit(
     name, kind = limits.highlight
     rect = placement.rects.get(name) if kind == KERNEL else None
     lanes = [ln for ln in (routing.lanes if routing else ()) if ln.flow == name]
+    box: tuple[float, float, float, float]
     if rect is not None:
         box = (rect.x, rect.y, rect.x + rect.w, rect.y + rect.h)
         ax.add_patch(
@@ -199,8 +201,6 @@ def _save(fig: Figure, path: str | os.PathLike[str]) -> None:
 def write_roofline_png(path: str | os.PathLike[str], perf: PerfResult, target: Target) -> None:
     """Every kernel of `perf` on the per-PE roofline of `target` (module doc), colored by the
     bound L0 found for it; the slowest kernels labelled."""
-    from wsecc.sim.roofline import BOUND_COLORS, roofline
-
     roof = roofline(target, perf.precision)
     ks = [k for k in perf.kernels if np.isfinite(k.intensity) and k.intensity > 0]
     x = np.array([k.intensity for k in ks])

@@ -282,5 +282,4 @@ ATTENTION = KindDef(
     ),
     tokens="seq",
     decode=attention_decode,
-    simulate="wsecc.sim.functional:_attention",
 )

@@ -86,7 +86,6 @@ EMBEDDING = KindDef(
     lower=_lower,
     tokens="rows",
     decode=embedding_decode,
-    simulate="wsecc.sim.functional:_embedding",
     # dTable[ids] += dY: one add per gathered element of each table; the ids are kept
     grad=GradRule(
         flops=lambda p: p["rows"] * p["dim"] * p["n_tables"],

@@ -55,7 +55,6 @@ GENERIC = KindDef(
     shapes=split_shapes("elements", "elements"),
     tile_split=(None, None),  # everything spread evenly over all PEs
     lower=lower_generic,
-    simulate="wsecc.sim.functional:_reference",
     # known only by its work: the backward is charged twice the forward, inputs kept
     grad=GradRule(flops=lambda p: 2 * int(p["flops"]), saved_elems=lambda p: p["elements"]),
 )

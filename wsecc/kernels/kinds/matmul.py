@@ -216,7 +216,6 @@ LINEAR = KindDef(
     grad=LINEAR_GRAD,
     tokens="tokens",
     decode=linear_decode,
-    simulate="wsecc.sim.functional:_linear",
 )
 
 
@@ -289,7 +288,6 @@ GATED_LINEAR = KindDef(
         flops=_gated_linear_grad_flops,
         saved_elems=lambda p: p["tokens"] * (p["K"] + 2 * p["N"]),
     ),
-    simulate="wsecc.sim.functional:_gated_linear",
 )
 
 
@@ -354,6 +352,5 @@ LM_HEAD = KindDef(
     decode=lambda p, h, w, ctx, B: matmul_decode(
         B, p["K"], p["vocab"], h, w, ctx, epilogue=_softcap_ops(p)
     ),
-    simulate="wsecc.sim.functional:_linear",
     defaults=lambda p: {"softcap": False},  # heads made before Gemma 2's soft-cap: none
 )

@@ -315,5 +315,4 @@ MOE = KindDef(
     lower=_lower_moe,
     tokens="tokens",
     decode=moe_decode,
-    simulate="wsecc.sim.functional:_moe",
 )

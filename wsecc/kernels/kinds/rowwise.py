@@ -178,7 +178,7 @@ class _Norm:
         """`_rowwise_decode` with the norm's `_shape`."""
         return _rowwise_decode(B, p["dim"], h, w, ctx, **self._shape(p))
 
-    def kind(self, kind: KernelKind, op: Op, simulate: str) -> KindDef:
+    def kind(self, kind: KernelKind, op: Op) -> KindDef:
         return KindDef(
             kind=kind,
             params={"rows": "int+", "dim": "int+", "has_residual": "bool", "residuals": "int+"},
@@ -195,7 +195,6 @@ class _Norm:
             lower=_lower_norm,
             tokens="rows",
             decode=self.decode,
-            simulate=simulate,
             grad=GradRule(
                 flops=lambda p: p["rows"] * p["dim"] * self.grad_ops,
                 saved_elems=lambda p: p["rows"] * (p["dim"] + self.stats),  # x (or x + r), stats
@@ -236,8 +235,8 @@ _RMSNORM = _Norm(RMSNORM_OPS, weight_vectors=1, stats=1, grad_ops=RMSNORM_GRAD_O
 layernorm_cost = _LAYERNORM.cost
 rmsnorm_cost = _RMSNORM.cost
 
-LAYERNORM = _LAYERNORM.kind(KernelKind.LAYERNORM, Op.LAYER_NORM, "wsecc.sim.functional:_layernorm")
-RMSNORM = _RMSNORM.kind(KernelKind.RMSNORM, Op.RMS_NORM, "wsecc.sim.functional:_rmsnorm")
+LAYERNORM = _LAYERNORM.kind(KernelKind.LAYERNORM, Op.LAYER_NORM)
+RMSNORM = _RMSNORM.kind(KernelKind.RMSNORM, Op.RMS_NORM)
 
 
 # --- softmax over the last dim ------------------------------------------------------------------
@@ -263,7 +262,6 @@ SOFTMAX = KindDef(
     decode=lambda p, h, w, ctx, B: _rowwise_decode(
         B, p["dim"], h, w, ctx, ops=SOFTMAX_OPS, stats=2
     ),
-    simulate="wsecc.sim.functional:_softmax",
     grad=GradRule(
         flops=lambda p: p["rows"] * p["dim"] * SOFTMAX_GRAD_OPS,
         saved_elems=lambda p: p["rows"] * p["dim"],  # y
@@ -332,7 +330,6 @@ ELEMENTWISE = KindDef(
     decode=lambda p, h, w, ctx, B: _rowwise_decode(
         B, p["dim"], h, w, ctx, ops=ELEMENTWISE_OPS[p["op"]], inputs=p["inputs"]
     ),
-    simulate="wsecc.sim.functional:_reference",
     # the derivative costs what the op did, once per input; the inputs are kept for it
     grad=GradRule(
         flops=lambda p: p["rows"] * p["dim"] * ELEMENTWISE_OPS[str(p["op"])] * p["inputs"],
