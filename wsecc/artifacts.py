@@ -16,10 +16,12 @@ import numpy as np
 
 from wsecc.ir.printer import format_graph
 from wsecc.outdir import write_folder
+from wsecc.partition import crossing_latency_s
 from wsecc.report import Trail, limits, report
 from wsecc.stages import Stage
 from wsecc.targets import target_source
 from wsecc.view import render_viewer
+from wsecc.view.data import systems_payload
 
 STALE = ("trace.json", "inputs.npz", "outputs.npz", "generated.npz")
 """Files a re-simulation does not carry over from the folder it rewrites (`keep`)."""
@@ -51,9 +53,6 @@ def viewer_html(stage: Stage) -> str:
 
 def _system_panels(t: Trail) -> list[dict[str, Any]] | None:
     """The viewer's panel per system of a program over several systems, else None."""
-    from wsecc.partition import crossing_latency_s
-    from wsecc.view.data import systems_payload
-
     assert t.placed is not None
     sized = t.placed.sized.systems
     if sized is None or t.performance is None:

@@ -29,13 +29,13 @@ from typing import Any
 from wsecc.errors import WseccError
 from wsecc.flow import fuse as run_passes
 from wsecc.flow import load as import_model
-from wsecc.flow import place_and_route, place_systems
+from wsecc.flow import place_and_route
 from wsecc.frontend.common import widened_text
 from wsecc.hashing import sha256_beside
 from wsecc.kernels import Sizing, SizingError
 from wsecc.modes import Layout, bound_batch, per_sample_batch, strategy
 from wsecc.options import Options, saved_options
-from wsecc.partition import PartitionError, size_over_systems
+from wsecc.partition import PartitionError, place_systems, size_over_systems
 from wsecc.place.from_kernels import placement_problem
 from wsecc.place.problem import Placement, PlacementError, PlacementProblem, tailored
 from wsecc.program import Program, Systems

@@ -51,7 +51,7 @@ from wsecc.place.problem import (
     without_halos,
 )
 from wsecc.pm import NumericsCheck, PassContext, PassManager, PassRecord
-from wsecc.program import Program, Systems
+from wsecc.program import Program
 from wsecc.replicas import (
     COLORS,
     FABRIC_AREA,
@@ -89,7 +89,6 @@ from wsecc.vocab import SimLevel
 if TYPE_CHECKING:
     from wsecc.frontend.onnx import ModelInfo
     from wsecc.kernels.costs import TrainCosts
-    from wsecc.partition import SizedSystems
     from wsecc.sim.events import EventResult
     from wsecc.sim.perf import PerfResult
     from wsecc.sim.sram import SramMap
@@ -574,49 +573,6 @@ def place_and_route(
     placement, _, program = _route_in(work, problem, placement, search, say)
     program = replace(program, replicas=Replicas(1, blocked))
     return Placed(problem, program, pool_shapes(sizing, placement))
-
-
-def place_systems(
-    systems: SizedSystems,
-    target: Target,
-    precision: str,
-    *,
-    placer: str,
-    time_budget_s: float,
-    seed: int = 0,
-    deterministic: bool = False,
-    say: Callable[[str, str], None] = lambda stage, s: None,
-    rule: SizingRule = ForThroughput(),
-) -> tuple[tuple[Placed, ...], Systems]:
-    """Each system's layer group placed and routed (`place_and_route`, one copy, `time_budget_s`
-    each), a group whose shapes equal an earlier one's (`wsecc.partition.shape_key`) reusing
-    its placement: the placed groups (one per distinct placement, in system order) and the
-    program over the systems with its crossings."""
-    from wsecc.partition import shape_key
-
-    placed: list[Placed] = []
-    programs: list[Program] = []
-    placed_as: list[int] = []
-    first_of: dict[tuple[object, ...], int] = {}
-    for part, sizing in zip(systems.partition.parts, systems.sizings, strict=True):
-        key = shape_key(part.graph)
-        if key in first_of:
-            i = first_of[key]
-            programs.append(programs[i])
-            placed_as.append(i)
-            say("place", f"system {part.index}: the placement of system {i} (the same shapes)")
-            continue
-        say("place", f"system {part.index}: layers L{part.first}-L{part.last}")
-        one = place_and_route(
-            part.graph, sizing, target, precision, placer=placer, time_budget_s=time_budget_s,
-            seed=seed, deterministic=deterministic, say=say, rule=rule, replicas=1,
-        )  # fmt: skip
-        first_of[key] = part.index
-        placed.append(one)
-        programs.append(one.program)
-        placed_as.append(part.index)
-    over = Systems(tuple(programs), systems.partition.crossings, tuple(placed_as))
-    return tuple(placed), over
 
 
 def _problem(

@@ -617,7 +617,6 @@ def _erf_in_double_ops(g: Any) -> None:
     0.044715 x^3))) / 2. The erf is within 1.5e-7 of erf and smooth on each side of 0; its
     derivative, what the float64 differences measure, is within 7.2e-6 of erf's (measured over
     [-6, 6] at h = 1e-5), far below FLOAT64_TOLERANCE's 1e-3."""
-    from onnx import TensorProto, helper
 
     ours = ("Erf", "Gelu")
     if not any(n.op_type in ours and n.domain in ("", "ai.onnx") for n in g.node):

@@ -23,18 +23,16 @@ parallelism across wafers) is not, so the report says that it was not compared.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from wsecc.errors import WseccError
-from wsecc.kernels import Flow, KernelGraph, Port, Sizing
+from wsecc.flow import FILL_STEPS, Placed, SizingRule, place_and_route
+from wsecc.generate import kv_cache_bytes
+from wsecc.kernels import Flow, KernelGraph, Port, Sizing, SizingError
 from wsecc.layers import find_layers
-from wsecc.program import Crossing
+from wsecc.program import Crossing, Program, Systems
 from wsecc.targets import Target
-
-if TYPE_CHECKING:
-    from wsecc.flow import SizingRule
 
 PIPELINE = "pipeline"
 """The one split modelled: contiguous layer groups, one per system (module doc)."""
@@ -84,8 +82,6 @@ class Partition:
 def resident_bytes(kg: KernelGraph, precision: str) -> list[int]:
     """Each kernel's resident bytes, in `kg`'s order: its weights and, for an attention kernel
     bound with `cache_sequences`, its K/V cache (`wsecc.generate.kv_cache_bytes`'s formula)."""
-    from wsecc.generate import kv_cache_bytes
-
     out = []
     for k in kg.kernels:
         one = KernelGraph(kg.name, kg.tokens_per_sample, (k,), ())
@@ -257,8 +253,6 @@ class SizedSystems:
 def system_sram_bytes(target: Target) -> float:
     """What one system keeps resident at most: the data SRAM (after the per-PE reserve) of the
     share of its PEs sizing fills at first (`wsecc.flow.FILL_STEPS[0]`)."""
-    from wsecc.flow import FILL_STEPS
-
     return float(FILL_STEPS[0] * target.usable_pes * target.sram_budget_bytes)
 
 
@@ -293,9 +287,6 @@ def size_over_systems(
     bytes (`systems_needed`) and adds a system while some group's regions and buffers do not
     fit. Raises PartitionError (one line) when the target allows too few systems, or the
     requested count is too few."""
-    from wsecc.flow import FILL_STEPS
-    from wsecc.kernels import SizingError
-
     resident = sum(resident_bytes(kg, precision))
     per_system = system_sram_bytes(target)
     least = systems_needed(resident, per_system)
@@ -375,3 +366,44 @@ __all__ = [
     "system_graph",
     "systems_needed",
 ]
+
+
+def place_systems(
+    systems: SizedSystems,
+    target: Target,
+    precision: str,
+    *,
+    placer: str,
+    time_budget_s: float,
+    seed: int = 0,
+    deterministic: bool = False,
+    rule: SizingRule,
+    say: Callable[[str, str], None] = lambda stage, s: None,
+) -> tuple[tuple[Placed, ...], Systems]:
+    """Each system's layer group placed and routed (`place_and_route`, one copy, `time_budget_s`
+    each), a group whose shapes equal an earlier one's (`shape_key`) reusing
+    its placement: the placed groups (one per distinct placement, in system order) and the
+    program over the systems with its crossings."""
+    placed: list[Placed] = []
+    programs: list[Program] = []
+    placed_as: list[int] = []
+    first_of: dict[tuple[object, ...], int] = {}
+    for part, sizing in zip(systems.partition.parts, systems.sizings, strict=True):
+        key = shape_key(part.graph)
+        if key in first_of:
+            i = first_of[key]
+            programs.append(programs[i])
+            placed_as.append(i)
+            say("place", f"system {part.index}: the placement of system {i} (the same shapes)")
+            continue
+        say("place", f"system {part.index}: layers L{part.first}-L{part.last}")
+        one = place_and_route(
+            part.graph, sizing, target, precision, placer=placer, time_budget_s=time_budget_s,
+            seed=seed, deterministic=deterministic, say=say, rule=rule, replicas=1,
+        )  # fmt: skip
+        first_of[key] = part.index
+        placed.append(one)
+        programs.append(one.program)
+        placed_as.append(part.index)
+    over = Systems(tuple(programs), systems.partition.crossings, tuple(placed_as))
+    return tuple(placed), over

@@ -15,6 +15,7 @@ from typing import Any
 from wsecc.analysis import fused_ops
 from wsecc.checks import numerics_skipped
 from wsecc.limits import Limits
+from wsecc.partition import crossing_latency_s
 from wsecc.replicas import host_samples_per_s
 from wsecc.results import InferPerformance, Performance, TrainPerformance
 from wsecc.stages import Fused, Job, Loaded, Placed, Simulated, Sized, Stage
@@ -210,8 +211,6 @@ def report(stage: Stage, *, timings: bool = True) -> dict[str, Any]:
 
 
 def _crossing_latency(t: Trail) -> float:
-    from wsecc.partition import crossing_latency_s
-
     return crossing_latency_s(t.job.target)
 
 

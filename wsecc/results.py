@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from wsecc.layers import find_layers
+from wsecc.partition import resident_bytes
+
 if TYPE_CHECKING:
     from wsecc.generate import GenerationPerf
     from wsecc.sim.events import EventResult
@@ -92,8 +95,6 @@ class SystemRow:
 def system_rows(placed: Placed, seconds: Sequence[float]) -> tuple[SystemRow, ...]:
     """A row per system of a program split over systems (`placed.sized.systems`), system i
     taking `seconds[i]`."""
-    from wsecc.partition import resident_bytes
-
     sized = placed.sized.systems
     assert sized is not None
     systems, precision = placed.systems, placed.job.options.precision
@@ -123,9 +124,6 @@ def system_rows(placed: Placed, seconds: Sequence[float]) -> tuple[SystemRow, ..
 def one_system(placed: Placed, seconds: Sequence[float]) -> tuple[SystemRow, ...]:
     """The one row of a program on one system (every layer, no crossings), taking
     `seconds[0]`."""
-    from wsecc.layers import find_layers
-    from wsecc.partition import resident_bytes
-
     program = placed.program
     layers = find_layers([k.kind for k in program.kg.kernels])
     row = SystemRow(
