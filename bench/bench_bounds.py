@@ -48,7 +48,7 @@ def _compile(spec: str, target_name: str, budget: float):  # type: ignore[no-unt
     from wsecc.passes import DEFAULT_PIPELINE
     from wsecc.targets import load_target
 
-    from wsecc.flow import lower_and_size, place_and_route
+    from wsecc.core.flow import lower_and_size, place_and_route
     from wsecc.frontend.onnx import import_model
     from wsecc.pm import PassManager
 

@@ -1,7 +1,7 @@
 """Train mode's gradient check on the tiny Hugging Face exports (tests/hf_exports.py: 8
 families x 3 exporters, and the SDPA-attention exports): the gradient of the loss for every
 ONNX weight initializer, by reverse mode over wsecc's fused graph, against central finite
-differences of onnxruntime on the original file (`wsecc.gradcheck`).
+differences of onnxruntime on the original file (`wsecc.modes.gradcheck`).
 
     python bench/bench_hf_gradients.py [--precision fp32 --precision mixed] [--samples 50]
                                        [--only gpt2lm] [--batch 2 --seq 8]
@@ -15,7 +15,7 @@ its inputs from `make_inputs(seed=0, padded=True)` (the last row right-padded), 
 each precision with `samples` coordinates per initializer. An export the frontend refuses is
 listed as such, not counted. Prints one markdown row per export and precision — the loss,
 tensors passed / total, the worst row's figures (max rel err and beyond_noise: see
-`wsecc/gradcheck.py`), the rows the finite differences could not resolve (noisy), in fp32 the
+`wsecc/modes/gradcheck.py`), the rows the finite differences could not resolve (noisy), in fp32 the
 rows judged by float64 differences (f64; "n/a" when onnxruntime cannot run the file in float64,
 the reasons listed at the end), the initializers no constant of the graph traces to (untraced:
 failures) — and a summary line per precision.
@@ -73,10 +73,10 @@ def main() -> None:
     from hf_exports import FAMILIES
 
     import wsecc
+    from wsecc.check.numerics import make_inputs
     from wsecc.compiler import Compilation
     from wsecc.errors import WseccError
-    from wsecc.gradcheck import check_gradients
-    from wsecc.numerics import make_inputs
+    from wsecc.modes.gradcheck import check_gradients
 
     families = tuple(args.only or FAMILIES)
     if unknown := set(families) - set(FAMILIES):

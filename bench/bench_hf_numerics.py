@@ -1,6 +1,6 @@
 """The tiled functional simulator on the tiny Hugging Face exports (tests/hf_exports.py: 8
 families x 3 exporters, and the SDPA-attention exports), against onnxruntime and the reference
-interpreter: the figures behind `wsecc/numerics.py`'s tolerances.
+interpreter: the figures behind `wsecc/check/numerics.py`'s tolerances.
 
     python bench/bench_hf_numerics.py [--precision fp32 --precision mixed --precision fp16]
 
@@ -35,9 +35,9 @@ def main() -> None:
     from wsecc.passes import DEFAULT_PIPELINE
     from wsecc.targets import load_target
 
-    from wsecc.flow import lower_and_size
+    from wsecc.check.numerics import make_inputs
+    from wsecc.core.flow import lower_and_size
     from wsecc.frontend.onnx import import_model
-    from wsecc.numerics import make_inputs
     from wsecc.pm import PassManager
     from wsecc.sim.functional import validate
 

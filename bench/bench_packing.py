@@ -3,7 +3,7 @@
     python bench/bench_packing.py bench/models/gpt2-small.onnx:1024 bench/models/bert-base.onnx:128
 
 One markdown row per model: the fill at which the regions packed (sizing starts at 85% and
-steps down, see wsecc/flow.py), PEs used, bottleneck, throughput, colors max / lower bound.
+steps down, see wsecc/core/flow.py), PEs used, bottleneck, throughput, colors max / lower bound.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def main() -> None:
     from wsecc.passes import DEFAULT_PIPELINE
     from wsecc.targets import load_target
 
-    from wsecc.flow import lower_and_size, place_and_route
+    from wsecc.core.flow import lower_and_size, place_and_route
     from wsecc.frontend.onnx import import_model
     from wsecc.pm import PassManager
 

@@ -17,7 +17,7 @@ def row(spec: str, target_name: str, budget: float) -> str:
     from wsecc.passes import DEFAULT_PIPELINE
     from wsecc.targets import load_target
 
-    from wsecc.flow import lower_and_size, place_and_route
+    from wsecc.core.flow import lower_and_size, place_and_route
     from wsecc.frontend.onnx import import_model
     from wsecc.pm import PassManager
 

@@ -52,7 +52,7 @@ BOUND_WORDS = {
     "crossings": "system crossings",
     "host": "host",
 }
-"""The decode phases (`wsecc.generate.DECODE_PHASES`) in the table's words."""
+"""The decode phases (`wsecc.modes.generate.DECODE_PHASES`) in the table's words."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 
 Each model is PATH.onnx[:BATCHxSEQ] (default 2x16). Prints one markdown row per model and
 precision: onnxruntime's time (session creation, and the best of --repeat runs on a live session;
-graph optimizations off, as `wsecc.numerics.ort_run` runs it), the simulator's time (loading the
+graph optimizations off, as `wsecc.check.numerics.ort_run` runs it), the simulator's time (loading the
 program — weights rounded and tiled — and the best of --repeat runs), the ratios, and the largest
 max-rel-err and smallest PCC over the outputs. Inputs: `make_inputs(seed=0, padded=True)`.
 onnxruntime runs with its default thread count unless --ort-threads is given; the simulator
@@ -38,9 +38,9 @@ def functional_rows(
     from wsecc.passes import DEFAULT_PIPELINE
     from wsecc.targets import load_target
 
-    from wsecc.flow import lower_and_size
+    from wsecc.check.numerics import compare, make_inputs
+    from wsecc.core.flow import lower_and_size
     from wsecc.frontend.onnx import import_model
-    from wsecc.numerics import compare, make_inputs
     from wsecc.pm import PassManager
     from wsecc.sim.functional import compile_functional
 

@@ -34,7 +34,7 @@ def rows(spec: str, targets: list[str], samples: int, placer: str, budget: float
     from wsecc.passes import DEFAULT_PIPELINE
     from wsecc.targets import load_target
 
-    from wsecc.flow import lower_and_size, place_and_route
+    from wsecc.core.flow import lower_and_size, place_and_route
     from wsecc.frontend.onnx import import_model
     from wsecc.pm import PassManager
     from wsecc.sim.events import simulate_l1

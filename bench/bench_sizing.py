@@ -18,7 +18,7 @@ def row(spec: str, target_name: str, precision: str) -> str:
     from wsecc.passes import DEFAULT_PIPELINE
     from wsecc.targets import load_target
 
-    from wsecc.flow import lower_and_size
+    from wsecc.core.flow import lower_and_size
     from wsecc.frontend.onnx import import_model
     from wsecc.kernels import work_proportional_sizing
     from wsecc.pm import PassManager

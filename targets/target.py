@@ -116,7 +116,7 @@ class System:
     external_memory_bytes: float  # MemoryX: weights and optimizer state off the wafer
     max_systems: int  # systems SwarmX connects for data parallel training
     step_overhead_s: float = field(metadata=_min(0))  # per optimizer step, outside the wafer's work
-    # SwarmX, between external memory and N > 1 systems (`wsecc.train.swarmx`): a tree of
+    # SwarmX, between external memory and N > 1 systems (`wsecc.modes.train.swarmx`): a tree of
     # broadcast-reduce nodes, `swarmx_fanout` systems (or nodes) under each, that broadcasts
     # weights down and reduces gradients up, each system's stream at `swarmx_bytes_per_s`,
     # each level adding `swarmx_hop_s` of latency

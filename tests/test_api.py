@@ -12,8 +12,8 @@ from conftest import SAMPLES
 import wsecc
 from wsecc.cli import main
 from wsecc.compiler import Compilation, Options
-from wsecc.diff import diff_reports, load_report
 from wsecc.errors import WseccError
+from wsecc.report.diff import diff_reports, load_report
 
 GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
 
@@ -172,7 +172,7 @@ def test_inputs_file_is_used_and_saved_outputs_match_onnxruntime(tmp_path):
     """--inputs feeds the numerics; --save-outputs lets anyone re-check the verdict."""
     import numpy as np
 
-    from wsecc.numerics import make_inputs, ort_run
+    from wsecc.check.numerics import make_inputs, ort_run
 
     c = Compilation.load(GPT2, Options(batch=2, seq=8))
     feeds = make_inputs(c.graph, seed=7)

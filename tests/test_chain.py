@@ -1,5 +1,5 @@
-"""The compile as one chain of frozen stage values (`wsecc.chain`, `wsecc.stages`), the mode a
-strategy value (`wsecc.modes`), one performance interface (`wsecc.results`)."""
+"""The compile as one chain of frozen stage values (`wsecc.core.chain`, `wsecc.core.stages`), the mode a
+strategy value (`wsecc.modes.strategy`), one performance interface (`wsecc.report.results`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SAMPLES
 
-from wsecc import chain, stages
-from wsecc.modes import STRATEGIES
-from wsecc.report import report
+from wsecc.core import chain, stages
+from wsecc.modes.strategy import STRATEGIES
+from wsecc.report.build import report
 from wsecc.vocab import Mode
 
 GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
@@ -34,7 +34,7 @@ def test_the_sweep_runs_the_chain_not_the_compiler() -> None:
     names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | {
         a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
     }
-    assert "wsecc.compiler" not in names and "wsecc.flow" not in names
+    assert "wsecc.compiler" not in names and "wsecc.core.flow" not in names
 
 
 def test_a_stage_is_not_changed_by_the_stages_after_it() -> None:

@@ -1,4 +1,4 @@
-"""Generate mode (`wsecc.generate`): prefill and decode figures of a placed decoder, the K/V cache
+"""Generate mode (`wsecc.modes.generate`): prefill and decode figures of a placed decoder, the K/V cache
 in SRAM, and the decode-step models of the kinds (`wsecc.kernels.decode`)."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from wsecc.targets import load_target
 
 import wsecc
 from wsecc.errors import WseccError
-from wsecc.generate import DECODE_PHASES, at_tokens, kv_cache_bytes, max_context
 from wsecc.kernels import Kernel, KernelKind
 from wsecc.kernels.costs import CostContext, cdiv, cost_at
 from wsecc.kernels.decode import chain, multicast, relay
 from wsecc.kernels.kinds.matmul import linear_decode
+from wsecc.modes.generate import DECODE_PHASES, at_tokens, kv_cache_bytes, max_context
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 LLAMA = SAMPLES / "llama_legacy_op17.onnx"
@@ -220,8 +220,8 @@ def test_a_cache_too_long_for_any_region_names_the_largest_context(
     does fit)."""
     import re
 
-    from wsecc.generate import generation_kernels
     from wsecc.kernels import fits_a_region
+    from wsecc.modes.generate import generation_kernels
 
     t = load_target("wse2")
     long = dataclasses.replace(
@@ -247,7 +247,7 @@ def test_weights_that_do_not_fit_one_wafer_name_the_wafers_needed(
 ) -> None:
     """Generation keeps every weight resident: the sample's 125,760 mixed-precision parameters
     (251,520 B) on a 2 x 2 program rectangle of 40 KiB of data SRAM each need 2 wafers."""
-    from wsecc.generate import generation_kernels
+    from wsecc.modes.generate import generation_kernels
 
     t = load_target("wse2")
     tiny = dataclasses.replace(
@@ -344,9 +344,9 @@ def test_a_full_attention_mask_is_one_error_in_generate_mode() -> None:
     from conftest import ORT_CORPUS
     from wsecc.passes import DEFAULT_PIPELINE
 
-    from wsecc.flow import lower
+    from wsecc.core.flow import lower
     from wsecc.frontend.onnx import import_model
-    from wsecc.generate import generation_kernels
+    from wsecc.modes.generate import generation_kernels
     from wsecc.pm import PassManager
 
     graph, _ = import_model(ORT_CORPUS / "gpt2_megatron.onnx", batch=1, seq=16)

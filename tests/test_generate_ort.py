@@ -1,4 +1,4 @@
-"""onnxruntime's greedy generation (`wsecc.numerics.ort_generate`, issue 17 item 5): the file run
+"""onnxruntime's greedy generation (`wsecc.check.numerics.ort_generate`, issue 17 item 5): the file run
 step by step, a with-past file with its cache fed back, a no-past file recomputing the whole
 sequence. Both exports of one torch model must generate the same tokens: that is the check that
 the past is handled right."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from conftest import ORT_CORPUS, SAMPLES
 
+from wsecc.check.numerics import file_generation, ort_generate
 from wsecc.errors import WseccError
-from wsecc.numerics import file_generation, ort_generate
 
 STEPS = 8
 TWINS = Path(__file__).resolve().parent / "data" / "generation"

@@ -1,4 +1,4 @@
-"""The gradient check against central finite differences of onnxruntime (`wsecc.gradcheck`):
+"""The gradient check against central finite differences of onnxruntime (`wsecc.modes.gradcheck`):
 it passes on the samples, fails on a broken gradient rule for exactly the tensors it breaks, and
 reports an initializer it cannot trace; fp32 rows the fp32 differences cannot resolve are judged
 by float64 ones, which pass a right gradient and still fail a wrong one."""
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from wsecc.passes import DEFAULT_PIPELINE
 
-from wsecc import gradcheck
+from wsecc.check.numerics import OrtWithWeights, float64_session, make_inputs
 from wsecc.frontend.onnx import import_model
-from wsecc.gradcheck import check_gradients
 from wsecc.ir import DType, Graph, Node, Op, TensorType, Value, rules
 from wsecc.ir.grad import choose_loss
-from wsecc.numerics import OrtWithWeights, float64_session, make_inputs
+from wsecc.modes import gradcheck
+from wsecc.modes.gradcheck import check_gradients
 from wsecc.pm import PassContext, PassManager
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -186,11 +186,11 @@ def test_float64_session_reproduces_the_fp32_loss() -> None:
 def test_float64_session_unavailable_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     """onnxruntime has no double Erf (BERT's GELU runs through one): without the rewrite in
     double ops, no float64 reference, and the reason."""
-    import wsecc.numerics
+    import wsecc.check.numerics
 
     path = SAMPLES / "bert_dynamo.onnx"
     g, feeds = fused(path)
-    monkeypatch.setattr(wsecc.numerics, "_erf_in_double_ops", lambda g: None)
+    monkeypatch.setattr(wsecc.check.numerics, "_erf_in_double_ops", lambda g: None)
     why = float64_session(path, feeds)
     assert isinstance(why, str) and "Erf" in why
     check = check_gradients(path, g, feeds, samples=2)
@@ -330,7 +330,7 @@ def test_cli_grad_scale_fault_fails_the_verdict(
 
     from wsecc.cli import main
 
-    monkeypatch.setattr("wsecc.checks.GRAD_SAMPLES", 4)
+    monkeypatch.setattr("wsecc.check.checks.GRAD_SAMPLES", 4)
     args = ["compile", str(SAMPLES / "gpt2_legacy_op17.onnx"), "--seq", "8", "--mode", "train",
             "--precision", precision, "--placer", "greedy", "--validate"]  # fmt: skip
     out = tmp_path / "out"

@@ -1,6 +1,6 @@
-"""One layer finder (`wsecc.layers.find_layers`) for placement, training and generation: the
+"""One layer finder (`wsecc.core.layers.find_layers`) for placement, training and generation: the
 tiled placer's layers (`wsecc.place.tiled.repeating_layers`) and training's streamed units
-(`wsecc.train.streamed_units`, which generation's per-layer decode figures use too) are the same
+(`wsecc.modes.train.streamed_units`, which generation's per-layer decode figures use too) are the same
 kernels on GPT-2-, BERT-, RoBERTa/MPNet- and Llama-shaped graphs."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from functools import cache
 import pytest
 from conftest import SAMPLES
 
-from wsecc import chain
-from wsecc.layers import find_layers
+from wsecc.core import chain
+from wsecc.core.layers import find_layers
+from wsecc.core.stages import Sized
+from wsecc.modes.train import streamed_units
 from wsecc.place.from_kernels import placement_problem
 from wsecc.place.tiled import repeating_layers
-from wsecc.stages import Sized
-from wsecc.train import streamed_units
 
 
 @cache

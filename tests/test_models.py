@@ -16,11 +16,11 @@ from conftest import ORT_CORPUS, SAMPLES
 from wsecc.passes import DEFAULT_PIPELINE
 
 from wsecc.analysis import param_count
+from wsecc.check.numerics import compare, make_inputs, ort_run
 from wsecc.frontend.onnx import import_model
 from wsecc.interp import run
 from wsecc.ir.core import Op
 from wsecc.ir.verify import verify
-from wsecc.numerics import compare, make_inputs, ort_run
 from wsecc.pm import NumericsCheck, Pass, PassContext, PassManager
 
 SAMPLE_FILES = sorted(p.name for p in SAMPLES.glob("*.onnx"))
@@ -381,8 +381,8 @@ def test_gemma2_soft_caps_and_windows_are_kept():
     within float32's rounding."""
     import numpy as np
 
+    from wsecc.check.numerics import make_inputs, ort_run
     from wsecc.ir.core import Node
-    from wsecc.numerics import make_inputs, ort_run
 
     path = SAMPLES / "gemma2_dynamo.onnx"
     fused, _ = PassManager(DEFAULT_PIPELINE).run(import_model(path, batch=2, seq=16)[0])

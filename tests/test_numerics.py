@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from wsecc.check.numerics import compare, make_inputs, ort_run, verdict_line
 from wsecc.errors import WseccError
-from wsecc.numerics import compare, make_inputs, ort_run, verdict_line
 
 
 def test_a_file_onnxruntime_cannot_load_is_a_one_line_error(tmp_path: Path) -> None:
@@ -33,10 +33,10 @@ def test_numerics_too_large_to_hold_are_refused_in_one_line_or_skipped(
     """A binding whose tensors onnxruntime could not hold (long sequences) compiles; asked to
     validate, it fails in one line before anything runs; left to auto, numerics are skipped."""
     import wsecc
-    import wsecc.checks
+    import wsecc.check.checks
     from wsecc.cli import main
 
-    monkeypatch.setattr(wsecc.checks, "MAX_TENSOR_BYTES", 64 << 10)  # GPT-2 sample's scores
+    monkeypatch.setattr(wsecc.check.checks, "MAX_TENSOR_BYTES", 64 << 10)  # GPT-2 sample's scores
     gpt2 = samples_dir / "gpt2_legacy_op17.onnx"
     code = main(["compile", str(gpt2), "--seq", "32", "--placer", "greedy", "--validate",
                  "-o", str(tmp_path / "out")])  # fmt: skip
@@ -137,7 +137,7 @@ def test_a_half_precision_export_passes_every_check_as_its_float32_model(
     jsonschema = pytest.importorskip("jsonschema")
     from importlib import resources
 
-    schema = json.loads((resources.files("wsecc") / "report.schema.json").read_text())
+    schema = json.loads((resources.files("wsecc.report") / "report.schema.json").read_text())
     jsonschema.validate(report, schema)
 
 

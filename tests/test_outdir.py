@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from wsecc.errors import WseccError
-from wsecc.outdir import check_compile_output, check_sweep_output, write_folder
+from wsecc.report.outdir import check_compile_output, check_sweep_output, write_folder
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 MODEL = SAMPLES / "gpt2_legacy_op17.onnx"

@@ -1,4 +1,4 @@
-"""Infer and generate modes over several systems (`wsecc.partition`): the split checked by
+"""Infer and generate modes over several systems (`wsecc.core.partition`): the split checked by
 hand, the crossings' bytes and latency, one system as before, auto, and the one-line
 refusals."""
 
@@ -14,8 +14,8 @@ from conftest import SAMPLES
 
 import wsecc
 from wsecc.cli import main
-from wsecc.partition import balanced_bounds, split_layers
-from wsecc.report import drop_timings
+from wsecc.core.partition import balanced_bounds, split_layers
+from wsecc.report.build import drop_timings
 
 LLAMA = SAMPLES / "llama_dynamo.onnx"  # 2 layers, hidden 64, GQA, rotary
 GEN = {"mode": "generate", "seq": 64, "prompt": 16, "placer": "greedy", "target": "wse3"}
@@ -69,7 +69,7 @@ def test_a_split_over_two_systems_by_hand(two: wsecc.Compilation) -> None:
 def test_the_decode_step_is_each_systems_step_plus_the_crossing(two: wsecc.Compilation) -> None:
     """One crossing of 200 us (the target's system I/O latency) at 1.1 GHz is 220,000 cycles;
     the step is system 0's plus that plus system 1's, and the time to first token likewise."""
-    from wsecc.generate import plan_generation
+    from wsecc.modes.generate import plan_generation
 
     g, placed = two.generation, two.simulated.placed
     assert g is not None
@@ -93,7 +93,7 @@ def test_the_decode_step_is_each_systems_step_plus_the_crossing(two: wsecc.Compi
 
 def test_the_report_over_systems_is_schema_valid(two: wsecc.Compilation) -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    schema = json.loads((resources.files("wsecc") / "report.schema.json").read_text())
+    schema = json.loads((resources.files("wsecc.report") / "report.schema.json").read_text())
     rep = two.report()
     jsonschema.validate(rep, schema)
     assert rep["partition"]["split"] == "pipeline"
@@ -163,9 +163,9 @@ def test_too_many_systems_needed_is_one_line(
 
 
 def test_more_systems_than_layers_is_refused() -> None:
-    from wsecc import chain
+    from wsecc.core import chain
+    from wsecc.core.flow import lower
     from wsecc.errors import WseccError
-    from wsecc.flow import lower
 
     fused = chain.fuse(chain.load(chain.job(LLAMA, seq=32)))
     with pytest.raises(WseccError, match="3 systems for 2 layers"):
@@ -210,7 +210,7 @@ def test_a_folder_over_systems_says_it_cannot_be_resimulated(
 def test_a_group_that_does_not_pack_is_one_line_with_systems_n(monkeypatch) -> None:
     """With --systems N, a layer group whose regions do not pack is refused in one line naming
     --systems (auto takes one more system instead)."""
-    from wsecc import chain
+    from wsecc.core import chain
     from wsecc.errors import WseccError
     from wsecc.place.problem import PlacementError
 

@@ -1,4 +1,4 @@
-"""Replication (wsecc.replicas): k data-parallel copies of the pipeline on a grid of tiles.
+"""Replication (wsecc.core.replicas): k data-parallel copies of the pipeline on a grid of tiles.
 
 The bundled GPT-2 sample fills the fabric or names what stops it; `--replicas 1` is one copy on
 the whole fabric; every copy, on the whole fabric, passes the placement and routing validators;
@@ -15,11 +15,7 @@ import pytest
 from conftest import SAMPLES
 
 import wsecc
-from wsecc.errors import WseccError
-from wsecc.options import Options
-from wsecc.place.problem import PlaceFlow, PlaceKernel, PlacementProblem, validate_placement
-from wsecc.progress import summary_rows
-from wsecc.replicas import (
+from wsecc.core.replicas import (
     FABRIC_AREA,
     FILLS_WAFER,
     HOST_IO,
@@ -35,6 +31,10 @@ from wsecc.replicas import (
     whole_problem,
     whole_routing,
 )
+from wsecc.errors import WseccError
+from wsecc.options import Options
+from wsecc.place.problem import PlaceFlow, PlaceKernel, PlacementProblem, validate_placement
+from wsecc.progress import summary_rows
 from wsecc.route.problem import make_routing_problem, validate_routing
 
 GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
@@ -104,7 +104,7 @@ def test_report_summary_and_schema_agree(auto):
     assert rows["PEs used"].startswith(f"{sizing['pes_used']:,} ")
     assert rows["on wafer"].endswith(", per copy")
     jsonschema = pytest.importorskip("jsonschema")
-    schema = json.loads((resources.files("wsecc") / "report.schema.json").read_text())
+    schema = json.loads((resources.files("wsecc.report") / "report.schema.json").read_text())
     jsonschema.validate(rep, schema)
     broken = json.loads(json.dumps(rep))
     broken["replicas"]["reason"] = "because"
@@ -247,7 +247,7 @@ def test_train_mode_keeps_one_program():
 
 
 def test_a_copy_that_does_not_route_on_a_tile_names_colors(monkeypatch):
-    import wsecc.flow as flow
+    import wsecc.core.flow as flow
     from wsecc.route.problem import RoutingError
 
     real = flow._route_placed

@@ -18,7 +18,7 @@ from wsecc.cli import main
 
 jsonschema = pytest.importorskip("jsonschema")
 
-SCHEMA = json.loads((resources.files("wsecc") / "report.schema.json").read_text())
+SCHEMA = json.loads((resources.files("wsecc.report") / "report.schema.json").read_text())
 SAMPLE_FILES = sorted(SAMPLES.glob("*.onnx"))
 
 

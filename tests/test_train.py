@@ -1,4 +1,4 @@
-"""Train mode (`wsecc.train`): both executions, the batch choice, gradient accumulation, data
+"""Train mode (`wsecc.modes.train`): both executions, the batch choice, gradient accumulation, data
 parallel systems, and the one-line errors of a step that cannot run."""
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import wsecc
 from wsecc.cli import main
 from wsecc.compiler import Compilation
 from wsecc.kernels.ir import Kernel, KernelGraph, KernelKind
-from wsecc.options import Options
-from wsecc.train import (
+from wsecc.modes.train import (
     MAX_CHOSEN_BATCH,
     SwarmX,
     TrainError,
@@ -26,6 +25,7 @@ from wsecc.train import (
     swarmx,
     tree_depth,
 )
+from wsecc.options import Options
 
 GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
 BERT = SAMPLES / "bert_dynamo.onnx"
@@ -34,7 +34,7 @@ BERT = SAMPLES / "bert_dynamo.onnx"
 @pytest.fixture(scope="module")
 def gpt2_kernels() -> KernelGraph:
     c = Compilation.load(GPT2, Options(mode="train", seq=32)).fuse()
-    from wsecc.flow import lower
+    from wsecc.core.flow import lower
 
     return lower(c.fused)
 
@@ -95,7 +95,7 @@ def test_both_executions_and_auto_runs_the_faster(gpt2_kernels: KernelGraph) -> 
 
 def test_pipelined_training_needs_more_sram_and_time_than_inference(gpt2_kernels) -> None:
     from wsecc.kernels import size_regions
-    from wsecc.train import pipelined_sizing
+    from wsecc.modes.train import pipelined_sizing
 
     target = load_target("wse2")
     infer = size_regions(gpt2_kernels, target, "mixed", fill=0.85, chunk_tokens=8)
@@ -262,7 +262,7 @@ def test_compile_train_writes_a_report_of_the_step(tmp_path: Path) -> None:
                  "--no-validate", "-o", str(out)])  # fmt: skip
     assert code == 0
     rep = json.loads((out / "report.json").read_text())
-    schema = json.loads((resources.files("wsecc") / "report.schema.json").read_text())
+    schema = json.loads((resources.files("wsecc.report") / "report.schema.json").read_text())
     jsonschema.validate(rep, schema)
     perf = rep["performance"]
     assert rep["mode"] == "train" and perf["model"] == "train" and perf["batch"] == 32
@@ -277,7 +277,7 @@ def test_compile_train_writes_a_report_of_the_step(tmp_path: Path) -> None:
 def test_train_validate_checks_gradients_and_a_broken_rule_fails(
     tmp_path: Path, capsys, monkeypatch, fault, code
 ) -> None:
-    monkeypatch.setattr("wsecc.checks.GRAD_SAMPLES", 4)  # a few coordinates per tensor: fast
+    monkeypatch.setattr("wsecc.check.checks.GRAD_SAMPLES", 4)  # a few coordinates per tensor: fast
     args = ["compile", str(GPT2), "--seq", "8", "--mode", "train", "--precision", "fp32",
             "--placer", "greedy", "--validate", "-o", str(tmp_path / "out")]  # fmt: skip
     assert main(args + (["--inject-fault", fault] if fault else [])) == code
@@ -291,7 +291,7 @@ def test_train_validate_checks_gradients_and_a_broken_rule_fails(
 
 def test_layers_are_found_by_structure_not_by_name() -> None:
     """The dynamo exporter names kernels 'linear.5', the legacy one 'L1.linear': the same units."""
-    from wsecc.flow import lower
+    from wsecc.core.flow import lower
 
     def kinds(path: Path) -> list[tuple[str, list[str]]]:
         kg = lower(Compilation.load(path, Options(mode="train", seq=16)).fuse().fused)
@@ -308,7 +308,7 @@ def test_train_validate_passes_on_the_llama_samples(tmp_path: Path, capsys, monk
     """Every new kind's gradient rule (RMSNorm, SwiGLU's gated linear, rotary and grouped-K/V
     attention) against onnxruntime's finite differences; the dynamo file's rotary inv_freq is
     a position frequency (only through Cos/Sin), not an untraced weight."""
-    monkeypatch.setattr("wsecc.checks.GRAD_SAMPLES", 4)
+    monkeypatch.setattr("wsecc.check.checks.GRAD_SAMPLES", 4)
     args = ["compile", str(SAMPLES / name), "--seq", "8", "--mode", "train", "--precision",
             "fp32", "--placer", "greedy", "--validate", "-o", str(tmp_path / "out")]  # fmt: skip
     assert main(args) == 0

@@ -21,16 +21,16 @@ from typing import Any, NoReturn
 from wsecc import profiling
 from wsecc.analysis import flops_per_sample, fused_ops, param_count
 from wsecc.compiler import VALIDATE_AUTO_MAX_PARAMS, Compilation
-from wsecc.diff import diff_reports, format_diff, load_report
 from wsecc.errors import WseccError, one_line
 from wsecc.frontend.bind import memory_bytes
 from wsecc.frontend.common import widened_text
 from wsecc.frontend.hf_export import cmd_export
 from wsecc.kernels import fit_bounds
 from wsecc.options import Options, add_flags, argparse_type, from_args, option
-from wsecc.outdir import check_compile_output, check_sweep_output
 from wsecc.passes.lower import lower_to_kernels
 from wsecc.pm import Level, check_level
+from wsecc.report.diff import diff_reports, format_diff, load_report
+from wsecc.report.outdir import check_compile_output, check_sweep_output
 from wsecc.sweep import load_spec, run_sweep
 from wsecc.sweep.report import check_golden, parse_tolerances, read_golden, write_report
 from wsecc.targets import list_targets, load_target

@@ -2,13 +2,13 @@
 
     load ─▶ fuse ─▶ lower + size ─▶ place + route ─▶ simulate ─▶ write
 
-The stages are the pure functions of `wsecc.chain` over the frozen values of `wsecc.stages`;
+The stages are the pure functions of `wsecc.core.chain` over the frozen values of `wsecc.core.stages`;
 a `Compilation` is a thin façade over them: it holds the latest stage value and advances it
 one stage per method (`Compilation.load(path, ...)`, then `.fuse()`, `.lower_and_size()`,
 `.place_and_route()`, `.simulate()`), so a script can stop after any stage, look at its
 product, or re-run a later stage with other options. `report()` is the `wsecc.report/1`
-dictionary the CLI writes as report.json (docs/report-schema.md, `wsecc.report`); `write(out_dir)`
-writes the whole output folder atomically (`wsecc.artifacts`).
+dictionary the CLI writes as report.json (docs/report-schema.md, `wsecc.report.build`); `write(out_dir)`
+writes the whole output folder atomically (`wsecc.report.artifacts`).
 
 Example::
 
@@ -25,33 +25,34 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wsecc import artifacts, chain
-from wsecc.checks import NUMERICS_SKIPPED_WEIGHTLESS, VALIDATE_AUTO_MAX_PARAMS
+from wsecc.check.checks import NUMERICS_SKIPPED_WEIGHTLESS, VALIDATE_AUTO_MAX_PARAMS
+from wsecc.core import chain
+from wsecc.core.stages import Fused, Job, Loaded, Placed, Simulated, Sized, Stage
 from wsecc.errors import WseccError
 from wsecc.hashing import sha256_beside, sha256_of
 from wsecc.options import Options
-from wsecc.report import Trail, limits, report
-from wsecc.results import GeneratePerformance, InferPerformance, SystemsInferPerformance
-from wsecc.stages import Fused, Job, Loaded, Placed, Simulated, Sized, Stage
+from wsecc.report import artifacts
+from wsecc.report.build import Trail, limits, report
+from wsecc.report.results import GeneratePerformance, InferPerformance, SystemsInferPerformance
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from wsecc.core.program import Program
     from wsecc.frontend.onnx import ModelInfo
-    from wsecc.generate import GenerationPerf
     from wsecc.ir.core import Graph
     from wsecc.kernels import KernelGraph, Sizing
     from wsecc.limits import Limits
+    from wsecc.modes.generate import GenerationPerf
+    from wsecc.modes.train import TrainResult
     from wsecc.place.problem import Placement, PlacementProblem
     from wsecc.pm import PassRecord
-    from wsecc.program import Program
-    from wsecc.results import Check
+    from wsecc.report.results import Check
     from wsecc.route.problem import Routing
     from wsecc.sim.events import EventResult
     from wsecc.sim.perf import PerfResult
     from wsecc.sim.sram import SramMap
     from wsecc.targets import Target
-    from wsecc.train import TrainResult
 
 __all__ = [
     "NUMERICS_SKIPPED_WEIGHTLESS", "VALIDATE_AUTO_MAX_PARAMS", "Compilation", "Options",
@@ -240,7 +241,7 @@ class Compilation:
 
     @property
     def copies(self) -> int:
-        """Copies of the program on the wafer (`wsecc.replicas`); 1 before placement."""
+        """Copies of the program on the wafer (`wsecc.core.replicas`); 1 before placement."""
         return self._trail.copies
 
     @property
@@ -279,7 +280,7 @@ class Compilation:
 
     @property
     def gradients(self) -> Any:
-        """Train mode's gradient check (`wsecc.gradcheck.GradCheck`)."""
+        """Train mode's gradient check (`wsecc.modes.gradcheck.GradCheck`)."""
         t = self._trail
         return t.sized.check if t.sized is not None else None
 
@@ -341,7 +342,7 @@ class Compilation:
         return report(self.stage, timings=timings)
 
     def limits(self) -> Limits | None:
-        """What limits the throughput (`wsecc.report.limits`)."""
+        """What limits the throughput (`wsecc.report.build.limits`)."""
         return limits(self.stage)
 
     def viewer_html(self) -> str:

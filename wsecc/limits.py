@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 KERNEL, FLOW, HOST = "kernel", "flow", "host"  # as wsecc.sim.perf names stage kinds
-STEP = "step"  # train mode: the bottleneck is a term of the step (wsecc.train)
-DECODE = "decode"  # generate mode: the bottleneck is a phase of the decode step (wsecc.generate)
+STEP = "step"  # train mode: the bottleneck is a term of the step (wsecc.modes.train)
+DECODE = (
+    "decode"  # generate mode: the bottleneck is a phase of the decode step (wsecc.modes.generate)
+)
 
 
 def si(x: float, unit: str) -> str:
@@ -47,7 +49,9 @@ class Limits:
     on_wafer: str = ""  # the slowest kernel or flow, host I/O left out; "" when not simulated
     on_wafer_kind: str = ""  # KERNEL or FLOW
     on_wafer_samples_per_s: float | None = None  # what the placed, routed program sustains
-    copies: int = 1  # data-parallel copies (`wsecc.replicas`): the figures above are one copy's
+    copies: int = (
+        1  # data-parallel copies (`wsecc.core.replicas`): the figures above are one copy's
+    )
 
     @classmethod
     def from_report(cls, report: Mapping[str, Any]) -> Limits | None:

@@ -10,7 +10,7 @@ the level produced (a failing pass is named in the error). It records the second
 the reasons its rules did not fire (`PassContext.note`, shown by `wsecc compile --explain`), optionally prints the IR (`print_after_all`) or writes it to
 `dump_dir/NN-<pass>.txt`, and optionally evaluates the graph with the reference interpreter
 against reference outputs (onnxruntime on the original file; in fp32 within what float32 itself
-loses on the graph, `wsecc.numerics.NOISE_FACTOR`), naming the first pass — and in it the first
+loses on the graph, `wsecc.check.numerics.NOISE_FACTOR`), naming the first pass — and in it the first
 op — whose result diverges.
 """
 
@@ -26,11 +26,11 @@ from typing import TextIO
 
 import numpy as np
 
+from wsecc.check.numerics import compare, float32_noise, within_noise
 from wsecc.interp import evaluate
 from wsecc.ir.core import Graph, Node, Value
 from wsecc.ir.printer import format_graph, format_node
 from wsecc.ir.verify import VerificationError, verify
-from wsecc.numerics import compare, float32_noise, within_noise
 from wsecc.passdef import Level, Pass, PassContext, PassError, Product
 from wsecc.passes import PASSES
 

@@ -14,9 +14,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from wsecc.check.numerics import verdict_line
 from wsecc.frontend.common import widened_text
 from wsecc.limits import Limits, si
-from wsecc.numerics import verdict_line
 
 
 def _seconds(s: float) -> str:
@@ -141,7 +141,7 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _systems_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
-    """A program over several systems (`wsecc.partition`): how many and why, and a row per
+    """A program over several systems (`wsecc.core.partition`): how many and why, and a row per
     system (layers, PEs, resident bytes, time share); nothing for one system."""
     systems, split = report.get("systems", []), report.get("partition")
     if len(systems) < 2 or split is None:
@@ -166,7 +166,7 @@ def _systems_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _generation_rows(perf: dict[str, Any]) -> list[tuple[str, str]]:
-    """Generate mode's rows (`wsecc.generate`): prefill, decode, the token's latency by phase and
+    """Generate mode's rows (`wsecc.modes.generate`): prefill, decode, the token's latency by phase and
     per layer, the decode bound, the K/V cache."""
     d, b = perf["decode"], perf["batch"]
     phases = d["phases_s"]

@@ -31,8 +31,8 @@ class SimLevel(enum.StrEnum):
 
 class Mode(enum.StrEnum):
     """infer: forward passes, layer-pipelined; train: a training step (forward, backward, AdamW
-    update), `wsecc.train`; generate: token generation, a prompt's prefill then one token per
-    decode step with the K/V cache resident beside its attention kernels, `wsecc.generate`."""
+    update), `wsecc.modes.train`; generate: token generation, a prompt's prefill then one token per
+    decode step with the K/V cache resident beside its attention kernels, `wsecc.modes.generate`."""
 
     INFER = "infer"
     TRAIN = "train"
@@ -40,7 +40,7 @@ class Mode(enum.StrEnum):
 
 
 class Execution(enum.StrEnum):
-    """How a training step runs (`wsecc.train`). pipelined: every layer's forward and backward
+    """How a training step runs (`wsecc.modes.train`). pipelined: every layer's forward and backward
     kernels resident on the wafer; weight-streaming: one layer at a time on the whole wafer,
     weights streamed in from external memory; auto: pipelined when it fits, else streaming."""
 

@@ -304,7 +304,7 @@ def test_check_each_pass_allows_the_float32_noise_too():
     loses there, so no pass is blamed."""
     from conftest import corpus_file
 
-    from wsecc.flow import fuse
+    from wsecc.core.flow import fuse
     from wsecc.frontend.onnx import import_model
     from wsecc.options import Options
 

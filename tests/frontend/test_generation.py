@@ -14,14 +14,14 @@ from conftest import ORT_CORPUS, SAMPLES
 from onnx import TensorProto, helper, numpy_helper
 from wsecc.passes import DEFAULT_PIPELINE
 
+from wsecc.check.numerics import make_inputs, ort_run
+from wsecc.core.flow import lower
 from wsecc.errors import FrontendError
-from wsecc.flow import lower
 from wsecc.frontend.fold import fold
 from wsecc.frontend.generation import SPLIT, STACKED, generation_io
 from wsecc.frontend.onnx import import_model, resolve_bindings
 from wsecc.interp import run
 from wsecc.ir.core import Op
-from wsecc.numerics import make_inputs, ort_run
 from wsecc.pm import PassManager
 
 TWINS = Path(__file__).resolve().parents[1] / "data" / "generation"

@@ -455,9 +455,9 @@ CASES = {
 
 
 def test_the_schema_check_agrees_with_jsonschema(compiled: Path) -> None:
-    """`wsecc.products.schema_errors` (no dependency) finds what jsonschema finds."""
+    """`wsecc.report.products.schema_errors` (no dependency) finds what jsonschema finds."""
     jsonschema = pytest.importorskip("jsonschema")
-    from wsecc.products import report_schema, schema_errors
+    from wsecc.report.products import report_schema, schema_errors
 
     report = json.loads((compiled / "report.json").read_text())
     edits: list[Callable[[Any], None]] = [

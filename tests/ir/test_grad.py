@@ -365,8 +365,8 @@ def test_mixed_rounds_contraction_operands_to_f16_forward_and_backward() -> None
 def test_choose_loss_from_the_graph(samples_dir: Any, sample: str, kind: str) -> None:
     from wsecc.passes import DEFAULT_PIPELINE
 
+    from wsecc.check.numerics import make_inputs
     from wsecc.frontend.onnx import import_model
-    from wsecc.numerics import make_inputs
     from wsecc.pm import PassContext, PassManager
 
     graph, _ = import_model(samples_dir / sample, batch=2, seq=8)

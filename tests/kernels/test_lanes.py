@@ -1,4 +1,4 @@
-"""The one formula for a flow through an edge of n PEs (`wsecc.lanes`), and the compile that
+"""The one formula for a flow through an edge of n PEs (`wsecc.core.lanes`), and the compile that
 uses it: sizing, the router and L0 agree on a flow's link time, and a GPT-2-shaped program
 keeps the throughput its sizing balanced (no layernorm starved by a short edge)."""
 
@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 from wsecc.targets import load_target
 
-from wsecc import flow
+from wsecc.core import flow
+from wsecc.core.lanes import edge_cycles, lane_bytes, lanes_within, shared_edge_cycles
 from wsecc.kernels import KernelKind
 from wsecc.kernels.sizing import routed_flow_bytes
-from wsecc.lanes import edge_cycles, lane_bytes, lanes_within, shared_edge_cycles
 from wsecc.place.api import place
 from wsecc.place.problem import (
     Placement,

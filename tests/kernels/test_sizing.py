@@ -9,7 +9,7 @@ import math
 import pytest
 from wsecc.targets import load_target
 
-from wsecc.flow import pool_shapes
+from wsecc.core.flow import pool_shapes
 from wsecc.kernels import (
     KernelGraphError,
     KernelSizing,

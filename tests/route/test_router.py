@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wsecc.targets import load_target
 
-import wsecc.flow as flow
+import wsecc.core.flow as flow
 from wsecc.place.greedy import place_greedy
 from wsecc.place.problem import PlaceFlow, PlaceKernel, Placement, PlacementProblem, Rect
 from wsecc.place.synthetic import chain_problem, transformer_problem

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from wsecc.targets import Target, load_target
 
+from wsecc.core.program import Program
 from wsecc.kernels import (
     DEFAULT_CHUNK_TOKENS,
     Flow,
@@ -29,7 +30,6 @@ from wsecc.kernels import (
     size_regions,
 )
 from wsecc.place.problem import Placement, Rect
-from wsecc.program import Program
 from wsecc.route.problem import RoutedLane, Routing
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
@@ -104,7 +104,7 @@ def chain(widths: Sequence[int], ops: Sequence[str], *, tokens: int = 32, dim: i
 def _compiled(sample: str, seq: int, target_name: str) -> Program:
     from wsecc.passes import DEFAULT_PIPELINE
 
-    from wsecc.flow import lower_and_size, place_and_route
+    from wsecc.core.flow import lower_and_size, place_and_route
     from wsecc.frontend.onnx import import_model
     from wsecc.pm import PassManager
 

@@ -167,7 +167,7 @@ def test_a_barrier_without_skew_buffers_deadlocks(build):
 def test_a_compile_whose_skew_buffers_cannot_be_cut_names_the_sram_they_need(build, monkeypatch):
     """Cut to the SRAM left, a barrier's skew buffer stalls the pipeline: the compile fails on
     the SRAM map of the whole buffers, saying that cutting them stalls."""
-    from wsecc import flow
+    from wsecc.core import flow
     from wsecc.options import Options
     from wsecc.sim import sram
 
@@ -277,7 +277,7 @@ def test_gpt2_small_seq_1024_on_wse2(record_property):
         pytest.skip(f"{model} not present (python bench/export_models.py --only gpt2-small)")
     from wsecc.passes import DEFAULT_PIPELINE
 
-    from wsecc.flow import lower_and_size, place_and_route
+    from wsecc.core.flow import lower_and_size, place_and_route
     from wsecc.frontend.onnx import import_model
     from wsecc.pm import PassManager
 

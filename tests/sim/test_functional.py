@@ -23,7 +23,8 @@ from wsecc.passes.lower import kernel_names, lower_to_kernels
 from wsecc.targets import load_target
 
 import wsecc.sim.functional as functional
-from wsecc.flow import lower_and_size
+from wsecc.check.numerics import TOLERANCE, make_inputs
+from wsecc.core.flow import lower_and_size
 from wsecc.frontend.onnx import import_model
 from wsecc.interp import run as interp_run
 from wsecc.ir.core import DType, Graph, Node, Op, TensorType, Value, make_attrs
@@ -38,7 +39,6 @@ from wsecc.kernels import (
     Sizing,
     size_regions,
 )
-from wsecc.numerics import TOLERANCE, make_inputs
 from wsecc.pm import PassManager
 from wsecc.sim.compiled import attention_heads, cache_dir, chain_f16, layernorm_rows
 from wsecc.sim.functional import (

@@ -20,12 +20,12 @@ from ulps import assert_within_fp16_ulps
 from wsecc.passes.lower import lower_to_kernels
 from wsecc.targets import load_target
 
+from wsecc.check.numerics import OutputError, ort_run
 from wsecc.compiler import Compilation
+from wsecc.core.flow import lower_and_size
 from wsecc.errors import SimulationError
-from wsecc.flow import lower_and_size
 from wsecc.ir.printer import parse_graph
 from wsecc.kernels import Kernel, KernelKind, size_regions
-from wsecc.numerics import OutputError, ort_run
 from wsecc.options import GENERATE_FAULTS, Options
 from wsecc.sim.functional import BUILDERS
 from wsecc.sim.generate import (

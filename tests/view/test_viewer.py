@@ -18,8 +18,8 @@ import pytest
 from view.conftest import keep_artifact, limit_pixels, synthetic_wse2
 
 from wsecc.cli import main
+from wsecc.core.program import Program
 from wsecc.limits import Limits
-from wsecc.program import Program
 from wsecc.progress import summary_rows
 from wsecc.route.problem import Routing
 from wsecc.view import load_outdir, render_viewer

@@ -1,4 +1,4 @@
-"""The ONNX frontend: the package that imports `onnx` (with `wsecc.numerics`).
+"""The ONNX frontend: the package that imports `onnx` (with `wsecc.check.numerics`).
 
 load_model(path)            hardened read (`load.py`): external data confined to the
                             model's folder, the file checked before anything reads it
@@ -108,7 +108,7 @@ class ModelInfo:
 def load_as_compiled(path: str | os.PathLike[str]) -> tuple[onnx.ModelProto, tuple[str, ...]]:
     """The file as every stage of a compile reads it: `load_model`, then its float16 and
     bfloat16 read as float32 (`read_as_float32`); and the names of the types read so. The
-    numerics' onnxruntime reference runs a float16 file as this model (`wsecc.numerics`), so
+    numerics' onnxruntime reference runs a float16 file as this model (`wsecc.check.numerics`), so
     that it computes what the compiled program computes."""
     return read_as_float32(load_model(path))
 

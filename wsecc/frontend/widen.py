@@ -2,7 +2,7 @@
 
 The frontend reads a file that computes in float16 or bfloat16 as float32 (`read_as_float32`),
 so that every stage sees the same float32 model: the IR, the passes, sizing, the reference
-interpreter, the simulator and onnxruntime's reference run (`wsecc.numerics`). Each float16 and
+interpreter, the simulator and onnxruntime's reference run (`wsecc.check.numerics`). Each float16 and
 bfloat16 value is exact in float32, so the widened model holds the file's own weights; what the
 file loses by computing in float16 is not in it (a wafer's mixed precision, float16 operands and
 float32 sums, is what the numerics' mixed check models). The numerics check widens float32 to

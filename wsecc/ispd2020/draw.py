@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 
+from wsecc.core.program import Program
 from wsecc.ispd2020.kgraph import KGraph
 from wsecc.ispd2020.perf import kernel_graph, kernel_spec
 from wsecc.ispd2020.score import Score, Solution
 from wsecc.ispd2020.size import BYTES_PER_WORD, PRECISION, contest_target
 from wsecc.kernels import KernelSizing, Sizing, SramBreakdown
 from wsecc.place.problem import Placement
-from wsecc.program import Program
 from wsecc.route.problem import Routing
 from wsecc.view.viewer import render_viewer
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from wsecc.bisection import least_true as least_true  # the kinds' and sizing's
+from wsecc.check.bisection import least_true as least_true  # the kinds' and sizing's
 from wsecc.kernels.conv import cdiv as cdiv
 from wsecc.kernels.ir import ELEM_TYPE_BYTES, Kernel, KernelKind, precision
 from wsecc.kernels.kind import Params
@@ -74,7 +74,7 @@ class KernelCost:
     link_cycles: int  # per sample, busiest lane
     in_bytes_per_sample: int
     out_bytes_per_sample: int
-    # per sample, the region's routed flows through its shortest side (`wsecc.lanes`); set by
+    # per sample, the region's routed flows through its shortest side (`wsecc.core.lanes`); set by
     # sizing, which knows the flows, 0 from a kind's cost model
     edge_cycles: int = 0
 
@@ -94,7 +94,7 @@ class KernelCost:
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: one per sizing
 class TrainCosts:
-    """What pipelined training adds to every kernel's forward cost (`wsecc.train`):
+    """What pipelined training adds to every kernel's forward cost (`wsecc.modes.train`):
 
     compute  x (1 + backward flops / forward flops)   the backward runs on the kernel's own
                                                       PEs at the rate its forward achieves there

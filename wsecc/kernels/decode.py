@@ -1,6 +1,6 @@
 """Decode-step cost: the latency of one generated token through a kernel's region.
 
-Generation (`wsecc.generate`) decodes one token per sequence per step, B sequences together,
+Generation (`wsecc.modes.generate`) decodes one token per sequence per step, B sequences together,
 with every weight resident and each attention's K/V cache beside it. A step is not a stream of
 token chunks: one token's vectors cross each region once, so what a throughput model hides in
 the pipeline's fill — the hops of a multicast, the relays of a reduction chain — is now most of

@@ -19,7 +19,7 @@ Every fact about a kind lives in its `KindDef`, written once in `wsecc.kernels.k
                   simulator and sizing agree by construction
     lowers, lower which fused ops become this kind, and their params (`wsecc.passes.lower`)
     grad          its gradient rule for training (`GradRule`): the backward pass's work and the
-                  activations its forward keeps for it (`wsecc.train`); None: not trainable
+                  activations its forward keeps for it (`wsecc.modes.train`); None: not trainable
     tokens        the param that counts a sample's tokens ("" when none): generation re-costs a
                   kernel at the prompt's length (prefill) this way (`with_tokens`)
     decode        its decode-step model (`wsecc.kernels.decode`): one token per sequence on the
@@ -122,7 +122,7 @@ kind after all (an elementwise op on a scalar is generic)."""
 
 @dataclass(frozen=True)
 class GradRule:
-    """What a kind adds to a training step (`wsecc.train`), per sample.
+    """What a kind adds to a training step (`wsecc.modes.train`), per sample.
 
     `flops`: the backward pass's work (vector ops count as flops, as in `KindDef.flops`): the
     gradient of its inputs and of its weights. `saved_elems`: activation elements its forward

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
+from wsecc.core.lanes import shared_edge_cycles
 from wsecc.errors import WseccError
 from wsecc.kernels.costs import (
     DEFAULT_CHUNK_TOKENS,
@@ -49,7 +50,6 @@ from wsecc.kernels.costs import (
     least_true,
 )
 from wsecc.kernels.ir import Kernel, KernelGraph
-from wsecc.lanes import shared_edge_cycles
 from wsecc.targets import Target, check_precision
 
 DEFAULT_FILL = 0.85
@@ -80,7 +80,7 @@ class KernelSizing:
     compute_cycles: int
     link_cycles: int
     alternatives: tuple[tuple[int, int], ...] = ()
-    edge_cycles: int = 0  # its routed flows through its shortest side (`wsecc.lanes`)
+    edge_cycles: int = 0  # its routed flows through its shortest side (`wsecc.core.lanes`)
     pool: tuple[tuple[int, int], ...] = ()
 
     @property
@@ -376,7 +376,7 @@ def _with_edges(
     cost: KernelCost, flows: tuple[int, ...], ctx: CostContext, headroom: int = 0
 ) -> KernelCost:
     """`cost` with the cycles per sample its routed flows need through the region's shortest
-    side, all of them sharing it (`wsecc.lanes.shared_edge_cycles`): the placer decides which
+    side, all of them sharing it (`wsecc.core.lanes.shared_edge_cycles`): the placer decides which
     side faces which neighbour, and flows in and out may share one, so a shape is charged for
     the worst case. Plus `headroom`: a lane may cross another kernel's region and then shares a
     link with that kernel's own traffic (L0 adds the two), so each lane must move its bytes

@@ -42,7 +42,7 @@ from typing import Literal
 
 import numpy as np
 
-from wsecc.layers import find_layers
+from wsecc.core.layers import find_layers
 from wsecc.place.greedy import _flip, _transpose, flow_order
 from wsecc.place.layered import _strips
 from wsecc.place.problem import (
@@ -79,7 +79,7 @@ def _always(stage: Stage) -> bool:
 
 def repeating_layers(problem: PlacementProblem) -> tuple[list[str], list[list[str]], list[str]]:
     """(kernels before the layers, the layers, kernels after), all in flow order; the layers
-    are `wsecc.layers.find_layers`'s (as training and generation find them), and none when
+    are `wsecc.core.layers.find_layers`'s (as training and generation find them), and none when
     there are fewer than two or they are not alike (as many kernels of the same kinds): tiling
     repeats one layer's packing."""
     order = flow_order(problem)

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from wsecc.core.lanes import lanes_within
 from wsecc.errors import WseccError
-from wsecc.lanes import lanes_within
 from wsecc.place.problem import PlaceFlow, Placement, PlacementProblem, Rect
 
 Point = tuple[int, int]
@@ -106,7 +106,7 @@ def make_routing_problem(
     """Flows of `problem` as lanes on `placement`.
 
     lanes = clamp(lanes_within(bytes_per_sample, bytes_per_lane), 1, min(max_lanes, edge slots))
-    (`wsecc.lanes`: bytes_per_lane is what one lane moves in a stage time), where
+    (`wsecc.core.lanes`: bytes_per_lane is what one lane moves in a stage time), where
     the edge slots are what `lane_endpoints` can give the flow on both facing edges
     (`max_lanes=None`: the edge slots alone). Flows
     from a kernel to itself need no route and are dropped. Budget = colors_total −

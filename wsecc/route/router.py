@@ -83,12 +83,12 @@ class Tolls:
     `room[kernel]`: the bytes per sample one more lane may carry through that kernel's region
     (a step between two of its routers, as `wsecc.route.problem.crossed_regions` counts) before
     the region's busiest link passes the stage time: (stage cycles − its own link cycles) ×
-    link bytes per cycle (`wsecc.flow.region_tolls`). A lane carrying more (its flow's bytes
+    link bytes per cycle (`wsecc.core.flow.region_tolls`). A lane carrying more (its flow's bytes
     over its lane count) finds the region closed and pays `per_link` for every such step, on
     top of the links' own cost; a kernel missing from `room`, and the lane's own source and
     destination, are open. At the default `per_link` of 1 a step inside a closed region costs
     twice a free link: a lane goes around when the way around adds fewer links than it would
-    take inside, and crosses otherwise (then `wsecc.flow` widens its flow). A larger toll
+    take inside, and crosses otherwise (then `wsecc.core.flow` widens its flow). A larger toll
     (tried: 2, 4, 16) sent more lanes around, crowded the channels between regions at ~85%
     fill, and routed worse (bench/RESULTS.md, "Lanes that go around")."""
 

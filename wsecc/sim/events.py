@@ -66,8 +66,8 @@ from typing import Any
 
 import numpy as np
 
+from wsecc.core.program import Program
 from wsecc.errors import SimulationError
-from wsecc.program import Program
 from wsecc.route.problem import STEPS
 from wsecc.sim.perf import (
     FLOW,

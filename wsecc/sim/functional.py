@@ -98,6 +98,16 @@ import numpy as np
 from scipy import special
 from threadpoolctl import ThreadpoolController
 
+from wsecc.check.numerics import (
+    AsWritten,
+    OutputError,
+    as_written,
+    compare,
+    float32_noise,
+    ort_run,
+    verdict_line,
+    within_noise,
+)
 from wsecc.errors import SimulationError
 from wsecc.interp import run as run_reference
 from wsecc.ir.core import Graph, Node, Op, Value
@@ -117,16 +127,6 @@ from wsecc.ir.rules import (
 from wsecc.kernels import KernelGraph, KernelKind, KernelSizing, Sizing, precision
 from wsecc.kernels.costs import cdiv
 from wsecc.kernels.kinds.moe import _bands
-from wsecc.numerics import (
-    AsWritten,
-    OutputError,
-    as_written,
-    compare,
-    float32_noise,
-    ort_run,
-    verdict_line,
-    within_noise,
-)
 from wsecc.options import FAULTS
 from wsecc.passes.lower import kernel_names
 from wsecc.sim.compiled import (
@@ -954,7 +954,7 @@ class NumericsResult:
 
     precision   every output of the program in its precision (fp16 storage, say) against
                 onnxruntime on the original file, within that precision's tolerance
-                (`wsecc.numerics.TOLERANCE`): is the rounding acceptable, and did the passes
+                (`wsecc.check.numerics.TOLERANCE`): is the rounding acceptable, and did the passes
                 keep the model's meaning?
     structure   the same tiled program (same regions, tiles, summation order, faults) run in
                 fp32 against the reference interpreter on the fused graph (`wsecc.interp`, the
@@ -1032,7 +1032,7 @@ class NumericsResult:
         return out
 
     def summary(self) -> str:
-        """Every check in one line (`wsecc.numerics.verdict_line`)."""
+        """Every check in one line (`wsecc.check.numerics.verdict_line`)."""
         return verdict_line(self.to_json())
 
 
@@ -1073,12 +1073,12 @@ def verdict(
     reference interpreter on `fused`, within fp32's; and, when `precision` is not fp32, the
     interpreter's outputs with onnxruntime's, within `TOLERANCE["fused"]`. An output the
     simulation lacks fails. onnxruntime runs the file as the compiler read it
-    (`wsecc.numerics.ort_run`): when the frontend read its `widened` types (float16) as float32,
-    it also runs the file as written, as information (`wsecc.numerics.as_written`).
+    (`wsecc.check.numerics.ort_run`): when the frontend read its `widened` types (float16) as float32,
+    it also runs the file as written, as information (`wsecc.check.numerics.as_written`).
 
     When an output fails an fp32-level check (the precision check in fp32, structure, fused)
     the interpreter runs again in float64, and those outputs are judged again within
-    max(the tolerance, NOISE_FACTOR x what float32 loses on them) (`wsecc.numerics`)."""
+    max(the tolerance, NOISE_FACTOR x what float32 loses on them) (`wsecc.check.numerics`)."""
     inf = float("inf")
 
     def against(

@@ -61,11 +61,11 @@ from typing import Any
 
 import numpy as np
 
+from wsecc.check.numerics import TOLERANCE, OutputError, compare, make_inputs, vocab_sizes
 from wsecc.errors import SimulationError
 from wsecc.ir.core import Graph, Node, Value
 from wsecc.ir.rules import attention_bias, attention_keep, attention_mask_operand
 from wsecc.kernels import KernelGraph, KernelKind, Sizing
-from wsecc.numerics import TOLERANCE, OutputError, compare, make_inputs, vocab_sizes
 from wsecc.options import FAULTS, GENERATE_FAULTS
 from wsecc.passes.lower import kernel_names
 from wsecc.sim.functional import (
@@ -240,7 +240,7 @@ def _batch_and_context(g: Graph) -> tuple[int, int]:
 
 def ids_input(g: Graph) -> Value:
     """The graph input of token ids: an integer input that indexes a vocabulary table and is not
-    a token type, segment or position (`wsecc.numerics.vocab_sizes`)."""
+    a token type, segment or position (`wsecc.check.numerics.vocab_sizes`)."""
     found = [
         v
         for v in g.inputs
@@ -544,7 +544,7 @@ def generation_inputs(
     g: Graph, extra_inputs: Mapping[str, np.ndarray] | None = None
 ) -> dict[str, np.ndarray]:
     """Full-size inputs [B, C, ...] for a fresh generation: the token ids zero (filled as the
-    windows run), masks all ones, position ids 0 .. C - 1 (`wsecc.numerics.make_inputs`, not
+    windows run), masks all ones, position ids 0 .. C - 1 (`wsecc.check.numerics.make_inputs`, not
     padded), then `extra_inputs` by name."""
     feeds = make_inputs(g, padded=False)
     ids = ids_input(g)
@@ -623,7 +623,7 @@ def generate(
 class GenerationResult:
     """Simulated greedy generation against a reference's (onnxruntime's), step by step.
 
-    steps       each compared step's logits [B, vocab] (`wsecc.numerics.compare`: max abs and
+    steps       each compared step's logits [B, vocab] (`wsecc.check.numerics.compare`: max abs and
                 rel error, PCC, within the precision's tolerance), up to and including the first
                 step whose ids differ in any sequence (after it, the prefixes differ) — or every
                 step when `forced`: the simulation was fed the reference's ids (teacher
@@ -687,7 +687,7 @@ class GenerationResult:
         }
 
     def summary(self) -> str:
-        """One line, as `wsecc.numerics.verdict_line`: 'PASS: generation mixed PASS, 16 tokens,
+        """One line, as `wsecc.check.numerics.verdict_line`: 'PASS: generation mixed PASS, 16 tokens,
         ids identical (worst step 3: max rel err ..., PCC ...; min PCC ...) vs onnxruntime greedy
         generation; structure fp32 PASS, 16 tokens, ...'."""
         line = f"{'PASS' if self.passed else 'FAIL'}: generation {self.precision} "

@@ -18,7 +18,7 @@ memory never binds there; it does on a target with narrow ports).
 Flows. A routed flow (the kernel graph's flows between one pair of kernels, as `place` merges
 them) moves bytes_per_sample over its lanes, each one link direction of L = link_bytes_per_cycle:
     cycles_f = edge_cycles(bytes_per_sample, lanes, L) = cdiv(bytes_per_sample, lanes x L)
-(`wsecc.lanes`, the formula sizing charges a region's edges and the router counts lanes by)
+(`wsecc.core.lanes`, the formula sizing charges a region's edges and the router counts lanes by)
 and each chunk reaches the consumer latency_f = hops x hop_latency + 2 x ramp_latency cycles after
 it left (on- and off-ramp; hops = the longest lane's unit steps).
 
@@ -57,14 +57,14 @@ from typing import Any
 
 import numpy as np
 
+from wsecc.core.lanes import edge_cycles
+from wsecc.core.program import Program
 from wsecc.errors import SimulationError
 from wsecc.kernels import Kernel, KernelCost, KernelKind, kernel_cost
 from wsecc.kernels.costs import cdiv
 from wsecc.kernels.ir import elem_bytes
 from wsecc.kernels.ir import precision as precision_info
-from wsecc.lanes import edge_cycles
 from wsecc.place.problem import Placement
-from wsecc.program import Program
 from wsecc.targets import Target
 
 HOST_IN = "host-in"
@@ -359,7 +359,7 @@ def build_pipeline(program: Program, *, host_io: bool = True) -> Pipeline:
     crossing = crossing_cycles(placement, lanes, pair_bytes, L)
     kernels = [replace(k, crossing_cycles=crossing.get(k.name, 0)) for k in kernels]
 
-    # the copies of a replicated program split the host channels (`wsecc.replicas`)
+    # the copies of a replicated program split the host channels (`wsecc.core.replicas`)
     io_bytes_per_cycle = target.io.offwafer_bytes_per_s / target.clock.hz / program.replicas.k
 
     def host_cycles(total: int) -> int:

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from wsecc.core.program import Program
 from wsecc.errors import SimulationError
 from wsecc.kernels import Kernel, SramBreakdown, kernel_cost
-from wsecc.program import Program
 from wsecc.targets import Target
 
 COMPONENTS: tuple[str, ...] = ("weights", "buffers", "kv", "reserve")

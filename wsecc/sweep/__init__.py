@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wsecc.outdir import check_sweep_output
+from wsecc.report.outdir import check_sweep_output
 from wsecc.sweep.pool import check_ray, run_local, run_ray
 from wsecc.sweep.run import Message, Task, make_tasks
 from wsecc.sweep.spec import Point, Spec, SpecError, load_spec

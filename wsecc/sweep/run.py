@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wsecc import chain
+from wsecc.core import chain
+from wsecc.core.stages import Fused, Simulated, Sized
 from wsecc.errors import WseccError, one_line
-from wsecc.modes import per_sample_batch, strategy
+from wsecc.modes.strategy import per_sample_batch, strategy
 from wsecc.options import Options
-from wsecc.products import check_program
-from wsecc.report import report
-from wsecc.stages import Fused, Simulated, Sized
+from wsecc.report.build import report
+from wsecc.report.products import check_program
 from wsecc.sweep.spec import Point
 from wsecc.targets import target_source
 from wsecc.version import __version__
@@ -122,7 +122,7 @@ def _compile(fused: Fused, cache: Path | None) -> Sized | Simulated:
     t0 = time.perf_counter()
     saved = shared(cache, "placed", key, lambda: chain.placed_to_json(chain.place(sized)))
     where = cache if cache is not None else Path(".")
-    try:  # a cached product is checked as a saved folder is (`wsecc.products`)
+    try:  # a cached product is checked as a saved folder is (`wsecc.report.products`)
         placed = chain.with_placement(sized, saved, time.perf_counter() - t0)
         check_program(placed.program, where, pinned=bool(o.pins), layer=False)
     except (KeyError, TypeError, ValueError, AttributeError) as e:

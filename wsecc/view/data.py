@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from wsecc.core.program import Systems
 from wsecc.kernels import KernelGraph, Sizing
 from wsecc.limits import Limits
 from wsecc.place.problem import Placement
-from wsecc.program import Systems
 from wsecc.route.problem import Point, Routing
 from wsecc.targets import Target
 
@@ -274,7 +274,7 @@ def systems_payload(
     rows: Sequence[Mapping[str, Any]],
     crossing_latency_s: float,
 ) -> list[dict[str, Any]]:
-    """One panel per system of a program over several systems (`wsecc.partition`): its regions
+    """One panel per system of a program over several systems (`wsecc.core.partition`): its regions
     as [x, y, w, h, kind, crossing end] (the placement it uses; a shared one is its source's,
     kernel for kernel), the lines the panel states (from the report's `systems` rows) and the
     bytes per sample crossing into it. `kernel_names[i]` are system i's kernels in order."""

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from wsecc.core.program import Program
+from wsecc.core.replicas import Replicas
 from wsecc.errors import WseccError, one_line
 from wsecc.kernels import KernelGraph, Sizing
 from wsecc.limits import Limits
 from wsecc.place.problem import Placement
-from wsecc.products import check_program, check_report, read_json
-from wsecc.program import Program
-from wsecc.replicas import Replicas
+from wsecc.report.products import check_program, check_report, read_json
 from wsecc.route.problem import Routing
 from wsecc.targets import Target, load_target, parse_target
 
@@ -43,7 +43,7 @@ class ViewInputs:
 def load_outdir(path: str | os.PathLike[str]) -> ViewInputs:
     """Read and verify the products in a compile output folder.
 
-    Every file is checked before it is used (`wsecc.products`): report.json by its schema,
+    Every file is checked before it is used (`wsecc.report.products`): report.json by its schema,
     each product's keys and types as it is built, then the program through the compile's own
     validators (placement legal on the target's fabric, routing consistent with it, sizing
     within the target's SRAM). The title is the model file's name and the target's, and the

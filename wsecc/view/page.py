@@ -781,7 +781,7 @@ updateLegend();
 statusEl.dataset.msg = "";
 
 // ---------------------------------------------------------------- several systems: one panel each
-// D.systems (a program over several systems, wsecc.partition): each system's regions drawn small,
+// D.systems (a program over several systems, wsecc.core.partition): each system's regions drawn small,
 // the kernels sending or receiving a crossing outlined, and between panels the bytes crossing.
 function drawSystems() {
   const SYS = D.systems;

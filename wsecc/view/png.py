@@ -19,10 +19,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from wsecc.core.replicas import Replicas
 from wsecc.kernels import KernelGraph
 from wsecc.limits import KERNEL, Limits
 from wsecc.place.problem import Placement, Rect
-from wsecc.replicas import Replicas
 from wsecc.route.problem import Routing
 from wsecc.sim.roofline import BOUND_COLORS, roofline
 from wsecc.targets import Target
@@ -52,7 +52,7 @@ def write_placement_png(
     """Write a PNG of the program rectangle with each placed kernel's region filled by kind,
     a legend of kinds, and names on the regions big enough to hold them.
 
-    replicas: the copies of a replicated program (`wsecc.replicas`): copy 0 drawn as above,
+    replicas: the copies of a replicated program (`wsecc.core.replicas`): copy 0 drawn as above,
     the others' regions in the same colors, paler, and every tile dashed and labelled.
 
     limits: what limits the throughput (`wsecc.limits`), stated under the title as the
@@ -260,7 +260,7 @@ DECODE_COLORS = {
 def write_decode_roofline_png(
     path: str | os.PathLike[str], roofline: Mapping[str, Any], title: str
 ) -> None:
-    """Generate mode's decode roofline (`wsecc.generate.GenerationPerf.roofline`): each kernel's
+    """Generate mode's decode roofline (`wsecc.modes.generate.GenerationPerf.roofline`): each kernel's
     flops per SRAM byte its busiest PE reads in a step against the flop/s per PE its step
     reaches, under the FMAC roof and the SRAM read ports' slope; colored by the phase that
     takes most of its step; the five slowest labelled."""

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from wsecc.core.program import Program
 from wsecc.limits import KERNEL, Limits
-from wsecc.program import Program
 from wsecc.route.problem import Point
 from wsecc.version import __version__
 from wsecc.view.data import (

@@ -1,6 +1,6 @@
 """The output folder of a stage value: its files (report.json, the products as JSON, viewer.html,
 the PNGs, the trace and saved arrays) as a function of the stage, written atomically by
-`wsecc.outdir.write_folder`."""
+`wsecc.report.outdir.write_folder`."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from wsecc.core.partition import crossing_latency_s
+from wsecc.core.stages import Stage
 from wsecc.ir.printer import format_graph
-from wsecc.outdir import write_folder
-from wsecc.partition import crossing_latency_s
-from wsecc.report import Trail, limits, report
-from wsecc.stages import Stage
+from wsecc.report.build import Trail, limits, report
+from wsecc.report.outdir import write_folder
 from wsecc.targets import target_source
 from wsecc.view import render_viewer
 from wsecc.view.data import systems_payload

@@ -1,6 +1,6 @@
 """The transformer layers of a kernel sequence, found by structure: the one finder placement
-(`wsecc.place.tiled`), training (`wsecc.train.streamed_units`) and generation
-(`wsecc.generate`) use, so that they split a model into the same layers.
+(`wsecc.place.tiled`), training (`wsecc.modes.train.streamed_units`) and generation
+(`wsecc.modes.generate`) use, so that they split a model into the same layers.
 
 Exporters name nodes every which way, so layers are found from the kernels' kinds alone: each
 layer holds one attention kernel; the first layer starts after the last embedding before the

@@ -1,9 +1,9 @@
 """The `wsecc.report/1` dictionary (docs/report-schema.md), a function of a stage value.
 
-`report(stage)` reads the chain that led to `stage` (`wsecc.stages`): the model and its
+`report(stage)` reads the chain that led to `stage` (`wsecc.core.stages`): the model and its
 bindings from the frontend (or, for a compile reloaded from its folder, from the saved
 report), the passes, the kernels and sizing, the placement and routing, and the performance
-result and check of the mode (`wsecc.results`: one interface for every mode).
+result and check of the mode (`wsecc.report.results`: one interface for every mode).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import math
 from typing import Any
 
 from wsecc.analysis import fused_ops
-from wsecc.checks import numerics_skipped
+from wsecc.check.checks import numerics_skipped
+from wsecc.core.partition import crossing_latency_s
+from wsecc.core.replicas import host_samples_per_s
+from wsecc.core.stages import Fused, Job, Loaded, Placed, Simulated, Sized, Stage
 from wsecc.limits import Limits
-from wsecc.partition import crossing_latency_s
-from wsecc.replicas import host_samples_per_s
-from wsecc.results import InferPerformance, Performance, TrainPerformance
-from wsecc.stages import Fused, Job, Loaded, Placed, Simulated, Sized, Stage
+from wsecc.report.results import InferPerformance, Performance, TrainPerformance
 from wsecc.version import __version__
 
 REPORT_SCHEMA = "wsecc.report/1"
@@ -57,7 +57,7 @@ class Trail:
 
     @property
     def copies(self) -> int:
-        """Copies of the program on the wafer (`wsecc.replicas`); 1 before placement."""
+        """Copies of the program on the wafer (`wsecc.core.replicas`); 1 before placement."""
         return self.placed.program.replicas.k if self.placed is not None else 1
 
     @property
@@ -268,7 +268,7 @@ def sizing_json(t: Trail) -> dict[str, Any]:
 
 
 def replicas_json(t: Trail) -> dict[str, Any]:
-    """The report's `replicas` object: how many copies, why no more (`wsecc.replicas`), their
+    """The report's `replicas` object: how many copies, why no more (`wsecc.core.replicas`), their
     tiles, and (once the fabric is simulated) a copy's throughput, the total and the host I/O
     bound the copies share."""
     assert t.placed is not None

@@ -8,23 +8,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from wsecc.check.numerics import make_inputs, ort_generate, vocab_sizes
 from wsecc.errors import WseccError
 from wsecc.frontend.common import MAX_TENSOR_BYTES
-from wsecc.gradcheck import check_gradients as check
-from wsecc.numerics import make_inputs, ort_generate, vocab_sizes
+from wsecc.modes.gradcheck import check_gradients as check
 from wsecc.options import DEFAULT_NEW_TOKENS
 from wsecc.vocab import Weights
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from wsecc.generate import GenerationPerf  # noqa: F401
-    from wsecc.gradcheck import GradCheck
+    from wsecc.core.stages import Fused, Job
     from wsecc.ir.core import Graph
     from wsecc.kernels import KernelGraph, Sizing
+    from wsecc.modes.generate import GenerationPerf  # noqa: F401
+    from wsecc.modes.gradcheck import GradCheck
     from wsecc.sim.functional import NumericsResult
     from wsecc.sim.generate import GenerationResult
-    from wsecc.stages import Fused, Job
 
 NUMERICS_SKIPPED_WEIGHTLESS = (
     "skipped: the weights are graph inputs without data (--weights inputs)"
@@ -34,7 +34,7 @@ VALIDATE_AUTO_MAX_PARAMS = 50_000_000
 """`validate=None` (auto) runs the numerics when the model has at most this many parameters:
 the functional simulation then takes seconds, not minutes."""
 GRAD_SAMPLES = 200
-"""Coordinates per weight tensor the train-mode gradient check perturbs (`wsecc.gradcheck`)."""
+"""Coordinates per weight tensor the train-mode gradient check perturbs (`wsecc.modes.gradcheck`)."""
 
 
 def too_large(graph: Graph | None) -> str | None:
@@ -139,7 +139,7 @@ def check_numerics(
 
 def check_gradients(fused: Fused) -> GradCheck:
     """The gradient of the loss for every weight against central finite differences of
-    onnxruntime on the original file (`wsecc.gradcheck`), in the options' precision (fp32 or
+    onnxruntime on the original file (`wsecc.modes.gradcheck`), in the options' precision (fp32 or
     mixed)."""
     o = fused.job.options
     if o.precision == "fp16":
@@ -157,7 +157,7 @@ def check_generation(
 ) -> tuple[GenerationResult, dict[str, np.ndarray]]:
     """Greedy generation of `options.new_tokens` tokens after a prompt of random ids (seeded),
     through the tiled functional simulator on the K/V cache it keeps (`wsecc.sim.generate`),
-    against onnxruntime running the same file step by step (`wsecc.numerics.ort_generate`):
+    against onnxruntime running the same file step by step (`wsecc.check.numerics.ort_generate`):
     ids and every step's logits, the simulation fed onnxruntime's ids (teacher forcing) so that
     every step is compared; in mixed or fp16 also the same program's fp32 generation, the
     structure check. Returns the verdict and the simulator's own greedy generation

@@ -1,10 +1,10 @@
 """One performance-result interface for every mode, and the verdict every check gives.
 
-A simulated compile holds one `Performance` whatever its mode (`wsecc.stages.Simulated`):
+A simulated compile holds one `Performance` whatever its mode (`wsecc.core.stages.Simulated`):
 
 - `InferPerformance`: L0 (and L1) of a layer-pipelined program, its k copies on the wafer;
-- `TrainPerformance`: a training step's cost (`wsecc.train`);
-- `GeneratePerformance`: prefill and decode figures (`wsecc.generate`).
+- `TrainPerformance`: a training step's cost (`wsecc.modes.train`);
+- `GeneratePerformance`: prefill and decode figures (`wsecc.modes.generate`).
 
 Each writes the report's `performance` object (docs/report-schema.md: `samples_per_s`,
 `tokens_per_s`, `latency_s`, `utilization`, `bottleneck` and the mode's own keys) and the line
@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from wsecc.layers import find_layers
-from wsecc.partition import resident_bytes
+from wsecc.core.layers import find_layers
+from wsecc.core.partition import resident_bytes
 
 if TYPE_CHECKING:
-    from wsecc.generate import GenerationPerf
+    from wsecc.core.stages import Placed
+    from wsecc.modes.generate import GenerationPerf
+    from wsecc.modes.train import TrainResult
     from wsecc.sim.events import EventResult
     from wsecc.sim.perf import PerfResult
-    from wsecc.stages import Placed
-    from wsecc.train import TrainResult
 
 
 class Performance(Protocol):
@@ -64,7 +64,7 @@ class Check(Protocol):
 
 @dataclass(frozen=True)
 class SystemRow:
-    """One system of a program (`wsecc.partition`): its layers (first and last, "L" numbers),
+    """One system of a program (`wsecc.core.partition`): its layers (first and last, "L" numbers),
     kernels and PEs, the bytes it keeps resident, its fullest PE, its time (a decode step's, or
     a sample's latency through it) and that time's share of the systems' sum, the system whose
     placement it uses, and the bytes per sample crossing into it from earlier systems."""
@@ -211,7 +211,7 @@ class InferPerformance:
 
 @dataclass(frozen=True)
 class SystemsInferPerformance:
-    """Infer mode over several systems (`wsecc.partition`): a pipeline of the systems' own
+    """Infer mode over several systems (`wsecc.core.partition`): a pipeline of the systems' own
     pipelines (L0 of each, `perfs[i]` system i's), so the throughput is the slowest system's
     (each one's L0 already charges the bytes crossing in and out to its system I/O), and a
     sample's latency is every system's plus `crossing_s` per crossing. Utilization is of
@@ -264,7 +264,7 @@ class SystemsInferPerformance:
 
 @dataclass(frozen=True)
 class TrainPerformance:
-    """A training step's figures (`wsecc.train`); `latency_s` is one optimizer step."""
+    """A training step's figures (`wsecc.modes.train`); `latency_s` is one optimizer step."""
 
     training: TrainResult
 
@@ -298,7 +298,7 @@ class TrainPerformance:
 
 @dataclass(frozen=True)
 class GeneratePerformance:
-    """Generate mode's figures (`wsecc.generate`): `tokens_per_s` is the aggregate decode rate,
+    """Generate mode's figures (`wsecc.modes.generate`): `tokens_per_s` is the aggregate decode rate,
     `latency_s` one token's decode step, `samples_per_s` sequences completed per second when
     each fills the context after its prompt (B / (time to first token + (C - P) token
     latencies)), `utilization` the decode step's work over the program rectangle's peak

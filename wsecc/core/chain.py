@@ -1,17 +1,17 @@
-"""The compile as one chain of pure functions over frozen stage values (`wsecc.stages`):
+"""The compile as one chain of pure functions over frozen stage values (`wsecc.core.stages`):
 
     job(path, options) ─load─▶ Loaded ─fuse─▶ Fused ─size─▶ Sized ─place─▶ Placed
                        ─simulate─▶ Simulated
 
 Each function takes the stage before and returns a new value, timing itself and telling
-`say(stage, message)` what it did; the mode's strategy (`wsecc.modes`) decides what sizing,
+`say(stage, message)` what it did; the mode's strategy (`wsecc.modes.strategy`) decides what sizing,
 placement and simulation do. The CLI, the Python API (`wsecc.compiler`, a façade over this)
 and the sweep run these same functions; a sweep shares a `Fused` between points and a placement
 between tasks (`with_placement`).
 
 Example::
 
-    from wsecc import chain
+    from wsecc.core import chain
     fused = chain.fuse(chain.load(chain.job("samples/gpt2_legacy_op17.onnx", seq=32)))
     done = chain.simulate(chain.place(chain.size(fused)))
     print(done.performance.to_json()["samples_per_s"])
@@ -26,22 +26,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from wsecc.core.flow import fuse as run_passes
+from wsecc.core.flow import load as import_model
+from wsecc.core.flow import place_and_route
+from wsecc.core.partition import PartitionError, place_systems, size_over_systems
+from wsecc.core.program import Program, Systems
+from wsecc.core.replicas import Replicas
+from wsecc.core.stages import Fused, Job, Loaded, Placed, Simulated, Sized, timed
 from wsecc.errors import WseccError
-from wsecc.flow import fuse as run_passes
-from wsecc.flow import load as import_model
-from wsecc.flow import place_and_route
 from wsecc.frontend.common import widened_text
 from wsecc.hashing import sha256_beside
 from wsecc.kernels import Sizing, SizingError
-from wsecc.modes import Layout, bound_batch, per_sample_batch, strategy
+from wsecc.modes.strategy import Layout, bound_batch, per_sample_batch, strategy
 from wsecc.options import Options, saved_options
-from wsecc.partition import PartitionError, place_systems, size_over_systems
 from wsecc.place.from_kernels import placement_problem
 from wsecc.place.problem import Placement, PlacementError, PlacementProblem, tailored
-from wsecc.program import Program, Systems
-from wsecc.replicas import Replicas
 from wsecc.route.problem import Routing
-from wsecc.stages import Fused, Job, Loaded, Placed, Simulated, Sized, timed
 from wsecc.targets import load_target
 from wsecc.view import load_outdir
 
@@ -125,11 +125,11 @@ def size(fused: Fused, say: Say = _quiet) -> Sized:
 
 def place(sized: Sized, say: Say = _quiet) -> Placed:
     """Place the regions (re-sizing at lower fill if they do not pack) and route
-    (`wsecc.flow.place_and_route`), what the mode lays out on the wafer."""
+    (`wsecc.core.flow.place_and_route`), what the mode lays out on the wafer."""
     o, target = sized.job.options, sized.job.target
     layout = strategy(o.mode).layout(sized)
     seconds = dict(sized.seconds)
-    if layout.systems is not None:  # a pipeline over several systems (`wsecc.partition`)
+    if layout.systems is not None:  # a pipeline over several systems (`wsecc.core.partition`)
         return _place_systems(sized, layout, seconds, say)
     with timed(say, "place", seconds):
         placed = place_and_route(

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from wsecc.core.replicas import Replicas
 from wsecc.kernels import KernelGraph, Sizing, sizing_at
 from wsecc.place.problem import Placement
-from wsecc.replicas import Replicas
 from wsecc.route.problem import Routing
 from wsecc.targets import Target
 
@@ -25,7 +25,7 @@ class Program:
     placement: Placement
     routing: Routing
     target: Target
-    # k copies of it side by side, sharing the host I/O (`wsecc.replicas`); the other fields
+    # k copies of it side by side, sharing the host I/O (`wsecc.core.replicas`); the other fields
     # are copy 0's
     replicas: Replicas = field(default_factory=Replicas)
 
@@ -62,7 +62,7 @@ class Crossing:
 class Systems:
     """A placed program over one or more systems: a `Program` per system, and the flows that
     cross between them. A model that fits a wafer is one system and no crossings; a program
-    split over several systems (`wsecc.partition`, a pipeline over layer groups) is more of the
+    split over several systems (`wsecc.core.partition`, a pipeline over layer groups) is more of the
     same data."""
 
     programs: tuple[Program, ...]

@@ -56,6 +56,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from wsecc.core.layers import find_layers
 from wsecc.errors import WseccError
 from wsecc.kernels import KernelGraph, Sizing, size_regions
 from wsecc.kernels.conv import cdiv
@@ -63,7 +64,6 @@ from wsecc.kernels.costs import TrainCosts
 from wsecc.kernels.ir import Flow, Kernel, Port, elem_bytes, precision
 from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule
 from wsecc.kernels.sizing import SizingError
-from wsecc.layers import find_layers
 from wsecc.targets import Target
 from wsecc.vocab import Execution
 
@@ -358,7 +358,7 @@ def _pipelined_step(
 def streamed_units(kg: KernelGraph) -> list[tuple[str, list[Kernel]]]:
     """The kernels (in topological order) grouped into the units that stream one at a time:
     what leads the layers ("input": embeddings, position ids), one unit per transformer layer
-    ("L0", "L1", ...; found by structure, `wsecc.layers.find_layers`, as placement and
+    ("L0", "L1", ...; found by structure, `wsecc.core.layers.find_layers`, as placement and
     generation find them), and what follows the last layer ("output": final norm, head). A
     graph without attention is one unit ("model")."""
     ks = list(kg.kernels)

@@ -1,10 +1,10 @@
-"""The compile's stages as frozen values, each made from the one before (`wsecc.chain`):
+"""The compile's stages as frozen values, each made from the one before (`wsecc.core.chain`):
 
     Job ─load─▶ Loaded ─fuse─▶ Fused ─size─▶ Sized ─place─▶ Placed ─simulate─▶ Simulated
 
 A stage value holds its own products and the value it was made from, never anything a later
-stage fills in; `wsecc.report.report(stage)` is the report of any of them, and
-`wsecc.artifacts.folder_files(stage)` its output folder. Every value also carries `seconds`,
+stage fills in; `wsecc.report.build.report(stage)` is the report of any of them, and
+`wsecc.report.artifacts.folder_files(stage)` its output folder. Every value also carries `seconds`,
 the wall-clock time of each stage that led to it (in order), for the report's
 `stage_seconds`.
 """
@@ -25,20 +25,20 @@ from wsecc.analysis import flops_per_sample, param_count
 if TYPE_CHECKING:
     import numpy as np
 
+    from wsecc.core.partition import SizedSystems
+    from wsecc.core.program import Program, Systems
     from wsecc.frontend.onnx import ModelInfo
     from wsecc.ir.core import Graph
     from wsecc.kernels import KernelGraph, Sizing
+    from wsecc.modes.train import TrainResult
     from wsecc.options import Options
-    from wsecc.partition import SizedSystems
     from wsecc.place.problem import PlacementProblem
     from wsecc.pm import PassRecord
-    from wsecc.program import Program, Systems
-    from wsecc.results import Check, Performance
+    from wsecc.report.results import Check, Performance
     from wsecc.sim.events import EventResult
     from wsecc.sim.perf import PerfResult
     from wsecc.sim.sram import SramMap
     from wsecc.targets import Target
-    from wsecc.train import TrainResult
 
 Seconds = Mapping[str, float]
 """Wall-clock seconds by stage name, in the order the stages ran."""
@@ -47,7 +47,7 @@ Seconds = Mapping[str, float]
 @dataclass(frozen=True)
 class Job:
     """What is compiled, how, and for which target; `saved` is the report.json of an output
-    folder the later stages were reloaded from (`wsecc.chain.reload`), else None."""
+    folder the later stages were reloaded from (`wsecc.core.chain.reload`), else None."""
 
     model_path: Path
     options: Options
@@ -95,7 +95,7 @@ class Fused:
 @dataclass(frozen=True, eq=False)
 class Sized:
     """Kernels and their regions: the lowered kernel graph and its sizing, as the mode sizes
-    it (`wsecc.modes`). In train mode `training` is the step's cost, whose layout is what is
+    it (`wsecc.modes.strategy`). In train mode `training` is the step's cost, whose layout is what is
     placed, and `check` the gradient check when it ran. `fused` is None for a compile reloaded
     from its output folder."""
 
@@ -106,14 +106,14 @@ class Sized:
     training: TrainResult | None = None
     check: Check | None = None
     seconds: Seconds = field(default_factory=dict, repr=False)
-    # infer and generate modes over several systems (`wsecc.partition`): each system's kernel
+    # infer and generate modes over several systems (`wsecc.core.partition`): each system's kernel
     # graph and sizing; `kernel_graph` and `sizing` are then system 0's
     systems: SizedSystems | None = None
 
 
 @dataclass(frozen=True, eq=False)
 class Placed:
-    """The placed and routed program over its systems (`wsecc.program.Systems`);
+    """The placed and routed program over its systems (`wsecc.core.program.Systems`);
     `problem` is the placement problem of system 0's (one copy's) program, `pool_shapes` the
     kernels the placer put in a shape from sizing's pool."""
 
@@ -136,7 +136,7 @@ class Placed:
 @dataclass(frozen=True, eq=False)
 class Simulated:
     """What the placed program achieves (`performance`, one interface for every mode,
-    `wsecc.results`), with the SRAM map and L0/L1 results where the mode simulates the fabric,
+    `wsecc.report.results`), with the SRAM map and L0/L1 results where the mode simulates the fabric,
     and the check against onnxruntime when it ran. `arrays` are what `--save-outputs` writes
     (file name -> arrays)."""
 

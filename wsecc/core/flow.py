@@ -11,7 +11,7 @@ next, lower fill — so the placer always gets a problem it can legalise. And wh
 program keeps less than ON_WAFER_GOAL of sizing's balanced throughput because lanes found no
 room, it is placed once more with a free ring around the kernels they leave and enter
 (`_route_checked`), and the faster of the two is kept. It also replicates
-a program that leaves most of the fabric idle (`wsecc.replicas`): one copy placed and routed on
+a program that leaves most of the fabric idle (`wsecc.core.replicas`): one copy placed and routed on
 a tile, k copies on the fabric.
 """
 
@@ -24,35 +24,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from wsecc.errors import SimulationError
-from wsecc.ir.core import Graph
-from wsecc.kernels import (
-    DEFAULT_CHUNK_TOKENS,
-    KernelGraph,
-    Sizing,
-    size_for_decode,
-    size_regions,
-    sizing_at,
-)
-from wsecc.lanes import edge_cycles, lane_bytes, lanes_within
-from wsecc.numerics import make_inputs, ort_run
-from wsecc.options import Options
-from wsecc.passes import DEFAULT_PIPELINE, LOWERING
-from wsecc.place.api import place
-from wsecc.place.from_kernels import placement_problem
-from wsecc.place.manual import load_pins, with_pins
-from wsecc.place.problem import (
-    Placement,
-    PlacementError,
-    PlacementProblem,
-    tailored,
-    validate_placement,
-    with_halos,
-    without_halos,
-)
-from wsecc.pm import NumericsCheck, PassContext, PassManager, PassRecord
-from wsecc.program import Program
-from wsecc.replicas import (
+from wsecc.check.numerics import make_inputs, ort_run
+from wsecc.core.lanes import edge_cycles, lane_bytes, lanes_within
+from wsecc.core.program import Program
+from wsecc.core.replicas import (
     COLORS,
     FABRIC_AREA,
     FILLS_WAFER,
@@ -70,6 +45,31 @@ from wsecc.replicas import (
     whole_routing,
     within,
 )
+from wsecc.errors import SimulationError
+from wsecc.ir.core import Graph
+from wsecc.kernels import (
+    DEFAULT_CHUNK_TOKENS,
+    KernelGraph,
+    Sizing,
+    size_for_decode,
+    size_regions,
+    sizing_at,
+)
+from wsecc.options import Options
+from wsecc.passes import DEFAULT_PIPELINE, LOWERING
+from wsecc.place.api import place
+from wsecc.place.from_kernels import placement_problem
+from wsecc.place.manual import load_pins, with_pins
+from wsecc.place.problem import (
+    Placement,
+    PlacementError,
+    PlacementProblem,
+    tailored,
+    validate_placement,
+    with_halos,
+    without_halos,
+)
+from wsecc.pm import NumericsCheck, PassContext, PassManager, PassRecord
 from wsecc.route.problem import (
     Point,
     Routing,
@@ -97,7 +97,7 @@ FILL_STEPS = (0.85, 0.75, 0.65, 0.55)
 
 
 def load(path: Path, options: Options, batch: int) -> tuple[Graph, ModelInfo]:
-    """Load, bind (the batch at `batch`: the mode's, `wsecc.modes.bound_batch`) and import the
+    """Load, bind (the batch at `batch`: the mode's, `wsecc.modes.strategy.bound_batch`) and import the
     ONNX file (folded, into the wsecc IR)."""
     from wsecc.frontend.onnx import import_model
 
@@ -138,14 +138,14 @@ def lower_and_size(
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
 ) -> tuple[KernelGraph, Sizing]:
     """Lower and size for pipeline throughput at the first fill (inference's sizing; a mode
-    sizes its own way through its `SizingRule`, `wsecc.modes`)."""
+    sizes its own way through its `SizingRule`, `wsecc.modes.strategy`)."""
     kg = lower(fused)
     return kg, ForThroughput().size(kg, target, precision, FILL_STEPS[0], chunk_tokens)
 
 
 class SizingRule(Protocol):
     """What sizing optimises, as placement (re-)sizes and re-costs the kernels and routing gives
-    the flows their lanes: one object per mode (`wsecc.modes`), in place of mode flags."""
+    the flows their lanes: one object per mode (`wsecc.modes.strategy`), in place of mode flags."""
 
     @property
     def checked(self) -> bool:
@@ -254,11 +254,11 @@ def lane_bytes_per_sample(
     sizing: Sizing, target: Target, kg: KernelGraph | None = None, decode_batch: int | None = None
 ) -> float:
     """What one lane carries per sample: a stage time's worth, stage cycles per sample x link
-    bytes per cycle (`wsecc.lanes.lane_bytes`). In generate mode (`decode_batch` sequences, `kg`
+    bytes per cycle (`wsecc.core.lanes.lane_bytes`). In generate mode (`decode_batch` sequences, `kg`
     bound at the context) at most what makes one decode step's bytes (a sample's over its
     tokens, times the batch) take DECODE_LANE_CYCLES: decode is a latency.
 
-    A flow gets `wsecc.lanes.lanes_within(bytes per sample, this)` lanes (as many as its facing
+    A flow gets `wsecc.core.lanes.lanes_within(bytes per sample, this)` lanes (as many as its facing
     edges allow), so it moves a sample's data within the stage time and the fabric does not
     become the bottleneck the sizing balanced against."""
     per_stage = lane_bytes(sizing.stage_cycles, target.link_bytes_per_cycle)
@@ -539,7 +539,7 @@ def place_and_route(
 ) -> Placed:
     """Place (re-sizing at lower fill while the regions do not pack), route, validate.
 
-    `replicas`: the copies wanted (`wsecc.replicas`), None for as many as raise the throughput
+    `replicas`: the copies wanted (`wsecc.core.replicas`), None for as many as raise the throughput
     and fit; one copy on a tile of the fabric is placed and routed, the others are it
     translated. `rule` (the mode's, `SizingRule`) does every (re-)sizing and re-costing and
     gives the flows their lanes. `time_budget_s` bounds the
@@ -731,12 +731,12 @@ def _place_copies(
     search: Search,
     say: Callable[[str, str], None],
 ) -> Placed | str:
-    """Copies on a grid of tiles (`wsecc.replicas`), or the resource that stops a second copy
-    (one of `wsecc.replicas.REASONS`) when none fits.
+    """Copies on a grid of tiles (`wsecc.core.replicas`), or the resource that stops a second copy
+    (one of `wsecc.core.replicas.REASONS`) when none fits.
 
     The grid with the most tiles where greedy packs the copy (`_most_tiles`); the copy placed
     there with the chosen placer (it starts from greedy's packing) and routed; its throughput
-    gives k (`wsecc.replicas.choose`); every copy is checked on the whole fabric. When the copy
+    gives k (`wsecc.core.replicas.choose`); every copy is checked on the whole fabric. When the copy
     does not route on a tile, grids with fewer, larger tiles are tried (at most
     `TILE_ROUTING_ATTEMPTS` times).
     """
@@ -806,7 +806,7 @@ def _most_tiles(whole: PlacementProblem, most: int) -> tuple[int, int] | None:
 
 
 def _copies_for_host(program: Program) -> int:
-    """k_host of one copy (`wsecc.replicas.copies_for_host`): its on-wafer throughput against
+    """k_host of one copy (`wsecc.core.replicas.copies_for_host`): its on-wafer throughput against
     the host I/O bound, from L0 with the whole host I/O."""
     alone = simulate_l0(program)
     host = host_samples_per_s(alone, program.target.io.offwafer_bytes_per_s)

@@ -13,7 +13,7 @@ copy gets 1/k of them and
 
 Choosing k (`--replicas auto`): the largest k that still raises the total and fits. Fits: the
 grid with the most tiles in which the placer packs the copy and the router routes it
-(`tile_grids` lists the grids that hold n copies; `wsecc.flow` searches n). Raises: k copies
+(`tile_grids` lists the grids that hold n copies; `wsecc.core.flow` searches n). Raises: k copies
 reach the host bound H at k_host = ceil(H / w), w a copy's on-wafer throughput; one more adds
 nothing. So k = min(tiles, k_host), or N of `--replicas N` up to the tiles, and
 `Replicas.reason` names what stopped it (`REASONS`). Inference only: training keeps one program

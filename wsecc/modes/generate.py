@@ -46,6 +46,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from wsecc.core.lanes import edge_cycles
+from wsecc.core.program import Program
 from wsecc.errors import WseccError
 from wsecc.kernels import (
     DEFAULT_CHUNK_TOKENS,
@@ -58,11 +60,9 @@ from wsecc.kernels import (
 from wsecc.kernels.costs import CostContext, cost_at, least_true
 from wsecc.kernels.decode import COMPONENTS, DecodeCost, sram_read_bytes_per_cycle
 from wsecc.kernels.ir import precision as number_format
-from wsecc.lanes import edge_cycles
-from wsecc.program import Program
+from wsecc.modes.train import streamed_units
 from wsecc.sim.perf import FLOW, HOST, KERNEL, build_pipeline, simulate_l0
 from wsecc.targets import Target
-from wsecc.train import streamed_units
 
 DECODE_PHASES = (*COMPONENTS, "flows", "host")
 """The phases a decode step's latency is split into: the kernels' (`wsecc.kernels.decode`),
@@ -101,7 +101,7 @@ def generation_kernels(
     (`cache_sequences`), after checking it can generate on `target`: a causal decoder whose
     every kernel has a decode model, whose weights fit the wafer's data SRAM (generation keeps
     them all resident; only with `one_wafer`, for a program split over several systems,
-    `wsecc.partition`, checks its own groups), whose attention has no full [S_q, S_kv] mask
+    `wsecc.core.partition`, checks its own groups), whose attention has no full [S_q, S_kv] mask
     (the cache keeps one mask element per key) nor bias operand, and whose attention caches fit
     some region (else the error names the largest context that would). Raises WseccError
     naming what does not."""
@@ -244,7 +244,7 @@ class StageDecode:
 
     name: str
     kind: str  # KERNEL, FLOW, HOST or CROSSINGS (between systems, `over_systems`)
-    layer: str  # "L3" (by structure: `wsecc.train.streamed_units`), "input", "output", "host"
+    layer: str  # "L3" (by structure: `wsecc.modes.train.streamed_units`), "input", "output", "host"
     cycles: dict[str, int]  # phase -> cycles
     critical: bool
     kernel_kind: str = ""  # kernels: their kind
@@ -490,7 +490,7 @@ CROSSINGS = "crossings"
 def over_systems(
     perfs: Sequence[GenerationPerf], first_layers: Sequence[int], crossing_s: float
 ) -> GenerationPerf:
-    """The generation figures of a pipeline over systems (`wsecc.partition`), system i's being
+    """The generation figures of a pipeline over systems (`wsecc.core.partition`), system i's being
     `perfs[i]` (its layers numbered from `first_layers[i]`), each crossing between consecutive
     systems adding `crossing_s` of latency. The bytes a crossing carries already pass each
     system's I/O in its own figures (its host stages: out of one system, into the next), so:

@@ -18,7 +18,7 @@ so together they need `shared_edge_cycles`: the least T at which their lanes_wit
 Who uses it: sizing charges a region the cycles its flows need through its shortest side
 (`wsecc.kernels.sizing`: whichever side the placer turns toward a neighbour, it is at least that
 long); the router gives a flow lanes_within(B, lane_bytes(stage cycles, L)) lanes
-(`wsecc.flow.lane_bytes_per_sample`, `wsecc.route.problem.make_routing_problem`); L0 charges a
+(`wsecc.core.flow.lane_bytes_per_sample`, `wsecc.route.problem.make_routing_problem`); L0 charges a
 routed flow edge_cycles(B, its lanes, L) (`wsecc.sim.perf`), and so does L1 (it runs L0's
 pipeline).
 """
@@ -29,7 +29,7 @@ import functools
 import math
 from collections.abc import Sequence
 
-from wsecc.bisection import least_true
+from wsecc.check.bisection import least_true
 
 
 def cdiv(a: int, b: int) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from wsecc.errors import WseccError
-from wsecc.products import check_report, read_json
+from wsecc.report.products import check_report, read_json
 
 # (label, path into report.json, lower is better?)
 METRICS: tuple[tuple[str, tuple[str, ...], bool | None], ...] = (
@@ -31,7 +31,7 @@ METRICS: tuple[tuple[str, tuple[str, ...], bool | None], ...] = (
 
 def load_report(path: str | Path) -> dict[str, Any]:
     """A report.json, given the file or the compile's output folder, checked against the report
-    schema (`wsecc.products.check_report`) so a wrong type fails here, naming the key."""
+    schema (`wsecc.report.products.check_report`) so a wrong type fails here, naming the key."""
     p = Path(path)
     if p.is_dir():
         p = p / "report.json"

@@ -4,14 +4,14 @@
                                            the flows crossing to later systems)
 
 When a model's weights and K/V cache do not fit one wafer, the layers (found by structure,
-`wsecc.layers.find_layers`, the one finder placement, training and generation use) are cut into
+`wsecc.core.layers.find_layers`, the one finder placement, training and generation use) are cut into
 N contiguous groups, one per system; the kernels that lead the first layer (embeddings, position
 ids) go with system 0, those after the last (final norm, head) with system N - 1. Each group is a
 kernel graph of its own (`system_graph`): a flow from a kernel of an earlier system becomes an
 input port of the later one and an output port of the earlier one (one port per tensor and
 destination system), so each system's pipeline charges those bytes to its own system I/O, the
 off-wafer rate every host stage already pays. The crossings are kept as
-`wsecc.program.Crossing` records.
+`wsecc.core.program.Crossing` records.
 
 Balance. Every layer of a decoder keeps its weights and its K/V cache resident, and in a decode
 step reads each of them once, so a group's bytes are both its SRAM and its share of a token's
@@ -26,12 +26,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from wsecc.core.flow import FILL_STEPS, Placed, SizingRule, place_and_route
+from wsecc.core.layers import find_layers
+from wsecc.core.program import Crossing, Program, Systems
 from wsecc.errors import WseccError
-from wsecc.flow import FILL_STEPS, Placed, SizingRule, place_and_route
-from wsecc.generate import kv_cache_bytes
 from wsecc.kernels import Flow, KernelGraph, Port, Sizing, SizingError
-from wsecc.layers import find_layers
-from wsecc.program import Crossing, Program, Systems
+from wsecc.modes.generate import kv_cache_bytes
 from wsecc.targets import Target
 
 PIPELINE = "pipeline"
@@ -81,7 +81,7 @@ class Partition:
 
 def resident_bytes(kg: KernelGraph, precision: str) -> list[int]:
     """Each kernel's resident bytes, in `kg`'s order: its weights and, for an attention kernel
-    bound with `cache_sequences`, its K/V cache (`wsecc.generate.kv_cache_bytes`'s formula)."""
+    bound with `cache_sequences`, its K/V cache (`wsecc.modes.generate.kv_cache_bytes`'s formula)."""
     out = []
     for k in kg.kernels:
         one = KernelGraph(kg.name, kg.tokens_per_sample, (k,), ())
@@ -252,7 +252,7 @@ class SizedSystems:
 
 def system_sram_bytes(target: Target) -> float:
     """What one system keeps resident at most: the data SRAM (after the per-PE reserve) of the
-    share of its PEs sizing fills at first (`wsecc.flow.FILL_STEPS[0]`)."""
+    share of its PEs sizing fills at first (`wsecc.core.flow.FILL_STEPS[0]`)."""
     return float(FILL_STEPS[0] * target.usable_pes * target.sram_budget_bytes)
 
 

@@ -4,10 +4,10 @@ performance result the report gets.
 
 - `Infer`: regions sized for pipeline throughput, replicated on the wafer, L0/L1 simulated,
   numerics against onnxruntime;
-- `Train`: a training step costed pipelined or weight-streaming (`wsecc.train`), its layout
+- `Train`: a training step costed pipelined or weight-streaming (`wsecc.modes.train`), its layout
   placed to show it, the gradient check;
 - `Generate`: regions sized for the decode step with the K/V cache resident
-  (`wsecc.generate`), prefill and decode figures, greedy generation against onnxruntime.
+  (`wsecc.modes.generate`), prefill and decode figures, greedy generation against onnxruntime.
 
 `strategy(mode)` gives the strategy of a `wsecc.vocab.Mode`; nothing else in the chain looks at
 the mode.
@@ -20,24 +20,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from wsecc.checks import (
+from wsecc.check.checks import (
     check_generation,
     check_gradients,
     check_numerics,
     should_validate,
 )
-from wsecc.flow import FILL_STEPS, ForDecode, ForThroughput, SizingRule, lower, simulate
-from wsecc.generate import (
+from wsecc.core.flow import FILL_STEPS, ForDecode, ForThroughput, SizingRule, lower, simulate
+from wsecc.core.partition import SizedSystems, crossing_latency_s, size_over_systems
+from wsecc.core.replicas import GENERATE_MODE, TRAIN_MODE
+from wsecc.core.stages import Fused, Placed, Simulated, Sized, timed
+from wsecc.modes.generate import (
     GenerationPerf,
     default_prompt,
     generation_kernels,
     over_systems,
     plan_generation,
 )
+from wsecc.modes.train import plan_training
 from wsecc.options import Options
-from wsecc.partition import SizedSystems, crossing_latency_s, size_over_systems
-from wsecc.replicas import GENERATE_MODE, TRAIN_MODE
-from wsecc.results import (
+from wsecc.report.results import (
     GeneratePerformance,
     InferPerformance,
     SystemRow,
@@ -46,8 +48,6 @@ from wsecc.results import (
     one_system,
     system_rows,
 )
-from wsecc.stages import Fused, Placed, Simulated, Sized, timed
-from wsecc.train import plan_training
 from wsecc.vocab import Mode, SimLevel
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class Layout:
     rule: SizingRule
     replicas: int | None
     one_copy_because: str | None = None
-    # several systems (`wsecc.partition`): each system's graph and sizing, placed in turn
+    # several systems (`wsecc.core.partition`): each system's graph and sizing, placed in turn
     systems: SizedSystems | None = None
 
 
@@ -189,7 +189,7 @@ class Infer:
 
 @dataclass(frozen=True)
 class Train:
-    """A training step (ARCHITECTURE §3): costed by `wsecc.train`, its layout (the pipelined
+    """A training step (ARCHITECTURE §3): costed by `wsecc.modes.train`, its layout (the pipelined
     program, or the slowest streamed unit on the whole wafer) placed to show and check it; the
     step's figures stay the costing's. The gradient check (minutes even when small) runs only
     when asked."""
@@ -230,7 +230,7 @@ class Train:
     def layout(self, sized: Sized) -> Layout:
         t = sized.training
         assert t is not None  # made by `size`
-        # training's data parallelism is over systems (`wsecc.train`): one program
+        # training's data parallelism is over systems (`wsecc.modes.train`): one program
         return Layout(t.layout, t.sizing, ForThroughput(t.costs), 1, TRAIN_MODE)
 
     def simulate(self, placed: Placed, say: Say, fused_again: Callable[[], Fused]) -> Simulated:
@@ -276,7 +276,7 @@ class Generate:
         return sized
 
     def layout(self, sized: Sized) -> Layout:
-        # the batch's sequences share one placement (`wsecc.generate`)
+        # the batch's sequences share one placement (`wsecc.modes.generate`)
         rule = self._rule(sized.job.options)
         return Layout(sized.kernel_graph, sized.sizing, rule, 1, GENERATE_MODE, sized.systems)
 
@@ -310,11 +310,11 @@ class Generate:
 
 
 SEVERAL_SYSTEMS = "several systems: one copy of each layer group, one on each system"
-"""Why a program over several systems keeps one copy per system (`wsecc.replicas`)."""
+"""Why a program over several systems keeps one copy per system (`wsecc.core.replicas`)."""
 
 
 def _sized_over_systems(fused: Fused, kg: KernelGraph, rule: SizingRule, say: Say) -> Sized:
-    """`kg` split over the systems the options ask for (`wsecc.partition`), each group sized by
+    """`kg` split over the systems the options ask for (`wsecc.core.partition`), each group sized by
     `rule`; one system (auto, on a model that fits a wafer) is the one-system compile."""
     o, target = fused.job.options, fused.job.target
     over = size_over_systems(kg, target, o.precision, rule, o.chunk_tokens, o.systems)
@@ -343,12 +343,12 @@ def whole_sizing(placed: Placed) -> Sizing:
 
 
 def _crossing_s(placed: Placed) -> float:
-    """A crossing's latency between two systems (`wsecc.partition.crossing_latency_s`)."""
+    """A crossing's latency between two systems (`wsecc.core.partition.crossing_latency_s`)."""
     return crossing_latency_s(placed.job.target)
 
 
 def _generation(placed: Placed, prompt: int) -> tuple[GenerationPerf, tuple[SystemRow, ...]]:
-    """The generation figures over the program's systems (`wsecc.generate.over_systems`), each
+    """The generation figures over the program's systems (`wsecc.modes.generate.over_systems`), each
     distinct placement's computed once, and a row per system."""
     systems = placed.systems
     if placed.sized.systems is None:
@@ -365,7 +365,7 @@ def _simulate_infer_systems(
     placed: Placed, say: Say, seconds: dict[str, float], fused_again: Callable[[], Fused]
 ) -> Simulated:
     """Infer mode over several systems: L0 of each distinct placement, the pipeline of the
-    systems (`wsecc.results.SystemsInferPerformance`); the SRAM map and L0 kept are system
+    systems (`wsecc.report.results.SystemsInferPerformance`); the SRAM map and L0 kept are system
     0's. L1 is not run over several systems (its trace is one wafer's)."""
     o = dataclasses.replace(placed.job.options, sim=SimLevel.L0)
     systems = placed.systems
@@ -403,7 +403,7 @@ def strategy(mode: Mode) -> ModeStrategy:
 def bound_batch(options: Options) -> int:
     """The batch the graph is bound at: `options.batch` (in generate mode the sequences in
     flight), or 1 in train mode, whose kernels are per sample (the global batch is the step's,
-    `wsecc.train`)."""
+    `wsecc.modes.train`)."""
     return strategy(options.mode).bound_batch(options)
 
 

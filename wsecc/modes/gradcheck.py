@@ -36,7 +36,7 @@ check_gradients(model_path, graph, feeds, precision)  -> GradCheck
    steps for every coordinate, a ladder of five where those three disagree), giving each
    coordinate a derivative and its noise (the steps' disagreement).
 5. The rows that fail or are unchecked under step 4 are judged again by a float64
-   reference when there is one (`wsecc.numerics.float64_session`: the file widened to double,
+   reference when there is one (`wsecc.check.numerics.float64_session`: the file widened to double,
    if onnxruntime can run it) — central differences at the same coordinates, one step
    h = 1e-5, the loss from float64 outputs. Rows that pass cleanly keep the fp32 verdict (the
    float64 pass costs time).
@@ -44,7 +44,7 @@ check_gradients(model_path, graph, feeds, precision)  -> GradCheck
 Figures per row: max_rel_err = max|g − fd| / max|fd| over the sampled coordinates — relative to
 the tensor's largest reference gradient rather than each coordinate's own, so that coordinates
 whose gradient is near zero (where a finite difference is all noise) do not make the figure
-meaningless (the definition of `wsecc.numerics.compare`); PCC of g and fd; noise = the largest
+meaningless (the definition of `wsecc.check.numerics.compare`); PCC of g and fd; noise = the largest
 coordinate noise / max|fd|, on max_rel_err's scale; beyond_noise = max(|g − fd| − 2·noise) per
 coordinate / max|fd|, the error the differences' own uncertainty does not explain. Whole-tensor
 figures, which see a wrong scale (PCC does not: 2·g correlates perfectly with g): norm_ratio =
@@ -96,9 +96,9 @@ from typing import Any
 
 import numpy as np
 
+from wsecc.check.numerics import OrtWithWeights, compare, float64_session
 from wsecc.ir.core import Graph, Op, Value
 from wsecc.ir.grad import Loss, choose_loss, value_and_grad, weights
-from wsecc.numerics import OrtWithWeights, compare, float64_session
 
 TOLERANCE = {"fp32": {"max_rel_err": 1e-2}, "mixed": {"pcc": 0.99}}
 RESOLUTION = 1e-2  # what the finite differences must resolve: a row noisier is unresolved

@@ -4,7 +4,7 @@
 truncate or replace. Before any of them uses what it read, the products go through the same
 solver-free validators a compile runs on its own results:
 
-- `check_report`: report.json's types and keys by `wsecc/report.schema.json` (`schema_errors`
+- `check_report`: report.json's types and keys by `wsecc/report/report.schema.json` (`schema_errors`
   implements the part of JSON Schema that file uses, so no dependency is added);
 - `check_program`: the placement legal on the target's fabric (every kernel placed once, inside
   the fabric, no overlap, a shape sizing offered: `validate_placement`), the routing consistent
@@ -48,8 +48,8 @@ def _fail(where: Path | str, problems: list[str]) -> ProductError:
 
 @cache
 def report_schema() -> dict[str, Any]:
-    """`wsecc/report.schema.json` (the `wsecc.report/1` schema, docs/report-schema.md)."""
-    text = (resources.files("wsecc") / "report.schema.json").read_text(encoding="utf-8")
+    """`wsecc/report/report.schema.json` (the `wsecc.report/1` schema, docs/report-schema.md)."""
+    text = (resources.files("wsecc.report") / "report.schema.json").read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
 
@@ -165,11 +165,11 @@ def check_report(
 
 
 def check_program(program: Any, folder: Path, pinned: bool = False, layer: bool = False) -> None:
-    """A loaded program (`wsecc.program.Program`) through the compile's validators: sizing
+    """A loaded program (`wsecc.core.program.Program`) through the compile's validators: sizing
     within the target's SRAM and covering every kernel, the placement legal on the target's
     program rectangle, the routing consistent with it. `pinned`: the compile had --pins, so a
     placed shape need not be one sizing offered; `layer`: a train-mode compile, which sizes and
-    places one layer's kernels of kernels.json (`wsecc.train`). ProductError names the file
+    places one layer's kernels of kernels.json (`wsecc.modes.train`). ProductError names the file
     and the entry."""
     kg, sizing, target = program.kg, program.sizing, program.target
     sized = {k.name for k in sizing.kernels}
@@ -205,7 +205,7 @@ def check_program(program: Any, folder: Path, pinned: bool = False, layer: bool 
 
 
 def _replica_problems(program: Any) -> list[str]:
-    """The copies (`wsecc.replicas`): k origins, each tile inside the program rectangle, no two
+    """The copies (`wsecc.core.replicas`): k origins, each tile inside the program rectangle, no two
     tiles overlapping, copy 0's rectangles inside its tile; one copy has no tile."""
     reps, fab = program.replicas, program.target.fabric
     W, H = fab.program_width, fab.program_height

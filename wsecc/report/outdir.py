@@ -28,7 +28,7 @@ COMPILE_FILES = frozenset(
         "outputs.npz",
     }
 )  # fmt: skip
-"""Every file a compile writes (`wsecc.artifacts.folder_files`); `wsecc view` rewrites two of them."""
+"""Every file a compile writes (`wsecc.report.artifacts.folder_files`); `wsecc view` rewrites two of them."""
 
 SWEEP_ENTRIES = frozenset(
     {"spec.toml", "points.jsonl", "results.parquet", "results.csv", "report.html", "cache"}
