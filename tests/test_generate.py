@@ -59,7 +59,7 @@ def test_report_is_schema_valid_and_says_what_the_summary_says(
     llama: wsecc.Compilation,
 ) -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    schema = json.loads((Path(wsecc.__file__).parent / "report.schema.json").read_text())
+    schema = json.loads((Path(wsecc.__file__).parent / "report" / "report.schema.json").read_text())
     rep = llama.report()
     jsonschema.validate(rep, schema)
     perf = rep["performance"]

@@ -486,8 +486,10 @@ def test_bombs_and_multitudes(
     import numpy as np
 
     import wsecc.frontend.bind as bind
+    import wsecc.options
 
     monkeypatch.setattr(bind, "tensor_budget_bytes", lambda: 1 << 20)
+    monkeypatch.setattr(wsecc.options, "tensor_budget_bytes", lambda: 1 << 20)
     np.savez_compressed(case_dir / "bomb.npz", input_ids=np.zeros((1, 8 << 20), dtype=np.int8))
     argv = ["compile", str(GPT2), *FAST, "--inputs", "bomb.npz", "-o", "out"]
     assert "unpack to 8.0 MiB, over the 1.0 MiB" in refused(argv, case_dir, capsys)

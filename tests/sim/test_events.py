@@ -188,7 +188,7 @@ def test_a_compile_whose_skew_buffers_cannot_be_cut_names_the_sram_they_need(bui
             raise sram.SramError(f"'d' needs {extra_buffers['d']:,} B/PE of skew buffers")
         return m
 
-    monkeypatch.setattr(sram, "sram_map", crowded)
+    monkeypatch.setattr(flow, "sram_map", crowded)  # as flow.simulate calls it
     with pytest.raises(
         sram.SramError, match=r"'d' needs .*; cut to fit, they stall the pipeline \(deadlock"
     ):
