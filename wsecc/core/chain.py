@@ -29,7 +29,7 @@ from typing import Any
 from wsecc.core.flow import fuse as run_passes
 from wsecc.core.flow import load as import_model
 from wsecc.core.flow import place_and_route
-from wsecc.core.instrument import Instrument, Record, Say, Trace, quiet
+from wsecc.core.instrument import Instrument, Say, Trace, quiet
 from wsecc.core.partition import PartitionError, place_systems, size_over_systems
 from wsecc.core.program import Program, Systems
 from wsecc.core.replicas import Replicas
@@ -271,9 +271,10 @@ def placed_to_json(placed: Placed) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def with_placement(sized: Sized, saved: dict[str, Any], seconds: float) -> Placed:
+def with_placement(sized: Sized, saved: dict[str, Any], trace: Trace) -> Placed:
     """`sized` placed and routed as `saved` (`placed_to_json` of a compile of the same kernel
-    graph, target and placement options) says, taking `seconds`."""
+    graph, target and placement options) says; `trace` is `sized.trace` and the place stage
+    that computed or read `saved` (its `Instrument`'s)."""
     layout = strategy(sized.job.options.mode).layout(sized)
     program = Program(
         layout.kernel_graph, Sizing.from_json(saved["sizing"]),
@@ -283,7 +284,7 @@ def with_placement(sized: Sized, saved: dict[str, Any], seconds: float) -> Place
     problem = PlacementProblem.from_json(saved["problem"])
     return Placed(
         sized, problem, Systems.one(program), saved.get("pool_shapes", 0),
-        sized.trace.then(Record("place", seconds)),
+        trace,
     )  # fmt: skip
 
 
