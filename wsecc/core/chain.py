@@ -208,10 +208,11 @@ def place(sized: Sized, say: Say = quiet) -> Placed:
     return Placed(sized, placed.problem, Systems.one(program), placed.pool_shapes, ins.trace)
 
 
-def _explain_and_dump(ins: Instrument, program: Program, sized_fill: float) -> None:
-    """Placement's and routing's `--explain` lines and `--dump-dir` files (`program`'s)."""
-    ins.explain("place", placement_decision(program, sized_fill))
-    ins.explain("route", routing_decision(program.routing))
+def _explain_and_dump(ins: Instrument, program: Program, sized_fill: float, of: str = "") -> None:
+    """Placement's and routing's `--explain` lines (after `of`, which program they are of) and
+    `--dump-dir` files, `program`'s."""
+    ins.explain("place", of + placement_decision(program, sized_fill))
+    ins.explain("route", of + routing_decision(program.routing))
     ins.dump("placement", program.placement.dumps(include_timing=False) + "\n", "json")
     ins.dump("routing", program.routing.dumps() + "\n", "json")
 
@@ -257,7 +258,7 @@ def _place_systems(sized: Sized, layout: Layout, ins: Instrument) -> Placed:
         f"{lanes} lanes, {len(systems.crossings)} flows crossing between systems",
     )
     pool = sum(p.pool_shapes for p in each)
-    _explain_and_dump(ins, systems.programs[0], layout.sizing.fill)
+    _explain_and_dump(ins, systems.programs[0], layout.sizing.fill, "system 0: ")
     return Placed(sized, each[0].problem, systems, pool, ins.trace)
 
 
