@@ -82,6 +82,12 @@ def test_stage_seconds_and_pass_seconds_are_the_instruments_records() -> None:
     assert steps == [("passes", r.name, r.seconds) for r in fused.records]
     assert [p["seconds"] for p in rep["passes"]] == [s for _, _, s in steps]
     assert list(report(fused)["stage_seconds"]) == ["frontend", "passes"]
+    # --explain's placement line says when placement re-sized at a lower fill than sizing's
+    program = done.placed.program
+    assert "re-sized" not in chain.placement_decision(program, program.sizing.fill)
+    lower = dataclasses.replace(program, sizing=dataclasses.replace(program.sizing, fill=0.75))
+    line = chain.placement_decision(lower, 0.85)
+    assert line.endswith("; re-sized at 75% fill (the regions did not pack at 85%)")
 
 
 def test_an_instrument_numbers_its_dumps_and_explains_only_when_asked(tmp_path: Path) -> None:
