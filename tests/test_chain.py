@@ -11,6 +11,7 @@ import pytest
 from conftest import ROOT, SAMPLES
 
 from wsecc.core import chain, stages
+from wsecc.core.instrument import Instrument, Trace
 from wsecc.modes.strategy import STRATEGIES
 from wsecc.report.build import report
 from wsecc.vocab import Mode
@@ -66,3 +67,53 @@ def test_every_mode_reports_through_one_performance_interface(mode: Mode) -> Non
     for key in ("samples_per_s", "tokens_per_s", "latency_s", "utilization", "bottleneck"):
         assert key in rep["performance"]
     assert rep["mode"] == mode.value and Path(rep["model"]["path"]) == path
+
+
+def test_stage_seconds_and_pass_seconds_are_the_instruments_records() -> None:
+    """One instrumentation (`wsecc.core.instrument`): the report's stage_seconds are the stage
+    records of the value's trace, its passes' seconds the pass manager's step records."""
+    job = chain.job(GPT2, seq=8, placer="greedy", sim="l0", validate=False)
+    fused = chain.fuse(chain.load(job))
+    done = chain.simulate(chain.place(chain.size(fused)))
+    rep = report(done)
+    assert list(rep["stage_seconds"]) == ["frontend", "passes", "size", "place", "simulate"]
+    assert rep["stage_seconds"] == done.trace.seconds == done.seconds
+    steps = [(r.stage, r.step, r.seconds) for r in done.trace.records if r.step]
+    assert steps == [("passes", r.name, r.seconds) for r in fused.records]
+    assert [p["seconds"] for p in rep["passes"]] == [s for _, _, s in steps]
+    assert list(report(fused)["stage_seconds"]) == ["frontend", "passes"]
+    # --explain's placement line says when placement re-sized at a lower fill than sizing's
+    program = done.placed.program
+    assert "re-sized" not in chain.placement_decision(program, program.sizing.fill)
+    lower = dataclasses.replace(program, sizing=dataclasses.replace(program.sizing, fill=0.75))
+    line = chain.placement_decision(lower, 0.85)
+    assert line.endswith("; re-sized at 75% fill (the regions did not pack at 85%)")
+
+
+def test_an_instrument_numbers_its_dumps_and_explains_only_when_asked(tmp_path: Path) -> None:
+    said: list[tuple[str, str]] = []
+    ins = Instrument.after(Trace(), lambda s, m: said.append((s, m)), tmp_path / "d")
+    with ins.stage("size"):
+        ins.dump("input", "a")
+    ins.explain("size", "hidden")
+    ins.dump("sizing", "{}", "json")
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["00-input.txt", "01-sizing.json"]
+    assert said == [("size", "")]  # announced, not explained
+    again = Instrument.after(ins.trace, ins.say, tmp_path / "d", explaining=True)
+    with again.stage("size"), again.step("size", "a pass"):
+        again.explain("size", "shown")
+    assert said[1:] == [("size", ""), ("size", "shown")]
+    assert again.dump("routing", "", "json") == tmp_path / "d" / "02-routing.json"
+    assert list(again.trace.seconds) == ["size"] and len(again.trace.records) == 3
+    assert again.trace.seconds["size"] == sum(r.seconds for r in again.trace.records if not r.step)
+    assert ins.trace.records == again.trace.records[:1]  # a trace is a value: not changed after
+
+
+def test_the_chain_times_through_the_instrument_only() -> None:
+    """No second timing mechanism beside `wsecc.core.instrument` in the chain, the stage
+    values, the mode strategies or the pass manager: none of them reads a clock."""
+    for rel in ("core/chain.py", "core/stages.py", "modes/strategy.py", "pm.py"):
+        tree = ast.parse((ROOT / "wsecc" / rel).read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "time" not in names, rel

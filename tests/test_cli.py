@@ -48,30 +48,50 @@ def test_compile_writes_report(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]  # no temporary folder left behind
 
 
-def test_compile_dump_dir_has_one_file_per_pass(tmp_path):
-    dump = tmp_path / "dump"
-    assert (
-        main(
-            [
-                "compile",
-                str(SAMPLES / "bert_dynamo.onnx"),
-                "--seq",
-                "8",
-                "-o",
-                str(tmp_path / "o"),
-                "--dump-dir",
-                str(dump),
-                "--placer",  # the passes' dumps do not depend on the placer: the fast one
-                "greedy",
-            ]
-        )
-        == 0
-    )
+def test_compile_dump_dir_has_the_passes_and_the_later_stages(tmp_path):
+    """--dump-dir: the input and one file per pass, then sizing's, placement's and routing's
+    products as those stages finish, numbered on (one instrumentation, wsecc.core.instrument);
+    placement's and routing's are the files the output folder keeps."""
+    dump, out = tmp_path / "dump", tmp_path / "o"
+    argv = ["compile", str(SAMPLES / "bert_dynamo.onnx"), "--seq", "8", "-o", str(out)]
+    # the dumps do not depend on the placer: the fast one
+    assert main([*argv, "--dump-dir", str(dump), "--placer", "greedy"]) == 0
     from wsecc.passes import DEFAULT_PIPELINE
 
-    names = sorted(p.name for p in dump.iterdir())
-    assert names[0] == "00-input.txt" and names[1] == "01-canonicalize.txt"
-    assert len(names) == 1 + len(DEFAULT_PIPELINE)
+    n = 1 + len(DEFAULT_PIPELINE)
+    passes = ["00-input.txt"] + [f"{i:02d}-{p}.txt" for i, p in enumerate(DEFAULT_PIPELINE, 1)]
+    later = [f"{n:02d}-sizing.json", f"{n + 1:02d}-placement.json", f"{n + 2:02d}-routing.json"]
+    assert sorted(p.name for p in dump.iterdir()) == passes + later
+    assert (dump / later[1]).read_text() == (out / "placement.json").read_text()
+    assert (dump / later[2]).read_text() == (out / "routing.json").read_text()
+    sizing = json.loads((dump / later[0]).read_text())
+    report = json.loads((out / "report.json").read_text())
+    assert [k["name"] for k in sizing["kernels"]] == [k["name"] for k in report["kernels"]]
+
+
+def _stderr_lines(argv: list[str], capsys) -> list[str]:
+    assert main(argv) == 0
+    return capsys.readouterr().err.splitlines()
+
+
+def test_explain_says_what_sizing_placement_and_routing_decided(tmp_path, capsys):
+    """--explain: one line each on sizing's bottleneck and fill, the placer and why it stopped,
+    routing's colors against the budget, from the compile's own figures; none without it."""
+    argv = ["compile", str(SAMPLES / "gpt2_legacy_op17.onnx"), "--seq", "8", "--placer"]
+    argv += ["greedy", "--no-validate", "-o", str(tmp_path / "o")]
+    lines = _stderr_lines([*argv, "--explain"], capsys)
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    decided = {line.split()[0]: line for line in lines if "decided: " in line}
+    assert set(decided) == {"size", "place", "route"}
+    p, r = report["placement"], report["routing"]
+    fill = json.loads((tmp_path / "o" / "sizing.json").read_text())["fill"]
+    assert f"bottleneck {report['sizing']['bottleneck']} at " in decided["size"]
+    assert f"fill {100 * fill:.0f}% of the usable PEs" in decided["size"]
+    assert f"{p['placer']} placer, stopped: after its one heuristic pass" in decided["place"]
+    assert f"({p['status']})" in decided["place"]
+    colors = f"{r['colors_max']} of {r['color_budget']} colors used"
+    assert colors in decided["route"]
+    assert not [x for x in _stderr_lines(argv, capsys) if "decided: " in x]
 
 
 def test_inspect_json_keys(capsys):

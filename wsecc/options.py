@@ -361,14 +361,17 @@ class Options:
     )  # fmt: skip
     explain: bool = _opt(
         False, "--explain",
-        "say why each fusion did not fire where it did not (one line per unmatched anchor)",
+        "say why each fusion did not fire where it did not (one line per unmatched anchor) and "
+        "what sizing, placement and routing decided (a line each)",
         bool, spec=False,
     )  # fmt: skip
     print_after_all: bool = _opt(
         False, "--print-after-all", "print the IR after every pass", bool, spec=False
     )
     dump_dir: str | None = _opt(
-        None, "--dump-dir", "write the IR after every pass into DIR",
+        None, "--dump-dir",
+        "write the IR after every pass into DIR (NN-<pass>.txt), then sizing's, placement's "
+        "and routing's products (NN-sizing.json, ...)",
         str, nullable=True, check=_check_dump_dir, spec=False, metavar="DIR",
     )  # fmt: skip
 

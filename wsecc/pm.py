@@ -7,18 +7,18 @@ one it produces: the fusions take and give a `Graph` (GRAPH), lowering requires 
 (KERNELS). Before a pass the manager checks its product is at the level the pass requires (a
 graph is checked at FUSED with the fused-level verifier); after a pass it runs the verifier of
 the level produced (a failing pass is named in the error). It records the seconds each took and
-the reasons its rules did not fire (`PassContext.note`, shown by `wsecc compile --explain`), optionally prints the IR (`print_after_all`) or writes it to
-`dump_dir/NN-<pass>.txt`, and optionally evaluates the graph with the reference interpreter
+the reasons its rules did not fire (`PassContext.note`, shown by `wsecc compile --explain`),
+optionally prints the IR (`print_after_all`) or writes it to `dump_dir/NN-<pass>.txt`, and optionally evaluates the graph with the reference interpreter
 against reference outputs (onnxruntime on the original file; in fp32 within what float32 itself
 loses on the graph, `wsecc.check.numerics.NOISE_FACTOR`), naming the first pass — and in it the first
-op — whose result diverges.
+op — whose result diverges. Timings and dumps go through the compile's `Instrument`
+(`wsecc.core.instrument`), the one the later stages record in too.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +27,7 @@ from typing import TextIO
 import numpy as np
 
 from wsecc.check.numerics import compare, float32_noise, within_noise
+from wsecc.core.instrument import Instrument
 from wsecc.interp import evaluate
 from wsecc.ir.core import Graph, Node, Value
 from wsecc.ir.printer import format_graph, format_node
@@ -100,7 +101,8 @@ class NumericsCheck:
 
 @dataclass
 class PassManager:
-    """Runs `pipeline` (pass names of `wsecc.passes.PASSES`, or `Pass`es) on a Graph."""
+    """Runs `pipeline` (pass names of `wsecc.passes.PASSES`, or `Pass`es) on a Graph, timing
+    and dumping through `instrument` (when None: one of its own, dumping to `dump_dir`)."""
 
     pipeline: Sequence[str | Pass]
     print_after_all: bool = False
@@ -108,6 +110,7 @@ class PassManager:
     numerics: NumericsCheck | None = None
     out: TextIO = field(default_factory=lambda: sys.stderr)
     on_pass: Callable[[PassRecord], None] | None = None
+    instrument: Instrument | None = None
     passes: tuple[Pass, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -120,20 +123,20 @@ class PassManager:
         """The pipeline's product (a Graph, or a KernelGraph after lowering) and a record per
         pass. Raises PassError naming the pass whose input or output is below its level."""
         ctx = ctx or PassContext()
+        ins = self.instrument or Instrument(dump_dir=self.dump_dir)
         records: list[PassRecord] = []
-        if self.dump_dir is not None:
-            self.dump_dir.mkdir(parents=True, exist_ok=True)
-            (self.dump_dir / "00-input.txt").write_text(format_graph(graph))
+        if ins.dump_dir is not None:
+            ins.dump("input", format_graph(graph))
         prev: Product = graph
-        for i, p in enumerate(self.passes, 1):
+        for p in self.passes:
             if p.requires is not Level.GRAPH:
                 check_level(prev, p.requires, f"the input of pass {p.name}")
             if not isinstance(prev, Graph):
                 raise PassError(f"pass {p.name} follows lowering: it has no graph to work on")
             n_notes = len(ctx.notes)
-            t0 = time.perf_counter()
-            product = p(prev, ctx)
-            dt = time.perf_counter() - t0
+            with ins.step("passes", p.name) as timer:
+                product = p(prev, ctx)
+            dt = timer.seconds
             check_level(product, p.produces, f"the output of pass {p.name}")
             rec = PassRecord(p.name, dt, _size(prev), _size(product), tuple(ctx.notes[n_notes:]))
             records.append(rec)
@@ -143,8 +146,8 @@ class PassManager:
                 self.out.write(
                     f"// ----- IR after {p.name} ({dt * 1e3:.1f} ms)\n{_format(product)}"
                 )
-            if self.dump_dir is not None:
-                (self.dump_dir / f"{i:02d}-{p.name}.txt").write_text(_format(product))
+            if ins.dump_dir is not None:
+                ins.dump(p.name, _format(product))
             if self.numerics is not None and isinstance(product, Graph):
                 self._check(p.name, prev, product)
             prev = product

@@ -1,7 +1,8 @@
 """`--profile` (or WSECC_PROFILE=1): where the compile's time went, so the next speed-up is aimed.
 
-Prints to stderr, after the command: the wall time per stage (the compile's own timers) and the
-functions with the most cumulative time under cProfile. `WSECC_PROFILE=path.prof` also saves the
+Prints to stderr, after the command, the functions with the most cumulative time under cProfile
+(the wall time per stage is report.json's `stage_seconds`, from the compile's one
+`wsecc.core.instrument.Instrument`). `WSECC_PROFILE=path.prof` also saves the
 raw profile for snakeviz / `python -m pstats`.
 """
 

@@ -8,7 +8,6 @@ control codes. `--json` silences both; the report goes to stdout instead.
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 from rich.console import Console
@@ -211,7 +210,6 @@ class StageDisplay:
         self.console = Console(file=self.stream, highlight=False, soft_wrap=True)
         self.status: Any = None
         self.stage = ""
-        self.t0 = time.perf_counter()
 
     def __enter__(self) -> StageDisplay:
         return self

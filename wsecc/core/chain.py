@@ -3,8 +3,9 @@
     job(path, options) ─load─▶ Loaded ─fuse─▶ Fused ─size─▶ Sized ─place─▶ Placed
                        ─simulate─▶ Simulated
 
-Each function takes the stage before and returns a new value, timing itself and telling
-`say(stage, message)` what it did; the mode's strategy (`wsecc.modes.strategy`) decides what sizing,
+Each function takes the stage before and returns a new value, timing itself, dumping its
+product (`--dump-dir`) and explaining its decisions (`--explain`) through one `Instrument`
+(`wsecc.core.instrument`, the pass manager's too) and telling `say(stage, message)` what it did; the mode's strategy (`wsecc.modes.strategy`) decides what sizing,
 placement and simulation do. The CLI, the Python API (`wsecc.compiler`, a façade over this)
 and the sweep run these same functions; a sweep shares a `Fused` between points and a placement
 between tasks (`with_placement`).
@@ -22,17 +23,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from wsecc.core.flow import fuse as run_passes
 from wsecc.core.flow import load as import_model
 from wsecc.core.flow import place_and_route
+from wsecc.core.instrument import Instrument, Say, Trace, quiet
 from wsecc.core.partition import PartitionError, place_systems, size_over_systems
 from wsecc.core.program import Program, Systems
 from wsecc.core.replicas import Replicas
-from wsecc.core.stages import Fused, Job, Loaded, Placed, Simulated, Sized, timed
+from wsecc.core.stages import Fused, Job, Loaded, Placed, Simulated, Sized
 from wsecc.errors import WseccError
 from wsecc.frontend.common import widened_text
 from wsecc.hashing import sha256_beside
@@ -40,16 +41,20 @@ from wsecc.kernels import Sizing, SizingError
 from wsecc.modes.strategy import Layout, bound_batch, per_sample_batch, strategy
 from wsecc.options import Options, saved_options
 from wsecc.place.from_kernels import placement_problem
-from wsecc.place.problem import Placement, PlacementError, PlacementProblem, tailored
+from wsecc.place.problem import STOPS, Placement, PlacementError, PlacementProblem, tailored
 from wsecc.route.problem import Routing
 from wsecc.targets import load_target
 from wsecc.view import load_outdir
 
-Say = Callable[[str, str], None]
+
+def _instrument(trace: Trace, job: Job, say: Say) -> Instrument:
+    """The instrument of a stage of `job` after `trace` (its options' dump folder and explain)."""
+    o = job.options
+    return Instrument.after(trace, say, o.dump_dir, o.explain)
 
 
-def _quiet(stage: str, message: str) -> None:
-    pass
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=1) + "\n"
 
 
 def job(path: str | os.PathLike[str], options: Options | None = None, **changes: Any) -> Job:
@@ -59,12 +64,12 @@ def job(path: str | os.PathLike[str], options: Options | None = None, **changes:
     return Job(Path(path), options, load_target(options.target))
 
 
-def load(job: Job, say: Say = _quiet) -> Loaded:
+def load(job: Job, say: Say = quiet) -> Loaded:
     """Load, bind and import the ONNX file (folded, into the wsecc IR); the file's hash is
     taken on another thread meanwhile."""
     sha = sha256_beside(job.model_path)
-    seconds: dict[str, float] = {}
-    with timed(say, "frontend", seconds):
+    ins = _instrument(Trace(), job, say)
+    with ins.stage("frontend"):
         graph, info = import_model(job.model_path, job.options, bound_batch(job.options))
     n, widened = info.weight_inputs, info.widened
     say(
@@ -73,24 +78,23 @@ def load(job: Job, say: Say = _quiet) -> Loaded:
         + (f"; {n} weights from input shapes, no data" if n else "")
         + (f"; {widened_text(widened)}" if widened else ""),
     )
-    return Loaded(job, graph, info, sha, seconds)
+    return Loaded(job, graph, info, sha, ins.trace)
 
 
-def fuse(loaded: Loaded, say: Say = _quiet) -> Fused:
+def fuse(loaded: Loaded, say: Say = quiet) -> Fused:
     """The pass pipeline (canonicalize and fuse) on the imported graph."""
     o = loaded.job.options
-    seconds = dict(loaded.seconds)
-    with timed(say, "passes", seconds):
-        graph, records = run_passes(loaded.graph, loaded.job.model_path, o)
+    ins = _instrument(loaded.trace, loaded.job, say)
+    with ins.stage("passes"):
+        graph, records = run_passes(loaded.graph, loaded.job.model_path, o, ins)
     for r in records:
         say(
             "passes",
             f"{r.name:<15} {r.nodes_before:>5} -> {r.nodes_after:<5} ops ({r.seconds * 1e3:.0f} ms)",
         )
-        if o.explain:
-            for note in r.notes:
-                say("passes", f"  not fused: {note}")
-    return Fused(loaded, graph, tuple(records), seconds)
+        for note in r.notes:
+            ins.explain("passes", f"  not fused: {note}")
+    return Fused(loaded, graph, tuple(records), ins.trace)
 
 
 def fork(fused: Fused, options: Options) -> Fused:
@@ -112,26 +116,73 @@ def in_job(fused: Fused, job: Job) -> Fused:
     return dataclasses.replace(fused, loaded=dataclasses.replace(fused.loaded, job=job))
 
 
-def size(fused: Fused, say: Say = _quiet) -> Sized:
+def size(fused: Fused, say: Say = quiet) -> Sized:
     """Lower the fused graph to kernels and size them as the mode does (in train mode: cost the
     training step, and check the gradients when asked)."""
     mode = strategy(fused.job.options.mode)
-    seconds = dict(fused.seconds)
-    with timed(say, mode.size_stage, seconds):
+    ins = _instrument(fused.trace, fused.job, say)
+    with ins.stage(mode.size_stage):
         sized = mode.size(fused, say)
     say(mode.size_stage, mode.size_summary(sized))
-    return mode.check(dataclasses.replace(sized, seconds=seconds), say)
+    ins.explain(mode.size_stage, sizing_decision(sized.sizing))
+    ins.dump("sizing", _json(sized.sizing.to_json()), "json")
+    return mode.check(dataclasses.replace(sized, trace=ins.trace), ins)
 
 
-def place(sized: Sized, say: Say = _quiet) -> Placed:
+def sizing_decision(sizing: Sizing) -> str:
+    """What sizing decided, for `--explain`: the pipeline's bottleneck and the fill."""
+    s = sizing
+    return (
+        f"decided: bottleneck {s.bottleneck} at {s.stage_cycles:,} cycles/sample (balance "
+        f"{s.balance:.2f}, 1.00 is even); regions may fill {s.fill:.0%} of the usable PEs "
+        f"({s.strategy} sizing) and take {s.fabric_fraction:.1%}"
+    )
+
+
+def placement_decision(program: Program, sized_fill: float) -> str:
+    """What placement decided, for `--explain`: the placer, why it stopped, the copies, and
+    the fill it re-sized to when the regions did not pack at sizing's."""
+    p, reps = program.placement, program.replicas
+    if p.search is not None:
+        stopped = STOPS.get(p.search.stopped, p.search.stopped)
+    elif p.status.startswith("heuristic"):
+        stopped = f"after its one heuristic pass ({p.status})"
+    else:
+        stopped = f"with solver status {p.status}"
+    fill = program.sizing.fill
+    refill = (
+        f"; re-sized at {fill:.0%} fill (the regions did not pack at {sized_fill:.0%})"
+        if fill != sized_fill
+        else ""
+    )
+    why = f" ({reps.reason})" if reps.reason else ""
+    return (
+        f"decided: {p.placer} placer, stopped: {stopped}; gap {100 * p.gap:.1f}% to the "
+        f"{p.bound_kind or 'lower'} bound; {reps.k} cop{'y' if reps.k == 1 else 'ies'}{why}"
+        + refill
+    )
+
+
+def routing_decision(routing: Routing) -> str:
+    """What routing decided, for `--explain`: colors used against the budget."""
+    r = routing
+    fewest = ", the fewest possible" if r.colors_used_max == r.color_lower_bound else ""
+    return (
+        f"decided: {r.colors_used_max} of {r.color_budget} colors used at most on a PE (lower "
+        f"bound {r.color_lower_bound}{fewest}); {len(r.lanes)} lanes, busiest link carries "
+        f"{r.link_load_max}"
+    )
+
+
+def place(sized: Sized, say: Say = quiet) -> Placed:
     """Place the regions (re-sizing at lower fill if they do not pack) and route
     (`wsecc.core.flow.place_and_route`), what the mode lays out on the wafer."""
     o, target = sized.job.options, sized.job.target
     layout = strategy(o.mode).layout(sized)
-    seconds = dict(sized.seconds)
+    ins = _instrument(sized.trace, sized.job, say)
     if layout.systems is not None:  # a pipeline over several systems (`wsecc.core.partition`)
-        return _place_systems(sized, layout, seconds, say)
-    with timed(say, "place", seconds):
+        return _place_systems(sized, layout, ins)
+    with ins.stage("place"):
         placed = place_and_route(
             layout.kernel_graph, layout.sizing, target, o.precision, placer=o.placer,
             time_budget_s=o.time_budget_s, seed=o.seed, deterministic=o.deterministic,
@@ -140,13 +191,12 @@ def place(sized: Sized, say: Say = _quiet) -> Placed:
     program = placed.program
     if layout.one_copy_because is not None:
         program = dataclasses.replace(program, replicas=Replicas(1, layout.one_copy_because))
-    result = Placed(sized, placed.problem, Systems.one(program), placed.pool_shapes, seconds)
     p, r = program.placement, program.routing
     say(
         "place",
         f"{o.placer}: weighted wirelength {p.objective:.4g} B·PE, bound {p.bound:.4g} "
         f"({p.bound_kind}), gap {100 * p.gap:.1f}%, {p.status} ({p.seconds:.1f} s), "
-        f"{result.pool_shapes} kernels in pool shapes"
+        f"{placed.pool_shapes} kernels in pool shapes"
         + (f"; {p.search.summary()}" if p.search is not None else ""),
     )
     say(
@@ -154,15 +204,27 @@ def place(sized: Sized, say: Say = _quiet) -> Placed:
         f"{len(r.lanes)} lanes, colors max {r.colors_used_max}/{r.color_budget} "
         f"(lower bound {r.color_lower_bound}), link load max {r.link_load_max}",
     )
-    return result
+    _explain_and_dump(ins, program, layout.sizing.fill)
+    return Placed(sized, placed.problem, Systems.one(program), placed.pool_shapes, ins.trace)
 
 
-def _place_systems(sized: Sized, layout: Layout, seconds: dict[str, float], say: Say) -> Placed:
-    """`place` over several systems: each distinct layer group placed and routed once."""
+def _explain_and_dump(ins: Instrument, program: Program, sized_fill: float, of: str = "") -> None:
+    """Placement's and routing's `--explain` lines (after `of`, which program they are of) and
+    `--dump-dir` files, `program`'s."""
+    ins.explain("place", of + placement_decision(program, sized_fill))
+    ins.explain("route", of + routing_decision(program.routing))
+    ins.dump("placement", program.placement.dumps(include_timing=False) + "\n", "json")
+    ins.dump("routing", program.routing.dumps() + "\n", "json")
+
+
+def _place_systems(sized: Sized, layout: Layout, ins: Instrument) -> Placed:
+    """`place` over several systems: each distinct layer group placed and routed once (the
+    dumps and explanations are system 0's)."""
     o, target = sized.job.options, sized.job.target
     over = layout.systems
+    say = ins.say
     assert over is not None
-    with timed(say, "place", seconds):
+    with ins.stage("place"):
         while True:
             try:
                 each, systems = place_systems(
@@ -196,7 +258,8 @@ def _place_systems(sized: Sized, layout: Layout, seconds: dict[str, float], say:
         f"{lanes} lanes, {len(systems.crossings)} flows crossing between systems",
     )
     pool = sum(p.pool_shapes for p in each)
-    return Placed(sized, each[0].problem, systems, pool, seconds)
+    _explain_and_dump(ins, systems.programs[0], layout.sizing.fill, "system 0: ")
+    return Placed(sized, each[0].problem, systems, pool, ins.trace)
 
 
 def placed_to_json(placed: Placed) -> dict[str, Any]:
@@ -209,9 +272,10 @@ def placed_to_json(placed: Placed) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def with_placement(sized: Sized, saved: dict[str, Any], seconds: float) -> Placed:
+def with_placement(sized: Sized, saved: dict[str, Any], trace: Trace) -> Placed:
     """`sized` placed and routed as `saved` (`placed_to_json` of a compile of the same kernel
-    graph, target and placement options) says, taking `seconds`."""
+    graph, target and placement options) says; `trace` is `sized.trace` and the place stage
+    that computed or read `saved` (its `Instrument`'s)."""
     layout = strategy(sized.job.options.mode).layout(sized)
     program = Program(
         layout.kernel_graph, Sizing.from_json(saved["sizing"]),
@@ -221,11 +285,11 @@ def with_placement(sized: Sized, saved: dict[str, Any], seconds: float) -> Place
     problem = PlacementProblem.from_json(saved["problem"])
     return Placed(
         sized, problem, Systems.one(program), saved.get("pool_shapes", 0),
-        {**sized.seconds, "place": seconds},
+        trace,
     )  # fmt: skip
 
 
-def fused_again(sized: Sized, say: Say = _quiet) -> Fused:
+def fused_again(sized: Sized, say: Say = quiet) -> Fused:
     """The fused graph of `sized`, re-imported when the compile was reloaded from its folder."""
     if sized.fused is not None:
         return sized.fused
@@ -235,20 +299,21 @@ def fused_again(sized: Sized, say: Say = _quiet) -> Fused:
     return fuse(load(dataclasses.replace(sized.job, saved=None), say), say)
 
 
-def simulate(placed: Placed, say: Say = _quiet) -> Simulated:
+def simulate(placed: Placed, say: Say = quiet) -> Simulated:
     """What the placed program achieves, as the mode simulates it, and the check against
     onnxruntime when it runs (`options.validate`, or auto)."""
     mode = strategy(placed.job.options.mode)
-    return mode.simulate(placed, say, lambda: fused_again(placed.sized, say))
+    ins = _instrument(placed.trace, placed.job, say)
+    return mode.simulate(placed, ins, lambda: fused_again(placed.sized, say))
 
 
-def run(fused: Fused, say: Say = _quiet) -> Simulated:
+def run(fused: Fused, say: Say = quiet) -> Simulated:
     """Every stage after the passes."""
     return simulate(place(size(fused, say), say), say)
 
 
 def compile_file(
-    path: str | os.PathLike[str], options: Options | None = None, say: Say = _quiet
+    path: str | os.PathLike[str], options: Options | None = None, say: Say = quiet
 ) -> Simulated:
     """Every stage, from the ONNX file."""
     return run(fuse(load(job(path, options), say), say), say)
@@ -294,6 +359,6 @@ def with_options(placed: Placed, **changes: Any) -> Placed:
     fused = placed.sized.fused
     sized = dataclasses.replace(
         placed.sized, job=job, fused=None if fused is None else in_job(fused, job),
-        sizing=program.sizing, seconds={},
+        sizing=program.sizing, trace=Trace(),
     )  # fmt: skip
-    return Placed(sized, placed.problem, Systems.one(program), placed.pool_shapes, {})
+    return Placed(sized, placed.problem, Systems.one(program), placed.pool_shapes)

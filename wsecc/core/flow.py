@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from wsecc.check.numerics import make_inputs, ort_run
+from wsecc.core.instrument import Instrument, Trace
 from wsecc.core.lanes import edge_cycles, lane_bytes, lanes_within
 from wsecc.core.program import Program
 from wsecc.core.replicas import (
@@ -106,9 +107,11 @@ def load(path: Path, options: Options, batch: int) -> tuple[Graph, ModelInfo]:
     )
 
 
-def fuse(graph: Graph, model_path: Path, options: Options) -> tuple[Graph, list[PassRecord]]:
-    """The pass pipeline (canonicalize and fuse); with `check_each_pass`, every pass's graph is
-    checked against onnxruntime on `model_path`."""
+def fuse(
+    graph: Graph, model_path: Path, options: Options, instrument: Instrument | None = None
+) -> tuple[Graph, list[PassRecord]]:
+    """The pass pipeline (canonicalize and fuse), timed and dumped through `instrument`; with
+    `check_each_pass`, every pass's graph is checked against onnxruntime on `model_path`."""
     numerics = None
     if options.check_each_pass:
         feeds = make_inputs(graph)
@@ -116,8 +119,8 @@ def fuse(graph: Graph, model_path: Path, options: Options) -> tuple[Graph, list[
     pm = PassManager(
         DEFAULT_PIPELINE,
         print_after_all=options.print_after_all,
-        dump_dir=Path(options.dump_dir) if options.dump_dir else None,
         numerics=numerics,
+        instrument=instrument or Instrument.after(Trace(), dump_dir=options.dump_dir),
     )
     fused, records = pm.run(graph, PassContext())
     assert isinstance(fused, Graph)  # the fusion pipeline stays at the graph level

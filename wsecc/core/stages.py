@@ -4,23 +4,22 @@
 
 A stage value holds its own products and the value it was made from, never anything a later
 stage fills in; `wsecc.report.build.report(stage)` is the report of any of them, and
-`wsecc.report.artifacts.folder_files(stage)` its output folder. Every value also carries `seconds`,
-the wall-clock time of each stage that led to it (in order), for the report's
-`stage_seconds`.
+`wsecc.report.artifacts.folder_files(stage)` its output folder. Every value also carries its
+`trace` (`wsecc.core.instrument`): the timings of the stages and passes that led to it and the
+files they dumped; `seconds`, the report's `stage_seconds`, is read from it.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wsecc.analysis import flops_per_sample, param_count
+from wsecc.core.instrument import Trace
 
 if TYPE_CHECKING:
     import numpy as np
@@ -44,6 +43,17 @@ Seconds = Mapping[str, float]
 """Wall-clock seconds by stage name, in the order the stages ran."""
 
 
+class _Timed:
+    """The `seconds` of a stage value, from its `trace`."""
+
+    trace: Trace
+
+    @property
+    def seconds(self) -> Seconds:
+        """Wall-clock seconds by stage name, in the order the stages ran."""
+        return self.trace.seconds
+
+
 @dataclass(frozen=True)
 class Job:
     """What is compiled, how, and for which target; `saved` is the report.json of an output
@@ -56,14 +66,14 @@ class Job:
 
 
 @dataclass(frozen=True, eq=False)
-class Loaded:
+class Loaded(_Timed):
     """The ONNX file loaded, bound and imported (folded, in the wsecc IR)."""
 
     job: Job
     graph: Graph
     info: ModelInfo
     sha256: Future[str] = field(repr=False)  # the file's, hashed beside the frontend
-    seconds: Seconds = field(default_factory=dict, repr=False)
+    trace: Trace = field(default_factory=Trace, repr=False)
 
     @cached_property
     def params(self) -> int:
@@ -71,13 +81,13 @@ class Loaded:
 
 
 @dataclass(frozen=True, eq=False)
-class Fused:
+class Fused(_Timed):
     """The pass pipeline's product: the canonical, fused graph."""
 
     loaded: Loaded
     graph: Graph
     records: tuple[PassRecord, ...]
-    seconds: Seconds = field(default_factory=dict, repr=False)
+    trace: Trace = field(default_factory=Trace, repr=False)
 
     @property
     def job(self) -> Job:
@@ -93,7 +103,7 @@ class Fused:
 
 
 @dataclass(frozen=True, eq=False)
-class Sized:
+class Sized(_Timed):
     """Kernels and their regions: the lowered kernel graph and its sizing, as the mode sizes
     it (`wsecc.modes.strategy`). In train mode `training` is the step's cost, whose layout is what is
     placed, and `check` the gradient check when it ran. `fused` is None for a compile reloaded
@@ -105,14 +115,14 @@ class Sized:
     sizing: Sizing
     training: TrainResult | None = None
     check: Check | None = None
-    seconds: Seconds = field(default_factory=dict, repr=False)
+    trace: Trace = field(default_factory=Trace, repr=False)
     # infer and generate modes over several systems (`wsecc.core.partition`): each system's kernel
     # graph and sizing; `kernel_graph` and `sizing` are then system 0's
     systems: SizedSystems | None = None
 
 
 @dataclass(frozen=True, eq=False)
-class Placed:
+class Placed(_Timed):
     """The placed and routed program over its systems (`wsecc.core.program.Systems`);
     `problem` is the placement problem of system 0's (one copy's) program, `pool_shapes` the
     kernels the placer put in a shape from sizing's pool."""
@@ -121,7 +131,7 @@ class Placed:
     problem: PlacementProblem
     systems: Systems
     pool_shapes: int = 0
-    seconds: Seconds = field(default_factory=dict, repr=False)
+    trace: Trace = field(default_factory=Trace, repr=False)
 
     @property
     def job(self) -> Job:
@@ -134,7 +144,7 @@ class Placed:
 
 
 @dataclass(frozen=True, eq=False)
-class Simulated:
+class Simulated(_Timed):
     """What the placed program achieves (`performance`, one interface for every mode,
     `wsecc.report.results`), with the SRAM map and L0/L1 results where the mode simulates the fabric,
     and the check against onnxruntime when it ran. `arrays` are what `--save-outputs` writes
@@ -147,7 +157,7 @@ class Simulated:
     events: EventResult | None = None
     check: Check | None = None
     arrays: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=dict, repr=False)
-    seconds: Seconds = field(default_factory=dict, repr=False)
+    trace: Trace = field(default_factory=Trace, repr=False)
 
     @property
     def job(self) -> Job:
@@ -156,14 +166,3 @@ class Simulated:
 
 Stage = Job | Loaded | Fused | Sized | Placed | Simulated
 """Any stage value (`Job`: nothing run yet)."""
-
-
-@contextmanager
-def timed(say: Callable[[str, str], None], name: str, into: dict[str, float]) -> Iterator[None]:
-    """Announce stage `name` (`say(name, "")`) and add its wall-clock seconds to `into`."""
-    say(name, "")
-    t0 = time.perf_counter()
-    try:
-        yield
-    finally:
-        into[name] = into.get(name, 0.0) + time.perf_counter() - t0

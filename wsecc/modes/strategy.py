@@ -27,9 +27,10 @@ from wsecc.check.checks import (
     should_validate,
 )
 from wsecc.core.flow import FILL_STEPS, ForDecode, ForThroughput, SizingRule, lower, simulate
+from wsecc.core.instrument import Instrument
 from wsecc.core.partition import SizedSystems, crossing_latency_s, size_over_systems
 from wsecc.core.replicas import GENERATE_MODE, TRAIN_MODE
-from wsecc.core.stages import Fused, Placed, Simulated, Sized, timed
+from wsecc.core.stages import Fused, Placed, Simulated, Sized
 from wsecc.modes.generate import (
     GenerationPerf,
     default_prompt,
@@ -101,17 +102,21 @@ class ModeStrategy(Protocol):
         """The sizing stage's progress line."""
         ...
 
-    def check(self, sized: Sized, say: Say) -> Sized:
-        """`sized` with the check a mode runs before placement (train's gradients)."""
+    def check(self, sized: Sized, ins: Instrument) -> Sized:
+        """`sized` with the check a mode runs before placement (train's gradients), timed in
+        `ins`."""
         ...
 
     def layout(self, sized: Sized) -> Layout:
         """What placement places."""
         ...
 
-    def simulate(self, placed: Placed, say: Say, fused_again: Callable[[], Fused]) -> Simulated:
-        """What the placed program achieves, and the check when it runs (`fused_again`: the fused
-        graph, re-imported when the compile was reloaded from its folder)."""
+    def simulate(
+        self, placed: Placed, ins: Instrument, fused_again: Callable[[], Fused]
+    ) -> Simulated:
+        """What the placed program achieves, and the check when it runs, timed in `ins`
+        (`fused_again`: the fused graph, re-imported when the compile was reloaded from its
+        folder)."""
         ...
 
 
@@ -152,7 +157,7 @@ class Infer:
     def size_summary(self, sized: Sized) -> str:
         return _sizing_line(sized)
 
-    def check(self, sized: Sized, say: Say) -> Sized:
+    def check(self, sized: Sized, ins: Instrument) -> Sized:
         return sized
 
     def layout(self, sized: Sized) -> Layout:
@@ -164,27 +169,28 @@ class Infer:
             )  # fmt: skip
         return Layout(sized.kernel_graph, sized.sizing, ForThroughput(), o.replicas)
 
-    def simulate(self, placed: Placed, say: Say, fused_again: Callable[[], Fused]) -> Simulated:
+    def simulate(
+        self, placed: Placed, ins: Instrument, fused_again: Callable[[], Fused]
+    ) -> Simulated:
         o = placed.job.options
-        seconds = dict(placed.seconds)
         if placed.sized.systems is not None:
-            return _simulate_infer_systems(placed, say, seconds, fused_again)
-        with timed(say, "simulate", seconds):
+            return _simulate_infer_systems(placed, ins, fused_again)
+        with ins.stage("simulate"):
             sram, perf, events = simulate(placed.program, o)
         performance = InferPerformance(
             perf, events, placed.program.replicas.k, one_system(placed, [perf.latency_s])
         )
-        say("simulate", performance.summary())
+        ins.say("simulate", performance.summary())
         sized = placed.sized
         if not should_validate(sized.job, _graph(sized), _params(sized.fused, sized)):
-            return Simulated(placed, performance, sram, perf, events, seconds=seconds)
+            return Simulated(placed, performance, sram, perf, events, trace=ins.trace)
         fused = fused_again()
         placed = dataclasses.replace(placed, sized=dataclasses.replace(sized, fused=fused))
-        with timed(say, "numerics", seconds):
+        with ins.stage("numerics"):
             check, inputs, outputs = check_numerics(fused, sized.kernel_graph, whole_sizing(placed))
-        say("numerics", check.summary())
+        ins.say("numerics", check.summary())
         arrays = {"inputs.npz": inputs, "outputs.npz": outputs}
-        return Simulated(placed, performance, sram, perf, events, check, arrays, seconds)
+        return Simulated(placed, performance, sram, perf, events, check, arrays, ins.trace)
 
 
 @dataclass(frozen=True)
@@ -215,17 +221,16 @@ class Train:
         assert sized.training is not None  # made by `size`
         return TrainPerformance(sized.training).summary()
 
-    def check(self, sized: Sized, say: Say) -> Sized:
+    def check(self, sized: Sized, ins: Instrument) -> Sized:
         """`sized` with the gradient check, when it runs."""
         if sized.fused is None or not should_validate(
             sized.job, _graph(sized), sized.fused.params, by_default=False
         ):
             return sized
-        seconds = dict(sized.seconds)
-        with timed(say, "numerics", seconds):
+        with ins.stage("numerics"):
             check = check_gradients(sized.fused)
-        say("numerics", check.summary())
-        return dataclasses.replace(sized, check=check, seconds=seconds)
+        ins.say("numerics", check.summary())
+        return dataclasses.replace(sized, check=check, trace=ins.trace)
 
     def layout(self, sized: Sized) -> Layout:
         t = sized.training
@@ -233,12 +238,12 @@ class Train:
         # training's data parallelism is over systems (`wsecc.modes.train`): one program
         return Layout(t.layout, t.sizing, ForThroughput(t.costs), 1, TRAIN_MODE)
 
-    def simulate(self, placed: Placed, say: Say, fused_again: Callable[[], Fused]) -> Simulated:
+    def simulate(
+        self, placed: Placed, ins: Instrument, fused_again: Callable[[], Fused]
+    ) -> Simulated:
         t = placed.sized.training
         assert t is not None
-        return Simulated(
-            placed, TrainPerformance(t), check=placed.sized.check, seconds=dict(placed.seconds)
-        )
+        return Simulated(placed, TrainPerformance(t), check=placed.sized.check, trace=placed.trace)
 
 
 @dataclass(frozen=True)
@@ -272,7 +277,7 @@ class Generate:
     def size_summary(self, sized: Sized) -> str:
         return _sizing_line(sized)
 
-    def check(self, sized: Sized, say: Say) -> Sized:
+    def check(self, sized: Sized, ins: Instrument) -> Sized:
         return sized
 
     def layout(self, sized: Sized) -> Layout:
@@ -284,29 +289,30 @@ class Generate:
         """`options.prompt`, or `default_prompt` of the context."""
         return sized.job.options.prompt or default_prompt(sized.kernel_graph.tokens_per_sample)
 
-    def simulate(self, placed: Placed, say: Say, fused_again: Callable[[], Fused]) -> Simulated:
+    def simulate(
+        self, placed: Placed, ins: Instrument, fused_again: Callable[[], Fused]
+    ) -> Simulated:
         # L1 would stream a whole context; decode is a latency (L0)
         o = dataclasses.replace(placed.job.options, sim=SimLevel.L0)
-        seconds = dict(placed.seconds)
-        with timed(say, "simulate", seconds):
+        with ins.stage("simulate"):
             sram, perf, events = simulate(placed.program, o)
         sized, target = placed.sized, placed.job.target
-        with timed(say, "generate", seconds):
+        with ins.stage("generate"):
             generation, rows = _generation(placed, self.prompt(sized))
         peak = placed.systems.count * target.peak_flops_per_s(o.precision)
         performance = GeneratePerformance(generation, peak, rows)
-        say("generate", performance.summary())
+        ins.say("generate", performance.summary())
         if not should_validate(sized.job, _graph(sized), _params(sized.fused, sized)):
-            return Simulated(placed, performance, sram, perf, events, seconds=seconds)
+            return Simulated(placed, performance, sram, perf, events, trace=ins.trace)
         fused = fused_again()
         placed = dataclasses.replace(placed, sized=dataclasses.replace(sized, fused=fused))
-        with timed(say, "numerics", seconds):
+        with ins.stage("numerics"):
             check, generated = check_generation(
                 fused, sized.kernel_graph, whole_sizing(placed), self.prompt(sized)
             )
-        say("numerics", check.summary())
+        ins.say("numerics", check.summary())
         arrays = {"generated.npz": generated}
-        return Simulated(placed, performance, sram, perf, events, check, arrays, seconds)
+        return Simulated(placed, performance, sram, perf, events, check, arrays, ins.trace)
 
 
 SEVERAL_SYSTEMS = "several systems: one copy of each layer group, one on each system"
@@ -362,30 +368,30 @@ def _generation(placed: Placed, prompt: int) -> tuple[GenerationPerf, tuple[Syst
 
 
 def _simulate_infer_systems(
-    placed: Placed, say: Say, seconds: dict[str, float], fused_again: Callable[[], Fused]
+    placed: Placed, ins: Instrument, fused_again: Callable[[], Fused]
 ) -> Simulated:
     """Infer mode over several systems: L0 of each distinct placement, the pipeline of the
     systems (`wsecc.report.results.SystemsInferPerformance`); the SRAM map and L0 kept are system
     0's. L1 is not run over several systems (its trace is one wafer's)."""
     o = dataclasses.replace(placed.job.options, sim=SimLevel.L0)
     systems = placed.systems
-    with timed(say, "simulate", seconds):
+    with ins.stage("simulate"):
         own = {i: simulate(systems.programs[i], o) for i in set(systems.placed_as)}
         perfs = tuple(own[systems.placed(i)][1] for i in range(systems.count))
     rows = system_rows(placed, [p.latency_s for p in perfs])
     performance = SystemsInferPerformance(perfs, _crossing_s(placed), rows)
-    say("simulate", performance.summary())
+    ins.say("simulate", performance.summary())
     sram, perf, _ = own[0]
     sized = placed.sized
     if not should_validate(sized.job, _graph(sized), _params(sized.fused, sized)):
-        return Simulated(placed, performance, sram, perf, seconds=seconds)
+        return Simulated(placed, performance, sram, perf, trace=ins.trace)
     fused = fused_again()
     placed = dataclasses.replace(placed, sized=dataclasses.replace(sized, fused=fused))
-    with timed(say, "numerics", seconds):
+    with ins.stage("numerics"):
         check, inputs, outputs = check_numerics(fused, sized.kernel_graph, whole_sizing(placed))
-    say("numerics", check.summary())
+    ins.say("numerics", check.summary())
     arrays = {"inputs.npz": inputs, "outputs.npz": outputs}
-    return Simulated(placed, performance, sram, perf, None, check, arrays, seconds)
+    return Simulated(placed, performance, sram, perf, None, check, arrays, ins.trace)
 
 
 STRATEGIES: dict[Mode, ModeStrategy] = {

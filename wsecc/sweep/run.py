@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from wsecc.core import chain
+from wsecc.core.instrument import Instrument
 from wsecc.core.stages import Fused, Simulated, Sized
 from wsecc.errors import WseccError, one_line
 from wsecc.modes.strategy import per_sample_batch, strategy
@@ -119,11 +120,12 @@ def _compile(fused: Fused, cache: Path | None) -> Sized | Simulated:
         "pins": Path(o.pins).read_text() if o.pins else None, "wsecc": __version__,
         "replicas": o.replicas,
     }  # fmt: skip
-    t0 = time.perf_counter()
-    saved = shared(cache, "placed", key, lambda: chain.placed_to_json(chain.place(sized)))
+    ins = Instrument.after(sized.trace)
+    with ins.stage("place"):  # placing, or reading the cache
+        saved = shared(cache, "placed", key, lambda: chain.placed_to_json(chain.place(sized)))
     where = cache if cache is not None else Path(".")
     try:  # a cached product is checked as a saved folder is (`wsecc.report.products`)
-        placed = chain.with_placement(sized, saved, time.perf_counter() - t0)
+        placed = chain.with_placement(sized, saved, ins.trace)
         check_program(placed.program, where, pinned=bool(o.pins), layer=False)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise WseccError(
