@@ -131,7 +131,7 @@ class Target:
 
     `flops_per_cycle` is the per-PE matmul (FMAC) rate, one FMA counted as 2 flops;
     `vector_ops_per_cycle` the per-PE elementwise rate (add/mul/move) used for epilogues,
-    normalisations and softmax. Both are indexed by precision: `t.flops_per_cycle["mixed"]`.
+    normalisations and softmax. Both are indexed by precision: `t.flops_per_cycle[Precision.MIXED]`.
     """
 
     name: str

@@ -11,7 +11,7 @@ Kernels
     (`wsecc.kernels.kinds`, which the verifier checks against). Work (`flops_per_sample`) and
     resident weights (`weight_elems`) are derived from the params by the same definition, so lowering states shapes once and every consumer
     agrees on the numbers. Weight *bytes* depend on the precision chosen at sizing:
-    `kernel.weight_bytes("mixed")`.
+    `kernel.weight_bytes(Precision.MIXED)`.
 
 Flows
     `Flow(src, dst, elems_per_sample, elem_type, src_edge, dst_edge, name)`. `elem_type` is `act`

@@ -101,7 +101,10 @@ from wsecc.ir.core import Graph, Op, Value
 from wsecc.ir.grad import Loss, choose_loss, value_and_grad, weights
 from wsecc.vocab import Precision
 
-TOLERANCE = {"fp32": {"max_rel_err": 1e-2}, "mixed": {"pcc": 0.99}}
+TOLERANCE: Mapping[Precision, Mapping[str, float]] = {
+    Precision.FP32: {"max_rel_err": 1e-2},
+    Precision.MIXED: {"pcc": 0.99},
+}
 RESOLUTION = 1e-2  # what the finite differences must resolve: a row noisier is unresolved
 SCALE_FLOOR = 1e-4
 """The least whole-tensor error a verdict allows (`GradRow.bound`): the best fp32 differences
