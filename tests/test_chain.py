@@ -13,7 +13,7 @@ from conftest import ROOT, SAMPLES
 from wsecc.core import chain, stages
 from wsecc.modes.strategy import STRATEGIES
 from wsecc.report.build import report
-from wsecc.vocab import Mode
+from wsecc.vocab import Mode, Precision
 
 GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
 
@@ -66,3 +66,15 @@ def test_every_mode_reports_through_one_performance_interface(mode: Mode) -> Non
     for key in ("samples_per_s", "tokens_per_s", "latency_s", "utilization", "bottleneck"):
         assert key in rep["performance"]
     assert rep["mode"] == mode.value and Path(rep["model"]["path"]) == path
+
+
+def test_a_precision_given_as_a_string_is_the_enum_in_every_stage() -> None:
+    """The API's `precision="fp16"` is parsed once (`Options`); sizing, the placed program and
+    the report carry it on as `Precision.FP16`, written as the same "fp16"."""
+    job = chain.job(GPT2, seq=8, placer="greedy", sim="l0", validate=False, precision="fp16")
+    assert job.options.precision is Precision.FP16
+    sized = chain.size(chain.fuse(chain.load(job)))
+    assert sized.sizing.precision is Precision.FP16
+    done = chain.simulate(chain.place(sized))
+    assert done.placed.systems.programs[0].precision is Precision.FP16
+    assert report(done, timings=False)["precision"] == "fp16"

@@ -1,7 +1,7 @@
 """Issue 31 item 6: a precision is a `wsecc.vocab.Precision` in every signature. Read with the
 standard library's `ast`, no parameter, return or dataclass field of the library whose name
 says it holds a precision (`precision`, `prec`, `precision_name`) is annotated `str`: it is
-`Precision`, or `wsecc.check.numerics.Check` where a structure or fused check is judged too."""
+`Precision`, or `wsecc.check.numerics.Criterion` where a structure or fused check is judged too."""
 
 from __future__ import annotations
 

@@ -64,11 +64,11 @@ if TYPE_CHECKING:  # the frontend imports onnx: numerics imports it only when it
 #          bert_3d_attention_opt), gpt2_attention_opt_skiplayernorm 2.69e-4 (float32's noise,
 #          above); gpt2_megatron.onnx with its full mask ignored moves by 2.47e-2, which mixed
 #          precision's 3e-2 lets through.
-Check: TypeAlias = Precision | Literal["structure", "fused"]
+Criterion: TypeAlias = Precision | Literal["structure", "fused"]
 """What a comparison is judged by: a precision's tolerance, or the structure or fused check's
 (above)."""
 
-TOLERANCE: Mapping[Check, Mapping[str, float]] = {
+TOLERANCE: Mapping[Criterion, Mapping[str, float]] = {
     "structure": {"max_rel_err": 2e-5},
     "fused": {"max_rel_err": 1e-3},
     Precision.FP32: {"max_rel_err": 1e-5},
@@ -113,7 +113,7 @@ def compare(
     name: str,
     got: np.ndarray,
     ref: np.ndarray,
-    precision: Check = Precision.FP32,
+    precision: Criterion = Precision.FP32,
     *,
     fp32_noise: float | None = None,
 ) -> OutputError:
@@ -164,7 +164,7 @@ def within_noise(
     errors: Sequence[OutputError],
     got: Mapping[str, np.ndarray],
     ref: Mapping[str, np.ndarray],
-    precision: Check,
+    precision: Criterion,
     noise: Mapping[str, float],
 ) -> tuple[OutputError, ...]:
     """`errors` (of `got` against `ref` in `precision`) with each failed output that `got` has

@@ -100,7 +100,7 @@ from threadpoolctl import ThreadpoolController
 
 from wsecc.check.numerics import (
     AsWritten,
-    Check,
+    Criterion,
     OutputError,
     as_written,
     compare,
@@ -1084,7 +1084,7 @@ def verdict(
     inf = float("inf")
 
     def against(
-        sim: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], p: Check
+        sim: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], p: Criterion
     ) -> tuple[OutputError, ...]:
         return tuple(
             compare(name, sim[name], r, p)
