@@ -2,7 +2,7 @@
 
 from wsecc.targets import load_target
 t = load_target("wse2")          # or a path to your own .toml
-t.usable_pes, t.peak_flops_per_s("mixed"), t.color_budget
+t.usable_pes, t.peak_flops_per_s(Precision.MIXED), t.color_budget  # wsecc.vocab.Precision
 """
 
 from wsecc.targets.target import (

@@ -77,7 +77,7 @@ class PerPrecision:
     mixed: int
     fp16: int
 
-    def __getitem__(self, precision: str) -> int:
+    def __getitem__(self, precision: Precision) -> int:
         check_precision(precision)
         return int(getattr(self, precision))
 
@@ -131,7 +131,7 @@ class Target:
 
     `flops_per_cycle` is the per-PE matmul (FMAC) rate, one FMA counted as 2 flops;
     `vector_ops_per_cycle` the per-PE elementwise rate (add/mul/move) used for epilogues,
-    normalisations and softmax. Both are indexed by precision: `t.flops_per_cycle["mixed"]`.
+    normalisations and softmax. Both are indexed by precision: `t.flops_per_cycle[Precision.MIXED]`.
     """
 
     name: str
@@ -167,7 +167,7 @@ class Target:
     def link_bytes_per_cycle(self) -> int:
         return self.link.bits_per_cycle // 8
 
-    def peak_flops_per_s(self, precision: str) -> float:
+    def peak_flops_per_s(self, precision: Precision) -> float:
         """usable_pes x flops_per_cycle[precision] x clock.hz."""
         return self.usable_pes * self.flops_per_cycle[precision] * self.clock.hz
 
@@ -178,7 +178,7 @@ class Target:
             f"{self.name}: {fab.program_width}x{fab.program_height} PEs (fabric "
             f"{fab.width}x{fab.height}), {self.clock.hz / 1e6:.0f} MHz, "
             f"{self.sram.bytes_per_pe // 1024} KiB/PE, {self.color_budget} colors, "
-            f"{self.peak_flops_per_s('fp16') / 1e15:.2f} PFLOP/s fp16 peak"
+            f"{self.peak_flops_per_s(Precision.FP16) / 1e15:.2f} PFLOP/s fp16 peak"
         )
 
     def source(self, key: str) -> str:
@@ -186,12 +186,14 @@ class Target:
         return dict(self.sources).get(key, "")
 
 
-def check_precision(precision: str) -> str:
+def check_precision(precision: Precision | str) -> Precision:
+    """`precision` as a `Precision`; ValueError naming the choices when it is none (a string
+    from a script or a file that skipped `Precision(...)`)."""
     if precision not in PRECISIONS:
         raise ValueError(
             f"unknown precision {precision!r} (expected one of {', '.join(PRECISIONS)})"
         )
-    return precision
+    return Precision(precision)
 
 
 # --- loading ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from wsecc.core import chain, stages
 from wsecc.core.instrument import Instrument, Trace
 from wsecc.modes.strategy import STRATEGIES
 from wsecc.report.build import report
-from wsecc.vocab import Mode
+from wsecc.vocab import Mode, Precision
 
 GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
 
@@ -117,3 +117,15 @@ def test_the_chain_times_through_the_instrument_only() -> None:
         names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert "time" not in names, rel
+
+
+def test_a_precision_given_as_a_string_is_the_enum_in_every_stage() -> None:
+    """The API's `precision="fp16"` is parsed once (`Options`); sizing, the placed program and
+    the report carry it on as `Precision.FP16`, written as the same "fp16"."""
+    job = chain.job(GPT2, seq=8, placer="greedy", sim="l0", validate=False, precision="fp16")
+    assert job.options.precision is Precision.FP16
+    sized = chain.size(chain.fuse(chain.load(job)))
+    assert sized.sizing.precision is Precision.FP16
+    done = chain.simulate(chain.place(sized))
+    assert done.placed.systems.programs[0].precision is Precision.FP16
+    assert report(done, timings=False)["precision"] == "fp16"

@@ -36,6 +36,7 @@ from wsecc.sweep.report import check_golden, parse_tolerances, read_golden, writ
 from wsecc.targets import list_targets, load_target
 from wsecc.version import __version__
 from wsecc.view import load_outdir, render_viewer
+from wsecc.vocab import Precision
 
 EXAMPLES = """examples:
   wsecc compile samples/gpt2_legacy_op17.onnx --seq 32
@@ -207,7 +208,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     fused, info = c.fused, c.import_info
     check_level(fused, Level.FUSED, "the input of pass lower")  # what compile refuses
     kg = lower_to_kernels(fused)
-    bounds = fit_bounds(kg, target, args.precision, chunk_tokens=args.chunk_tokens)
+    bounds = fit_bounds(kg, target, Precision(args.precision), chunk_tokens=args.chunk_tokens)
     result = {
         "model": str(args.model),
         "ok": bounds.fits,

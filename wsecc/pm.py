@@ -34,6 +34,7 @@ from wsecc.ir.printer import format_graph, format_node
 from wsecc.ir.verify import VerificationError, verify
 from wsecc.passdef import Level, Pass, PassContext, PassError, Product
 from wsecc.passes import PASSES
+from wsecc.vocab import Precision
 
 __all__ = [
     "Level",
@@ -96,7 +97,7 @@ class NumericsCheck:
 
     feeds: Mapping[str, np.ndarray]
     reference: Mapping[str, np.ndarray]
-    precision: str = "fp32"
+    precision: Precision = Precision.FP32
 
 
 @dataclass
@@ -167,7 +168,7 @@ class PassManager:
         if bad and self.numerics.precision == "fp32":  # within what float32 itself loses here
             outs = {v.name: env[v] for v in after.outputs}
             noise = float32_noise(after, self.numerics.feeds, outs)
-            again = within_noise(bad, outs, self.numerics.reference, "fp32", noise)
+            again = within_noise(bad, outs, self.numerics.reference, Precision.FP32, noise)
             bad = [e for e in again if not e.passed]
         if not bad:
             return

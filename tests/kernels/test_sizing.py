@@ -20,6 +20,7 @@ from wsecc.kernels import (
     work_proportional_sizing,
 )
 from wsecc.place.problem import Placement, Rect
+from wsecc.vocab import Precision
 
 WSE2 = load_target("wse2")
 
@@ -103,6 +104,19 @@ def test_json_round_trip(sized: Sizing) -> None:
     assert again.summary() == sized.summary()
     data["kernels"][3]["sram"]["kv"] = 49152
     with pytest.raises(SizingError, match=r"^kernel 'h0\.attn': [0-9,]+ B/PE exceeds 49,152$"):
+        Sizing.from_json(data)
+
+
+def test_loaded_precision_is_the_enum_and_writes_the_same_json(sized: Sizing) -> None:
+    text = json.dumps(sized.to_json())
+    again = Sizing.from_json(json.loads(text))
+    assert again.precision is Precision.MIXED
+    assert json.dumps(again.to_json()) == text
+    data = json.loads(text)
+    data["precision"] = "bf16"
+    with pytest.raises(
+        ValueError, match=r"^unknown precision 'bf16' \(expected one of fp32, mixed, fp16\)$"
+    ):
         Sizing.from_json(data)
 
 

@@ -13,7 +13,7 @@ from wsecc.errors import WseccError
 from wsecc.frontend.common import MAX_TENSOR_BYTES
 from wsecc.modes.gradcheck import check_gradients as check
 from wsecc.options import DEFAULT_NEW_TOKENS
-from wsecc.vocab import Weights
+from wsecc.vocab import Precision, Weights
 
 if TYPE_CHECKING:
     import numpy as np
@@ -127,8 +127,8 @@ def check_numerics(
     outputs = simulate_functional(fused.graph, kg, sizing, o.precision, inputs, fault=fault)
     exact = (  # the structure check: the same tiled program in fp32
         outputs
-        if o.precision == "fp32"
-        else simulate_functional(fused.graph, kg, sizing, "fp32", inputs, fault=fault)
+        if o.precision == Precision.FP32
+        else simulate_functional(fused.graph, kg, sizing, Precision.FP32, inputs, fault=fault)
     )
     result = verdict(
         job.model_path, fused.graph, inputs, outputs, o.precision, exact, fault=fault,
@@ -142,7 +142,7 @@ def check_gradients(fused: Fused) -> GradCheck:
     onnxruntime on the original file (`wsecc.modes.gradcheck`), in the options' precision (fp32 or
     mixed)."""
     o = fused.job.options
-    if o.precision == "fp16":
+    if o.precision == Precision.FP16:
         raise WseccError("the gradient check runs in fp32 or mixed; use --precision mixed")
     check_fit(fused.loaded.graph)
     inputs = model_inputs(fused.job, fused.loaded.graph)
@@ -187,8 +187,10 @@ def check_generation(
     sim = simulate_generation(*program, o.precision, prompt_ids, N, fault=fault, forced=forced)
     exact = (  # the structure check: the same tiled program in fp32
         None
-        if o.precision == "fp32"
-        else simulate_generation(*program, "fp32", prompt_ids, N, fault=fault, forced=forced)
+        if o.precision == Precision.FP32
+        else simulate_generation(
+            *program, Precision.FP32, prompt_ids, N, fault=fault, forced=forced
+        )
     )
     result = generation_verdict(
         *sim, *ref, o.precision, exact=exact, fault=o.inject_fault, forced=True

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
 import onnx
@@ -25,6 +25,7 @@ from wsecc.frontend.load import graph_tensors, load_model, read_mapped
 from wsecc.frontend.widen import widen_floats
 from wsecc.interp import run as run_interpreter
 from wsecc.ir.core import DType, Graph, Op, Value
+from wsecc.vocab import Precision
 
 if TYPE_CHECKING:  # the frontend imports onnx: numerics imports it only when it runs a file
     from wsecc.frontend.generation import GenerationIO
@@ -63,12 +64,16 @@ if TYPE_CHECKING:  # the frontend imports onnx: numerics imports it only when it
 #          bert_3d_attention_opt), gpt2_attention_opt_skiplayernorm 2.69e-4 (float32's noise,
 #          above); gpt2_megatron.onnx with its full mask ignored moves by 2.47e-2, which mixed
 #          precision's 3e-2 lets through.
-TOLERANCE = {
+Criterion: TypeAlias = Precision | Literal["structure", "fused"]
+"""What a comparison is judged by: a precision's tolerance, or the structure or fused check's
+(above)."""
+
+TOLERANCE: Mapping[Criterion, Mapping[str, float]] = {
     "structure": {"max_rel_err": 2e-5},
     "fused": {"max_rel_err": 1e-3},
-    "fp32": {"max_rel_err": 1e-5},
-    "mixed": {"pcc": 0.999, "max_rel_err": 3e-2},
-    "fp16": {"pcc": 0.99, "max_rel_err": 1e-1},
+    Precision.FP32: {"max_rel_err": 1e-5},
+    Precision.MIXED: {"pcc": 0.999, "max_rel_err": 3e-2},
+    Precision.FP16: {"pcc": 0.99, "max_rel_err": 1e-1},
 }
 
 # What float32 itself loses. An fp32-level check (the precision check in fp32, the structure
@@ -108,7 +113,7 @@ def compare(
     name: str,
     got: np.ndarray,
     ref: np.ndarray,
-    precision: str = "fp32",
+    precision: Criterion = Precision.FP32,
     *,
     fp32_noise: float | None = None,
 ) -> OutputError:
@@ -159,7 +164,7 @@ def within_noise(
     errors: Sequence[OutputError],
     got: Mapping[str, np.ndarray],
     ref: Mapping[str, np.ndarray],
-    precision: str,
+    precision: Criterion,
     noise: Mapping[str, float],
 ) -> tuple[OutputError, ...]:
     """`errors` (of `got` against `ref` in `precision`) with each failed output that `got` has

@@ -85,7 +85,7 @@ from wsecc.sim.events import buffer_bytes_per_pe, simulate_l1
 from wsecc.sim.perf import FLOW, crossing_cycles, flow_name, simulate_l0
 from wsecc.sim.sram import SramError, sram_map
 from wsecc.targets import Target
-from wsecc.vocab import SimLevel
+from wsecc.vocab import Precision, SimLevel
 
 if TYPE_CHECKING:
     from wsecc.frontend.onnx import ModelInfo
@@ -137,7 +137,7 @@ def lower(fused: Graph) -> KernelGraph:
 def lower_and_size(
     fused: Graph,
     target: Target,
-    precision: str,
+    precision: Precision,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
 ) -> tuple[KernelGraph, Sizing]:
     """Lower and size for pipeline throughput at the first fill (inference's sizing; a mode
@@ -157,7 +157,7 @@ class SizingRule(Protocol):
         ...
 
     def size(
-        self, kg: KernelGraph, target: Target, precision: str, fill: float, chunk_tokens: int
+        self, kg: KernelGraph, target: Target, precision: Precision, fill: float, chunk_tokens: int
     ) -> Sizing:
         """Regions for `kg` filling at most `fill` of the fabric."""
         ...
@@ -167,7 +167,7 @@ class SizingRule(Protocol):
         sizing: Sizing,
         kg: KernelGraph,
         target: Target,
-        precision: str,
+        precision: Precision,
         shapes: Mapping[str, tuple[int, int]],
     ) -> Sizing:
         """`sizing` with each kernel costed at its placed shape (`sizing_at`)."""
@@ -192,7 +192,7 @@ class ForThroughput:
         return self.train is None
 
     def size(
-        self, kg: KernelGraph, target: Target, precision: str, fill: float, chunk_tokens: int
+        self, kg: KernelGraph, target: Target, precision: Precision, fill: float, chunk_tokens: int
     ) -> Sizing:
         return size_regions(
             kg, target, precision, fill=fill, chunk_tokens=chunk_tokens, train=self.train
@@ -203,7 +203,7 @@ class ForThroughput:
         sizing: Sizing,
         kg: KernelGraph,
         target: Target,
-        precision: str,
+        precision: Precision,
         shapes: Mapping[str, tuple[int, int]],
     ) -> Sizing:
         return sizing_at(sizing, kg, target, precision, dict(shapes), train=self.train)
@@ -224,7 +224,7 @@ class ForDecode:
         return False
 
     def size(
-        self, kg: KernelGraph, target: Target, precision: str, fill: float, chunk_tokens: int
+        self, kg: KernelGraph, target: Target, precision: Precision, fill: float, chunk_tokens: int
     ) -> Sizing:
         return size_for_decode(
             kg, target, precision, batch=self.batch, fill=fill, chunk_tokens=chunk_tokens
@@ -235,7 +235,7 @@ class ForDecode:
         sizing: Sizing,
         kg: KernelGraph,
         target: Target,
-        precision: str,
+        precision: Precision,
         shapes: Mapping[str, tuple[int, int]],
     ) -> Sizing:
         return sizing_at(sizing, kg, target, precision, dict(shapes))
@@ -496,7 +496,7 @@ class Work:
     kg: KernelGraph
     sizing: Sizing
     target: Target
-    precision: str
+    precision: Precision
     rule: SizingRule
 
 
@@ -529,7 +529,7 @@ def place_and_route(
     kg: KernelGraph,
     sizing: Sizing,
     target: Target,
-    precision: str,
+    precision: Precision,
     *,
     placer: str,
     time_budget_s: float,
@@ -579,7 +579,7 @@ def place_and_route(
 
 
 def _problem(
-    kg: KernelGraph, sizing: Sizing, target: Target, precision: str, pins: str | None
+    kg: KernelGraph, sizing: Sizing, target: Target, precision: Precision, pins: str | None
 ) -> PlacementProblem:
     problem = placement_problem(kg, sizing, target, precision)
     return with_pins(problem, load_pins(pins)) if pins else problem

@@ -33,6 +33,7 @@ from wsecc.errors import WseccError
 from wsecc.kernels import Flow, KernelGraph, Port, Sizing, SizingError
 from wsecc.modes.generate import kv_cache_bytes
 from wsecc.targets import Target
+from wsecc.vocab import Precision
 
 PIPELINE = "pipeline"
 """The one split modelled: contiguous layer groups, one per system (module doc)."""
@@ -79,7 +80,7 @@ class Partition:
         return sum(c.bytes_per_sample for c in self.crossings)
 
 
-def resident_bytes(kg: KernelGraph, precision: str) -> list[int]:
+def resident_bytes(kg: KernelGraph, precision: Precision) -> list[int]:
     """Each kernel's resident bytes, in `kg`'s order: its weights and, for an attention kernel
     bound with `cache_sequences`, its K/V cache (`wsecc.modes.generate.kv_cache_bytes`'s formula)."""
     out = []
@@ -123,7 +124,7 @@ def balanced_bounds(costs: Sequence[int], lead: int, tail: int, n: int) -> tuple
     return (0, *reversed(bounds[1:]), L)
 
 
-def split_layers(kg: KernelGraph, precision: str, n: int) -> Partition:
+def split_layers(kg: KernelGraph, precision: Precision, n: int) -> Partition:
     """`kg` (kernels in topological order) split into `n` systems (module doc). Raises
     PartitionError when it has no layers to split or fewer layers than `n`."""
     layers = find_layers([k.kind for k in kg.kernels])
@@ -153,7 +154,9 @@ def split_layers(kg: KernelGraph, precision: str, n: int) -> Partition:
     return Partition(tuple(parts), crossings(kg, system_of, precision))
 
 
-def crossings(kg: KernelGraph, system_of: dict[str, int], precision: str) -> tuple[Crossing, ...]:
+def crossings(
+    kg: KernelGraph, system_of: dict[str, int], precision: Precision
+) -> tuple[Crossing, ...]:
     """One `Crossing` per tensor and destination system: a kernel's output that later systems
     read crosses once to each (its first reader there named)."""
     seen: dict[tuple[str, str, int], Crossing] = {}
@@ -277,7 +280,7 @@ def max_systems(target: Target) -> int:
 def size_over_systems(
     kg: KernelGraph,
     target: Target,
-    precision: str,
+    precision: Precision,
     rule: SizingRule,
     chunk_tokens: int,
     requested: int | None,
@@ -371,7 +374,7 @@ __all__ = [
 def place_systems(
     systems: SizedSystems,
     target: Target,
-    precision: str,
+    precision: Precision,
     *,
     placer: str,
     time_budget_s: float,

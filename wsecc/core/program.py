@@ -16,6 +16,7 @@ from wsecc.kernels import KernelGraph, Sizing, sizing_at
 from wsecc.place.problem import Placement
 from wsecc.route.problem import Routing
 from wsecc.targets import Target
+from wsecc.vocab import Precision
 
 
 @dataclass(frozen=True)
@@ -30,14 +31,14 @@ class Program:
     replicas: Replicas = field(default_factory=Replicas)
 
     @property
-    def precision(self) -> str:
+    def precision(self) -> Precision:
         return self.sizing.precision
 
     @property
     def chunk_tokens(self) -> int:
         return self.sizing.chunk_tokens
 
-    def in_precision(self, precision: str) -> Program:
+    def in_precision(self, precision: Precision) -> Program:
         """The same placement and routing in `precision` (each kernel re-costed at its placed
         shape); raises SizingError when a region no longer fits its SRAM."""
         if precision == self.precision:

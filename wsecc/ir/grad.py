@@ -240,7 +240,7 @@ def value_and_grad(
     feeds: Mapping[str, np.ndarray],
     loss: Loss,
     wrt: Iterable[Value] | None = None,
-    precision: str = "fp32",
+    precision: Precision = Precision.FP32,
     fault: str | None = None,
 ) -> tuple[float, dict[Value, np.ndarray]]:
     """The loss of `graph` on `feeds`, and its gradient with respect to each of `wrt` (default:

@@ -43,8 +43,9 @@ from wsecc.kernels.conv import ConvShape, frontier
 from wsecc.kernels.costs import least_true
 from wsecc.kernels.kinds.contest import conv_memlimit
 from wsecc.targets import Target, load_target
+from wsecc.vocab import Precision
 
-PRECISION = "fp16"
+PRECISION = Precision.FP16
 """The contest counts memory in 16-bit words (reference/ispd2020.md §1.1): fp16 storage."""
 BYTES_PER_WORD = precision(PRECISION).storage_bytes
 

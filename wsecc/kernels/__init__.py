@@ -2,7 +2,8 @@
 machinery, and region sizing.
 
 from wsecc.kernels import KernelGraph, size_regions
-sizing = size_regions(kernel_graph, load_target("wse2"), "mixed")
+from wsecc.vocab import Precision
+sizing = size_regions(kernel_graph, load_target("wse2"), Precision.MIXED)
 """
 
 from wsecc.kernels.costs import (

@@ -40,6 +40,7 @@ from wsecc.kernels.kind import breakpoints as breakpoints
 from wsecc.kernels.kind import split_shapes as split_shapes
 from wsecc.kernels.registry import KINDS
 from wsecc.targets import Target
+from wsecc.vocab import Precision
 
 DEFAULT_CHUNK_TOKENS = 8
 """Tokens per streamed chunk: enough to amortise per-chunk task overhead, small enough that
@@ -117,7 +118,7 @@ class CostContext:
     (and, in pipelined training, `train`)."""
 
     target: Target
-    precision: str
+    precision: Precision
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS
     train: TrainCosts | None = None
 
@@ -183,7 +184,7 @@ def kernel_cost(
     kernel: Kernel,
     h: int,
     w: int,
-    precision_name: str,
+    precision_name: Precision,
     target: Target,
     *,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,

@@ -11,7 +11,7 @@ Kernels
     (`wsecc.kernels.kinds`, which the verifier checks against). Work (`flops_per_sample`) and
     resident weights (`weight_elems`) are derived from the params by the same definition, so lowering states shapes once and every consumer
     agrees on the numbers. Weight *bytes* depend on the precision chosen at sizing:
-    `kernel.weight_bytes("mixed")`.
+    `kernel.weight_bytes(Precision.MIXED)`.
 
 Flows
     `Flow(src, dst, elems_per_sample, elem_type, src_edge, dst_edge, name)`. `elem_type` is `act`
@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 from wsecc.errors import WseccError
 from wsecc.kernels.kind import PARAM_CHECKS, Params
 from wsecc.kernels.registry import KINDS
+from wsecc.vocab import Precision
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -89,21 +90,21 @@ class NumberFormat:
     """How a precision (`wsecc.vocab.Precision`) stores tensors and accumulates sums, in bytes
     per element."""
 
-    name: str
+    name: Precision
     storage_bytes: int
     accum_bytes: int
 
 
-PRECISION_TABLE: Mapping[str, NumberFormat] = MappingProxyType(
+PRECISION_TABLE: Mapping[Precision, NumberFormat] = MappingProxyType(
     {
-        "fp32": NumberFormat("fp32", storage_bytes=4, accum_bytes=4),
-        "mixed": NumberFormat("mixed", storage_bytes=2, accum_bytes=4),
-        "fp16": NumberFormat("fp16", storage_bytes=2, accum_bytes=2),
+        Precision.FP32: NumberFormat(Precision.FP32, storage_bytes=4, accum_bytes=4),
+        Precision.MIXED: NumberFormat(Precision.MIXED, storage_bytes=2, accum_bytes=4),
+        Precision.FP16: NumberFormat(Precision.FP16, storage_bytes=2, accum_bytes=2),
     }
 )
 
 
-def precision(name: str) -> NumberFormat:
+def precision(name: Precision) -> NumberFormat:
     if name not in PRECISION_TABLE:
         raise ValueError(
             f"unknown precision {name!r} (expected one of {', '.join(PRECISION_TABLE)})"
@@ -116,7 +117,7 @@ ELEM_TYPE_BYTES: Mapping[str, int | None] = MappingProxyType(
 )
 
 
-def elem_bytes(elem_type: str, precision_name: str) -> int:
+def elem_bytes(elem_type: str, precision_name: Precision) -> int:
     fixed = ELEM_TYPE_BYTES[elem_type]
     return precision(precision_name).storage_bytes if fixed is None else fixed
 
@@ -156,7 +157,7 @@ class Kernel:
         `KernelGraph.unique_weight_elems`)."""
         return int(self.spec.weight_elems(self.params))
 
-    def weight_bytes(self, precision_name: str) -> int:
+    def weight_bytes(self, precision_name: Precision) -> int:
         return self.weight_elems * precision(precision_name).storage_bytes
 
     def describe(self) -> str:
@@ -215,7 +216,7 @@ class Flow:
     dst_edge: str = "W"
     name: str = ""  # the tensor it carries, for messages
 
-    def bytes_per_sample(self, precision_name: str) -> int:
+    def bytes_per_sample(self, precision_name: Precision) -> int:
         return self.elems_per_sample * elem_bytes(self.elem_type, precision_name)
 
     @staticmethod

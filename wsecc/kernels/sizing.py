@@ -51,6 +51,7 @@ from wsecc.kernels.costs import (
 )
 from wsecc.kernels.ir import Kernel, KernelGraph
 from wsecc.targets import Target, check_precision
+from wsecc.vocab import Precision
 
 DEFAULT_FILL = 0.85
 DEFAULT_MAX_ASPECT = 16.0
@@ -120,7 +121,7 @@ class Sizing:
     strategy: str  # "balanced" (size_regions), "decode" (size_for_decode) or "work-proportional"
     graph: str
     target: str
-    precision: str
+    precision: Precision
     fill: float
     chunk_tokens: int
     clock_hz: float
@@ -224,6 +225,7 @@ class Sizing:
     def from_json(d: Mapping[str, Any]) -> Sizing:
         """Load and verify."""
         scalars = {k: v for k, v in d.items() if k != "kernels"}
+        scalars["precision"] = check_precision(d["precision"])
         sizing = Sizing(**scalars, kernels=tuple(KernelSizing.from_json(k) for k in d["kernels"]))
         sizing.verify()
         return sizing
@@ -356,7 +358,7 @@ def _menu_of(
     return costs, _menu(costs, ctx.target.sram.bytes_per_pe, max_aspect, charge)
 
 
-def routed_flow_bytes(kg: KernelGraph, precision: str) -> dict[str, tuple[int, ...]]:
+def routed_flow_bytes(kg: KernelGraph, precision: Precision) -> dict[str, tuple[int, ...]]:
     """Kernel -> bytes per sample of each routed flow it sends or receives: the kernel graph's
     flows between two kernels, merged per pair as the placer and the router take them
     (`wsecc.place.from_kernels`); flows to or from ports and within a kernel are not routed."""
@@ -469,7 +471,7 @@ _REMEDIES: Mapping[str, str] = MappingProxyType(
 def _help(
     component: str, ctx: CostContext, kernel: Kernel | None = None, generate: bool = False
 ) -> str:
-    wider = ["fp16 or mixed storage (half of fp32)"] if ctx.precision == "fp32" else []
+    wider = ["fp16 or mixed storage (half of fp32)"] if ctx.precision == Precision.FP32 else []
     remedy = _REMEDIES[component]
     if component == "weights" and generate:  # generation keeps every weight resident
         remedy = (
@@ -553,7 +555,7 @@ def _area_error(
 def _prepare(
     kg: KernelGraph,
     target: Target,
-    precision: str,
+    precision: Precision,
     fill: float,
     chunk_tokens: int,
     max_aspect: float,
@@ -593,7 +595,7 @@ class FitBounds:
 def fit_bounds(
     kg: KernelGraph,
     target: Target,
-    precision: str,
+    precision: Precision,
     *,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     max_aspect: float = DEFAULT_MAX_ASPECT,
@@ -617,7 +619,7 @@ def fit_bounds(
 def fits_a_region(
     kernel: Kernel,
     target: Target,
-    precision: str,
+    precision: Precision,
     *,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     max_aspect: float = DEFAULT_MAX_ASPECT,
@@ -630,7 +632,7 @@ def fits_a_region(
 def size_regions(
     kg: KernelGraph,
     target: Target,
-    precision: str,
+    precision: Precision,
     *,
     fill: float = DEFAULT_FILL,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
@@ -683,7 +685,7 @@ DECODE_SEARCH_STEPS = 60
 def size_for_decode(
     kg: KernelGraph,
     target: Target,
-    precision: str,
+    precision: Precision,
     *,
     batch: int,
     fill: float = DEFAULT_FILL,
@@ -742,7 +744,7 @@ def sizing_at(
     base: Sizing,
     kg: KernelGraph,
     target: Target,
-    precision: str,
+    precision: Precision,
     shapes: Mapping[str, tuple[int, int]] | None = None,
     *,
     train: TrainCosts | None = None,
@@ -792,7 +794,7 @@ def sizing_at(
 def work_proportional_sizing(
     kg: KernelGraph,
     target: Target,
-    precision: str,
+    precision: Precision,
     *,
     fill: float = DEFAULT_FILL,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,

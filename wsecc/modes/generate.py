@@ -63,6 +63,7 @@ from wsecc.kernels.ir import precision as number_format
 from wsecc.modes.train import streamed_units
 from wsecc.sim.perf import FLOW, HOST, KERNEL, build_pipeline, simulate_l0
 from wsecc.targets import Target
+from wsecc.vocab import Precision
 
 DECODE_PHASES = (*COMPONENTS, "flows", "host")
 """The phases a decode step's latency is split into: the kernels' (`wsecc.kernels.decode`),
@@ -92,7 +93,7 @@ def generation_kernels(
     kg: KernelGraph,
     sequences: int,
     target: Target,
-    precision: str,
+    precision: Precision,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     *,
     one_wafer: bool = True,
@@ -199,7 +200,7 @@ def _shapes(program: Program) -> dict[str, tuple[int, int]]:
     return {name: (r.h, r.w) for name, r in program.placement.rects.items()}
 
 
-def kv_cache_bytes(kg: KernelGraph, precision: str) -> int:
+def kv_cache_bytes(kg: KernelGraph, precision: Precision) -> int:
     """Bytes of K/V cache the program keeps: per attention, its sequences x positions x K/V
     heads x head_dim x 2 (K and V), in storage precision (and the mask's element per position,
     when it has one)."""

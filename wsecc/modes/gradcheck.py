@@ -99,8 +99,12 @@ import numpy as np
 from wsecc.check.numerics import OrtWithWeights, compare, float64_session
 from wsecc.ir.core import Graph, Op, Value
 from wsecc.ir.grad import Loss, choose_loss, value_and_grad, weights
+from wsecc.vocab import Precision
 
-TOLERANCE = {"fp32": {"max_rel_err": 1e-2}, "mixed": {"pcc": 0.99}}
+TOLERANCE: Mapping[Precision, Mapping[str, float]] = {
+    Precision.FP32: {"max_rel_err": 1e-2},
+    Precision.MIXED: {"pcc": 0.99},
+}
 RESOLUTION = 1e-2  # what the finite differences must resolve: a row noisier is unresolved
 SCALE_FLOOR = 1e-4
 """The least whole-tensor error a verdict allows (`GradRow.bound`): the best fp32 differences
@@ -166,7 +170,7 @@ class GradRow:
 @dataclass(frozen=True)
 class GradCheck:
     passed: bool
-    precision: str
+    precision: Precision
     loss_kind: str
     loss: float  # ours
     loss_onnxruntime: float
@@ -467,7 +471,7 @@ def check_gradients(
     model_path: str | os.PathLike[str],
     graph: Graph,
     feeds: Mapping[str, np.ndarray],
-    precision: str = "fp32",
+    precision: Precision = Precision.FP32,
     *,
     samples: int = 200,
     seed: int = 0,
@@ -483,8 +487,8 @@ def check_gradients(
     ours, grads = value_and_grad(graph, feeds, loss, consts, precision, fault)
     # mixed: the same gradient in fp32 (the same fault), to measure the precision's own error
     exact = None
-    if precision == "mixed":
-        exact = value_and_grad(graph, feeds, loss, consts, "fp32", fault)[1]
+    if precision == Precision.MIXED:
+        exact = value_and_grad(graph, feeds, loss, consts, Precision.FP32, fault)[1]
     ort = OrtWithWeights(model_path)
     theirs = loss(ort.run(feeds))
     ort64 = float64_session(model_path, feeds)
@@ -620,10 +624,10 @@ def _judge(
         clear = err.max_rel_err > RESOLUTION + 3 * noise or abs(ratio - 1) > 3 * row.resolution
         status = "failed" if clear else "unchecked"
     elif fp32 is None:  # fp32
-        ok = beyond <= TOLERANCE["fp32"]["max_rel_err"] and row.rel_err <= row.bound
+        ok = beyond <= TOLERANCE[Precision.FP32]["max_rel_err"] and row.rel_err <= row.bound
         status = "passed" if ok else "failed"
     else:
-        ok = err.pcc >= TOLERANCE["mixed"]["pcc"] and abs(ratio - 1) <= row.bound
+        ok = err.pcc >= TOLERANCE[Precision.MIXED]["pcc"] and abs(ratio - 1) <= row.bound
         status = "passed" if ok else "failed"
     return replace(row, passed=status == "passed", status=status)
 
@@ -661,7 +665,7 @@ def _judge_in_float64(
         passed = max(err.max_rel_err, rel) <= FLOAT64_TOLERANCE
     else:
         ok = rel <= FLOAT64_TOLERANCE + 2 * arithmetic
-        passed = err.pcc >= TOLERANCE["mixed"]["pcc"] and ok
+        passed = err.pcc >= TOLERANCE[Precision.MIXED]["pcc"] and ok
     return replace(
         row, max_rel_err=err.max_rel_err, pcc=err.pcc, noise=0.0, beyond_noise=err.max_rel_err,
         max_grad=scale, passed=passed, reference="float64 FD", norm_ratio=_norm_rel(mine, fd),

@@ -65,7 +65,7 @@ from wsecc.kernels.ir import Flow, Kernel, Port, elem_bytes, precision
 from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule
 from wsecc.kernels.sizing import SizingError
 from wsecc.targets import Target
-from wsecc.vocab import Execution
+from wsecc.vocab import Execution, Precision
 
 ADAMW_OPS = 3 + 4 + TRANSCENDENTAL_OPS + 1 + TRANSCENDENTAL_OPS + 3 + 1
 """AdamW per parameter: m = b1 m + (1 - b1) g (3), v = b2 v + (1 - b2) g^2 (4), sqrt(v) (8),
@@ -98,7 +98,7 @@ class TrainError(WseccError):
     """A model that cannot be trained on this target as asked (one line)."""
 
 
-def state_bytes(precision_name: str) -> int:
+def state_bytes(precision_name: Precision) -> int:
     """Bytes beside each weight in training: its gradient accumulator (accumulate type), two
     fp32 moments, and an fp32 master copy when weights are stored in 16 bits."""
     fmt = precision(precision_name)
@@ -285,13 +285,13 @@ def _in_flight(kg: KernelGraph, chunk_tokens: int) -> dict[str, int]:
     return {k.name: cdiv(2 * (n - i) * c, S) + 2 for i, k in enumerate(kg.kernels)}
 
 
-def train_costs(kg: KernelGraph, precision_name: str, chunk_tokens: int) -> TrainCosts:
+def train_costs(kg: KernelGraph, precision_name: Precision, chunk_tokens: int) -> TrainCosts:
     """What pipelined training adds to each of `kg`'s kernels (`TrainCosts`)."""
     return TrainCosts(state_bytes(precision_name), _in_flight(kg, chunk_tokens))
 
 
 def pipelined_sizing(
-    kg: KernelGraph, target: Target, precision_name: str, chunk_tokens: int
+    kg: KernelGraph, target: Target, precision_name: Precision, chunk_tokens: int
 ) -> Sizing:
     """The training program sized with every kernel's forward, backward and state resident.
     Raises SizingError (one line) when it does not fit."""
@@ -304,7 +304,7 @@ _SIZED_KEEP = 64
 
 
 def _sized(
-    kg: KernelGraph, target: Target, prec: str, chunk_tokens: int, costs: TrainCosts | None
+    kg: KernelGraph, target: Target, prec: Precision, chunk_tokens: int, costs: TrainCosts | None
 ) -> Sizing:
     """`size_regions` at training's fill, remembered by content (the kernel graph, the target,
     precision, chunking) for the process: a sweep's or a batch search's points differ in batch
@@ -330,7 +330,7 @@ def _sized(
 
 
 def _pipelined_step(
-    kg: KernelGraph, sizing: Sizing, target: Target, prec: str, batch: int, systems: int
+    kg: KernelGraph, sizing: Sizing, target: Target, prec: Precision, batch: int, systems: int
 ) -> tuple[float, dict[str, float]]:
     hz = target.clock.hz
     T = sizing.stage_cycles / hz
@@ -419,7 +419,7 @@ class _Unit:
         )  # fmt: skip
 
 
-def _size_units(kg: KernelGraph, target: Target, prec: str, chunk_tokens: int) -> list[_Unit]:
+def _size_units(kg: KernelGraph, target: Target, prec: Precision, chunk_tokens: int) -> list[_Unit]:
     sb = precision(prec).storage_bytes
     c = min(chunk_tokens, kg.tokens_per_sample)
     memo: dict[tuple[Any, ...], tuple[KernelGraph, Sizing]] = {}
@@ -452,7 +452,7 @@ def _grad(k: Kernel) -> GradRule:
     return k.spec.grad
 
 
-def _activation_bytes(kg: KernelGraph, prec: str) -> int:
+def _activation_bytes(kg: KernelGraph, prec: Precision) -> int:
     sb = precision(prec).storage_bytes
     return sum(int(_grad(k).saved_elems(k.params)) for k in kg.kernels) * sb
 
@@ -525,7 +525,12 @@ def _streaming_batches(micro: int, systems: int) -> tuple[list[int], str]:
 
 
 def _pipelined(
-    kg: KernelGraph, target: Target, prec: str, chunk_tokens: int, batch: int | None, systems: int
+    kg: KernelGraph,
+    target: Target,
+    prec: Precision,
+    chunk_tokens: int,
+    batch: int | None,
+    systems: int,
 ) -> TrainResult:
     resident = kg.unique_weight_elems() * (precision(prec).storage_bytes + state_bytes(prec))
     sram = target.usable_pes * target.sram_budget_bytes
@@ -560,7 +565,12 @@ def _pipelined(
 
 
 def _streaming(
-    kg: KernelGraph, target: Target, prec: str, chunk_tokens: int, batch: int | None, systems: int
+    kg: KernelGraph,
+    target: Target,
+    prec: Precision,
+    chunk_tokens: int,
+    batch: int | None,
+    systems: int,
 ) -> TrainResult:
     system = target.system
     if system is None:
@@ -631,7 +641,7 @@ def _streaming(
     )  # fmt: skip
 
 
-def _checkpoint_bytes(units: Sequence[_Unit], prec: str) -> int:
+def _checkpoint_bytes(units: Sequence[_Unit], prec: Precision) -> int:
     """Bytes per sample of every unit's inputs (what a layer needs to recompute its forward)."""
     return sum(
         p.elems_per_sample * elem_bytes(p.elem_type, prec) for u in units for p in u.graph.inputs
@@ -641,7 +651,7 @@ def _checkpoint_bytes(units: Sequence[_Unit], prec: str) -> int:
 def plan_training(
     kg: KernelGraph,
     target: Target,
-    precision_name: str,
+    precision_name: Precision,
     *,
     execution: Execution = Execution.AUTO,
     batch: int | None = None,

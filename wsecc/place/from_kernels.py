@@ -11,10 +11,11 @@ from __future__ import annotations
 from wsecc.kernels import KernelGraph, Sizing
 from wsecc.place.problem import PlaceFlow, PlaceKernel, PlacementProblem
 from wsecc.targets import Target
+from wsecc.vocab import Precision
 
 
 def placement_problem(
-    kg: KernelGraph, sizing: Sizing, target: Target, precision: str
+    kg: KernelGraph, sizing: Sizing, target: Target, precision: Precision
 ) -> PlacementProblem:
     kernels = []
     for k in kg.kernels:

@@ -81,6 +81,7 @@ from wsecc.sim.perf import (
     flow_name,
     l0_result,
 )
+from wsecc.vocab import Precision
 
 DIRS = tuple(STEPS)  # link directions, indexed in link ids
 TRACE_SAMPLES = 2  # samples written to the trace: enough to see the fill and the steady state
@@ -133,7 +134,7 @@ class EventResult:
 
     graph: str
     target: str
-    precision: str
+    precision: Precision
     samples: int
     chunk_tokens: int
     n_chunks: int

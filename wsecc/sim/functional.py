@@ -100,6 +100,7 @@ from threadpoolctl import ThreadpoolController
 
 from wsecc.check.numerics import (
     AsWritten,
+    Criterion,
     OutputError,
     as_written,
     compare,
@@ -136,6 +137,7 @@ from wsecc.sim.compiled import (
     layernorm_rows,
     round_f16_into,
 )
+from wsecc.vocab import Precision
 
 _BLOCK_ELEMS = 1 << 16
 """Running-sum elements (M x columns) per column block of a linear kernel (256 KB: a block's
@@ -187,7 +189,7 @@ class Arithmetic:
         return self.acc is round_to_f16
 
     @staticmethod
-    def of(name: str) -> Arithmetic:
+    def of(name: Precision) -> Arithmetic:
         p = precision(name)  # raises on an unknown name
 
         def rounding(nbytes: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -836,7 +838,7 @@ class FunctionalProgram:
     """A compiled program with its weights resident (tiled, rounded): `run` many input sets."""
 
     graph: Graph
-    precision: str
+    precision: Precision
     steps: tuple[_Step, ...]
 
     def stored_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict[Value, np.ndarray]:
@@ -869,7 +871,7 @@ class FunctionalProgram:
 
 
 def compile_functional(
-    fused: Graph, kg: KernelGraph, sizing: Sizing, precision: str, *, fault: str | None = None
+    fused: Graph, kg: KernelGraph, sizing: Sizing, precision: Precision, *, fault: str | None = None
 ) -> FunctionalProgram:
     """Load the program: every kernel's region from `sizing`, its weights rounded to storage
     and tiled over it. Raises SimulationError if kg or sizing do not describe `fused`."""
@@ -934,7 +936,7 @@ def simulate_functional(
     fused: Graph,
     kg: KernelGraph,
     sizing: Sizing,
-    precision: str,
+    precision: Precision,
     inputs: Mapping[str, np.ndarray],
     *,
     fault: str | None = None,
@@ -981,7 +983,7 @@ class NumericsResult:
     file's own float16 rounding; information, no part of `passed`."""
 
     reference: str  # "onnxruntime <version>"
-    precision: str
+    precision: Precision
     outputs: tuple[OutputError, ...]
     structure: tuple[OutputError, ...]
     fault: str | None = None
@@ -1041,7 +1043,7 @@ def validate(
     fused: Graph,
     kg: KernelGraph,
     sizing: Sizing,
-    precision: str,
+    precision: Precision,
     inputs: Mapping[str, np.ndarray],
     *,
     fault: str | None = None,
@@ -1051,8 +1053,8 @@ def validate(
     outputs = simulate_functional(fused, kg, sizing, precision, inputs, fault=fault)
     exact = (
         outputs
-        if precision == "fp32"
-        else simulate_functional(fused, kg, sizing, "fp32", inputs, fault=fault)
+        if precision == Precision.FP32
+        else simulate_functional(fused, kg, sizing, Precision.FP32, inputs, fault=fault)
     )
     return verdict(model_path, fused, inputs, outputs, precision, exact, fault=fault)
 
@@ -1062,7 +1064,7 @@ def verdict(
     fused: Graph,
     inputs: Mapping[str, np.ndarray],
     outputs: Mapping[str, np.ndarray],
-    precision: str,
+    precision: Precision,
     exact: Mapping[str, np.ndarray],
     *,
     fault: str | None = None,
@@ -1082,7 +1084,7 @@ def verdict(
     inf = float("inf")
 
     def against(
-        sim: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], p: str
+        sim: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], p: Criterion
     ) -> tuple[OutputError, ...]:
         return tuple(
             compare(name, sim[name], r, p)
@@ -1093,13 +1095,13 @@ def verdict(
 
     ort, interpreted = ort_run(model_path, inputs), run_reference(fused, inputs)
     errors, structure = against(outputs, ort, precision), against(exact, interpreted, "structure")
-    meaning = against(interpreted, ort, "fused") if precision != "fp32" else ()
-    fp32_level = [*structure, *meaning, *(errors if precision == "fp32" else ())]
+    meaning = against(interpreted, ort, "fused") if precision != Precision.FP32 else ()
+    fp32_level = [*structure, *meaning, *(errors if precision == Precision.FP32 else ())]
     if not all(e.passed for e in fp32_level):
         noise = float32_noise(fused, inputs, interpreted)
         structure = within_noise(structure, exact, interpreted, "structure", noise)
         meaning = within_noise(meaning, interpreted, ort, "fused", noise)
-        if precision == "fp32":
+        if precision == Precision.FP32:
             errors = within_noise(errors, outputs, ort, precision, noise)
     return NumericsResult(
         f"onnxruntime {metadata.version('onnxruntime')}", precision, errors, structure, fault,

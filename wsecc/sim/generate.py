@@ -75,6 +75,7 @@ from wsecc.sim.functional import (
     _Step,
     compile_functional,
 )
+from wsecc.vocab import Precision
 
 ROTARY_FAULT = "rotary_position"
 
@@ -194,7 +195,7 @@ def compile_windowed(
     fused: Graph,
     kg: KernelGraph,
     sizing: Sizing,
-    precision: str,
+    precision: Precision,
     *,
     fault: str | None = None,
 ) -> WindowedProgram:
@@ -560,7 +561,7 @@ def simulate_generation(
     fused: Graph,
     kg: KernelGraph,
     sizing: Sizing,
-    precision: str,
+    precision: Precision,
     prompt_ids: np.ndarray,
     steps: int,
     *,
@@ -641,7 +642,7 @@ class GenerationResult:
     logits PCC is at least the precision's (0.999 in mixed: the issue's goal); and, when there
     is one, the structure check passes."""
 
-    precision: str
+    precision: Precision
     generated: int  # tokens per sequence
     steps: tuple[OutputError, ...]
     diverged: int | None
@@ -660,7 +661,7 @@ class GenerationResult:
 
     @property
     def precision_passed(self) -> bool:
-        if self.precision == "fp32":
+        if self.precision == Precision.FP32:
             return self.ids_equal and all(e.passed for e in self.steps)
         pcc = TOLERANCE[self.precision].get("pcc", 1.0)
         return self.ids_equal or all(e.pcc >= pcc for e in self.steps)
@@ -718,7 +719,7 @@ def generation_verdict(
     sim_logits: np.ndarray,
     ref_ids: np.ndarray,
     ref_logits: np.ndarray,
-    precision: str,
+    precision: Precision,
     *,
     exact: tuple[np.ndarray, np.ndarray] | None = None,
     reference: str = "onnxruntime greedy generation",
@@ -742,9 +743,9 @@ def generation_verdict(
         compare(f"logits[{i}]", sim_logits[:, i], ref_logits[:, i], precision) for i in range(last)
     )
     structure = None
-    if exact is not None and precision != "fp32":
+    if exact is not None and precision != Precision.FP32:
         structure = generation_verdict(
-            *exact, ref_ids, ref_logits, "fp32", reference=reference, forced=forced
+            *exact, ref_ids, ref_logits, Precision.FP32, reference=reference, forced=forced
         )
     return GenerationResult(
         precision, sim_ids.shape[1], errors, diverged, reference, fault, structure, forced

@@ -66,6 +66,7 @@ from wsecc.kernels.ir import elem_bytes
 from wsecc.kernels.ir import precision as precision_info
 from wsecc.place.problem import Placement
 from wsecc.targets import Target
+from wsecc.vocab import Precision
 
 HOST_IN = "host-in"
 HOST_OUT = "host-out"
@@ -78,7 +79,7 @@ def flow_name(src: str, dst: str) -> str:
     return f"{src}->{dst}"
 
 
-def memory_port_demand(target: Target, precision: str) -> float:
+def memory_port_demand(target: Target, precision: Precision) -> float:
     """Busiest SRAM port's share of its bandwidth while a PE computes at the target's rates.
 
     FMAC path, f flops/cycle = f / 2 FMAs: each reads a weight (storage bytes) and an accumulator
@@ -166,7 +167,7 @@ class Pipeline:
 
     graph: str
     target: str
-    precision: str
+    precision: Precision
     clock_hz: float
     tokens_per_sample: int
     chunk_tokens: int
@@ -513,7 +514,7 @@ class PerfResult:
 
     graph: str
     target: str
-    precision: str
+    precision: Precision
     batch: int
     clock_hz: float
     chunk_tokens: int

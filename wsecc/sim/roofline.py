@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from wsecc.targets import Target, check_precision
+from wsecc.vocab import Precision
 
 BOUND_COLORS = {"compute": "tab:blue", "fabric": "tab:orange", "memory": "tab:red"}
 
@@ -27,7 +28,7 @@ class Roofline:
     """Peak rates of one target at one precision, per PE and for the program rectangle."""
 
     target: str
-    precision: str
+    precision: Precision
     clock_hz: float
     pes: int  # program rectangle
     flops_per_pe_s: float  # FMAC path
@@ -47,7 +48,7 @@ class Roofline:
         return asdict(self)
 
 
-def roofline(target: Target, precision: str) -> Roofline:
+def roofline(target: Target, precision: Precision) -> Roofline:
     check_precision(precision)
     hz = target.clock.hz
     port = target.memory.width_bits / 8

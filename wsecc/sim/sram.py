@@ -31,6 +31,7 @@ from wsecc.core.program import Program
 from wsecc.errors import SimulationError
 from wsecc.kernels import Kernel, SramBreakdown, kernel_cost
 from wsecc.targets import Target
+from wsecc.vocab import Precision
 
 COMPONENTS: tuple[str, ...] = ("weights", "buffers", "kv", "reserve")
 
@@ -59,7 +60,7 @@ class SramMap:
     to south, column x = west to east), and which kernel owns each PE (`owner`, -1: unused)."""
 
     target: str
-    precision: str
+    precision: Precision
     sram_bytes_per_pe: int
     weights: np.ndarray
     buffers: np.ndarray
@@ -136,7 +137,7 @@ class SramMap:
 
 
 def _pe_breakdowns(
-    kernel: Kernel, h: int, w: int, precision: str, target: Target, chunk_tokens: int
+    kernel: Kernel, h: int, w: int, precision: Precision, target: Target, chunk_tokens: int
 ) -> tuple[dict[tuple[int, int], SramBreakdown], np.ndarray, np.ndarray]:
     """({(row share, col share): bytes}, row shares, col shares) of a kernel on h x w."""
     row_param, col_param = kernel.spec.tile_split
