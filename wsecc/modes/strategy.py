@@ -147,12 +147,7 @@ class Infer:
         return options.batch or 1
 
     def size(self, fused: Fused, say: Say) -> Sized:
-        o, target = fused.job.options, fused.job.target
-        kg = lower(fused.graph)
-        if o.systems != 1:
-            return _sized_over_systems(fused, kg, ForThroughput(), say)
-        sizing = ForThroughput().size(kg, target, o.precision, FILL_STEPS[0], o.chunk_tokens)
-        return Sized(fused.job, fused, kg, sizing)
+        return _sized(fused, lower(fused.graph), ForThroughput(), say)
 
     def size_summary(self, sized: Sized) -> str:
         return _sizing_line(sized)
@@ -269,10 +264,7 @@ class Generate:
         kg = generation_kernels(
             lower(fused.graph), rule.batch, target, o.precision, o.chunk_tokens, one_wafer=one
         )
-        if not one:
-            return _sized_over_systems(fused, kg, rule, say)
-        sizing = rule.size(kg, target, o.precision, FILL_STEPS[0], o.chunk_tokens)
-        return Sized(fused.job, fused, kg, sizing)
+        return _sized(fused, kg, rule, say)
 
     def size_summary(self, sized: Sized) -> str:
         return _sizing_line(sized)
@@ -319,10 +311,14 @@ SEVERAL_SYSTEMS = "several systems: one copy of each layer group, one on each sy
 """Why a program over several systems keeps one copy per system (`wsecc.core.replicas`)."""
 
 
-def _sized_over_systems(fused: Fused, kg: KernelGraph, rule: SizingRule, say: Say) -> Sized:
-    """`kg` split over the systems the options ask for (`wsecc.core.partition`), each group sized by
-    `rule`; one system (auto, on a model that fits a wafer) is the one-system compile."""
+def _sized(fused: Fused, kg: KernelGraph, rule: SizingRule, say: Say) -> Sized:
+    """`kg` sized by `rule` on one system, or split over the systems the options ask for
+    (`wsecc.core.partition`), each group sized by `rule`; one system (auto, on a model that fits
+    a wafer) is the one-system compile."""
     o, target = fused.job.options, fused.job.target
+    if o.systems == 1:
+        sizing = rule.size(kg, target, o.precision, FILL_STEPS[0], o.chunk_tokens)
+        return Sized(fused.job, fused, kg, sizing)
     over = size_over_systems(kg, target, o.precision, rule, o.chunk_tokens, o.systems)
     say("size", f"{over.count} system(s): {over.why}")
     if over.count == 1:
