@@ -346,10 +346,10 @@ def size_over_systems(
     if requested is not None:
         raise PartitionError(
             f"{kg.name}: a group of layers does not fit one of {requested} systems "
-            f"({failed[:120]}): raise --systems or use --systems auto"
+            f"({failed}): raise --systems or use --systems auto"
         )
     raise PartitionError(
-        f"{kg.name}: no split over {least} to {most} systems fits ({failed[:120]}): use a "
+        f"{kg.name}: no split over {least} to {most} systems fits ({failed}): use a "
         "larger target or a lower precision"
     )
 
