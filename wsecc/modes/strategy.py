@@ -176,16 +176,9 @@ class Infer:
             perf, events, placed.program.replicas.k, one_system(placed, [perf.latency_s])
         )
         ins.say("simulate", performance.summary())
-        sized = placed.sized
-        if not should_validate(sized.job, _graph(sized), _params(sized.fused, sized)):
-            return Simulated(placed, performance, sram, perf, events, trace=ins.trace)
-        fused = fused_again()
-        placed = dataclasses.replace(placed, sized=dataclasses.replace(sized, fused=fused))
-        with ins.stage("numerics"):
-            check, inputs, outputs = check_numerics(fused, sized.kernel_graph, whole_sizing(placed))
-        ins.say("numerics", check.summary())
-        arrays = {"inputs.npz": inputs, "outputs.npz": outputs}
-        return Simulated(placed, performance, sram, perf, events, check, arrays, ins.trace)
+        return _with_numerics(
+            Simulated(placed, performance, sram, perf, events, trace=ins.trace), ins, fused_again
+        )
 
 
 @dataclass(frozen=True)
@@ -378,16 +371,30 @@ def _simulate_infer_systems(
     performance = SystemsInferPerformance(perfs, _crossing_s(placed), rows)
     ins.say("simulate", performance.summary())
     sram, perf, _ = own[0]
+    return _with_numerics(
+        Simulated(placed, performance, sram, perf, trace=ins.trace), ins, fused_again
+    )
+
+
+def _with_numerics(
+    simulated: Simulated, ins: Instrument, fused_again: Callable[[], Fused]
+) -> Simulated:
+    """`simulated` with inference's numerics against onnxruntime when the compile validates:
+    the fused graph made again if the compile was reloaded, the functional simulation over
+    every kernel's placed region (`whole_sizing`)."""
+    placed = simulated.placed
     sized = placed.sized
     if not should_validate(sized.job, _graph(sized), _params(sized.fused, sized)):
-        return Simulated(placed, performance, sram, perf, trace=ins.trace)
+        return simulated
     fused = fused_again()
     placed = dataclasses.replace(placed, sized=dataclasses.replace(sized, fused=fused))
     with ins.stage("numerics"):
         check, inputs, outputs = check_numerics(fused, sized.kernel_graph, whole_sizing(placed))
     ins.say("numerics", check.summary())
     arrays = {"inputs.npz": inputs, "outputs.npz": outputs}
-    return Simulated(placed, performance, sram, perf, None, check, arrays, ins.trace)
+    return dataclasses.replace(
+        simulated, placed=placed, check=check, arrays=arrays, trace=ins.trace
+    )
 
 
 STRATEGIES: dict[Mode, ModeStrategy] = {
