@@ -79,11 +79,12 @@ the clamp and not only its inside."""
 MAX_PROBE_ELEMS = 1 << 26
 """The most elements the block's values may hold for the check to evaluate it whole (each
 gathered expert weight is materialised per token and choice: 256 MiB of float32 here). A larger
-block (real-size experts: Mixtral 8x7B's holds 353M elements a token) is checked on a few
-tokens (`_evaluate_few`); what that still cannot hold is not fused, and the note says how many
-tokens fit."""
+block (real-size experts: Mixtral 8x7B's holds 353M elements a token; a long context) is
+checked on a few tokens: alone when it is established token-wise (`_evaluate_tokenwise`, whose
+size does not grow with the bound token count), else with the others NaN (`_evaluate_few`);
+what neither can hold is not fused, and the note says how many tokens fit."""
 FEW_TOKENS = 4
-"""The tokens a block too large to evaluate whole is checked on (`_evaluate_few`)."""
+"""The tokens a block too large to evaluate whole is checked on (`_few_token_outputs`)."""
 
 
 def _viewed(view: GraphView, v: Value) -> Value:
