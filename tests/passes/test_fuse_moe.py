@@ -13,7 +13,7 @@ from wsecc.passes import PASSES, PassContext
 
 from wsecc.frontend.onnx import import_model
 from wsecc.interp import run
-from wsecc.ir.core import Graph, Node, Op, Value
+from wsecc.ir.core import DType, Graph, Node, Op, TensorType, Value
 from wsecc.ir.verify import verify
 
 BEFORE = ("canonicalize", "fuse-embedding", "fuse-linear")
@@ -276,3 +276,52 @@ def test_the_clamp_is_checked_where_it_bites(samples_dir: Path) -> None:
     out = PASSES["fuse-moe"](_with_bounds(g, (Op.MIN,), 700.0), ctx)
     assert [n.attr("limit") for n in out.nodes if n.op is Op.MOE] == [7.0]
     assert any("computes what the block computes" in n for n in ctx.notes)
+
+
+def _block(g: Graph) -> tuple[list[Node], Value, Value]:
+    """Layer 0's block as fuse-moe delimits it: (region, x, output)."""
+    fm = fuse_moe_module()
+    view = fm.GraphView(g)
+    topk = next(n for n in g.nodes if n.op is Op.TOP_K)
+    x = fm._viewed(view, fm._router(view, topk).inputs[0])
+    routed = fm._block_output(view, topk, x)
+    out = fm._with_shared(view, topk, routed) or routed
+    return fm._region(view, x, out), x, out
+
+
+@pytest.mark.parametrize(
+    "sample", ["mixtral_dynamo.onnx", "qwen2moe_dynamo.onnx", "gptoss_dynamo.onnx"]
+)
+def test_the_block_on_a_few_tokens_alone_is_the_whole_blocks_first_tokens(
+    samples_dir: Path, sample: str
+) -> None:
+    """What the shrunk evaluation rests on, on each exporter's block: evaluated on its first 4
+    tokens alone, the block gives what the whole 16-token evaluation gives for them, to the
+    float32 rounding of the expert matmuls' other summation order (`_rtol`)."""
+    fm = fuse_moe_module()
+    region, x, out = _block(_graph(samples_dir, sample))
+    probe = np.random.default_rng(1).standard_normal(x.type.shape).astype(np.float32)
+    h = x.type.shape[-1]
+    whole = fm.eval_nodes(region, {x: probe})[out].reshape(-1, h)[:4]
+    alone = fm._evaluate_tokenwise(region, x, probe.reshape(-1, h)[:4], out, 4)
+    assert isinstance(alone, np.ndarray), alone
+    tol = fm._rtol(h, 96) * float(np.max(np.abs(whole)))
+    np.testing.assert_allclose(alone, whole, rtol=0, atol=tol)
+
+
+def test_a_node_that_moves_or_gathers_tokens_is_not_established_token_wise(
+    samples_dir: Path,
+) -> None:
+    """`_keeps_tokens_apart` refuses a Transpose that moves the token axis inward and a gather
+    from computed values (it indexes tokens), and keeps a Transpose of the other axes."""
+    fm = fuse_moe_module()
+    t = Value("t", TensorType(DType.FLOAT32, (16, 2, 64)))
+    y = Value("y", TensorType(DType.FLOAT32, (2, 16, 64)))
+    idx = Value("i", TensorType(DType.INT64, (16, 1)))
+    lead = {t: 1, idx: 1}
+    inward = Node(Op.TRANSPOSE, (t,), (y,), (("perm", (1, 0, 2)),), "tr", ())
+    inner = Node(Op.TRANSPOSE, (t,), (y,), (("perm", (0, 2, 1)),), "tr", ())
+    gather = Node(Op.GATHER_ND, (t, idx), (y,), (("batch_dims", 0),), "g", ())
+    assert not fm._keeps_tokens_apart(inward, lead)
+    assert fm._keeps_tokens_apart(inner, lead)
+    assert not fm._keeps_tokens_apart(gather, lead)
