@@ -91,20 +91,25 @@ def test_moe_buffers_of_a_decode_step_and_a_chunk_by_hand() -> None:
 
 
 def test_gpt_oss_120b_block_buffers_by_hand() -> None:
-    """gpt-oss-120B's block (H = F = 2880, E = 128, k = 4) on 720 x 896 of wse3: 128 bands of
-    7 columns, kh = 4, ni = cdiv(2880, 7) = 412. The chunk of 8 tokens buffers 8,880 B a PE,
-    6,592 B of it one pair's gate/up partials; holding every chunk token's partials, as the
-    kind did before, would be 52,736 B."""
+    """gpt-oss-120B's block (H = F = 2880, E = 128, k = 4) on 480 x 640 of wse3 (the region
+    its context-2048 compile chose, `bench/RESULTS.md`): 128 bands of 5 columns, kh = 6,
+    ni = 2880 / 5 = 576. The chunk of 8 tokens buffers 12,352 B a PE, 11,520 of it one pair's
+    gate/up partials and h; holding every chunk token's partials, as the kind did before,
+    would take 74,304 B, more than a PE's SRAM."""
     ctx = CostContext(load_target("wse3"), "mixed")
     g = dict(tokens=2048, H=2880, F=2880, E=128, k=4, router="softmax", normalize=True,
              S=0, shared="none", bias=True, activation="clamped_silu")  # fmt: skip
-    got = moe_buffers(g, 720, 896, ctx, 8)
-    assert got == 2 * 8 * 4 * 2 + 2 * 8 * 8 * 2 + 2 * 2 * 412 * 4 + 2 * 412 * 2 + 2 * 8 * 4 * 4
-    assert got == 8880
-    # a decode step: one expert a band (ep 1), so the busiest band's one pair reads one
-    # expert's tiles and biases, column 0 the router's 128 columns and biases
-    d = moe_decode(g, 720, 896, ctx, 1)
-    assert d.bytes_read == (3 * 4 * 412 + 4 * 128 + (2 * 412 + 4) + 128) * 2 == 12824
+    got = moe_buffers(g, 480, 640, ctx, 8)
+    assert got == 2 * 8 * 6 * 2 + 2 * 8 * 8 * 2 + 2 * 2 * 576 * 4 + 2 * 576 * 2 + 2 * 8 * 6 * 4
+    assert got == 12352
+    assert 2 * 8 * 6 * 2 + 2 * 8 * 2 * 576 * 4 + 2 * 8 * 6 * 4 == 74304 > 49152
+    # a decode step: one expert a band (ep 1), so the busiest band's one pair reads its
+    # expert's tiles and biases, column 0 the router's 128 columns and biases: every weight
+    # byte the PE holds
+    d = moe_decode(g, 480, 640, ctx, 1)
+    c = kernel_cost(Kernel("moe", KernelKind.MOE, g), 480, 640, "mixed", load_target("wse3"))
+    assert d.bytes_read == (3 * 6 * 576 + 6 * 128 + (2 * 576 + 6) + 128) * 2 == 24844
+    assert d.bytes_read == c.sram.weights
 
 
 def test_moe_decode_reads_only_the_experts_its_tokens_choose() -> None:
