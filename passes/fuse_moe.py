@@ -20,7 +20,12 @@ exporter's node order. Anchored on a TopK:
    order (halves or interleaved) reproduces the region;
 5. the check: the candidate `Moe` (each router form, renormalised or not, each weight layout)
    and the region are evaluated on random x of the graph's shape; the first candidate that
-   agrees to float32 rounding replaces the region.
+   agrees to float32 rounding replaces the region. A region too large to evaluate whole
+   (MAX_PROBE_ELEMS) is evaluated on its first FEW_TOKENS tokens alone when it is established
+   token-wise — every value it computes laid out token by token (`token_axes`) and every node
+   keeping tokens apart (`_keeps_tokens_apart`) — so the check's size does not grow with the
+   bound token count (`_evaluate_tokenwise`); else on every token with those past FEW_TOKENS
+   NaN (`_evaluate_few`), which a region that mixes tokens carries into the checked ones.
 
 A shared expert (Qwen2-MoE: a SwiGLU MLP of plain Linears every token goes through, scaled or
 not by sigmoid(x·w) per token) added to the routed sum joins the block: the Add is the block's
@@ -50,7 +55,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from wsecc.ir.arrays import dense, is_uniform, same_data
-from wsecc.ir.core import Graph, Node, Op, Value
+from wsecc.ir.core import Graph, IRError, Node, Op, Value
 from wsecc.ir.rewrite import (
     LAYOUT,
     GraphView,
@@ -74,11 +79,12 @@ the clamp and not only its inside."""
 MAX_PROBE_ELEMS = 1 << 26
 """The most elements the block's values may hold for the check to evaluate it whole (each
 gathered expert weight is materialised per token and choice: 256 MiB of float32 here). A larger
-block (real-size experts: Mixtral 8x7B's holds 353M elements a token) is checked on a few
-tokens (`_evaluate_few`); what that still cannot hold is not fused, and the note says how many
-tokens fit."""
+block (real-size experts: Mixtral 8x7B's holds 353M elements a token; a long context) is
+checked on a few tokens: alone when it is established token-wise (`_evaluate_tokenwise`, whose
+size does not grow with the bound token count), else with the others NaN (`_evaluate_few`);
+what neither can hold is not fused, and the note says how many tokens fit."""
 FEW_TOKENS = 4
-"""The tokens a block too large to evaluate whole is checked on (`_evaluate_few`)."""
+"""The tokens a block too large to evaluate whole is checked on (`_few_token_outputs`)."""
 
 
 def _viewed(view: GraphView, v: Value) -> Value:
@@ -237,16 +243,20 @@ def _lazy_gathers(region: list[Node], experts: int) -> dict[Value, tuple[np.ndar
 
 
 def _gathered_matmul(
-    m: Node, vals: dict[Value, np.ndarray], lazy: dict[Value, tuple[np.ndarray, Node]]
+    m: Node,
+    vals: dict[Value, np.ndarray],
+    lazy: dict[Value, tuple[np.ndarray, Node]],
+    shape: tuple[int, ...] | None = None,
 ) -> np.ndarray:
     """MatMul `m` of a gathered weight G[r] = stack[ids[r]] and rows A[r], row by row, grouped by
-    expert; a row whose A[r] is not finite (a token outside the check) is NaN, not computed."""
+    expert; a row whose A[r] is not finite (a token outside the check) is NaN, not computed.
+    `shape` is the output's (m's own unless the region is evaluated on fewer tokens)."""
     left = m.inputs[0] in lazy
     g, a = (m.inputs[0], m.inputs[1]) if left else (m.inputs[1], m.inputs[0])
     stack, gather = lazy[g]
     ids = np.asarray(vals[gather.inputs[1]]).reshape(-1).astype(np.int64) % stack.shape[0]
     rows = np.asarray(vals[a])
-    out = np.full(m.output.type.shape, np.nan, np.float32)
+    out = np.full(shape or m.output.type.shape, np.nan, np.float32)
     live = np.isfinite(rows.reshape(len(ids), -1)).all(axis=1)
     for e in np.unique(ids[live]):
         r = np.flatnonzero(live & (ids == e))
@@ -258,6 +268,131 @@ def _gathered_matmul(
         else:
             out[r] = stack[e] @ rows[r] if left else rows[r] @ stack[e]
     return out
+
+
+_ELEMENTWISE = frozenset(
+    {
+        *(Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAX, Op.MIN, Op.MOD, Op.AND, Op.OR, Op.XOR),
+        *(Op.EQUAL, Op.LESS, Op.LESS_EQUAL, Op.GREATER, Op.GREATER_EQUAL, Op.WHERE),
+        *(Op.NEG, Op.ABS, Op.SQRT, Op.RECIPROCAL, Op.EXP, Op.LOG, Op.ERF, Op.TANH, Op.SIGMOID),
+        *(Op.RELU, Op.NOT, Op.ISNAN, Op.ISINF, Op.CAST, Op.IDENTITY, Op.DROPOUT, Op.GELU),
+    }
+)
+"""Ops that act on each element (with broadcasting): token-wise whatever their operands' layout."""
+_ALONG_LAST = frozenset({Op.LINEAR, Op.GATED_LINEAR, Op.LAYER_NORM, Op.RMS_NORM})
+"""Ops over the last axis of their first operand, their other operands (weights) constant or
+elementwise (the norms' skips)."""
+_ALONG_AXES = frozenset(
+    {Op.SOFTMAX, Op.TOP_K, Op.CUMSUM, Op.CONCAT, Op.SPLIT, Op.SLICE}
+    | {Op.REDUCE_SUM, Op.REDUCE_MEAN, Op.REDUCE_MAX}
+)
+"""Ops along the axes their `axis` or `axes` attribute names (all of them when unset)."""
+
+
+def token_axes(shape: tuple[int, ...], tokens: int) -> int | None:
+    """How many leading axes of a value of `shape` hold the token index, when its data is laid
+    out token by token (token t's values a contiguous block, in token order): the shortest
+    prefix of axes whose extent is a multiple of `tokens`. None when no prefix is (the value
+    does not hold a whole number of blocks per token)."""
+    extent = 1
+    for i, d in enumerate(shape):
+        extent *= d
+        if extent % tokens == 0:
+            return i + 1
+    return None
+
+
+def _fewer_tokens(shape: tuple[int, ...], lead: int, tokens: int, few: int) -> tuple[int, ...]:
+    """`shape` holding `few` of its `tokens` tokens: its `lead` token axes become ones and the
+    innermost of them the few tokens' rows, so that every axis keeps its index."""
+    rows = int(np.prod(shape[:lead])) // tokens * few
+    return (1,) * (lead - 1) + (rows,) + shape[lead:]
+
+
+def _keeps_tokens_apart(n: Node, lead: dict[Value, int]) -> bool:
+    """Whether `n`, given its computed operands' token axes `lead`, computes each token's block
+    of its outputs from that token's blocks of its operands alone: elementwise and layout ops
+    (a Reshape keeps the data's order; a Transpose that keeps the token axes in front), ops
+    along axes past the token axes, Linears and matmuls contracting past them, and gathers
+    from constants. Anything else (an op that indexes or reduces over tokens, one not listed)
+    is not established token-wise."""
+    computed = [v for v in n.inputs if v in lead]
+    if n.op in _ELEMENTWISE or n.op in (Op.RESHAPE, Op.EXPAND):
+        return True
+    if n.op is Op.TRANSPOSE:
+        perm = tuple(n.attr("perm"))
+        return all(perm[: lead[v]] == tuple(range(lead[v])) for v in computed)
+    if n.op in _ALONG_AXES:
+        rank = n.inputs[0].type.rank
+        axes = (
+            n.attr("axes")
+            if n.op not in (Op.SOFTMAX, Op.TOP_K, Op.CUMSUM, Op.CONCAT, Op.SPLIT)
+            else (n.attr("axis"),)
+        )
+        if not axes or any(a is None for a in axes):
+            return False
+        return all(int(a) % rank >= lead[v] for a in axes for v in computed)
+    if n.op in _ALONG_LAST:
+        weights = n.inputs[1:] if n.op in (Op.LINEAR, Op.GATED_LINEAR) else ()
+        first = n.inputs[0]
+        return all(w.is_const for w in weights) and lead.get(first, 0) < first.type.rank
+    if n.op is Op.MATMUL:
+        a, b = n.inputs
+        return (a not in lead or lead[a] < a.type.rank) and (
+            b not in lead or lead[b] <= b.type.rank - 2
+        )
+    if n.op in (Op.GATHER, Op.GATHER_ND):
+        return n.inputs[0].is_const
+    return False
+
+
+def _evaluate_tokenwise(
+    region: list[Node], x: Value, rows: np.ndarray, out: Value, experts: int
+) -> np.ndarray | str:
+    """What the region computes of `rows` (the first few tokens' x, [few, H]) evaluated on those
+    tokens alone: every value of the region shrunk to the few tokens' blocks
+    (`_fewer_tokens`), its Reshapes and Expands to the shrunk shapes, the gathered expert
+    weights never materialised (`_gathered_matmul`). Sound when the region keeps tokens apart:
+    every value it computes is laid out token by token (`token_axes`) and every node computes
+    a token's block from that token's blocks alone (`_keeps_tokens_apart`), so the shrunk
+    evaluation is the whole one's first few tokens, whatever the bound token count. The output
+    [few, H], or why the region is not established token-wise (a phrase)."""
+    h = x.type.shape[-1]
+    tokens, few = x.type.size // h, rows.shape[0]
+    lazy = _lazy_gathers(region, experts)
+    lead: dict[Value, int] = {}
+    for v in [x, *(v for n in region for v in n.outputs)]:
+        axes = token_axes(v.type.shape, tokens)
+        if axes is None:
+            return f"{v.name!r} {v.type.shape} is not laid out token by token"
+        lead[v] = axes
+    apart = next((n for n in region if not _keeps_tokens_apart(n, lead)), None)
+    if apart is not None:
+        return f"{apart.op.name} {apart.name!r} is not established to keep tokens apart"
+    shape = {v: _fewer_tokens(v.type.shape, a, tokens, few) for v, a in lead.items()}
+    size = sum(int(np.prod(shape[v])) for n in region for v in n.outputs if v not in lazy)
+    if size > MAX_PROBE_ELEMS:
+        return f"{few} tokens' values of the block hold {size:,} elements"
+    vals: dict[Value, np.ndarray] = {x: rows.reshape(shape[x])}
+    for n in region:
+        if n.outputs[0] in lazy:
+            continue
+        if n.op is Op.MATMUL and any(v in lazy for v in n.inputs):
+            vals[n.output] = _gathered_matmul(n, vals, lazy, shape[n.output])
+            continue
+        attrs = n.attr_dict
+        if n.op in (Op.RESHAPE, Op.EXPAND):
+            attrs["shape"] = shape[n.output]
+        args = [c if (c := v.const) is not None else vals[v] for v in n.inputs]
+        try:
+            results = evaluate_op(n.op, args, attrs)
+        except (ValueError, IndexError, IRError) as err:
+            return f"{n.op.name} {n.name!r} does not evaluate on fewer tokens ({err})"
+        for v, r in zip(n.outputs, results, strict=True):
+            if np.shape(r) != shape[v]:
+                return f"{n.op.name} {n.name!r} gives {np.shape(r)} on fewer tokens, not {shape[v]}"
+            vals[v] = np.asarray(r)
+    return vals[out].reshape(few, h)
 
 
 def _evaluate_few(
@@ -287,6 +422,38 @@ def _evaluate_few(
         for v, r in zip(n.outputs, evaluate_op(n.op, args, n.attr_dict), strict=True):
             vals[v] = np.asarray(r)
     return vals[out].reshape(-1, h)[:few].reshape(few, h), few
+
+
+def _few_token_outputs(
+    region: list[Node], x: Value, probes: list[np.ndarray], out: Value, experts: int
+) -> tuple[list[np.ndarray], int]:
+    """The region's output on the first FEW_TOKENS tokens of each probe, for a block too large
+    to evaluate whole: on those tokens alone when the region keeps tokens apart
+    (`_evaluate_tokenwise`, independent of the bound token count), else with the other tokens
+    NaN (`_evaluate_few`, which holds every token's values). NoMatch when neither can."""
+    h = x.type.shape[-1]
+    tokens = x.type.size // h
+    few = min(FEW_TOKENS, tokens)
+    shrunk = [_evaluate_tokenwise(region, x, p.reshape(-1, h)[:few], out, experts) for p in probes]
+    if all(isinstance(f, np.ndarray) for f in shrunk):
+        return [f for f in shrunk if isinstance(f, np.ndarray)], few
+    why = next(f for f in shrunk if isinstance(f, str))
+    found = [_evaluate_few(region, x, p, out, experts) for p in probes]
+    if all(f is not None for f in found):
+        return [f[0] for f in found if f is not None], few
+    lazy = _lazy_gathers(region, experts)
+    kept = sum(v.type.size for n in region for v in n.outputs if v not in lazy)
+    fit = MAX_PROBE_ELEMS // -(-kept // max(1, tokens))
+    raise NoMatch(
+        f"the check cannot evaluate the block on a few tokens alone ({why}) and the block holds "
+        f"{kept:,} elements besides its gathered weights, over the {MAX_PROBE_ELEMS:,} it "
+        "evaluates: "
+        + (
+            f"bind at most {fit} tokens (--seq x --batch)"
+            if fit
+            else "not even one token's values fit"
+        )
+    )
 
 
 def _moe(xs: list[np.ndarray], attrs: dict[str, object]) -> np.ndarray:
@@ -381,23 +548,7 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
             wants = [eval_nodes(region, {x: p})[out].reshape(tokens, h) for p in probes]
             few = tokens
         else:
-            found = [_evaluate_few(region, x, p, out, e) for p in probes]
-            if any(f is None for f in found):
-                lazy = _lazy_gathers(region, e)
-                kept = sum(v.type.size for n in region for v in n.outputs if v not in lazy)
-                per_token = -(-kept // max(1, tokens))
-                fit = MAX_PROBE_ELEMS // per_token
-                raise NoMatch(
-                    f"the block holds {kept:,} elements besides its gathered weights, over the "
-                    f"{MAX_PROBE_ELEMS:,} its check evaluates: "
-                    + (
-                        f"bind at most {fit} tokens (--seq x --batch)"
-                        if fit
-                        else "not even one token's values fit"
-                    )
-                )
-            wants = [f[0] for f in found if f is not None]
-            few = min(FEW_TOKENS, tokens)
+            wants, few = _few_token_outputs(region, x, probes, out, e)
         candidates = itertools.product(
             shared_forms,
             _layouts(stacks, biases, h),

@@ -17,7 +17,7 @@ from wsecc.targets import load_target
 from wsecc.kernels import Kernel, KernelKind, kernel_cost
 from wsecc.kernels.costs import CostContext
 from wsecc.kernels.kinds.matmul import GATE_OPS
-from wsecc.kernels.kinds.moe import moe_decode, router_ops
+from wsecc.kernels.kinds.moe import moe_buffers, moe_decode, router_ops
 
 P = dict(tokens=16, H=64, F=32, E=4, k=2, router="softmax", normalize=True, S=0, shared="none")
 
@@ -31,7 +31,12 @@ def test_moe_cost_on_4x8_by_hand() -> None:
     Mb = cdiv(16 x 2 x 1, 4) = 8 (token, choice) pairs of the 16 tokens' 32."""
     c = kernel_cost(Kernel("moe", KernelKind.MOE, P), 4, 8, "mixed", load_target("tiny32"))
     assert c.sram.weights == (3 * 16 * 16 + 16 * 4) * 2 == 1664  # one expert + router tile
-    assert c.sram.buffers == 2 * 8 * 16 * 2 + 2 * 8 * 32 * 4 + 2 * 8 * 16 * 4 == 3584
+    # x and decisions of the chunk's 8 tokens, one pair's gate/up partials and h, 8 sums
+    assert (
+        c.sram.buffers
+        == 2 * 8 * 16 * 2 + 2 * 8 * 4 * 2 + 2 * 2 * 16 * 4 + 2 * 16 * 2 + 2 * 8 * 16 * 4
+    )
+    assert c.sram.buffers == 1984
     router = 2 * 16 * 16 * 4 // 4 + 16 * 56  # logits' MACs, then scoring and choosing
     experts = 2 * 8 * 16 * 3 * 16 // 4 + 8 * 4 * 12  # 3 matrices, silu(g) u on own = 4
     combine = 2 * 8 * 16
@@ -73,6 +78,40 @@ def test_moe_decode_step_by_hand() -> None:
     assert d.latency == d.compute + d.reduction + d.broadcast
 
 
+def test_moe_buffers_of_a_decode_step_and_a_chunk_by_hand() -> None:
+    """On 4 x 8 of tiny32 (kh 16, ni 16, k 2): a decode step holds one token's x slice (32 B),
+    its decision (8 B), one pair's gate/up partials (128 B) and h (32 B), and one running sum
+    (64 B), each double-buffered; a chunk of 8 tokens holds 8 of the per-token ones and still
+    one pair's partials and h, whatever the router sends the band."""
+    ctx = CostContext(load_target("tiny32"), "mixed")
+    one = moe_buffers(P, 4, 8, ctx, 1)
+    assert one == 2 * (16 * 2 + 2 * 2 * 2 + 2 * 16 * 4 + 16 * 2 + 16 * 4) == 528
+    per_token = 2 * (16 * 2 + 2 * 2 * 2 + 16 * 4)
+    assert moe_buffers(P, 4, 8, ctx, 8) == one + 7 * per_token == 1984
+
+
+def test_gpt_oss_120b_block_buffers_by_hand() -> None:
+    """gpt-oss-120B's block (H = F = 2880, E = 128, k = 4) on 480 x 640 of wse3 (the region
+    its context-2048 compile chose, `bench/RESULTS.md`): 128 bands of 5 columns, kh = 6,
+    ni = 2880 / 5 = 576. The chunk of 8 tokens buffers 12,352 B a PE, 11,520 of it one pair's
+    gate/up partials and h; holding every chunk token's partials, as the kind did before,
+    would take 74,304 B, more than a PE's SRAM."""
+    ctx = CostContext(load_target("wse3"), "mixed")
+    g = dict(tokens=2048, H=2880, F=2880, E=128, k=4, router="softmax", normalize=True,
+             S=0, shared="none", bias=True, activation="clamped_silu")  # fmt: skip
+    got = moe_buffers(g, 480, 640, ctx, 8)
+    assert got == 2 * 8 * 6 * 2 + 2 * 8 * 8 * 2 + 2 * 2 * 576 * 4 + 2 * 576 * 2 + 2 * 8 * 6 * 4
+    assert got == 12352
+    assert 2 * 8 * 6 * 2 + 2 * 8 * 2 * 576 * 4 + 2 * 8 * 6 * 4 == 74304 > 49152
+    # a decode step: one expert a band (ep 1), so the busiest band's one pair reads its
+    # expert's tiles and biases, column 0 the router's 128 columns and biases: every weight
+    # byte the PE holds
+    d = moe_decode(g, 480, 640, ctx, 1)
+    c = kernel_cost(Kernel("moe", KernelKind.MOE, g), 480, 640, "mixed", load_target("wse3"))
+    assert d.bytes_read == (3 * 6 * 576 + 6 * 128 + (2 * 576 + 6) + 128) * 2 == 24844
+    assert d.bytes_read == c.sram.weights
+
+
 def test_moe_decode_reads_only_the_experts_its_tokens_choose() -> None:
     """Two experts per band (w = 2): one token's two choices may both land in one band, which
     then reads both experts; four tokens read no more than the band holds."""
@@ -101,7 +140,7 @@ def test_a_shared_expert_adds_its_work_on_every_token() -> None:
     q = {**P, "S": 32, "shared": "sigmoid"}
     c = kernel_cost(Kernel("m", KernelKind.MOE, q), 4, 8, "mixed", t)
     assert c.sram.weights - routed.sram.weights == (3 * 16 * 4 + 16) * 2
-    assert c.sram.buffers - routed.sram.buffers == 2 * 8 * 2 * 4 * 4
+    assert c.sram.buffers - routed.sram.buffers == 2 * 2 * 4 * 4 + 2 * 4 * 2  # partials, h_s
     shared = 2 * 16 * 16 * 3 * 4 // 4 + 16 * 1 * 12 + (2 * 16 * 16 // 4 + 16 * (10 + 16))
     assert c.compute_cycles - routed.compute_cycles == shared
     spec = Kernel("m", KernelKind.MOE, q).spec

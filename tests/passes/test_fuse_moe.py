@@ -4,6 +4,7 @@ become one `moe` op computing what the block computed; a block that computes som
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import numpy as np
@@ -12,14 +13,16 @@ from wsecc.passes import PASSES, PassContext
 
 from wsecc.frontend.onnx import import_model
 from wsecc.interp import run
-from wsecc.ir.core import Graph, Node, Op
+from wsecc.ir.core import DType, Graph, Node, Op, TensorType, Value
 from wsecc.ir.verify import verify
 
 BEFORE = ("canonicalize", "fuse-embedding", "fuse-linear")
 
 
-def _graph(samples_dir: Path, name: str = "mixtral_dynamo.onnx") -> Graph:
-    g, _ = import_model(samples_dir / name, batch=2, seq=8)
+def _graph(
+    samples_dir: Path, name: str = "mixtral_dynamo.onnx", batch: int = 2, seq: int = 8
+) -> Graph:
+    g, _ = import_model(samples_dir / name, batch=batch, seq=seq)
     ctx = PassContext()
     for p in BEFORE:
         g = PASSES[p](g, ctx)
@@ -119,40 +122,103 @@ def test_a_block_whose_routing_is_used_outside_is_not_fused(samples_dir: Path, l
     assert any("used outside it" in n for n in ctx.notes)
 
 
-def test_a_block_too_large_to_evaluate_whole_is_checked_on_a_few_tokens(
+def test_a_block_too_large_to_evaluate_whole_is_checked_on_a_few_tokens_alone(
     samples_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Past MAX_PROBE_ELEMS the check evaluates FEW_TOKENS tokens, the others NaN, without
-    materialising the gathered expert weights: the block still fuses, to the same function.
-    What even that cannot hold is not fused, and the note says how many tokens would fit."""
-    import importlib
-
+    """Past MAX_PROBE_ELEMS the check evaluates FEW_TOKENS tokens alone, the region shrunk to
+    them (its Reshapes too) and the gathered expert weights never materialised: what it holds
+    does not grow with the bound token count, so the block fuses at 16 tokens and at 2,048
+    under a limit that 16 tokens' whole evaluation exceeds, to the same function."""
     fuse_moe = importlib.import_module("wsecc.passes.fuse_moe")
+    monkeypatch.setattr(fuse_moe, "MAX_PROBE_ELEMS", 20_000)
     g = _graph(samples_dir)  # 16 tokens; the whole block holds about 40,000 elements a token
-    monkeypatch.setattr(fuse_moe, "MAX_PROBE_ELEMS", 200_000)
     out = PASSES["fuse-moe"](g, PassContext())
     assert [n.op for n in out.nodes].count(Op.MOE) == 2
     feeds = _feeds(g)
     want, got = run(g, feeds), run(out, feeds)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+    big = _graph(samples_dir, batch=1, seq=2048)
+    out = PASSES["fuse-moe"](big, PassContext())
+    assert [n.op for n in out.nodes].count(Op.MOE) == 2
+
+
+def test_token_axes_find_the_token_index_in_front() -> None:
+    """The leading axes whose extent is a multiple of the token count hold the token index."""
+    assert fuse_moe_module().token_axes((2, 8, 64), 16) == 2
+    assert fuse_moe_module().token_axes((32, 1, 64), 16) == 1  # 16 tokens x 2 choices
+    assert fuse_moe_module().token_axes((4, 64), 16) == 2  # 16 values a token over both axes
+    assert fuse_moe_module().token_axes((3, 5), 16) is None  # not a whole block a token
+    assert fuse_moe_module().token_axes((), 16) is None
+
+
+def fuse_moe_module():  # type: ignore[no-untyped-def]
+    return importlib.import_module("wsecc.passes.fuse_moe")
+
+
+def test_a_block_not_established_token_wise_is_checked_with_the_other_tokens_nan(
+    samples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the region is not established to keep tokens apart, the few-token check falls
+    back to every token's values, those past FEW_TOKENS NaN (a region that mixes tokens
+    carries the NaN into the checked ones); what that cannot hold is not fused, and the note
+    says how many tokens would fit."""
+    fuse_moe = fuse_moe_module()
+    g = _graph(samples_dir)
+    monkeypatch.setattr(fuse_moe, "_keeps_tokens_apart", lambda n, lead: False)
+    monkeypatch.setattr(fuse_moe, "MAX_PROBE_ELEMS", 200_000)
+    out = PASSES["fuse-moe"](g, PassContext())
+    assert [n.op for n in out.nodes].count(Op.MOE) == 2
     for limit, says in ((1000, "not even one token's values fit"),
                         (20_000, "bind at most 6 tokens (--seq x --batch)")):  # fmt: skip
         monkeypatch.setattr(fuse_moe, "MAX_PROBE_ELEMS", limit)
         ctx = PassContext()
         out = PASSES["fuse-moe"](g, ctx)
         assert Op.MOE not in [n.op for n in out.nodes]
-        assert any(says in n for n in ctx.notes), ctx.notes
+        assert any("is not established to keep tokens apart" in n and says in n
+                   for n in ctx.notes), ctx.notes  # fmt: skip
+
+
+def _with_router(g: Graph, change: str) -> Graph:
+    """g with layer 0's router changed: "mixing" scores over the tokens (Softmax along axis 0),
+    "bottom" keeps the k least likely experts (TopK of the negated scores)."""
+    soft = next(n for n in g.nodes if n.op is Op.SOFTMAX and n.output.type.shape[-1] == 4)
+    if change == "mixing":
+        return _replace(g, soft, Node(Op.SOFTMAX, soft.inputs, soft.outputs, (("axis", 0),),
+                                      soft.name, soft.origin))  # fmt: skip
+    neg = Value(f"{soft.output.name}/neg", soft.output.type)
+    nodes = []
+    for n in g.nodes:
+        if n.op is Op.TOP_K and n.inputs[0] is soft.output:
+            nodes.append(Node(Op.NEG, (soft.output,), (neg,), (), f"{n.name}/neg", n.origin))
+            n = Node(n.op, (neg,), n.outputs, n.attrs, n.name, n.origin)
+        nodes.append(n)
+    return g.replace(nodes)
+
+
+@pytest.mark.parametrize("change", ["mixing", "bottom"])
+@pytest.mark.parametrize("limit", [None, 20_000])
+def test_a_wrong_router_is_refused_whole_and_on_a_few_tokens(
+    samples_dir: Path, monkeypatch: pytest.MonkeyPatch, change: str, limit: int | None
+) -> None:
+    """A router whose scores mix tokens, or that keeps the k least likely experts, computes no
+    mixture of experts the `moe` op has: refused when the check evaluates the whole block and
+    when it evaluates a few tokens (the mixing one is not token-wise, so its few tokens are
+    checked with the others NaN)."""
+    if limit is not None:
+        monkeypatch.setattr(fuse_moe_module(), "MAX_PROBE_ELEMS", limit)
+    ctx = PassContext()
+    out = PASSES["fuse-moe"](_with_router(_graph(samples_dir), change), ctx)
+    assert [n.op for n in out.nodes].count(Op.MOE) == 1  # the other layer still fuses
+    assert any("computes what the block computes" in n or "bind at most" in n
+               for n in ctx.notes), ctx.notes  # fmt: skip
 
 
 def test_the_few_token_check_still_refuses_another_function(
     samples_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The combine maxed instead of summed is refused on the few-token path too."""
-    import importlib
-
-    fuse_moe = importlib.import_module("wsecc.passes.fuse_moe")
-    monkeypatch.setattr(fuse_moe, "MAX_PROBE_ELEMS", 200_000)
+    monkeypatch.setattr(fuse_moe_module(), "MAX_PROBE_ELEMS", 20_000)
     g = _graph(samples_dir)
     combine = next(n for n in g.nodes if n.op is Op.REDUCE_SUM and n.output.type.shape[-1] == 64)
     g = _replace(g, combine, Node(Op.REDUCE_MAX, combine.inputs, combine.outputs, combine.attrs,
@@ -210,3 +276,52 @@ def test_the_clamp_is_checked_where_it_bites(samples_dir: Path) -> None:
     out = PASSES["fuse-moe"](_with_bounds(g, (Op.MIN,), 700.0), ctx)
     assert [n.attr("limit") for n in out.nodes if n.op is Op.MOE] == [7.0]
     assert any("computes what the block computes" in n for n in ctx.notes)
+
+
+def _block(g: Graph) -> tuple[list[Node], Value, Value]:
+    """Layer 0's block as fuse-moe delimits it: (region, x, output)."""
+    fm = fuse_moe_module()
+    view = fm.GraphView(g)
+    topk = next(n for n in g.nodes if n.op is Op.TOP_K)
+    x = fm._viewed(view, fm._router(view, topk).inputs[0])
+    routed = fm._block_output(view, topk, x)
+    out = fm._with_shared(view, topk, routed) or routed
+    return fm._region(view, x, out), x, out
+
+
+@pytest.mark.parametrize(
+    "sample", ["mixtral_dynamo.onnx", "qwen2moe_dynamo.onnx", "gptoss_dynamo.onnx"]
+)
+def test_the_block_on_a_few_tokens_alone_is_the_whole_blocks_first_tokens(
+    samples_dir: Path, sample: str
+) -> None:
+    """What the shrunk evaluation rests on, on each exporter's block: evaluated on its first 4
+    tokens alone, the block gives what the whole 16-token evaluation gives for them, to the
+    float32 rounding of the expert matmuls' other summation order (`_rtol`)."""
+    fm = fuse_moe_module()
+    region, x, out = _block(_graph(samples_dir, sample))
+    probe = np.random.default_rng(1).standard_normal(x.type.shape).astype(np.float32)
+    h = x.type.shape[-1]
+    whole = fm.eval_nodes(region, {x: probe})[out].reshape(-1, h)[:4]
+    alone = fm._evaluate_tokenwise(region, x, probe.reshape(-1, h)[:4], out, 4)
+    assert isinstance(alone, np.ndarray), alone
+    tol = fm._rtol(h, 96) * float(np.max(np.abs(whole)))
+    np.testing.assert_allclose(alone, whole, rtol=0, atol=tol)
+
+
+def test_a_node_that_moves_or_gathers_tokens_is_not_established_token_wise(
+    samples_dir: Path,
+) -> None:
+    """`_keeps_tokens_apart` refuses a Transpose that moves the token axis inward and a gather
+    from computed values (it indexes tokens), and keeps a Transpose of the other axes."""
+    fm = fuse_moe_module()
+    t = Value("t", TensorType(DType.FLOAT32, (16, 2, 64)))
+    y = Value("y", TensorType(DType.FLOAT32, (2, 16, 64)))
+    idx = Value("i", TensorType(DType.INT64, (16, 1)))
+    lead = {t: 1, idx: 1}
+    inward = Node(Op.TRANSPOSE, (t,), (y,), (("perm", (1, 0, 2)),), "tr", ())
+    inner = Node(Op.TRANSPOSE, (t,), (y,), (("perm", (0, 2, 1)),), "tr", ())
+    gather = Node(Op.GATHER_ND, (t, idx), (y,), (("batch_dims", 0),), "g", ())
+    assert not fm._keeps_tokens_apart(inward, lead)
+    assert fm._keeps_tokens_apart(inner, lead)
+    assert not fm._keeps_tokens_apart(gather, lead)

@@ -34,8 +34,7 @@ Costs per sample (M = tokens), busiest PE (a band's column 0 also holds the rout
                                         choices spread evenly over the experts (the expected
                                         load; a skewed router's busiest band is not modelled)
     weights  = (ep 3 kh ni + kh E) sb
-    buffers  = 2 c kh sb + 2 c 2 ni ab + 2 c kh ab      input chunk, gate/up partials, running
-                                                        sums (c = the chunk's tokens)
+    buffers  = `moe_buffers` (below), with c = the chunk's tokens
     compute  = cdiv(2 M kh E, f) + cdiv(M ROUTER_OPS, v)             the router
              + cdiv(2 Mb kh 3 ni, f) + cdiv(Mb cdiv(ni, h) GATE_OPS, v) the chosen experts
              + cdiv(2 Mb kh, v)                                        weight and add (combine)
@@ -52,7 +51,7 @@ A shared expert (S > 0) is spread over the whole region, every token going throu
 partials reduce down the columns, h_s goes back up, and its W_down partial joins the row's
 running sum; its sigmoid gate is one more column of the router's tile. It adds
 
-    weights  + (3 kh ns + sig kh) sb          buffers + 2 c 2 ns ab
+    weights  + (3 kh ns + sig kh) sb          buffers: `moe_buffers`'s ns terms
     compute  + cdiv(2 M kh 3 ns, f) + cdiv(M cdiv(ns, h) GATE_OPS, v)
              + sig (cdiv(2 M kh, f) + cdiv(M (SIGMOID_OPS + kh), v))
     link     max with red cdiv(M 2 ns ab, L) and cdiv(M ns sb, L)
@@ -71,6 +70,30 @@ holds its experts' gate/up bias slices and a down-bias slice, column 0 the route
 
 and `activation` "clamped_silu" (gpt-oss's gate) costs CLAMPED_GATE_OPS per hidden unit of a
 routed expert in place of GATE_OPS.
+
+Buffers (`moe_buffers`: what a PE must hold besides its weights while c tokens are in flight;
+c = the chunk's tokens in infer mode and prefill, c = B, one token per user, in a decode step):
+
+    x          2 c kh sb      the c tokens' x[H_i], double-buffered: every token is dispatched
+                              through every band, and a band's pairs read it until the chunk
+                              is done
+    decision   2 c 2k sb      the c tokens' k expert ids and k weights, double-buffered: the
+                              band picks its pairs from them
+    partials   2 2 (ni + ns) ab   one (token, choice) pair's gate/up partial sums (ni each),
+                              double-buffered: the band streams its pairs through its PEs one
+                              at a time, the next pair's multiply-adds overlapping the last
+                              one's reduction down the column; the shared expert (ns) likewise
+                              one token at a time
+    h          2 (ni + ns) sb     that pair's finished h = silu(g) u back up the column (and
+                              the shared expert's h_s), double-buffered
+    sums       2 c kh ab      the c tokens' running sums y[H_i] east along the row, each
+                              waiting for the PE's own pair of that token, double-buffered
+
+The gate/up partials and h do not grow with c: how many of a chunk's pairs land in a band
+depends on the router (cdiv(c k ep, E) expected, up to c min(k, ep)), and streaming them one
+at a time holds one pair's. The double buffer assumes a pair's multiply-adds (2 kh 3 ni / f
+cycles) cover its partials' move to the next row (2 ni ab / L); where they do not, the stall
+is the link term's, which the throughput already counts.
 
 The decode step (`moe_decode`, B tokens): only the experts the step's tokens choose are read —
 the busiest band computes B min(k, ep) (token, choice) pairs and reads min(ep, B k) experts'
@@ -148,6 +171,22 @@ def _moe_flops(p: Params) -> int:
     return int(2 * T * H * E + T * per_token)
 
 
+def moe_buffers(p: Params, h: int, w: int, ctx: CostContext, c: int) -> int:
+    """Bytes a PE of the busiest band buffers with c tokens in flight on h x w (module doc,
+    "Buffers"): the tokens' x slices, routing decisions and running sums, and one (token,
+    choice) pair's gate/up partials and h (the shared expert's with them)."""
+    _, wb, _ = _bands(p["E"], w)
+    kh, ni, ns = cdiv(p["H"], h), cdiv(p["F"], wb), cdiv(p["S"], w)
+    sb, ab = ctx.sb, ctx.ab
+    return (
+        2 * c * kh * sb
+        + 2 * c * 2 * p["k"] * sb
+        + 2 * 2 * (ni + ns) * ab
+        + 2 * (ni + ns) * sb
+        + 2 * c * kh * ab
+    )
+
+
 def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     """SRAM per PE and cycles per sample on h x w (module doc)."""
     M, H, F, E, k = p["tokens"], p["H"], p["F"], p["E"], p["k"]
@@ -170,7 +209,7 @@ def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
         w,
         weights=(ep * 3 * kh * ni + kh * E + 3 * kh * ns + sig * kh) * sb
         + bias * (ep * (2 * ni + kh) + E) * sb,
-        buffers=2 * c * kh * sb + 2 * c * 2 * (ni + ns) * ab + 2 * c * kh * ab,
+        buffers=moe_buffers(p, h, w, ctx, c),
         compute=cdiv(2 * M * kh * E, ctx.f)
         + cdiv(M * router_ops(E, k), ctx.v)
         + cdiv(2 * Mb * kh * 3 * ni, ctx.f)
