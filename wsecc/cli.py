@@ -31,8 +31,6 @@ from wsecc.passes.lower import lower_to_kernels
 from wsecc.pm import Level, check_level
 from wsecc.report.diff import diff_reports, format_diff, load_report
 from wsecc.report.outdir import check_compile_output, check_sweep_output
-from wsecc.sweep import load_spec, run_sweep
-from wsecc.sweep.report import check_golden, parse_tolerances, read_golden, write_report
 from wsecc.targets import list_targets, load_target
 from wsecc.version import __version__
 from wsecc.view import load_outdir, render_viewer
@@ -325,6 +323,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run a sweep spec's points not yet finished in the output folder."""
     from wsecc.progress import SweepDisplay
+    from wsecc.sweep import load_spec, run_sweep  # pandas and pyarrow: only for a sweep
 
     spec = load_spec(args.spec)
     out = Path(args.out) if args.out else Path(f"{spec.path.stem}.sweep")
@@ -344,6 +343,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_sweep_report(args: argparse.Namespace) -> int:
     """Draw a sweep's table; compare it with published figures or a golden table."""
+    from wsecc.sweep.report import check_golden, parse_tolerances, read_golden, write_report
+
     folder = Path(args.folder)
     tol = parse_tolerances(args.tolerance)  # the golden and the tolerances before any write
     gold = read_golden(folder, args.check_golden, tol) if args.check_golden else None
