@@ -29,6 +29,7 @@ from wsecc.kernels import fit_bounds
 from wsecc.options import Options, add_flags, argparse_type, from_args, option
 from wsecc.passes.lower import lower_to_kernels
 from wsecc.pm import Level, check_level
+from wsecc.report.artifacts import PNG_AUTO_MAX_PARAMS
 from wsecc.report.diff import diff_reports, format_diff, load_report
 from wsecc.report.outdir import check_compile_output, check_sweep_output
 from wsecc.targets import list_targets, load_target
@@ -54,6 +55,8 @@ EXAMPLES = """examples:
 
 _NOTES = {
     "validate": f" (default: on for models up to {VALIDATE_AUTO_MAX_PARAMS / 1e6:g}M parameters)",
+    "png": f" (default: on for models up to {PNG_AUTO_MAX_PARAMS / 1e6:g}M parameters: drawing "
+    "them takes 2 s of a real-size compile, matplotlib's import included)",
 }
 _CONTEXT = argparse_type(option("seq"))
 OUT_HELP = (
