@@ -55,8 +55,7 @@ EXAMPLES = """examples:
 
 _NOTES = {
     "validate": f" (default: on for models up to {VALIDATE_AUTO_MAX_PARAMS / 1e6:g}M parameters)",
-    "png": f" (default: on for models up to {PNG_AUTO_MAX_PARAMS / 1e6:g}M parameters: drawing "
-    "them takes 2 s of a real-size compile, matplotlib's import included)",
+    "png": f" (default: on for models up to {PNG_AUTO_MAX_PARAMS / 1e6:g}M parameters)",
 }
 _CONTEXT = argparse_type(option("seq"))
 OUT_HELP = (

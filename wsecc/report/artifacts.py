@@ -33,7 +33,7 @@ when they are drawn at all, never left from another simulation."""
 
 PNG_AUTO_MAX_PARAMS = VALIDATE_AUTO_MAX_PARAMS
 """`png=None` (auto) draws the PNGs for a model of at most this many parameters (the bundled
-samples); above it they take about 2 s of CPU of a compile (GPT-2 small, matplotlib's import
+samples); above it they take about 1.2 s of CPU of a compile (GPT-2 small, matplotlib's import
 included: bench/RESULTS.md, issue 34's third pass) that viewer.html makes unnecessary."""
 
 
