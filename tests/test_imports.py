@@ -41,9 +41,18 @@ HEAVY = frozenset(
         "rich",  # the progress display only
         "onnx_ir",  # constant folding only (and the sympy it imports)
         "networkx",  # one query of KernelGraph only
+        "scipy.special",  # erf and expit in the reference and the functional simulator only
+        "pyarrow",  # the sweep's results table only
     }
 )
-"""Third-party packages a module may import inside a function (seconds to load, or optional)."""
+"""Third-party packages (or subpackages, dotted) a module may import inside a function (seconds
+to load, or optional)."""
+
+
+def _is_heavy(module: str) -> bool:
+    """Whether third-party `module` is, or is inside, a `HEAVY` package."""
+    parts = module.split(".")
+    return any(".".join(parts[:n]) in HEAVY for n in range(1, len(parts) + 1))
 
 
 @cache
@@ -161,7 +170,7 @@ def heavy_modules() -> set[str]:
         name
         for name, path in mods.items()
         for node in _module_level(ast.parse(path.read_text(), str(path)).body)
-        if any(t.split(".")[0] in HEAVY for t in _resolve(name, path.name == "__init__.py", node))
+        if any(_is_heavy(t) for t in _resolve(name, path.name == "__init__.py", node))
     }
     graph = import_graph()
     heavy = set(direct)
@@ -246,7 +255,7 @@ def test_imports_inside_functions_are_read() -> None:
 def _loads_heavy(module: str, mods: dict[str, Path], heavy: set[str]) -> bool:
     """Whether importing `module` loads a `HEAVY` package (`heavy`: such library modules)."""
     if not module.startswith("wsecc."):
-        return module.split(".")[0] in HEAVY
+        return _is_heavy(module)
     while module not in mods and "." in module:  # `from m import name` names module m
         module = module.rpartition(".")[0]
     return module in heavy

@@ -114,3 +114,37 @@ def test_sweep_refuses_a_folder_that_is_no_sweeps(workdir: Path) -> None:
     (workdir / "sw" / "thesis.tex").write_text("")
     with pytest.raises(WseccError, match="thesis.tex"):
         check_sweep_output(workdir / "sw")
+
+
+PNGS = {"placement.png", "sram.png", "roofline.png"}
+
+
+def test_pngs_are_drawn_for_small_models_and_asked_for_above(tmp_path: Path, monkeypatch) -> None:
+    """The PNGs: by default for a model of at most PNG_AUTO_MAX_PARAMS parameters (a sample),
+    not above it (viewer.html stays), `--png` / `--no-png` either way; the report does not
+    depend on them."""
+    import json
+
+    import wsecc.report.artifacts as artifacts
+    from wsecc.cli import main
+    from wsecc.report.build import drop_timings
+
+    def files(name: str, *flags: str) -> dict[str, bytes]:
+        assert main(["compile", str(MODEL), *FAST, "-o", str(tmp_path / name), *flags]) == 0
+        return snapshot(tmp_path / name)
+
+    small = files("small")
+    assert PNGS | {"viewer.html"} <= set(small)
+    assert not PNGS & set(files("small-no", "--no-png"))
+    monkeypatch.setattr(artifacts, "PNG_AUTO_MAX_PARAMS", 1000)  # the sample is then "large"
+    large = files("large")
+    assert "viewer.html" in large and not PNGS & set(large)
+    asked = files("large-png", "--png")
+    assert PNGS <= set(asked)
+
+    def report(f: dict[str, bytes]) -> dict:
+        r = json.loads(f["report.json"])
+        drop_timings(r)
+        return r
+
+    assert report(large) == report(asked)

@@ -29,10 +29,9 @@ from wsecc.kernels import fit_bounds
 from wsecc.options import Options, add_flags, argparse_type, from_args, option
 from wsecc.passes.lower import lower_to_kernels
 from wsecc.pm import Level, check_level
+from wsecc.report.artifacts import PNG_AUTO_MAX_PARAMS
 from wsecc.report.diff import diff_reports, format_diff, load_report
 from wsecc.report.outdir import check_compile_output, check_sweep_output
-from wsecc.sweep import load_spec, run_sweep
-from wsecc.sweep.report import check_golden, parse_tolerances, read_golden, write_report
 from wsecc.targets import list_targets, load_target
 from wsecc.version import __version__
 from wsecc.view import load_outdir, render_viewer
@@ -56,6 +55,7 @@ EXAMPLES = """examples:
 
 _NOTES = {
     "validate": f" (default: on for models up to {VALIDATE_AUTO_MAX_PARAMS / 1e6:g}M parameters)",
+    "png": f" (default: on for models up to {PNG_AUTO_MAX_PARAMS / 1e6:g}M parameters)",
 }
 _CONTEXT = argparse_type(option("seq"))
 OUT_HELP = (
@@ -325,6 +325,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run a sweep spec's points not yet finished in the output folder."""
     from wsecc.progress import SweepDisplay
+    from wsecc.sweep import load_spec, run_sweep  # pandas and pyarrow: only for a sweep
 
     spec = load_spec(args.spec)
     out = Path(args.out) if args.out else Path(f"{spec.path.stem}.sweep")
@@ -344,6 +345,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_sweep_report(args: argparse.Namespace) -> int:
     """Draw a sweep's table; compare it with published figures or a golden table."""
+    from wsecc.sweep.report import check_golden, parse_tolerances, read_golden, write_report
+
     folder = Path(args.folder)
     tol = parse_tolerances(args.tolerance)  # the golden and the tolerances before any write
     gold = read_golden(folder, args.check_golden, tol) if args.check_golden else None

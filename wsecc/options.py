@@ -291,6 +291,12 @@ class Options:
         "run the tiled functional simulation and compare with onnxruntime",
         bool, nullable=True, commands=SIMULATE,
     )  # fmt: skip
+    png: bool | None = _opt(
+        None, "--png",
+        "draw placement.png, sram.png and roofline.png (and generate mode's decode_roofline.png) "
+        "into the output folder; viewer.html shows the same, interactively",
+        bool, nullable=True, commands=SIMULATE,
+    )  # fmt: skip
     sim: SimLevel = _opt(
         SimLevel.L1, "--sim",
         "performance model: l0 analytical, l1 event-level with contention and a trace",

@@ -244,6 +244,24 @@ def test_a_shape_is_costed_once() -> None:
     assert after.misses - before.misses <= 1 and after.hits - before.hits >= 2
 
 
+def test_a_menus_shapes_are_each_shapes_cost() -> None:
+    """`costs_over` (sizing's menus: the params sorted once for thousands of shapes) gives
+    `cost_at` of every shape, row-major, the very objects the cache holds; in training too."""
+    from wsecc.kernels.costs import CostContext, TrainCosts, cost_at, costs_over
+
+    k = Kernel("fc", KernelKind.LINEAR,
+               dict(tokens=16, K=64, N=96, has_bias=True, activation="gelu_erf", residual=False))  # fmt: skip
+    rows, cols = (1, 2, 5), (3, 4)
+    for ctx in (
+        CostContext(TINY, "mixed", 8),
+        CostContext(TINY, "mixed", 8, TrainCosts(8, {"fc": 3})),
+    ):
+        got = costs_over(k, rows, cols, ctx)
+        want = [cost_at(k, h, w, ctx) for h in rows for w in cols]
+        assert [(c.h, c.w) for c in got] == [(h, w) for h in rows for w in cols]
+        assert all(a is b for a, b in zip(got, want, strict=True))
+
+
 def test_grouped_kv_heads_hold_and_carry_fewer_keys_and_rotary_adds_its_work() -> None:
     """Llama's 4 query heads on 2 K/V heads: on one column (hw = 4) the PEs hold kw = 2 K/V
     heads, the K/V lane carries 2 heads; rotating q and k costs ROTARY_OPS per element."""

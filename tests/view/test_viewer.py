@@ -434,3 +434,19 @@ def test_viewer_is_smooth_on_a_full_wse2(chromium, tmp_path, record_property):
     print(json.dumps({k: v for k, v in figures.items() if k != "runs"}))
     assert max(render_ms) < FRAME_BUDGET_MS, figures
     assert p90 < FRAME_BUDGET_MS, figures
+
+
+def test_link_load_planes_place_each_link_on_its_plane():
+    """The link-load heat map: lanes on each router's outgoing link, on the plane of its
+    direction (`LINK_DIRS`), rounded half to even, clipped to 0..255; links off the fabric and
+    unknown directions dropped."""
+    from wsecc.view.data import LINK_DIRS, link_load_planes
+
+    loads = {((0, 0), "E"): 3, ((2, 1), "W"): 2.5, ((1, 1), "N"): 300, ((1, 0), "S"): 3.5,
+             ((3, 0), "E"): 9, ((0, -1), "N"): 9, ((0, 1), "X"): 9, ((1, 1), "S"): -2}  # fmt: skip
+    planes = link_load_planes(loads, 3, 2)
+    want = np.zeros((4, 2, 3), np.uint8)
+    e, n, s, w = (LINK_DIRS.index(d) for d in "ENSW")
+    want[e, 0, 0], want[w, 1, 2], want[n, 1, 1], want[s, 0, 1] = 3, 2, 255, 4
+    assert planes.dtype == np.uint8 and (planes == want).all()
+    assert not link_load_planes({}, 3, 2).any()

@@ -125,7 +125,8 @@ def size(fused: Fused, say: Say = quiet) -> Sized:
         sized = mode.size(fused, say)
     say(mode.size_stage, mode.size_summary(sized))
     ins.explain(mode.size_stage, sizing_decision(sized.sizing))
-    ins.dump("sizing", _json(sized.sizing.to_json()), "json")
+    if ins.dump_dir is not None:  # the text only for a dump (0.5 s of JSON for GPT-2 XL)
+        ins.dump("sizing", _json(sized.sizing.to_json()), "json")
     return mode.check(dataclasses.replace(sized, trace=ins.trace), ins)
 
 
@@ -213,8 +214,9 @@ def _explain_and_dump(ins: Instrument, program: Program, sized_fill: float, of: 
     `--dump-dir` files, `program`'s."""
     ins.explain("place", of + placement_decision(program, sized_fill))
     ins.explain("route", of + routing_decision(program.routing))
-    ins.dump("placement", program.placement.dumps(include_timing=False) + "\n", "json")
-    ins.dump("routing", program.routing.dumps() + "\n", "json")
+    if ins.dump_dir is not None:  # the texts only for a dump (routing's: 0.3 s for GPT-2 small)
+        ins.dump("placement", program.placement.dumps(include_timing=False) + "\n", "json")
+        ins.dump("routing", program.routing.dumps() + "\n", "json")
 
 
 def _place_systems(sized: Sized, layout: Layout, ins: Instrument) -> Placed:

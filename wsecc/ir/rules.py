@@ -14,10 +14,25 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from wsecc.ir.arrays import is_uniform
 from wsecc.ir.core import DType, IRError, Op, TensorType
+
+
+def _erf(x: Any) -> Any:
+    """scipy.special.erf, imported on first use (scipy.special takes a fifth of a second to
+    import, and a compile that folds no Erf, Gelu or Sigmoid never needs it)."""
+    import scipy.special
+
+    return scipy.special.erf(x)
+
+
+def _expit(x: Any) -> Any:
+    """scipy.special.expit (the logistic sigmoid), imported on first use (see `_erf`)."""
+    import scipy.special
+
+    return scipy.special.expit(x)
+
 
 Arrays = Sequence[np.ndarray]
 Attrs = dict[str, Any]
@@ -380,7 +395,7 @@ def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
     if approximate == "tanh":
         y = 0.5 * x64 * (1.0 + np.tanh(GELU_TANH_C * (x64 + 0.044715 * x64**3)))
     else:
-        y = 0.5 * x64 * (1.0 + special.erf(x64 / math.sqrt(2.0)))
+        y = 0.5 * x64 * (1.0 + _erf(x64 / math.sqrt(2.0)))
     return y.astype(x.dtype)
 
 
@@ -592,7 +607,7 @@ def moe_gate(g: np.ndarray, u: np.ndarray, a: Attrs) -> np.ndarray:
     lim = float(a["limit"])
     g64 = np.minimum(g.astype(np.float64), lim)
     u64 = np.clip(u.astype(np.float64), -lim, lim)
-    return (g64 * special.expit(float(a["alpha"]) * g64) * (u64 + 1)).astype(g.dtype)
+    return (g64 * _expit(float(a["alpha"]) * g64) * (u64 + 1)).astype(g.dtype)
 
 
 def moe_routing(
@@ -608,7 +623,7 @@ def moe_routing(
     if a["router"] == "softmax":
         scores = softmax(logits, -1).astype(x2.dtype)
     else:
-        scores = special.expit(logits.astype(np.float64)).astype(x2.dtype)
+        scores = _expit(logits.astype(np.float64)).astype(x2.dtype)
     idx = top_k_indices(scores, a["k"], 1)
     w = np.take_along_axis(scores, idx, axis=1)
     if a["normalize"]:
@@ -647,7 +662,7 @@ def moe(xs: Arrays, a: Attrs) -> list[np.ndarray]:
         hs = silu(_matmul(x2, xs[5])) * _matmul(x2, xs[6])
         ys = _matmul(hs.astype(x.dtype), xs[7])
         if a["shared"] == "sigmoid":
-            ys = ys * special.expit(_matmul(x2, xs[8]).astype(np.float64)).astype(x.dtype)
+            ys = ys * _expit(_matmul(x2, xs[8]).astype(np.float64)).astype(x.dtype)
         out = (out + ys).astype(x.dtype)
     return [out.reshape(x.shape)]
 
@@ -681,7 +696,7 @@ def _gate_grad(z: np.ndarray, act: str) -> np.ndarray:
     """d gate(z) / dz in float64: σ(z)·(1 + z·(1 − σ(z))) for SiLU, else GELU's."""
     if act != "silu":
         return gelu_grad(z, "tanh" if act == "gelu_tanh" else "none").astype(np.float64)
-    s = special.expit(z.astype(np.float64))
+    s = _expit(z.astype(np.float64))
     return s * (1 + z * (1 - s))
 
 
@@ -696,7 +711,7 @@ def _gated_parts(xs: Arrays) -> tuple[np.ndarray, np.ndarray]:
 def silu(z: np.ndarray) -> np.ndarray:
     """z·σ(z), in float64, rounded to z's dtype."""
     z64 = z.astype(np.float64)
-    return (z64 * special.expit(z64)).astype(z.dtype)
+    return (z64 * _expit(z64)).astype(z.dtype)
 
 
 def gated_linear(xs: Arrays, a: Attrs) -> list[np.ndarray]:
@@ -1208,7 +1223,7 @@ def gelu_grad(x: np.ndarray, approximate: str = "none") -> np.ndarray:
         t = np.tanh(GELU_TANH_C * (x64 + 0.044715 * x64**3))
         d = 0.5 * (1 + t) + 0.5 * x64 * (1 - t * t) * GELU_TANH_C * (1 + 3 * 0.044715 * x64**2)
     else:
-        d = 0.5 * (1 + special.erf(x64 / math.sqrt(2.0))) + x64 * np.exp(-0.5 * x64 * x64) / (
+        d = 0.5 * (1 + _erf(x64 / math.sqrt(2.0))) + x64 * np.exp(-0.5 * x64 * x64) / (
             math.sqrt(2.0 * math.pi)
         )
     return d.astype(x.dtype)
@@ -1387,13 +1402,13 @@ RULES: dict[Op, Rule] = {
     Op.EXP: _float_unary(np.exp, _unary_vjp(lambda x, y, g: g * y)),
     Op.LOG: _float_unary(np.log, _unary_vjp(lambda x, y, g: g / x)),
     Op.ERF: _float_unary(
-        special.erf,
+        _erf,
         _unary_vjp(
             lambda x, y, g: g * (2 / math.sqrt(math.pi)) * np.exp(-(x.astype(np.float64) ** 2))
         ),
     ),
     Op.TANH: _float_unary(np.tanh, _unary_vjp(lambda x, y, g: g * (1 - y * y))),
-    Op.SIGMOID: _float_unary(special.expit, _unary_vjp(lambda x, y, g: g * y * (1 - y))),
+    Op.SIGMOID: _float_unary(_expit, _unary_vjp(lambda x, y, g: g * y * (1 - y))),
     Op.RELU: _unary(lambda x: np.maximum(x, 0), vjp=_unary_vjp(lambda x, y, g: g * (x > 0))),
     Op.NOT: _unary(np.logical_not, DType.BOOL),
     Op.ISNAN: _unary(np.isnan, DType.BOOL),

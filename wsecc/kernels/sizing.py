@@ -47,6 +47,7 @@ from wsecc.kernels.costs import (
     SramBreakdown,
     TrainCosts,
     cost_at,
+    costs_over,
     least_true,
 )
 from wsecc.kernels.ir import Kernel, KernelGraph
@@ -313,12 +314,19 @@ def _menu(
     if not fitting:
         return None
     preferred = charge([c for c in fitting if _aspect(c) <= max_aspect] or fitting)
+    # (cycles, area) of each shape worked out once, not in every comparison of two sorts
+    # (a menu has thousands of shapes; the properties were a third of a menu's CPU)
+    cycles = [max(c.compute_cycles, c.link_cycles, c.edge_cycles) for c in preferred]
+    areas = [c.h * c.w for c in preferred]
+    index = range(len(preferred))  # the last key: ties keep their order, as a stable sort
     stair: list[KernelCost] = []
-    for c in sorted(preferred, key=lambda c: (c.cycles_per_sample, c.area)):
-        if not stair or c.area < stair[-1].area:
-            stair.append(c)
+    least = 0
+    for _, area, i in sorted(zip(cycles, areas, index, strict=True)):
+        if not stair or area < least:
+            stair.append(preferred[i])
+            least = area
     return _Menu(
-        tuple(sorted(preferred, key=lambda c: (c.area, c.cycles_per_sample))),
+        tuple(preferred[i] for _, _, i in sorted(zip(areas, cycles, index, strict=True))),
         tuple(c.cycles_per_sample for c in stair),
         tuple(stair),
     )
@@ -349,7 +357,7 @@ def _menu_of(
     key = _signature(kernel)
     if key not in raw:
         rows, cols = model.shapes(kernel.params, fab.program_height, fab.program_width)
-        raw[key] = [cost_at(kernel, h, w, ctx) for h in rows for w in cols]
+        raw[key] = costs_over(kernel, rows, cols, ctx)
     costs = raw[key]
 
     def charge(shapes: list[KernelCost]) -> list[KernelCost]:

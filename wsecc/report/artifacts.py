@@ -14,17 +14,37 @@ from typing import Any
 
 import numpy as np
 
+from wsecc.check.checks import VALIDATE_AUTO_MAX_PARAMS
 from wsecc.core.partition import crossing_latency_s
 from wsecc.core.stages import Stage
 from wsecc.ir.printer import format_graph
-from wsecc.report.build import Trail, limits, report
+from wsecc.report.build import Trail, limits, model_facts, report
 from wsecc.report.outdir import write_folder
 from wsecc.targets import target_source
 from wsecc.view import render_viewer
 from wsecc.view.data import systems_payload
 
-STALE = ("trace.json", "inputs.npz", "outputs.npz", "generated.npz")
-"""Files a re-simulation does not carry over from the folder it rewrites (`keep`)."""
+STALE = (
+    "trace.json", "inputs.npz", "outputs.npz", "generated.npz",
+    "placement.png", "sram.png", "roofline.png", "decode_roofline.png",
+)  # fmt: skip
+"""Files a re-simulation does not carry over from the folder it rewrites (`keep`): drawn again
+when they are drawn at all, never left from another simulation."""
+
+PNG_AUTO_MAX_PARAMS = VALIDATE_AUTO_MAX_PARAMS
+"""`png=None` (auto) draws the PNGs for a model of at most this many parameters (the bundled
+samples); above it they take about 1.2 s of CPU of a compile (GPT-2 small, matplotlib's import
+included: bench/RESULTS.md, issue 34's third pass) that viewer.html makes unnecessary."""
+
+
+def draws_pngs(stage: Stage) -> bool:
+    """Whether `stage`'s folder gets its PNGs: `--png` / `--no-png`, else (auto) for a model of
+    at most `PNG_AUTO_MAX_PARAMS` parameters (or of unknown size)."""
+    t = Trail.of(stage)
+    if t.job.options.png is not None:
+        return t.job.options.png
+    params = model_facts(t).get("params")
+    return params is None or params <= PNG_AUTO_MAX_PARAMS
 
 
 def viewer_html(stage: Stage) -> str:
@@ -88,16 +108,19 @@ def folder_files(
         files["placement.json"] = program.placement.dumps(include_timing=False) + "\n"
         files["routing.json"] = program.routing.dumps() + "\n"
         files["viewer.html"] = viewer_html(stage)
+    pngs = draws_pngs(stage)
+    if t.placed is not None and pngs:
         files["placement.png"] = _png(lambda path: _placement_png(t, stage, path))
-    if sim is not None and sim.perf is not None and sim.sram is not None:
+    if sim is not None and sim.perf is not None and sim.sram is not None and pngs:
         from wsecc.view.png import write_roofline_png, write_sram_png
 
         sram, perf = sim.sram, sim.perf
         files["sram.png"] = _png(lambda path: write_sram_png(path, sram))
         files["roofline.png"] = _png(lambda path: write_roofline_png(path, perf, t.job.target))
     if sim is not None:
-        for name, draw in sim.performance.figures(t.title).items():
-            files[name] = _png(draw)
+        if pngs:
+            for name, draw in sim.performance.figures(t.title).items():
+                files[name] = _png(draw)
         if sim.events is not None:
             files["trace.json"] = json.dumps(
                 {"traceEvents": list(sim.events.trace), "displayTimeUnit": "ns"}

@@ -22,7 +22,9 @@ from wsecc.report.results import InferPerformance, Performance, TrainPerformance
 from wsecc.version import __version__
 
 REPORT_SCHEMA = "wsecc.report/1"
-UNREPORTED_OPTIONS = ("print_after_all", "dump_dir", "check_each_pass", "explain", "inject_fault")
+UNREPORTED_OPTIONS = (
+    "print_after_all", "dump_dir", "check_each_pass", "explain", "inject_fault", "png",
+)  # fmt: skip
 """Options that change what is printed or checked, not what is compiled."""
 TIMING_KEYS = frozenset({"seconds", "stage_seconds", "l1_seconds", "wall_seconds"})
 

@@ -95,7 +95,6 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-from scipy import special
 from threadpoolctl import ThreadpoolController
 
 from wsecc.check.numerics import (
@@ -440,8 +439,10 @@ def _gated_linear(b: _Build) -> Run:
         elif gate == "gelu_tanh":
             out = ar.acc(_NUMPY_ACTIVATIONS["gelu_tanh"](g))
         else:  # GeGLU's exact GELU, erf in float32
+            import scipy.special  # on first use: a fifth of a second to import
+
             half = np.float32(0.5)
-            out = ar.acc(half * g * (np.float32(1) + special.erf(g * np.float32(0.70710677))))
+            out = ar.acc(half * g * (np.float32(1) + scipy.special.erf(g * np.float32(0.70710677))))
         return [ar.store(ar.acc(out * u)).reshape(shape)]
 
     return run

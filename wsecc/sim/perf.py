@@ -220,37 +220,62 @@ def crossing_cycles(
     names = list(placement.rects)
     if not names:
         return {}
+    index = {n: i for i, n in enumerate(names)}
     width = max(r.x + r.w for r in placement.rects.values()) + 1
     height = max(r.y + r.h for r in placement.rects.values()) + 1
     owner = np.full((height + 1, width + 1), -1, np.int64)  # region index per PE
     for i, r in enumerate(placement.rects.values()):
         owner[r.y : r.y + r.h, r.x : r.x + r.w] = i
-    keys: list[np.ndarray] = []  # (region, link id) of every crossing step
-    loads: list[np.ndarray] = []
+    # every lane's points, one after another (flows in `pair_bytes` order, then lanes): a
+    # routed GPT-2 small has a million steps, each a numpy element here, not a Python object
+    paths: list[np.ndarray] = []
+    per_lane: list[float] = []  # per path: its flow's bytes over its lanes, in link cycles
+    own: list[tuple[int, int]] = []  # per path: its flow's source and destination regions
     for (src, dst), total in pair_bytes.items():
-        paths = lanes.get(flow_name(src, dst), [])
-        if not paths:
+        lanes_of = lanes.get(flow_name(src, dst), [])
+        if not lanes_of:
             continue
-        own = [names.index(n) for n in (src, dst) if n in placement.rects]
-        per_lane = total / len(paths) / link_bytes_per_cycle
-        for path in paths:
-            p = np.clip(np.asarray(path, np.int64), 0, [width, height])
-            o0, o1 = owner[p[:-1, 1], p[:-1, 0]], owner[p[1:, 1], p[1:, 0]]
-            inside = (o0 == o1) & (o0 >= 0) & ~np.isin(o0, own)
-            if inside.any():  # a link is its (from-router, to-router) pair
-                at = p[:, 1] * (width + 1) + p[:, 0]
-                link = at[:-1] * (width + 1) * (height + 1) + at[1:]
-                keys.append(np.stack([o0[inside], link[inside]], axis=1))
-                loads.append(np.full(int(inside.sum()), per_lane))
-    if not keys:
+        ends = [index[n] for n in (src, dst) if n in index] or [-2]
+        for path in lanes_of:
+            paths.append(np.asarray(path, np.int64).reshape(-1, 2))
+            per_lane.append(total / len(lanes_of) / link_bytes_per_cycle)
+            own.append((ends[0], ends[-1]))
+    if not paths:
         return {}
-    both, where = np.unique(np.concatenate(keys), axis=0, return_inverse=True)
-    per_link = np.bincount(where.ravel(), weights=np.concatenate(loads))
-    out: dict[str, int] = {}
-    for (region, _), cycles in zip(both, per_link, strict=True):
-        name = names[region]
-        out[name] = max(out.get(name, 0), math.ceil(cycles - 1e-9))
-    return out
+    p = np.clip(np.concatenate(paths), 0, [width, height])
+    lane = np.repeat(np.arange(len(paths)), [len(q) for q in paths])[:-1]  # each step's path
+    o0, o1 = owner[p[:-1, 1], p[:-1, 0]], owner[p[1:, 1], p[1:, 0]]
+    ends_of = np.asarray(own, np.int64)[lane]
+    inside = _steps_within_a_path(p, [len(q) for q in paths])
+    inside &= (o0 == o1) & (o0 >= 0) & (o0 != ends_of[:, 0]) & (o0 != ends_of[:, 1])
+    if not inside.any():
+        return {}
+    routers = (width + 1) * (height + 1)
+    at = p[:, 1] * (width + 1) + p[:, 0]
+    link = at[:-1] * routers + at[1:]  # a link is its (from-router, to-router) pair
+    region, link, load = o0[inside], link[inside], np.asarray(per_lane)[lane[inside]]
+    # one int64 key per (region, link), ordered as the pairs are: np.unique on a 1-D key, not
+    # on rows (axis=0 sorts a structured view, ten times slower)
+    assert len(names) * routers * routers < 2**62, "the fabric is too large for one key"
+    key = region * (routers * routers) + link
+    both, where = np.unique(key, return_inverse=True)
+    per_link = np.bincount(where.ravel(), weights=load)  # a link's lanes' loads, in lane order
+    busiest = np.zeros(len(names))
+    np.maximum.at(busiest, both // (routers * routers), per_link)
+    return {
+        names[r]: max(0, math.ceil(float(busiest[r]) - 1e-9))
+        for r in np.unique(both // (routers * routers)).tolist()
+    }
+
+
+def _steps_within_a_path(points: np.ndarray, lengths: list[int]) -> np.ndarray:
+    """Per step between consecutive `points` (paths of `lengths` laid end to end), whether
+    both ends are of one path (the step from a path's last point to the next path's first is
+    not a step)."""
+    last = np.cumsum(lengths) - 1  # each path's last point
+    step = np.ones(max(len(points) - 1, 0), bool)
+    step[last[(last >= 0) & (last < len(step))]] = False
+    return step
 
 
 def _causal_chunk_cycles(
