@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from wsecc.targets import load_target
 
 from wsecc.kernels import Kernel, KernelKind, kernel_cost
 from wsecc.kernels.costs import CostContext
+from wsecc.kernels.kind import breakpoints
 from wsecc.kernels.kinds.matmul import GATE_OPS
-from wsecc.kernels.kinds.moe import moe_buffers, moe_decode, router_ops
+from wsecc.kernels.kinds.moe import MoeGrid, moe_buffers, moe_decode, moe_grid, router_ops
 
 P = dict(tokens=16, H=64, F=32, E=4, k=2, router="softmax", normalize=True, S=0, shared="none")
 
@@ -122,13 +124,118 @@ def test_moe_decode_reads_only_the_experts_its_tokens_choose() -> None:
     assert moe_decode({**P, "k": 1}, 4, 2, ctx, 1).bytes_read == one_band
 
 
-def test_sizing_offers_whole_bands() -> None:
+def test_sizing_offers_whole_cells() -> None:
+    """Rows: H's breakpoints over 1, 2 and 4 cell rows; columns: E / er cells of F's
+    breakpoints each (4 cells of up to 8 columns, 2 of up to 16, 1 of up to 32)."""
     k = Kernel("m", KernelKind.MOE, P)
     assert k.spec.shapes is not None
     rows, cols = k.spec.shapes(P, 32, 32)
-    assert all(c % 4 == 0 for c in cols) and cols[0] == 4
-    # fewer columns than experts: bands shared (3 columns hold no fewer experts a band than 2)
-    assert k.spec.shapes(P, 32, 3)[1] == [1, 2]
+    for er in (1, 2, 4):
+        assert {er * r for r in breakpoints(64, 32 // er)} <= set(rows)
+        assert {(4 // er) * c for c in breakpoints(32, 32 // (4 // er))} <= set(cols)
+    # fewer columns than experts: one cell row shares cells, or more cell rows fit the width
+    assert k.spec.shapes(P, 32, 3)[1] == [1, 2, 3]
+
+
+def test_the_grid_holds_the_fewest_expert_weights_a_pe() -> None:
+    """E = 4 of H = 64 by F = 32. On 8 x 6: one cell row leaves 4 cells of 6 // 4 = 1 column
+    (kh 8, ni 32: 256 elements a PE); 2 x 2 cells of 4 x 3 PEs hold kh 16, ni 11 (176); one
+    cell column of 4 cells, 2 x 6 each, kh 32, ni 6 (192). On 4 x 8 one cell row and two tie
+    at 256, and the tie keeps one (the bands of `test_moe_cost_on_4x8_by_hand`)."""
+    assert moe_grid(4, 64, 32, 8, 6) == MoeGrid(er=2, ec=2, hs=4, ws=3, ep=1, kh=16, ni=11)
+    assert moe_grid(4, 64, 32, 4, 8) == MoeGrid(er=1, ec=4, hs=4, ws=2, ep=1, kh=16, ni=16)
+    g = moe_grid(4, 64, 32, 8, 6)
+    assert [g.cell(e) for e in range(4)] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_moe_cost_on_a_2x2_grid_by_hand() -> None:
+    """P on 8 x 6 of tiny32 (mixed): 2 x 2 cells of 4 rows by 3 columns, one expert each,
+    kh = 16, ni = cdiv(32, 3) = 11, Mb = cdiv(16 x 2 x 1, 4) = 8 pairs a cell."""
+    c = kernel_cost(Kernel("moe", KernelKind.MOE, P), 8, 6, "mixed", load_target("tiny32"))
+    assert c.sram.weights == (3 * 16 * 11 + 16 * 4) * 2 == 1184  # one expert + router tile
+    # the chunk's 8 tokens' x, decisions and sums, one pair's partials and h, and the 8 sums
+    # coming north from cell row 1 (PE (0, 0): c_0 = 0)
+    assert c.sram.buffers == (
+        2 * 8 * 16 * 2 + 2 * 8 * 4 * 2 + 2 * 2 * 11 * 4 + 2 * 11 * 2 + 2 * 8 * 16 * 4
+        + 2 * 8 * 16 * 4
+    ) == 2908  # fmt: skip
+    router = 2 * 16 * 16 * 4 // 4 + 16 * 56
+    experts = 2 * 8 * 16 * 3 * 11 // 4 + 8 * 3 * 12  # silu(g) u on own = cdiv(11, 4) = 3
+    combine = 2 * 8 * 16
+    assert c.compute_cycles == router + experts + combine == 4064  # 5,120 on 4 x 8
+    # dispatch along a row 128 and down column c_i 128 (cdiv(4, 6) = 1 slice a column),
+    # decision 32, gate/up partials 176, h 44, the sums east 256 and north 256
+    assert c.link_cycles == 256
+
+
+def test_moe_decode_and_buffers_on_a_2x2_grid_by_hand() -> None:
+    """One token on 8 x 6 of wse2 (f 4, R 16 B/cycle, hop 1, relay 5): cb = re = 1."""
+    ctx = CostContext(load_target("wse2"), "mixed")
+    d = moe_decode(P, 8, 6, ctx, 1)
+    router = max(2 * 64 // 4, 128 // 16) + 56
+    experts = max(2 * 528 // 4, 1056 // 16) + 3 * 12  # 3 kh ni = 528 MACs
+    assert d.compute == router + experts == 388
+    # logits down cell row 0's column 0 (4 PEs, 16 B), gate/up down a cell column (88 B),
+    # W_down along the cell's 3 columns (64 B), 3 hops past the other cell, k = 2 adds; then
+    # the cell row 1 sum: 5 hops back west, 4 north, 5 west, 3 east, and its add
+    assert d.reduction == (15 + 4) + (15 + 22) + (10 + 16) + 3 + 10 + (5 + 4 + 5 + 3 + 5) == 117
+    # x along the row's 6 PEs and down 5, the decision along column 0's 8, h up the cell's 4
+    assert d.broadcast == (5 + 8) + (4 + 8) + (7 + 2) + (3 + 6) == 43
+    assert d.bytes_read == (3 * 16 * 11 + 16 * 4) * 2 == 1184
+    assert d.flops == moe_decode(P, 4, 8, ctx, 1).flops  # the work is the mapping's own
+    # a decode step's buffers: one token's x, decision, sum and sum from below, one pair's
+    assert moe_buffers(P, 8, 6, ctx, 1) == 2 * (16 * 2 + 4 * 2 + 2 * 11 * 4 + 11 * 2 + 2 * 16 * 4)
+    assert moe_buffers(P, 8, 6, ctx, 1) == 556
+
+
+def test_gpt_oss_120b_block_on_2_cell_rows_by_hand() -> None:
+    """gpt-oss-120B's block on 412 x 576 of wse3 (mixed, chunk 8): 2 x 64 cells of 206 x 9
+    PEs, kh = cdiv(2880, 206) = 14, ni = cdiv(2880, 9) = 320, one expert a cell. Weights
+    32,028 B, buffers 8,896, reserve 8,192: 49,116 of 49,152 B, on 237,312 PEs, where one cell
+    row's fewest were 307,200 (480 x 640, `test_gpt_oss_120b_block_buffers_by_hand`)."""
+    t = load_target("wse3")
+    g = dict(tokens=2048, H=2880, F=2880, E=128, k=4, router="softmax", normalize=True,
+             S=0, shared="none", bias=True, activation="clamped_silu")  # fmt: skip
+    assert moe_grid(128, 2880, 2880, 412, 576) == MoeGrid(2, 64, 206, 9, 1, 14, 320)
+    c = kernel_cost(Kernel("moe", KernelKind.MOE, g), 412, 576, "mixed", t)
+    assert c.sram.weights == (3 * 14 * 320 + 14 * 128 + (2 * 320 + 14) + 128) * 2 == 32028
+    assert c.sram.buffers == 2 * 8 * 14 * 2 + 2 * 8 * 8 * 2 + 2 * 2 * 320 * 4 + 2 * 320 * 2 + 2 * (
+        2 * 8 * 14 * 4
+    ) == 8896  # fmt: skip
+    assert c.sram.total == 49116 <= t.sram.bytes_per_pe
+    assert 412 * 576 == 237312 < 480 * 640
+
+
+def test_the_simulator_follows_the_grid(samples_dir: Path) -> None:
+    """The Mixtral sample's blocks (E 4, H 64, F 96) put on 8 x 6: 2 x 2 cells of 4 x 3 PEs
+    (kh 16, ni 32), the combine summing cell row 1 first: the tiled program in fp32 against the
+    reference interpreter on the fused graph within the structure check's 2e-5."""
+    from dataclasses import replace
+
+    from wsecc.passes import DEFAULT_PIPELINE
+
+    from wsecc.check.numerics import TOLERANCE, make_inputs
+    from wsecc.core.flow import lower_and_size
+    from wsecc.frontend.onnx import import_model
+    from wsecc.interp import run as interp_run
+    from wsecc.pm import PassManager
+    from wsecc.sim.functional import simulate_functional
+
+    graph, _ = import_model(str(samples_dir / "mixtral_dynamo.onnx"), batch=2, seq=16)
+    fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
+    feeds = make_inputs(graph, seed=7, padded=True)
+    kg, sizing = lower_and_size(fused, load_target("wse2"), "fp32")
+    moe = {k.name for k in kg.kernels if k.kind == KernelKind.MOE}
+    assert moe and moe_grid(4, 64, 96, 8, 6).er == 2
+    sizing = replace(
+        sizing,
+        kernels=tuple(replace(k, h=8, w=6) if k.name in moe else k for k in sizing.kernels),
+    )
+    got = simulate_functional(fused, kg, sizing, "fp32", feeds)
+    want = interp_run(fused, feeds)
+    for name, y in got.items():
+        err = float(np.max(np.abs(y - want[name])) / np.max(np.abs(want[name])))
+        assert err <= TOLERANCE["structure"]["max_rel_err"], (name, err)
 
 
 def test_a_shared_expert_adds_its_work_on_every_token() -> None:
