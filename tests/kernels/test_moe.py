@@ -16,7 +16,7 @@ import pytest
 from wsecc.targets import load_target
 
 from wsecc.kernels import Kernel, KernelKind, kernel_cost
-from wsecc.kernels.costs import CostContext
+from wsecc.kernels.costs import CostContext, cost_at
 from wsecc.kernels.kind import breakpoints
 from wsecc.kernels.kinds.matmul import GATE_OPS
 from wsecc.kernels.kinds.moe import MoeGrid, moe_buffers, moe_decode, moe_grid, router_ops
@@ -204,6 +204,30 @@ def test_gpt_oss_120b_block_on_2_cell_rows_by_hand() -> None:
     ) == 8896  # fmt: skip
     assert c.sram.total == 49116 <= t.sram.bytes_per_pe
     assert 412 * 576 == 237312 < 480 * 640
+
+
+def test_gpt_oss_120b_menu_fits_the_block_on_fewer_pes() -> None:
+    """Sizing's menu for gpt-oss-120B's block on wse3 (`moe_shapes`, mixed, chunk 8): its
+    fewest-PE shape that fits a PE is the 2-cell-row 412 x 576 (237,312 PEs), where one cell
+    row could do no better than 480 x 640 (307,200): three layers' blocks now fit a wafer's
+    883,350 PEs (711,936), where they needed 921,600."""
+    t = load_target("wse3")
+    ctx = CostContext(t, "mixed")
+    g = dict(tokens=2048, H=2880, F=2880, E=128, k=4, router="softmax", normalize=True,
+             S=0, shared="none", bias=True, activation="clamped_silu")  # fmt: skip
+    k = Kernel("moe", KernelKind.MOE, g)
+    assert k.spec.shapes is not None
+    rows, cols = k.spec.shapes(g, t.fabric.program_height, t.fabric.program_width)
+    fitting = [
+        (h * w, h, w)
+        for h in rows
+        for w in cols
+        if cost_at(k, h, w, ctx).sram.total <= t.sram.bytes_per_pe
+    ]
+    one_row = [f for f in fitting if moe_grid(128, 2880, 2880, f[1], f[2]).er == 1]
+    assert min(fitting) == (237312, 412, 576)
+    assert min(one_row) == (307200, 480, 640)
+    assert 3 * 237312 <= t.usable_pes < 3 * 307200
 
 
 def test_the_simulator_follows_the_grid(samples_dir: Path) -> None:
