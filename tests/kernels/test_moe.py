@@ -17,6 +17,7 @@ from wsecc.targets import load_target
 
 from wsecc.kernels import Kernel, KernelKind, kernel_cost
 from wsecc.kernels.costs import CostContext, cost_at
+from wsecc.kernels.decode import chain, relay
 from wsecc.kernels.kind import breakpoints
 from wsecc.kernels.kinds.matmul import GATE_OPS
 from wsecc.kernels.kinds.moe import MoeGrid, moe_buffers, moe_decode, moe_grid, router_ops
@@ -204,6 +205,22 @@ def test_gpt_oss_120b_block_on_2_cell_rows_by_hand() -> None:
     ) == 8896  # fmt: skip
     assert c.sram.total == 49116 <= t.sram.bytes_per_pe
     assert 412 * 576 == 237312 < 480 * 640
+    # a decode step: one expert a cell, so the busiest cell's one pair reads its expert's
+    # tiles and biases, column 0 the router's: every weight byte the PE holds; the combine's
+    # way north from cell row 1: 575 + 206 + 575 + 567 hops and one more add
+    ctx = CostContext(t, "mixed")
+    d = moe_decode(g, 412, 576, ctx, 1)
+    assert d.bytes_read == c.sram.weights
+    hop = t.link.hop_latency_cycles
+    assert d.reduction == (
+        chain(ctx, 206, 128 * 4)  # the router's logits down cell row 0's column 0
+        + chain(ctx, 206, 2 * 320 * 4)  # one pair's gate/up partials down a cell column
+        + chain(ctx, 9, 14 * 4)  # its W_down partials along the cell
+        + (576 - 9) * hop  # past the row's other cells
+        + 4 * relay(ctx)  # k = 4 adds
+        + (575 + 206 + 575 + 567) * hop  # west to c_i, north, west to column 0, east
+        + relay(ctx)  # cell row 1's sum added
+    )
 
 
 def test_gpt_oss_120b_menu_fits_the_block_on_fewer_pes() -> None:
