@@ -89,8 +89,9 @@ holds its experts' gate/up bias slices and a down-bias slice, column 0 the route
 and `activation` "clamped_silu" (gpt-oss's gate) costs CLAMPED_GATE_OPS per hidden unit of a
 routed expert in place of GATE_OPS.
 
-Buffers (`moe_buffers`: what the busiest PE holds besides its weights while c tokens are in flight;
-c = the chunk's tokens in infer mode and prefill, c = B, one token per user, in a decode step):
+Buffers (`moe_buffers`: what the busiest PE holds besides its weights while c tokens are in
+flight; c = the chunk's tokens in infer mode and prefill, c = B, one token per user, in a
+decode step):
 
     x          2 c kh sb      the c tokens' x[H_i], double-buffered: every token is dispatched
                               through every cell, and a cell's pairs read it until the chunk
