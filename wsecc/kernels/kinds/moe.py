@@ -39,7 +39,10 @@ row's sum added in turn as it passes (the last cell row's first); in cell row 0 
 to column 0 and starts the row's running sum, which runs east through cell row 0's cells and
 leaves on the E edge. The dispatch and the combine are the block's all-to-all traffic: every
 token crosses every cell both ways, H values out and H back; the vertical legs move the same
-slices over distinct columns.
+slices over distinct columns. Each turn is one router's multicast (a set-valued tx, x to the
+ramp and south, then west and east: "Unicast and multicast are hardware primitives",
+wafer-facts.md, fabric routing); its hops cost the target's hop latency (1 cycle a hop, the same
+file) and its bytes the link's L, as every kind's flows.
 
 Costs per sample (M = tokens), busiest PE (column 0 of cell row 0 also holds the router):
 
