@@ -127,7 +127,7 @@ from wsecc.ir.rules import (
 )
 from wsecc.kernels import KernelGraph, KernelKind, KernelSizing, Sizing, precision
 from wsecc.kernels.costs import cdiv
-from wsecc.kernels.kinds.moe import moe_grid
+from wsecc.kernels.kinds.moe import moe_grid, router_columns
 from wsecc.options import FAULTS
 from wsecc.passes.lower import kernel_names
 from wsecc.sim.compiled import (
@@ -449,8 +449,9 @@ def _gated_linear(b: _Build) -> Run:
 
 def _moe(b: _Build) -> Run:
     """moe: `wsecc.kernels.kinds.moe`'s mapping on its grid of cells (`moe_grid`). The router's
-    W[H, E] tiled H over the rows of a cell row's column 0 (`_tiled_linear`, one column), its
-    logits, scores, choice and weights kept in the accumulate type; each expert on its cell
+    W[H, E] tiled H over cell row 0's rows and E over its first min(E, w) columns
+    (`_tiled_linear`; a shared expert's sigmoid gate on column 0), its logits, scores, choice
+    and weights kept in the accumulate type; each expert on its cell
     (hs rows by ws columns): gate and up as `_gated_linear`'s tiles, silu(g)·u rounded to
     storage (it travels back up the column), W_down[F, H] with F over the cell's columns (each
     output's partials chained along the row) and H over the rows. The combine, in the
@@ -471,9 +472,9 @@ def _moe(b: _Build) -> Run:
     ar = b.ar
     inner = Arithmetic(ar.name, _identity, ar.acc)  # sums that stay in the region
     shared = a.get("shared", "none")
-    if shared == "sigmoid":
-        wr = np.concatenate([wr, b.resident(8)], axis=1)
-    router = _MatmulTiles.of(wr, hs, 1, M, None)
+    router = [_MatmulTiles.of(wr, hs, router_columns(E, w)[0], M, None)]
+    if shared == "sigmoid":  # its gate's column on column 0
+        router.append(_MatmulTiles.of(b.resident(8), hs, 1, M, None))
     if shared != "none":
         sg, su, sd = (b.resident(i) for i in range(5, 8))
         S = sg.shape[1]
@@ -511,7 +512,7 @@ def _moe(b: _Build) -> Run:
     def run(args: Arrays) -> list[np.ndarray]:
         shape = args[0].shape
         x = args[0].reshape(-1, shape[-1])
-        logits = _tiled_linear(x, router, inner, None, "none")
+        logits = np.concatenate([_tiled_linear(x, t, inner, None, "none") for t in router], 1)
         if br is not None:
             logits[:, :E] = ar.acc(logits[:, :E] + br)
         acc = np.zeros(x.shape, np.float32)

@@ -18,17 +18,19 @@ Mapping on an h x w region (docs/cost-models.md, "moe"):
     experts   in its cell, PE (i, c) holds, for each of its experts, W_gate[e][H_i, F_c] and
               W_up[e][H_i, F_c] (the gated_linear tiles: H over the cell's hs rows,
               kh = cdiv(H, hs); F over its ws columns, ni = cdiv(F, ws)) and W_down[e][F_c, H_i]
-    router    W_router[H_i, :] on column 0 of row i of cell row 0 (kh x E)
+    router    W_router[H_i, E_c] on PE (i, c) of cell row 0 for the first nr = min(E, w)
+              columns, rc = cdiv(E, nr) of the E a PE (kh x rc)
 
 A token's x[H_i] enters row i of cell row 0 on the W edge and is multicast east along the row,
 through every cell of the row (the dispatch: each cell sees every token, only the chosen ones
 compute). With er > 1 the row also turns x[H_i] south at column c_i = i mod w, down that
 column to row i of every other cell row, where it is multicast west and east along the row:
 the dispatch's vertical traffic spread over min(hs, w) columns, cdiv(hs, w) slices a column.
-Column 0 forms the router's partial logits, reduced down cell row 0's column 0; its last row
-scores (softmax or sigmoid), chooses the top k and renormalises, and multicasts each token's k
-expert ids and weights along column 0, through every row, and east along the rows (the
-routing decision, 2k values a token). In a cell, a chosen expert's gate/up partials are
+The router's columns form its partial logits, each reduced down its column of cell row 0;
+the last row gathers the E logits west to column 0 (the link into it carries E - rc a token),
+which scores (softmax or sigmoid), chooses the top k and renormalises, and multicasts each
+token's k expert ids and weights along column 0, through every row, and east along the rows
+(the routing decision, 2k values a token). In a cell, a chosen expert's gate/up partials are
 reduced down each column as gated_linear's; the finished h = silu(g)·u (ni values per column)
 goes back up the column, each PE multiplies it by its W_down[F_c, H_i] tile, and the partial
 y[H_i] runs east along the row through the cell, is weighted by the router's weight at the
@@ -44,17 +46,18 @@ ramp and south, then west and east: "Unicast and multicast are hardware primitiv
 wafer-facts.md, fabric routing); its hops cost the target's hop latency (1 cycle a hop, the same
 file) and its bytes the link's L, as every kind's flows.
 
-Costs per sample (M = tokens), busiest PE (column 0 of cell row 0 also holds the router):
+Costs per sample (M = tokens), busiest PE (column 0 of cell row 0 also holds a router tile):
 
     Mb       = cdiv(M k ep, E)          (token, choice) pairs a cell computes: the router's
                                         choices spread evenly over the experts (the expected
                                         load; a skewed router's busiest cell is not modelled)
-    weights  = (ep 3 kh ni + kh E) sb
+    weights  = (ep 3 kh ni + kh rc) sb
     buffers  = `moe_buffers` (below), with c = the chunk's tokens
-    compute  = cdiv(2 M kh E, f) + cdiv(M ROUTER_OPS, v)             the router
+    compute  = cdiv(2 M kh rc, f) + cdiv(M ROUTER_OPS, v)            the router
              + cdiv(2 Mb kh 3 ni, f) + cdiv(Mb cdiv(ni, hs) GATE_OPS, v) the chosen experts
              + cdiv(2 Mb kh, v)                                        weight and add (combine)
     link     = max(cdiv(M kh sb, L),            dispatch: x east along a row
+                   cdiv(M (E - rc) ab, L),      the logits gathered to column 0
                    cdiv(M 2k sb, L),            the routing decision
                    red cdiv(Mb 2 ni ab, L),     gate/up partials down a cell column
                    cdiv(Mb ni sb, L),           h back up the cell column
@@ -70,7 +73,7 @@ A shared expert (S > 0) is spread over the whole region, every token going throu
 row r holds the r-th of er blocks of S over its w columns, PE (i, c) S_gate, S_up [H_i, S_c]
 and S_down [S_c, H_i] (ns = cdiv(S, er w)); its gate/up partials reduce down the columns, h_s
 goes back up, and its W_down partial joins the row's running sum; its sigmoid gate is one more
-column of the router's tile. It adds
+column on column 0 beside the router's tile. It adds
 
     weights  + (3 kh ns + sig kh) sb          buffers: `moe_buffers`'s ns terms
     compute  + cdiv(2 M kh 3 ns, f) + cdiv(M cdiv(ns, hs) GATE_OPS, v)
@@ -128,9 +131,10 @@ tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decod
               + up multicast(h - hs + 1, B kh sb)   x south down column c_i
               + multicast(h, B 2k sb)            the routing decision along column 0
               + multicast(hs, B ni sb)           h back up the cell column
-    compute   = matvec(B kh E, kh E sb) + cdiv(B ROUTER_OPS, v)
+    compute   = matvec(B kh rr, kh rr sb) + cdiv(B ROUTER_OPS, v)
               + matvec(cb 3 kh ni, re 3 kh ni sb) + cdiv(cb cdiv(ni, hs) GATE_OPS, v)
-    reduction = chain(hs, B E ab)                router logits down column 0
+    reduction = chain(hs, B rr ab)               router logits down its columns
+              + multicast(nr, B (E - rc) ab)     gathered west to column 0
               + chain(hs, cb 2 ni ab)            gate/up partials down a cell column
               + chain(ws, cb kh ab)              W_down partials along the cell
               + (w - ws) hop + k relay           the combine: across the row's other cells,
@@ -139,7 +143,7 @@ tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decod
                                                  with er > 1: back west to c_i, north to cell
                                                  row 0 (a cell row's add each), west to
                                                  column 0, and east through cell row 0
-    with cb = B min(k, ep) and re = min(ep, cb).
+    with cb = B min(k, ep), re = min(ep, cb) and rr = rc + sig (column 0's router columns).
 """
 
 from __future__ import annotations
@@ -208,6 +212,13 @@ class MoeGrid:
         return divmod(e % self.cells, self.ec)
 
 
+def router_columns(E: int, w: int) -> tuple[int, int]:
+    """(nr, rc): the router's E columns over the first nr = min(E, w) columns of cell row 0,
+    rc = cdiv(E, nr) a PE."""
+    nr = min(E, w)
+    return nr, cdiv(E, nr)
+
+
 @functools.lru_cache(maxsize=65536)
 def moe_grid(E: int, H: int, F: int, h: int, w: int) -> MoeGrid:
     """The grid of E experts (H x F each) on h x w holding the fewest expert weights on a PE,
@@ -274,6 +285,7 @@ def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     Mb = cdiv(M * k * ep, E)
     red, up, vs = int(hs > 1), g.vertical, cdiv(hs, w)
     ns, sig = cdiv(p["S"], g.er * w), int(p["shared"] == "sigmoid")
+    _, rc = router_columns(E, w)
     shared_compute = (
         cdiv(2 * M * kh * 3 * ns, ctx.f)
         + cdiv(M * cdiv(ns, hs) * GATE_OPS, ctx.v)
@@ -285,10 +297,10 @@ def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     return ctx.cost(
         h,
         w,
-        weights=(ep * 3 * kh * ni + kh * E + 3 * kh * ns + sig * kh) * sb
+        weights=(ep * 3 * kh * ni + kh * rc + 3 * kh * ns + sig * kh) * sb
         + bias * (ep * (2 * ni + kh) + E) * sb,
         buffers=moe_buffers(p, h, w, ctx, c),
-        compute=cdiv(2 * M * kh * E, ctx.f)
+        compute=cdiv(2 * M * kh * rc, ctx.f)
         + cdiv(M * router_ops(E, k), ctx.v)
         + cdiv(2 * Mb * kh * 3 * ni, ctx.f)
         + cdiv(Mb * cdiv(ni, hs) * gate_ops(p), ctx.v)
@@ -297,6 +309,7 @@ def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
         + shared_compute,
         link=max(
             cdiv(M * kh * sb, ctx.L),
+            cdiv(M * (E - rc) * ab, ctx.L),
             cdiv(M * 2 * k * sb, ctx.L),
             red * cdiv(Mb * 2 * ni * ab, ctx.L),
             cdiv(Mb * ni * sb, ctx.L),
@@ -321,7 +334,8 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
     re = min(ep, cb)
     hop = ctx.target.link.hop_latency_cycles
     ns = cdiv(p["S"], g.er * w)
-    rows = E + int(p["shared"] == "sigmoid")  # the shared expert's gate: one more column
+    nr, rc = router_columns(E, w)
+    rows = rc + int(p["shared"] == "sigmoid")  # column 0's: the shared expert's gate beside
     bias = int(p.get("bias", False))
     shared = (
         DecodeCost(
@@ -342,6 +356,7 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
         + bias * (cdiv(B * E, ctx.v) + cdiv(cb * (2 * cdiv(ni, hs) + kh), ctx.v))
         + shared.compute,
         reduction=chain(ctx, hs, B * rows * ab)
+        + multicast(ctx, nr, B * (E - rc) * ab)
         + chain(ctx, hs, cb * 2 * ni * ab)
         + chain(ctx, ws, cb * kh * ab)
         + (w - ws) * hop
@@ -365,8 +380,8 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
 
 MAX_CELL_ROWS = 4
 """The most cell rows sizing offers (er = 1, 2, 4 dividing E): on wse3 gpt-oss-120B's block
-fits a PE on 237,312 PEs with 2 or 4 cell rows and on no fewer with up to 16 (the router's
-column then fills its PE first), against 307,200 with one; more would only slow sizing."""
+fits a PE on 204,800 PEs with 4 cell rows (400 x 512), about what its bytes need, against
+263,680 with one; more would only slow sizing."""
 
 
 def moe_shapes(p: Params, hmax: int, wmax: int) -> tuple[list[int], list[int]]:
