@@ -258,10 +258,14 @@ def test_gpt_oss_120b_menu_fits_the_block_on_fewer_pes() -> None:
     assert 3 * 204800 <= t.usable_pes
 
 
-def test_the_simulator_follows_the_grid(samples_dir: Path) -> None:
-    """The Mixtral sample's blocks (E 4, H 64, F 96) put on 8 x 6: 2 x 2 cells of 4 x 3 PEs
-    (kh 16, ni 32), the combine summing cell row 1 first: the tiled program in fp32 against the
-    reference interpreter on the fused graph within the structure check's 2e-5."""
+@pytest.mark.parametrize(
+    "sample", ["mixtral_dynamo.onnx", "qwen2moe_dynamo.onnx", "gptoss_dynamo.onnx"]
+)
+def test_the_simulator_follows_the_grid(samples_dir: Path, sample: str) -> None:
+    """A sample's blocks (E 4, H 64, F 96 or 48; Qwen2-MoE's sigmoid-gated shared expert,
+    gpt-oss's biases) put on 8 x 6: 2 x 2 cells of 4 x 3 PEs (kh 16), the combine summing cell
+    row 1 first: the tiled program in fp32 against the reference interpreter on the fused graph
+    within the structure check's 2e-5."""
     from dataclasses import replace
 
     from wsecc.passes import DEFAULT_PIPELINE
@@ -273,12 +277,12 @@ def test_the_simulator_follows_the_grid(samples_dir: Path) -> None:
     from wsecc.pm import PassManager
     from wsecc.sim.functional import simulate_functional
 
-    graph, _ = import_model(str(samples_dir / "mixtral_dynamo.onnx"), batch=2, seq=16)
+    graph, _ = import_model(str(samples_dir / sample), batch=2, seq=16)
     fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
     feeds = make_inputs(graph, seed=7, padded=True)
     kg, sizing = lower_and_size(fused, load_target("wse2"), "fp32")
-    moe = {k.name for k in kg.kernels if k.kind == KernelKind.MOE}
-    assert moe and moe_grid(4, 64, 96, 8, 6).er == 2
+    moe = {k.name: k.params for k in kg.kernels if k.kind == KernelKind.MOE}
+    assert moe and all(moe_grid(p["E"], p["H"], p["F"], 8, 6).er == 2 for p in moe.values())
     sizing = replace(
         sizing,
         kernels=tuple(replace(k, h=8, w=6) if k.name in moe else k for k in sizing.kernels),
