@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from wsecc.targets import load_target
 
 from wsecc.kernels import Kernel, KernelKind, kernel_cost
-from wsecc.kernels.costs import CostContext
+from wsecc.kernels.costs import CostContext, cost_at
+from wsecc.kernels.decode import chain, multicast, relay
+from wsecc.kernels.kind import breakpoints
 from wsecc.kernels.kinds.matmul import GATE_OPS
-from wsecc.kernels.kinds.moe import moe_buffers, moe_decode, router_ops
+from wsecc.kernels.kinds.moe import MoeGrid, moe_buffers, moe_decode, moe_grid, router_ops
 
 P = dict(tokens=16, H=64, F=32, E=4, k=2, router="softmax", normalize=True, S=0, shared="none")
 
@@ -28,20 +31,22 @@ def test_constants_of_the_hand_calculations() -> None:
 
 def test_moe_cost_on_4x8_by_hand() -> None:
     """4 bands of 2 columns, one expert each: kh = 16, ni = cdiv(32, 2) = 16; the band computes
-    Mb = cdiv(16 x 2 x 1, 4) = 8 (token, choice) pairs of the 16 tokens' 32."""
+    Mb = cdiv(16 x 2 x 1, 4) = 8 (token, choice) pairs of the 16 tokens' 32. The router's 4
+    columns on the first 4 PE columns, rc = 1 a PE."""
     c = kernel_cost(Kernel("moe", KernelKind.MOE, P), 4, 8, "mixed", load_target("tiny32"))
-    assert c.sram.weights == (3 * 16 * 16 + 16 * 4) * 2 == 1664  # one expert + router tile
+    assert c.sram.weights == (3 * 16 * 16 + 16 * 1) * 2 == 1568  # one expert + router tile
     # x and decisions of the chunk's 8 tokens, one pair's gate/up partials and h, 8 sums
     assert (
         c.sram.buffers
         == 2 * 8 * 16 * 2 + 2 * 8 * 4 * 2 + 2 * 2 * 16 * 4 + 2 * 16 * 2 + 2 * 8 * 16 * 4
     )
     assert c.sram.buffers == 1984
-    router = 2 * 16 * 16 * 4 // 4 + 16 * 56  # logits' MACs, then scoring and choosing
+    router = 2 * 16 * 16 * 1 // 4 + 16 * 56  # a PE's logit MACs, then scoring and choosing
     experts = 2 * 8 * 16 * 3 * 16 // 4 + 8 * 4 * 12  # 3 matrices, silu(g) u on own = 4
     combine = 2 * 8 * 16
-    assert c.compute_cycles == router + experts + combine == 5120
-    # dispatch x 128, decision 32, gate/up partials 256, h back up 64, combine 256
+    assert c.compute_cycles == router + experts + combine == 4736
+    # dispatch x 128, logits gathered 48, decision 32, gate/up partials 256, h back up 64,
+    # combine 256
     assert c.link_cycles == 256
 
 
@@ -52,8 +57,8 @@ def test_moe_cost_counts_the_chosen_experts_not_all_of_them() -> None:
     two = kernel_cost(Kernel("m", KernelKind.MOE, P), 4, 8, "mixed", t)
     one = kernel_cost(Kernel("m", KernelKind.MOE, {**P, "k": 1}), 4, 8, "mixed", t)
     assert one.sram.weights == two.sram.weights
-    expert_two = two.compute_cycles - (2 * 16 * 16 * 4 // 4 + 16 * router_ops(4, 2))
-    expert_one = one.compute_cycles - (2 * 16 * 16 * 4 // 4 + 16 * router_ops(4, 1))
+    expert_two = two.compute_cycles - (2 * 16 * 16 * 1 // 4 + 16 * router_ops(4, 2))
+    expert_one = one.compute_cycles - (2 * 16 * 16 * 1 // 4 + 16 * router_ops(4, 1))
     assert expert_one * 2 == expert_two
     assert Kernel("m", KernelKind.MOE, P).spec.flops(P) == (
         2 * 16 * 64 * 4 + 16 * 56 + 16 * 2 * (6 * 64 * 32 + 32 * 12 + 2 * 64)
@@ -65,15 +70,16 @@ def test_moe_decode_step_by_hand() -> None:
     reads re = 1 expert's tiles (48 KB-class PE: 768 multiply-adds)."""
     ctx = CostContext(load_target("wse2"), "mixed")
     d = moe_decode(P, 4, 8, ctx, 1)
-    router = max(2 * 64 // 4, 64 * 2 // 16) + 56  # 64 MACs of W_r, then 56 vector ops
+    router = max(2 * 16 // 4, 16 * 2 // 16) + 56  # 16 MACs of W_r a PE, then 56 vector ops
     experts = max(2 * 768 // 4, 768 * 2 // 16) + 1 * 4 * 12
-    assert d.compute == router + experts == 520
-    # logits down column 0, gate/up partials down the band, W_down along it, then the combine:
-    # 6 hops past the other bands and k = 2 adds (relays)
-    assert d.reduction == (3 * 5 + 4) + (3 * 5 + 32) + (5 + 16) + 6 + 2 * 5 == 103
+    assert d.compute == router + experts == 496
+    # a logit down each router column, the other 3 gathered to column 0 along 4 PEs, gate/up
+    # partials down the band, W_down along it, then the combine: 6 hops past the other bands
+    # and k = 2 adds (relays)
+    assert d.reduction == (3 * 5 + 1) + (3 + 3) + (3 * 5 + 32) + (5 + 16) + 6 + 2 * 5 == 106
     # x along the row's 8 PEs, the decision up 4, h up 4
     assert d.broadcast == (7 + 8) + (3 + 2) + (3 + 8) == 31
-    assert d.bytes_read == (3 * 16 * 16 + 16 * 4) * 2
+    assert d.bytes_read == (3 * 16 * 16 + 16 * 1) * 2
     assert d.flops == 2 * 64 * 4 + 56 + 2 * (6 * 64 * 32 + 32 * 12 + 128)
     assert d.latency == d.compute + d.reduction + d.broadcast
 
@@ -104,31 +110,188 @@ def test_gpt_oss_120b_block_buffers_by_hand() -> None:
     assert got == 12352
     assert 2 * 8 * 6 * 2 + 2 * 8 * 2 * 576 * 4 + 2 * 8 * 6 * 4 == 74304 > 49152
     # a decode step: one expert a band (ep 1), so the busiest band's one pair reads its
-    # expert's tiles and biases, column 0 the router's 128 columns and biases: every weight
-    # byte the PE holds
+    # expert's tiles and biases, column 0 its router column and the router's 128 biases: every
+    # weight byte the PE holds
     d = moe_decode(g, 480, 640, ctx, 1)
     c = kernel_cost(Kernel("moe", KernelKind.MOE, g), 480, 640, "mixed", load_target("wse3"))
-    assert d.bytes_read == (3 * 6 * 576 + 6 * 128 + (2 * 576 + 6) + 128) * 2 == 24844
+    assert d.bytes_read == (3 * 6 * 576 + 6 * 1 + (2 * 576 + 6) + 128) * 2 == 23320
     assert d.bytes_read == c.sram.weights
 
 
 def test_moe_decode_reads_only_the_experts_its_tokens_choose() -> None:
     """Two experts per band (w = 2): one token's two choices may both land in one band, which
-    then reads both experts; four tokens read no more than the band holds."""
+    then reads both experts; four tokens read no more than the band holds. (The router's 4
+    columns: 2 on each PE column.)"""
     ctx = CostContext(load_target("wse2"), "mixed")
-    one_band = (3 * 16 * 32 + 16 * 4) * 2  # kh 16, ni 32 on a 1-column band
-    assert moe_decode(P, 4, 2, ctx, 1).bytes_read == (2 * 3 * 16 * 32 + 16 * 4) * 2
-    assert moe_decode(P, 4, 2, ctx, 4).bytes_read == (2 * 3 * 16 * 32 + 16 * 4) * 2
+    one_band = (3 * 16 * 32 + 16 * 2) * 2  # kh 16, ni 32 on a 1-column band
+    assert moe_decode(P, 4, 2, ctx, 1).bytes_read == (2 * 3 * 16 * 32 + 16 * 2) * 2
+    assert moe_decode(P, 4, 2, ctx, 4).bytes_read == (2 * 3 * 16 * 32 + 16 * 2) * 2
     assert moe_decode({**P, "k": 1}, 4, 2, ctx, 1).bytes_read == one_band
 
 
-def test_sizing_offers_whole_bands() -> None:
+def test_sizing_offers_whole_cells() -> None:
+    """Rows: H's breakpoints over 1, 2 and 4 cell rows; columns: E / er cells of F's
+    breakpoints each (4 cells of up to 8 columns, 2 of up to 16, 1 of up to 32)."""
     k = Kernel("m", KernelKind.MOE, P)
     assert k.spec.shapes is not None
     rows, cols = k.spec.shapes(P, 32, 32)
-    assert all(c % 4 == 0 for c in cols) and cols[0] == 4
-    # fewer columns than experts: bands shared (3 columns hold no fewer experts a band than 2)
-    assert k.spec.shapes(P, 32, 3)[1] == [1, 2]
+    for er in (1, 2, 4):
+        assert {er * r for r in breakpoints(64, 32 // er)} <= set(rows)
+        assert {(4 // er) * c for c in breakpoints(32, 32 // (4 // er))} <= set(cols)
+    # fewer columns than experts: one cell row shares cells, or more cell rows fit the width
+    assert k.spec.shapes(P, 32, 3)[1] == [1, 2, 3]
+
+
+def test_the_grid_holds_the_fewest_expert_weights_a_pe() -> None:
+    """E = 4 of H = 64 by F = 32. On 8 x 6: one cell row leaves 4 cells of 6 // 4 = 1 column
+    (kh 8, ni 32: 256 elements a PE); 2 x 2 cells of 4 x 3 PEs hold kh 16, ni 11 (176); one
+    cell column of 4 cells, 2 x 6 each, kh 32, ni 6 (192). On 4 x 8 one cell row and two tie
+    at 256, and the tie keeps one (the bands of `test_moe_cost_on_4x8_by_hand`)."""
+    assert moe_grid(4, 64, 32, 8, 6) == MoeGrid(er=2, ec=2, hs=4, ws=3, ep=1, kh=16, ni=11)
+    assert moe_grid(4, 64, 32, 4, 8) == MoeGrid(er=1, ec=4, hs=4, ws=2, ep=1, kh=16, ni=16)
+    g = moe_grid(4, 64, 32, 8, 6)
+    assert [g.cell(e) for e in range(4)] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_moe_cost_on_a_2x2_grid_by_hand() -> None:
+    """P on 8 x 6 of tiny32 (mixed): 2 x 2 cells of 4 rows by 3 columns, one expert each,
+    kh = 16, ni = cdiv(32, 3) = 11, Mb = cdiv(16 x 2 x 1, 4) = 8 pairs a cell; the router's 4
+    columns on PE columns 0-3 of cell row 0, rc = 1."""
+    c = kernel_cost(Kernel("moe", KernelKind.MOE, P), 8, 6, "mixed", load_target("tiny32"))
+    assert c.sram.weights == (3 * 16 * 11 + 16 * 1) * 2 == 1088  # one expert + router tile
+    # the chunk's 8 tokens' x, decisions and sums, one pair's partials and h, and the 8 sums
+    # coming north from cell row 1 (PE (0, 0): c_0 = 0)
+    assert c.sram.buffers == (
+        2 * 8 * 16 * 2 + 2 * 8 * 4 * 2 + 2 * 2 * 11 * 4 + 2 * 11 * 2 + 2 * 8 * 16 * 4
+        + 2 * 8 * 16 * 4
+    ) == 2908  # fmt: skip
+    router = 2 * 16 * 16 * 1 // 4 + 16 * 56
+    experts = 2 * 8 * 16 * 3 * 11 // 4 + 8 * 3 * 12  # silu(g) u on own = cdiv(11, 4) = 3
+    combine = 2 * 8 * 16
+    assert c.compute_cycles == router + experts + combine == 3680  # 4,736 on 4 x 8
+    # dispatch along a row 128 and down column c_i 128 (cdiv(4, 6) = 1 slice a column),
+    # logits gathered 48, decision 32, gate/up partials 176, h 44, the sums east 256 and
+    # north 256
+    assert c.link_cycles == 256
+
+
+def test_moe_decode_and_buffers_on_a_2x2_grid_by_hand() -> None:
+    """One token on 8 x 6 of wse2 (f 4, R 16 B/cycle, hop 1, relay 5): cb = re = 1."""
+    ctx = CostContext(load_target("wse2"), "mixed")
+    d = moe_decode(P, 8, 6, ctx, 1)
+    router = max(2 * 16 // 4, 32 // 16) + 56
+    experts = max(2 * 528 // 4, 1056 // 16) + 3 * 12  # 3 kh ni = 528 MACs
+    assert d.compute == router + experts == 364
+    # a logit down each router column (4 PEs, 4 B), 3 gathered along 4 PEs (12 B), gate/up
+    # down a cell column (88 B), W_down along the cell's 3 columns (64 B), 3 hops past the
+    # other cell, k = 2 adds; then the cell row 1 sum: 5 hops back west, 4 north, 5 west, 3
+    # east, and its add
+    assert d.reduction == (
+        (15 + 1) + (3 + 3) + (15 + 22) + (10 + 16) + 3 + 10 + (5 + 4 + 5 + 3 + 5)
+    ) == 120  # fmt: skip
+    # x along the row's 6 PEs and down 5, the decision along column 0's 8, h up the cell's 4
+    assert d.broadcast == (5 + 8) + (4 + 8) + (7 + 2) + (3 + 6) == 43
+    assert d.bytes_read == (3 * 16 * 11 + 16 * 1) * 2 == 1088
+    assert d.flops == moe_decode(P, 4, 8, ctx, 1).flops  # the work is the mapping's own
+    # a decode step's buffers: one token's x, decision, sum and sum from below, one pair's
+    assert moe_buffers(P, 8, 6, ctx, 1) == 2 * (16 * 2 + 4 * 2 + 2 * 11 * 4 + 11 * 2 + 2 * 16 * 4)
+    assert moe_buffers(P, 8, 6, ctx, 1) == 556
+
+
+def test_gpt_oss_120b_block_on_4_cell_rows_by_hand() -> None:
+    """gpt-oss-120B's block on 400 x 512 of wse3 (mixed, chunk 8): 4 x 32 cells of 100 x 16
+    PEs, kh = cdiv(2880, 100) = 29, ni = 2880 / 16 = 180, one expert a cell (3 kh ni = 15,660
+    elements a PE; 2 cell rows would hold 3 x 15 x 360 = 16,200, 8 tie at 15,660); the router's
+    128 columns one a PE. Weights 32,412 B, buffers 8,496, reserve 8,192: 49,100 of 49,152 B,
+    on 204,800 PEs, where one cell row's fewest are 263,680 (412 x 640; 307,200, 480 x 640,
+    with the router's whole tile on column 0: `test_gpt_oss_120b_block_buffers_by_hand`)."""
+    t = load_target("wse3")
+    g = dict(tokens=2048, H=2880, F=2880, E=128, k=4, router="softmax", normalize=True,
+             S=0, shared="none", bias=True, activation="clamped_silu")  # fmt: skip
+    assert moe_grid(128, 2880, 2880, 400, 512) == MoeGrid(4, 32, 100, 16, 1, 29, 180)
+    c = kernel_cost(Kernel("moe", KernelKind.MOE, g), 400, 512, "mixed", t)
+    # an expert's tiles, a router column, the gate/up and down bias slices, the router's biases
+    assert c.sram.weights == (3 * 29 * 180 + 29 * 1 + (2 * 180 + 29) + 128) * 2 == 32412
+    assert c.sram.buffers == 2 * 8 * 29 * 2 + 2 * 8 * 8 * 2 + 2 * 2 * 180 * 4 + 2 * 180 * 2 + 2 * (
+        2 * 8 * 29 * 4
+    ) == 8496  # fmt: skip
+    assert c.sram.total == 49100 <= t.sram.bytes_per_pe
+    # a decode step: one expert a cell, so the busiest cell's one pair reads its expert's
+    # tiles and biases, column 0 its router column and biases: every weight byte the PE holds
+    ctx = CostContext(t, "mixed")
+    d = moe_decode(g, 400, 512, ctx, 1)
+    assert d.bytes_read == c.sram.weights
+    hop = t.link.hop_latency_cycles
+    assert d.reduction == (
+        chain(ctx, 100, 1 * 4)  # a logit down each router column of cell row 0
+        + multicast(ctx, 128, 127 * 4)  # 127 of them gathered west to column 0
+        + chain(ctx, 100, 2 * 180 * 4)  # one pair's gate/up partials down a cell column
+        + chain(ctx, 16, 29 * 4)  # its W_down partials along the cell
+        + (512 - 16) * hop  # past the row's other cells
+        + 4 * relay(ctx)  # k = 4 adds
+        + (511 + 300 + 511 + 496) * hop  # west to c_i, north, west to column 0, east
+        + 3 * relay(ctx)  # cell rows 3, 2, 1's sums added
+    )
+
+
+def test_gpt_oss_120b_menu_fits_the_block_on_fewer_pes() -> None:
+    """Sizing's menu for gpt-oss-120B's block on wse3 (`moe_shapes`, mixed, chunk 8): its
+    fewest-PE shape that fits a PE is 400 x 512 on 4 cell rows (204,800 PEs), where one cell
+    row does no better than 412 x 640 (263,680): three layers' blocks take 614,400 of a
+    wafer's 883,350 PEs."""
+    t = load_target("wse3")
+    ctx = CostContext(t, "mixed")
+    g = dict(tokens=2048, H=2880, F=2880, E=128, k=4, router="softmax", normalize=True,
+             S=0, shared="none", bias=True, activation="clamped_silu")  # fmt: skip
+    k = Kernel("moe", KernelKind.MOE, g)
+    assert k.spec.shapes is not None
+    rows, cols = k.spec.shapes(g, t.fabric.program_height, t.fabric.program_width)
+    fitting = [
+        (h * w, h, w)
+        for h in rows
+        for w in cols
+        if cost_at(k, h, w, ctx).sram.total <= t.sram.bytes_per_pe
+    ]
+    one_row = [f for f in fitting if moe_grid(128, 2880, 2880, f[1], f[2]).er == 1]
+    assert min(fitting) == (204800, 400, 512)
+    assert min(one_row) == (263680, 412, 640)
+    assert 3 * 204800 <= t.usable_pes
+
+
+@pytest.mark.parametrize(
+    "sample", ["mixtral_dynamo.onnx", "qwen2moe_dynamo.onnx", "gptoss_dynamo.onnx"]
+)
+def test_the_simulator_follows_the_grid(samples_dir: Path, sample: str) -> None:
+    """A sample's blocks (E 4, H 64, F 96 or 48; Qwen2-MoE's sigmoid-gated shared expert,
+    gpt-oss's biases) put on 8 x 6: 2 x 2 cells of 4 x 3 PEs (kh 16), the combine summing cell
+    row 1 first: the tiled program in fp32 against the reference interpreter on the fused graph
+    within the structure check's 2e-5."""
+    from dataclasses import replace
+
+    from wsecc.passes import DEFAULT_PIPELINE
+
+    from wsecc.check.numerics import TOLERANCE, make_inputs
+    from wsecc.core.flow import lower_and_size
+    from wsecc.frontend.onnx import import_model
+    from wsecc.interp import run as interp_run
+    from wsecc.pm import PassManager
+    from wsecc.sim.functional import simulate_functional
+
+    graph, _ = import_model(str(samples_dir / sample), batch=2, seq=16)
+    fused, _ = PassManager(DEFAULT_PIPELINE).run(graph)
+    feeds = make_inputs(graph, seed=7, padded=True)
+    kg, sizing = lower_and_size(fused, load_target("wse2"), "fp32")
+    moe = {k.name: k.params for k in kg.kernels if k.kind == KernelKind.MOE}
+    assert moe and all(moe_grid(p["E"], p["H"], p["F"], 8, 6).er == 2 for p in moe.values())
+    sizing = replace(
+        sizing,
+        kernels=tuple(replace(k, h=8, w=6) if k.name in moe else k for k in sizing.kernels),
+    )
+    got = simulate_functional(fused, kg, sizing, "fp32", feeds)
+    want = interp_run(fused, feeds)
+    for name, y in got.items():
+        err = float(np.max(np.abs(y - want[name])) / np.max(np.abs(want[name])))
+        assert err <= TOLERANCE["structure"]["max_rel_err"], (name, err)
 
 
 def test_a_shared_expert_adds_its_work_on_every_token() -> None:

@@ -126,7 +126,7 @@ from wsecc.ir.rules import (
 )
 from wsecc.kernels import KernelGraph, KernelKind, KernelSizing, Sizing, precision
 from wsecc.kernels.costs import cdiv
-from wsecc.kernels.kinds.moe import _bands
+from wsecc.kernels.kinds.moe import moe_grid, router_columns
 from wsecc.options import FAULTS
 from wsecc.passes.lower import kernel_names
 from wsecc.sim.compiled import (
@@ -449,44 +449,53 @@ def _gated_linear(b: _Build) -> Run:
 
 
 def _moe(b: _Build) -> Run:
-    """moe: `wsecc.kernels.kinds.moe`'s mapping. The router's W[H, E] tiled H over the rows of
-    column 0 (`_tiled_linear`, one column), its logits, scores, choice and weights kept in the
-    accumulate type; each expert on its band (h rows by wb columns): gate and up as
-    `_gated_linear`'s tiles, silu(g)·u rounded to storage (it travels back up the column),
-    W_down[F, H] with F over the band's columns (each output's partials chained along the row)
-    and H over the rows; the combine adds w_j · y_e into each token's running sum in band order
-    (band 0, nearest the W edge, first; experts of one band in index order), in the accumulate
-    type, rounded to storage as it leaves."""
+    """moe: `wsecc.kernels.kinds.moe`'s mapping on its grid of cells (`moe_grid`). The router's
+    W[H, E] tiled H over cell row 0's rows and E over its first min(E, w) columns
+    (`_tiled_linear`; a shared expert's sigmoid gate on column 0), its logits, scores, choice
+    and weights kept in the accumulate type; each expert on its cell
+    (hs rows by ws columns): gate and up as `_gated_linear`'s tiles, silu(g)·u rounded to
+    storage (it travels back up the column), W_down[F, H] with F over the cell's columns (each
+    output's partials chained along the row) and H over the rows. The combine, in the
+    accumulate type: each cell row below the first sums w_j · y_e over its cells in column
+    order (experts of one cell in index order); those sums are added last cell row first (the
+    sum going north); cell row 0's running sum starts from that and adds its own cells' in
+    column order; rounded to storage as it leaves. A shared expert's output starts the sum
+    (its S over the er cell rows' w columns, in that order)."""
     b.expect(Op.MOE)
     a: dict[str, Any] = b.node.attr_dict
     wr, wg, wu, wd = (b.resident(i) for i in range(1, 5))
     E, H, F = wg.shape
     h, w = b.region.h, b.region.w
-    bands, wb, _ = _bands(E, w)
+    grid = moe_grid(E, H, F, h, w)
+    hs, ws = grid.hs, grid.ws
     xt = b.node.inputs[0].type
     M = xt.size // xt.shape[-1]
     ar = b.ar
     inner = Arithmetic(ar.name, _identity, ar.acc)  # sums that stay in the region
     shared = a.get("shared", "none")
-    if shared == "sigmoid":
-        wr = np.concatenate([wr, b.resident(8)], axis=1)
-    router = _MatmulTiles.of(wr, h, 1, M, None)
+    router = [_MatmulTiles.of(wr, hs, router_columns(E, w)[0], M, None)]
+    if shared == "sigmoid":  # its gate's column on column 0
+        router.append(_MatmulTiles.of(b.resident(8), hs, 1, M, None))
     if shared != "none":
         sg, su, sd = (b.resident(i) for i in range(5, 8))
         S = sg.shape[1]
         W = np.empty((H, 2 * S), np.float32)
         W[:, 0::2], W[:, 1::2] = sg, su
         shared_gate_up, shared_down = (
-            _MatmulTiles.of(W, h, w, M, None),
-            _MatmulTiles.of(sd, w, h, M, None),
+            _MatmulTiles.of(W, hs, grid.er * w, M, None),
+            _MatmulTiles.of(sd, grid.er * w, hs, M, None),
         )
     gate_up, down = [], []
     for e in range(E):
         W = np.empty((H, 2 * F), np.float32)
         W[:, 0::2], W[:, 1::2] = wg[e], wu[e]
-        gate_up.append(_MatmulTiles.of(W, h, wb, M, None))
-        down.append(_MatmulTiles.of(wd[e], wb, h, M, None))
-    order = sorted(range(E), key=lambda e: (e % bands, e // bands))  # the combine's order
+        gate_up.append(_MatmulTiles.of(W, hs, ws, M, None))
+        down.append(_MatmulTiles.of(wd[e], ws, hs, M, None))
+    # the combine's order: cell rows last to first (each its own sum), cells west to east,
+    # a cell's experts by index (`grid.cell`)
+    by_row: list[list[int]] = [[] for _ in range(grid.er)]
+    for e in sorted(range(E), key=lambda e: (grid.cell(e)[1], e // grid.cells)):
+        by_row[grid.cell(e)[0]].append(e)
     k = int(a["k"])
     j = moe_bias_start(a)
     br, bg, bu, bd = (b.resident(j + i) for i in range(4)) if a.get("bias", False) else (None,) * 4
@@ -504,7 +513,7 @@ def _moe(b: _Build) -> Run:
     def run(args: Arrays) -> list[np.ndarray]:
         shape = args[0].shape
         x = args[0].reshape(-1, shape[-1])
-        logits = _tiled_linear(x, router, inner, None, "none")
+        logits = np.concatenate([_tiled_linear(x, t, inner, None, "none") for t in router], 1)
         if br is not None:
             logits[:, :E] = ar.acc(logits[:, :E] + br)
         acc = np.zeros(x.shape, np.float32)
@@ -528,10 +537,12 @@ def _moe(b: _Build) -> Run:
         weights = np.take_along_axis(scores, idx, axis=1)
         if a["normalize"]:
             weights = ar.acc(weights / weights.sum(axis=1, keepdims=True, dtype=np.float32))
-        for e in order:
+
+        def add_expert(total: np.ndarray, e: int) -> None:
+            """total[t] += w_e · y_e(x[t]) for the tokens that chose e."""
             rows, slot = np.nonzero(idx == e)
             if not rows.size:
-                continue
+                return
             bias = None
             if bg is not None and bu is not None:  # the epilogue's, interleaved as W
                 bias = np.empty(2 * F, np.float32)
@@ -541,7 +552,15 @@ def _moe(b: _Build) -> Run:
             with np.errstate(over="ignore"):
                 hid = ar.store(hidden(g, u))
             ye = _tiled_linear(hid, down[e], inner, None if bd is None else bd[e], "none")
-            acc[rows] = ar.acc(acc[rows] + ar.acc(ye * weights[rows, slot, None]))
+            total[rows] = ar.acc(total[rows] + ar.acc(ye * weights[rows, slot, None]))
+
+        for r in range(grid.er - 1, 0, -1):  # the cell rows below the first, going north
+            row_sum = np.zeros(x.shape, np.float32)
+            for e in by_row[r]:
+                add_expert(row_sum, e)
+            acc = ar.acc(acc + row_sum)
+        for e in by_row[0]:
+            add_expert(acc, e)
         return [ar.store(acc).reshape(shape)]
 
     return run

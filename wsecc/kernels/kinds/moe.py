@@ -8,79 +8,104 @@ by sigmoid(x·w), one more router column).
 
 Mapping on an h x w region (docs/cost-models.md, "moe"):
 
-    bands     the columns are cut into b = min(E, w) bands of wb = w // b columns (columns past
-              b wb idle); band j holds ep = cdiv(E, b) experts (expert e in band e mod b)
-    experts   in its band, PE (i, c) holds, for each of its experts, W_gate[e][H_i, F_c] and
-              W_up[e][H_i, F_c] (the gated_linear tiles: H over the h rows, kh = cdiv(H, h); F
-              over the band's columns, ni = cdiv(F, wb)) and W_down[e][F_c, H_i]
-    router    W_router[H_i, :] on column 0 of row i (kh x E)
+    grid      the experts sit in a grid of er x ec cells of hs = h // er rows by ws = w // ec
+              columns (rows and columns past them idle); cell q = r ec + j (row r, column j)
+              holds ep = cdiv(E, er ec) experts, expert e in cell e mod (er ec). `moe_grid`
+              chooses er (ec = min(w, cdiv(E, er))) to hold the fewest expert weights on a PE,
+              fewer cell rows on a tie: er = 1 is the bands of columns (each expert on all h
+              rows), more cell rows give each expert more columns, so the region can shrink
+              to what its weight bytes need rather than stop at w // E columns an expert
+    experts   in its cell, PE (i, c) holds, for each of its experts, W_gate[e][H_i, F_c] and
+              W_up[e][H_i, F_c] (the gated_linear tiles: H over the cell's hs rows,
+              kh = cdiv(H, hs); F over its ws columns, ni = cdiv(F, ws)) and W_down[e][F_c, H_i]
+    router    W_router[H_i, E_c] on PE (i, c) of cell row 0 for the first nr = min(E, w)
+              columns, rc = cdiv(E, nr) of the E a PE (kh x rc)
 
-A token's x[H_i] enters row i on the W edge and is multicast east along the whole row, through
-every band (the dispatch: each band sees every token, only the chosen ones compute). Column 0
-forms the router's partial logits, reduced down the column; the last row scores (softmax or
-sigmoid), chooses the top k and renormalises, and multicasts each token's k expert ids and
-weights back up column 0 and east along the rows (the routing decision, 2k values a token).
-In a band, a chosen expert's gate/up partials are reduced down each column as gated_linear's;
-the finished h = silu(g)·u (ni values per column) goes back up the column, each PE multiplies
-it by its W_down[F_c, H_i] tile, and the partial y[H_i] runs east along the row through the
-band, weighted by the router's weight at the band's last column and added into the row's
-running sum of the token's k expert outputs (the combine), which leaves on the E edge. The
-dispatch (x east along the rows) and the combine (the running sums east) are the block's
-all-to-all traffic: every token crosses every band both ways, H values out and H back.
+A token's x[H_i] enters row i of cell row 0 on the W edge and is multicast east along the row,
+through every cell of the row (the dispatch: each cell sees every token, only the chosen ones
+compute). With er > 1 the row also turns x[H_i] south at column c_i = i mod w, down that
+column to row i of every other cell row, where it is multicast west and east along the row:
+the dispatch's vertical traffic spread over min(hs, w) columns, cdiv(hs, w) slices a column.
+The router's columns form its partial logits, each reduced down its column of cell row 0;
+the last row gathers the E logits west to column 0 (the link into it carries E - rc a token),
+which scores (softmax or sigmoid), chooses the top k and renormalises, and multicasts each
+token's k expert ids and weights along column 0, through every row, and east along the rows
+(the routing decision, 2k values a token). In a cell, a chosen expert's gate/up partials are
+reduced down each column as gated_linear's; the finished h = silu(g)·u (ni values per column)
+goes back up the column, each PE multiplies it by its W_down[F_c, H_i] tile, and the partial
+y[H_i] runs east along the row through the cell, is weighted by the router's weight at the
+cell's last column and added into the row's running sum of the token's expert outputs (the
+combine). In cell row r >= 1 that sum starts at 0 on the W edge, runs east through the row's
+cells, comes back west to column c_i, and goes north up column c_i to cell row 0, each cell
+row's sum added in turn as it passes (the last cell row's first); in cell row 0 it comes west
+to column 0 and starts the row's running sum, which runs east through cell row 0's cells and
+leaves on the E edge. The dispatch and the combine are the block's all-to-all traffic: every
+token crosses every cell both ways, H values out and H back; the vertical legs move the same
+slices over distinct columns. Each turn is one router's multicast (a set-valued tx, x to the
+ramp and south, then west and east: "Unicast and multicast are hardware primitives",
+wafer-facts.md, fabric routing); its hops cost the target's hop latency (1 cycle a hop, the same
+file) and its bytes the link's L, as every kind's flows.
 
-Costs per sample (M = tokens), busiest PE (a band's column 0 also holds the router):
+Costs per sample (M = tokens), busiest PE (column 0 of cell row 0 also holds a router tile):
 
-    Mb       = cdiv(M k ep, E)          (token, choice) pairs a band computes: the router's
+    Mb       = cdiv(M k ep, E)          (token, choice) pairs a cell computes: the router's
                                         choices spread evenly over the experts (the expected
-                                        load; a skewed router's busiest band is not modelled)
-    weights  = (ep 3 kh ni + kh E) sb
+                                        load; a skewed router's busiest cell is not modelled)
+    weights  = (ep 3 kh ni + kh rc) sb
     buffers  = `moe_buffers` (below), with c = the chunk's tokens
-    compute  = cdiv(2 M kh E, f) + cdiv(M ROUTER_OPS, v)             the router
-             + cdiv(2 Mb kh 3 ni, f) + cdiv(Mb cdiv(ni, h) GATE_OPS, v) the chosen experts
+    compute  = cdiv(2 M kh rc, f) + cdiv(M ROUTER_OPS, v)            the router
+             + cdiv(2 Mb kh 3 ni, f) + cdiv(Mb cdiv(ni, hs) GATE_OPS, v) the chosen experts
              + cdiv(2 Mb kh, v)                                        weight and add (combine)
     link     = max(cdiv(M kh sb, L),            dispatch: x east along a row
+                   cdiv(M (E - rc) ab, L),      the logits gathered to column 0
                    cdiv(M 2k sb, L),            the routing decision
-                   red cdiv(Mb 2 ni ab, L),     gate/up partials down a band column
-                   cdiv(Mb ni sb, L),           h back up the band column
-                   cdiv(M kh ab, L))            combine: the running sums east along a row
-    with red = 1 if h > 1 else 0; ROUTER_OPS per token: E (TRANSCENDENTAL_OPS + 3) to score
-    and normalise, E k to choose, 2k to renormalise.
+                   red cdiv(Mb 2 ni ab, L),     gate/up partials down a cell column
+                   cdiv(Mb ni sb, L),           h back up the cell column
+                   cdiv(M kh ab, L),            combine: the running sums east along a row
+                   up cdiv(M vs kh sb, L),      dispatch: x south down column c_i
+                   up cdiv(M vs kh ab, L))      combine: the sums north up column c_i
+    with red = 1 if hs > 1 else 0, up = 1 if er > 1 else 0, vs = cdiv(hs, w) slices a column;
+    ROUTER_OPS per token: E (TRANSCENDENTAL_OPS + 3) to score and normalise, E k to choose, 2k
+    to renormalise. (As for every kind, flows of different colors on one link are costed by
+    the largest, not their sum.)
 
-A shared expert (S > 0) is spread over the whole region, every token going through it: PE
-(i, c) holds S_gate, S_up [H_i, S_c] and S_down [S_c, H_i] (ns = cdiv(S, w)); its gate/up
-partials reduce down the columns, h_s goes back up, and its W_down partial joins the row's
-running sum; its sigmoid gate is one more column of the router's tile. It adds
+A shared expert (S > 0) is spread over the whole region, every token going through it: cell
+row r holds the r-th of er blocks of S over its w columns, PE (i, c) S_gate, S_up [H_i, S_c]
+and S_down [S_c, H_i] (ns = cdiv(S, er w)); its gate/up partials reduce down the columns, h_s
+goes back up, and its W_down partial joins the row's running sum; its sigmoid gate is one more
+column on column 0 beside the router's tile. It adds
 
     weights  + (3 kh ns + sig kh) sb          buffers: `moe_buffers`'s ns terms
-    compute  + cdiv(2 M kh 3 ns, f) + cdiv(M cdiv(ns, h) GATE_OPS, v)
+    compute  + cdiv(2 M kh 3 ns, f) + cdiv(M cdiv(ns, hs) GATE_OPS, v)
              + sig (cdiv(2 M kh, f) + cdiv(M (SIGMOID_OPS + kh), v))
     link     max with red cdiv(M 2 ns ab, L) and cdiv(M ns sb, L)
-    decode   compute + matvec(B 3 kh ns, 3 kh ns sb) + cdiv(B cdiv(ns, h) GATE_OPS, v);
-             reduction + chain(h, B 2 ns ab) + chain(w, B kh ab); broadcast + multicast(h,
-             B ns sb); bytes read + 3 kh ns sb
+    decode   compute + matvec(B 3 kh ns, 3 kh ns sb) + cdiv(B cdiv(ns, hs) GATE_OPS, v);
+             reduction + chain(hs, B 2 ns ab) + chain(w, B kh ab); broadcast +
+             multicast(hs, B ns sb); bytes read + 3 kh ns sb
 with sig = 1 for the sigmoid-gated form.
 
-With `bias` (gpt-oss: the router's and each expert's gate, up and down biases), a band's PE also
+With `bias` (gpt-oss: the router's and each expert's gate, up and down biases), a cell's PE also
 holds its experts' gate/up bias slices and a down-bias slice, column 0 the router's E biases:
 
     weights  + (ep (2 ni + kh) + E) sb
-    compute  + cdiv(M E, v) + cdiv(Mb (2 cdiv(ni, h) + kh), v)
-    decode   compute + cdiv(B E, v) + cdiv(cb (2 cdiv(ni, h) + kh), v); bytes read
+    compute  + cdiv(M E, v) + cdiv(Mb (2 cdiv(ni, hs) + kh), v)
+    decode   compute + cdiv(B E, v) + cdiv(cb (2 cdiv(ni, hs) + kh), v); bytes read
              + (re (2 ni + kh) + E) sb
 
 and `activation` "clamped_silu" (gpt-oss's gate) costs CLAMPED_GATE_OPS per hidden unit of a
 routed expert in place of GATE_OPS.
 
-Buffers (`moe_buffers`: what a PE must hold besides its weights while c tokens are in flight;
-c = the chunk's tokens in infer mode and prefill, c = B, one token per user, in a decode step):
+Buffers (`moe_buffers`: what the busiest PE holds besides its weights while c tokens are in
+flight; c = the chunk's tokens in infer mode and prefill, c = B, one token per user, in a
+decode step):
 
     x          2 c kh sb      the c tokens' x[H_i], double-buffered: every token is dispatched
-                              through every band, and a band's pairs read it until the chunk
+                              through every cell, and a cell's pairs read it until the chunk
                               is done
     decision   2 c 2k sb      the c tokens' k expert ids and k weights, double-buffered: the
-                              band picks its pairs from them
+                              cell picks its pairs from them
     partials   2 2 (ni + ns) ab   one (token, choice) pair's gate/up partial sums (ni each),
-                              double-buffered: the band streams its pairs through its PEs one
+                              double-buffered: the cell streams its pairs through its PEs one
                               at a time, the next pair's multiply-adds overlapping the last
                               one's reduction down the column; the shared expert (ns) likewise
                               one token at a time
@@ -88,30 +113,43 @@ c = the chunk's tokens in infer mode and prefill, c = B, one token per user, in 
                               the shared expert's h_s), double-buffered
     sums       2 c kh ab      the c tokens' running sums y[H_i] east along the row, each
                               waiting for the PE's own pair of that token, double-buffered
+    below      up 2 c kh ab   with er > 1, at column c_i: the c tokens' sums coming north from
+                              the cell rows below, waiting for the row's own, double-buffered
+                              (PE (0, 0), the router's, is one of them: c_0 = 0)
 
-The gate/up partials and h do not grow with c: how many of a chunk's pairs land in a band
+The gate/up partials and h do not grow with c: how many of a chunk's pairs land in a cell
 depends on the router (cdiv(c k ep, E) expected, up to c min(k, ep)), and streaming them one
 at a time holds one pair's. The double buffer assumes a pair's multiply-adds (2 kh 3 ni / f
 cycles) cover its partials' move to the next row (2 ni ab / L); where they do not, the stall
 is the link term's, which the throughput already counts.
 
 The decode step (`moe_decode`, B tokens): only the experts the step's tokens choose are read —
-the busiest band computes B min(k, ep) (token, choice) pairs and reads min(ep, B k) experts'
+the busiest cell computes B min(k, ep) (token, choice) pairs and reads min(ep, B k) experts'
 tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decode`:
 
-    broadcast = multicast(w, B kh sb)            x east along the row, through every band
-              + multicast(h, B 2k sb)            the routing decision up column 0
-              + multicast(h, B ni sb)            h back up the band column
-    compute   = matvec(B kh E, kh E sb) + cdiv(B ROUTER_OPS, v)
-              + matvec(cb 3 kh ni, re 3 kh ni sb) + cdiv(cb cdiv(ni, h) GATE_OPS, v)
-    reduction = chain(h, B E ab)                 router logits down column 0
-              + chain(h, cb 2 ni ab)             gate/up partials down a band column
-              + chain(wb, cb kh ab)              W_down partials along the band
-              + (w - wb) hop + k relay           the combine: across the other bands, k adds
-    with cb = B min(k, ep) and re = min(ep, cb).
+    broadcast = multicast(w, B kh sb)            x east along the row, through every cell
+              + up multicast(h - hs + 1, B kh sb)   x south down column c_i
+              + multicast(h, B 2k sb)            the routing decision along column 0
+              + multicast(hs, B ni sb)           h back up the cell column
+    compute   = matvec(B kh rr, kh rr sb) + cdiv(B ROUTER_OPS, v)
+              + matvec(cb 3 kh ni, re 3 kh ni sb) + cdiv(cb cdiv(ni, hs) GATE_OPS, v)
+    reduction = chain(hs, B rr ab)               router logits down its columns
+              + multicast(nr, B (E - rc) ab)     gathered west to column 0
+              + chain(hs, cb 2 ni ab)            gate/up partials down a cell column
+              + chain(ws, cb kh ab)              W_down partials along the cell
+              + (w - ws) hop + k relay           the combine: across the row's other cells,
+                                                 k adds
+              + up ((w - 1) + (h - hs) + (w - 1) + (w - ws)) hop + up (er - 1) relay
+                                                 with er > 1: back west to c_i, north to cell
+                                                 row 0 (a cell row's add each), west to
+                                                 column 0, and east through cell row 0
+    with cb = B min(k, ep), re = min(ep, cb) and rr = rc + sig (column 0's router columns).
 """
 
 from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
 
 from wsecc.ir.core import Node, Op
 from wsecc.ir.rules import MOE_ACTIVATIONS, MOE_ROUTERS, MOE_SHARED
@@ -147,10 +185,59 @@ def router_ops(E: int, k: int) -> int:
     return E * (TRANSCENDENTAL_OPS + 3) + E * k + 2 * k
 
 
-def _bands(E: int, w: int) -> tuple[int, int, int]:
-    """(bands, columns per band, experts per band) on w columns."""
-    b = min(E, w)
-    return b, w // b, cdiv(E, b)
+@dataclass(frozen=True)
+class MoeGrid:
+    """The experts' grid on an h x w region (module doc, "Mapping"): er x ec cells of hs x ws
+    PEs, ep experts a cell; a PE's tiles are kh of H by ni of F."""
+
+    er: int
+    ec: int
+    hs: int
+    ws: int
+    ep: int
+    kh: int
+    ni: int
+
+    @property
+    def cells(self) -> int:
+        return self.er * self.ec
+
+    @property
+    def vertical(self) -> int:
+        """1 when the grid has more than one cell row (x and the sums cross between them)."""
+        return int(self.er > 1)
+
+    def cell(self, e: int) -> tuple[int, int]:
+        """(cell row, cell column) of expert e."""
+        return divmod(e % self.cells, self.ec)
+
+
+def router_columns(E: int, w: int) -> tuple[int, int]:
+    """(nr, rc): the router's E columns over the first nr = min(E, w) columns of cell row 0,
+    rc = cdiv(E, nr) a PE."""
+    nr = min(E, w)
+    return nr, cdiv(E, nr)
+
+
+@functools.lru_cache(maxsize=65536)
+def moe_grid(E: int, H: int, F: int, h: int, w: int) -> MoeGrid:
+    """The grid of E experts (H x F each) on h x w holding the fewest expert weights on a PE,
+    fewer cell rows on a tie (er = 1: each expert on all h rows, bands of w // E columns)."""
+    best: MoeGrid | None = None
+    for er in range(1, min(E, h) + 1):
+        if er > 1 and cdiv(E, er) == cdiv(E, er - 1):
+            continue  # the same cell columns on fewer rows each: never fewer weights
+        ec = min(w, cdiv(E, er))
+        hs, ws = h // er, w // ec
+        g = MoeGrid(er, ec, hs, ws, cdiv(E, er * ec), cdiv(H, hs), cdiv(F, ws))
+        if best is None or g.ep * g.kh * g.ni < best.ep * best.kh * best.ni:
+            best = g
+    assert best is not None  # er = 1 always runs
+    return best
+
+
+def _grid(p: Params, h: int, w: int) -> MoeGrid:
+    return moe_grid(p["E"], p["H"], p["F"], h, w)
 
 
 def _shared_flops(p: Params) -> int:
@@ -172,11 +259,12 @@ def _moe_flops(p: Params) -> int:
 
 
 def moe_buffers(p: Params, h: int, w: int, ctx: CostContext, c: int) -> int:
-    """Bytes a PE of the busiest band buffers with c tokens in flight on h x w (module doc,
-    "Buffers"): the tokens' x slices, routing decisions and running sums, and one (token,
-    choice) pair's gate/up partials and h (the shared expert's with them)."""
-    _, wb, _ = _bands(p["E"], w)
-    kh, ni, ns = cdiv(p["H"], h), cdiv(p["F"], wb), cdiv(p["S"], w)
+    """Bytes the busiest PE buffers with c tokens in flight on h x w (module doc, "Buffers"):
+    the tokens' x slices, routing decisions and running sums (and, with cell rows below, the
+    sums coming north), and one (token, choice) pair's gate/up partials and h (the shared
+    expert's with them)."""
+    g = _grid(p, h, w)
+    kh, ni, ns = g.kh, g.ni, cdiv(p["S"], g.er * w)
     sb, ab = ctx.sb, ctx.ab
     return (
         2 * c * kh * sb
@@ -184,21 +272,23 @@ def moe_buffers(p: Params, h: int, w: int, ctx: CostContext, c: int) -> int:
         + 2 * 2 * (ni + ns) * ab
         + 2 * (ni + ns) * sb
         + 2 * c * kh * ab
+        + g.vertical * 2 * c * kh * ab
     )
 
 
 def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     """SRAM per PE and cycles per sample on h x w (module doc)."""
-    M, H, F, E, k = p["tokens"], p["H"], p["F"], p["E"], p["k"]
+    M, H, E, k = p["tokens"], p["H"], p["E"], p["k"]
     sb, ab, c = ctx.sb, ctx.ab, ctx.chunk(M)
-    _, wb, ep = _bands(E, w)
-    kh, ni = cdiv(H, h), cdiv(F, wb)
+    g = _grid(p, h, w)
+    kh, ni, ep, hs = g.kh, g.ni, g.ep, g.hs
     Mb = cdiv(M * k * ep, E)
-    red = int(h > 1)
-    ns, sig = cdiv(p["S"], w), int(p["shared"] == "sigmoid")
+    red, up, vs = int(hs > 1), g.vertical, cdiv(hs, w)
+    ns, sig = cdiv(p["S"], g.er * w), int(p["shared"] == "sigmoid")
+    _, rc = router_columns(E, w)
     shared_compute = (
         cdiv(2 * M * kh * 3 * ns, ctx.f)
-        + cdiv(M * cdiv(ns, h) * GATE_OPS, ctx.v)
+        + cdiv(M * cdiv(ns, hs) * GATE_OPS, ctx.v)
         + sig * (cdiv(2 * M * kh, ctx.f) + cdiv(M * (SIGMOID_OPS + kh), ctx.v))
         if ns
         else 0
@@ -207,22 +297,25 @@ def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     return ctx.cost(
         h,
         w,
-        weights=(ep * 3 * kh * ni + kh * E + 3 * kh * ns + sig * kh) * sb
+        weights=(ep * 3 * kh * ni + kh * rc + 3 * kh * ns + sig * kh) * sb
         + bias * (ep * (2 * ni + kh) + E) * sb,
         buffers=moe_buffers(p, h, w, ctx, c),
-        compute=cdiv(2 * M * kh * E, ctx.f)
+        compute=cdiv(2 * M * kh * rc, ctx.f)
         + cdiv(M * router_ops(E, k), ctx.v)
         + cdiv(2 * Mb * kh * 3 * ni, ctx.f)
-        + cdiv(Mb * cdiv(ni, h) * gate_ops(p), ctx.v)
+        + cdiv(Mb * cdiv(ni, hs) * gate_ops(p), ctx.v)
         + cdiv(2 * Mb * kh, ctx.v)
-        + bias * (cdiv(M * E, ctx.v) + cdiv(Mb * (2 * cdiv(ni, h) + kh), ctx.v))
+        + bias * (cdiv(M * E, ctx.v) + cdiv(Mb * (2 * cdiv(ni, hs) + kh), ctx.v))
         + shared_compute,
         link=max(
             cdiv(M * kh * sb, ctx.L),
+            cdiv(M * (E - rc) * ab, ctx.L),
             cdiv(M * 2 * k * sb, ctx.L),
             red * cdiv(Mb * 2 * ni * ab, ctx.L),
             cdiv(Mb * ni * sb, ctx.L),
             cdiv(M * kh * ab, ctx.L),
+            up * cdiv(M * vs * kh * sb, ctx.L),
+            up * cdiv(M * vs * kh * ab, ctx.L),
             red * cdiv(M * 2 * ns * ab, ctx.L),
             cdiv(M * ns * sb, ctx.L),
         ),
@@ -235,20 +328,21 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
     """One decode step of B tokens on `moe_cost`'s mapping (module doc)."""
     H, F, E, k = p["H"], p["F"], p["E"], p["k"]
     sb, ab = ctx.sb, ctx.ab
-    _, wb, ep = _bands(E, w)
-    kh, ni = cdiv(H, h), cdiv(F, wb)
+    g = _grid(p, h, w)
+    kh, ni, ep, hs, ws, up = g.kh, g.ni, g.ep, g.hs, g.ws, g.vertical
     cb = B * min(k, ep)
     re = min(ep, cb)
     hop = ctx.target.link.hop_latency_cycles
-    ns = cdiv(p["S"], w)
-    rows = E + int(p["shared"] == "sigmoid")  # the shared expert's gate: one more column
+    ns = cdiv(p["S"], g.er * w)
+    nr, rc = router_columns(E, w)
+    rows = rc + int(p["shared"] == "sigmoid")  # column 0's: the shared expert's gate beside
     bias = int(p.get("bias", False))
     shared = (
         DecodeCost(
             compute=matvec(ctx, B * 3 * kh * ns, 3 * kh * ns * sb)
-            + cdiv(B * cdiv(ns, h) * GATE_OPS, ctx.v),
-            reduction=chain(ctx, h, B * 2 * ns * ab) + chain(ctx, w, B * kh * ab),
-            broadcast=multicast(ctx, h, B * ns * sb),
+            + cdiv(B * cdiv(ns, hs) * GATE_OPS, ctx.v),
+            reduction=chain(ctx, hs, B * 2 * ns * ab) + chain(ctx, w, B * kh * ab),
+            broadcast=multicast(ctx, hs, B * ns * sb),
             bytes_read=3 * kh * ns * sb,
         )
         if ns
@@ -258,18 +352,21 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
         compute=matvec(ctx, B * kh * rows, kh * rows * sb)
         + cdiv(B * router_ops(E, k), ctx.v)
         + matvec(ctx, cb * 3 * kh * ni, re * 3 * kh * ni * sb)
-        + cdiv(cb * cdiv(ni, h) * gate_ops(p), ctx.v)
-        + bias * (cdiv(B * E, ctx.v) + cdiv(cb * (2 * cdiv(ni, h) + kh), ctx.v))
+        + cdiv(cb * cdiv(ni, hs) * gate_ops(p), ctx.v)
+        + bias * (cdiv(B * E, ctx.v) + cdiv(cb * (2 * cdiv(ni, hs) + kh), ctx.v))
         + shared.compute,
-        reduction=chain(ctx, h, B * rows * ab)
-        + chain(ctx, h, cb * 2 * ni * ab)
-        + chain(ctx, wb, cb * kh * ab)
-        + (w - wb) * hop
+        reduction=chain(ctx, hs, B * rows * ab)
+        + multicast(ctx, nr, B * (E - rc) * ab)
+        + chain(ctx, hs, cb * 2 * ni * ab)
+        + chain(ctx, ws, cb * kh * ab)
+        + (w - ws) * hop
         + k * relay(ctx)
+        + up * (((w - 1) + (h - hs) + (w - 1) + (w - ws)) * hop + (g.er - 1) * relay(ctx))
         + shared.reduction,
         broadcast=multicast(ctx, w, B * kh * sb)
+        + up * multicast(ctx, h - hs + 1, B * kh * sb)
         + multicast(ctx, h, B * 2 * k * sb)
-        + multicast(ctx, h, B * ni * sb)
+        + multicast(ctx, hs, B * ni * sb)
         + shared.broadcast,
         bytes_read=(re * 3 * kh * ni + kh * rows) * sb
         + bias * (re * (2 * ni + kh) + E) * sb
@@ -281,13 +378,28 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
     )
 
 
+MAX_CELL_ROWS = 4
+"""The most cell rows sizing offers (er = 1, 2, 4 dividing E): on wse3 gpt-oss-120B's block
+fits a PE on 204,800 PEs with 4 cell rows (400 x 512), about what its bytes need, against
+263,680 with one; more would only slow sizing."""
+
+
 def moe_shapes(p: Params, hmax: int, wmax: int) -> tuple[list[int], list[int]]:
-    """Rows: H's breakpoints. Columns: whole bands, E times F's breakpoints over a band (or
-    fewer columns than experts when the fabric has fewer, experts sharing bands)."""
-    E = p["E"]
-    if wmax < E:
-        return breakpoints(p["H"], hmax), breakpoints(E, wmax)
-    return breakpoints(p["H"], hmax), [E * c for c in breakpoints(p["F"], wmax // E)]
+    """For each grid of er cell rows (a power of 2 dividing E, at most MAX_CELL_ROWS; er = 1
+    the bands of columns) and ec = E / er cell columns: rows er times H's breakpoints over a
+    cell, columns ec times F's (or, er = 1 on fewer columns than experts, experts sharing
+    cells). The cost model chooses each shape's grid (`moe_grid`)."""
+    E, H, F = p["E"], p["H"], p["F"]
+    rows: set[int] = set(breakpoints(H, hmax))
+    cols: set[int] = set(breakpoints(E, wmax) if wmax < E else [])
+    er = 1
+    while er <= min(MAX_CELL_ROWS, hmax) and E % er == 0:
+        ec = E // er
+        if ec <= wmax:
+            rows.update(er * r for r in breakpoints(H, hmax // er))
+            cols.update(ec * c for c in breakpoints(F, wmax // ec))
+        er *= 2
+    return sorted(rows), sorted(cols)
 
 
 def _lower_moe(n: Node, b: int) -> dict[str, object]:
@@ -348,7 +460,7 @@ MOE = KindDef(
     in_edge="W",
     out_edge="E",
     cost=moe_cost,
-    tile_split=("H", None),  # H over the rows; the columns hold bands of experts
+    tile_split=(None, None),  # H over each cell row's rows, F over each cell's columns
     shapes=moe_shapes,
     lowers=frozenset({Op.MOE}),
     lower=_lower_moe,
