@@ -24,13 +24,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from wsecc.core.flow import FILL_STEPS, Placed, SizingRule, place_and_route
+from wsecc.core.flow import FILL_STEPS, ForDecode, Placed, SizingRule, place_and_route
 from wsecc.core.layers import find_layers
 from wsecc.core.program import Crossing, Program, Systems
 from wsecc.errors import WseccError
-from wsecc.kernels import Flow, KernelGraph, Port, Sizing, SizingError
+from wsecc.kernels import (
+    Flow,
+    KernelGraph,
+    KernelKind,
+    Port,
+    Sizing,
+    SizingError,
+    fit_bounds,
+)
 from wsecc.modes.generate import kv_cache_bytes
 from wsecc.targets import Target
 from wsecc.vocab import Precision
@@ -73,6 +81,7 @@ class Partition:
     crossings: tuple[Crossing, ...]
     split: str = PIPELINE
     why: str = SPLIT_WHY
+    host_held: tuple[str, ...] = ()  # kernels the host computes (`host_lookups`)
 
     @property
     def crossing_bytes(self) -> float:
@@ -122,6 +131,65 @@ def balanced_bounds(costs: Sequence[int], lead: int, tail: int, n: int) -> tuple
     for g in range(n - 1, 0, -1):
         bounds.append(came[g][bounds[-1]])
     return (0, *reversed(bounds[1:]), L)
+
+
+HOST_PORT = "host:"
+"""The prefix of the input port a host-held embedding's rows enter by (`host_lookups`)."""
+
+
+@dataclass(frozen=True)
+class HostLookups:
+    """`kg` with the embeddings that lead its first layer held by the host (`host_lookups`):
+    the kernels taken off the wafer, the bytes they would have kept resident, and the bytes per
+    sample the host now sends in their place (their rows) against the ids it no longer sends."""
+
+    graph: KernelGraph
+    kernels: tuple[str, ...]
+    resident_bytes: int
+    rows_bytes_per_sample: int
+    ids_bytes_per_sample: int
+
+
+def host_lookups(kg: KernelGraph, precision: Precision) -> HostLookups:
+    """`kg` with every embedding kernel that leads its first layer computed by the host.
+
+    Why: an embedding is a lookup of one table row per token (per table), so in a decode step
+    it reads dim values of a table of vocab x dim; kept on a wafer it costs the whole table in
+    SRAM (Llama 3.1 70B: 128,256 x 8,192 x 2 B = 2.1 GB, a fifteenth of a system) for 16 KB read
+    per token. The host holds the table instead and sends the summed rows: each flow out of the
+    kernel becomes a flow from an input port `host:<kernel>` of the same size, and the ids (and
+    any port only the kernel read) are no longer sent. The host's I/O then carries
+    dim x storage bytes per token in place of the ids, charged by each system's pipeline as
+    every input port is (at `io.offwafer_bytes_per_s`). A graph without layers, or without an
+    embedding before them, is returned unchanged."""
+    layers = find_layers([k.kind for k in kg.kernels])
+    lead = kg.kernels[: layers.start] if layers is not None else ()
+    held = {k.name for k in lead if k.kind == KernelKind.EMBEDDING}
+    if not held:
+        return HostLookups(kg, (), 0, 0, 0)
+    per_kernel = dict(zip((k.name for k in kg.kernels), resident_bytes(kg, precision), strict=True))
+    flows: list[Flow] = []
+    ports: dict[str, Port] = {}
+    rows = ids = 0
+    for f in kg.flows:
+        if f.dst in held:
+            ids += f.bytes_per_sample(precision)
+        elif f.src in held:
+            port = HOST_PORT + f.src
+            if port not in ports:
+                ports[port] = Port(port, f.elems_per_sample, f.elem_type)
+                rows += f.bytes_per_sample(precision)
+            flows.append(replace(f, src=port, src_edge="W"))
+        else:
+            flows.append(f)
+    read = {f.src for f in flows}
+    inputs = (*(p for p in kg.inputs if p.name in read), *ports.values())
+    graph = KernelGraph(
+        kg.name, kg.tokens_per_sample, tuple(k for k in kg.kernels if k.name not in held),
+        tuple(flows), inputs, kg.outputs,
+    )  # fmt: skip
+    names = tuple(k.name for k in kg.kernels if k.name in held)
+    return HostLookups(graph, names, sum(per_kernel[n] for n in names), rows, ids)
 
 
 def split_layers(kg: KernelGraph, precision: Precision, n: int) -> Partition:
@@ -260,21 +328,29 @@ def system_sram_bytes(target: Target) -> float:
 
 
 def crossing_latency_s(target: Target) -> float:
-    """The latency a flow crossing from one system to the next adds: the target's one
-    published latency of a CS system's Ethernet I/O, 200 us per TCP transaction (its
-    `system.swarmx_hop_s`, with that source; an assumption: no system-to-system figure is
-    published). The bytes themselves pass each system's I/O at `io.offwafer_bytes_per_s`
-    (1.2 Tb/s, 12 x 100 GbE: wafer-facts.md, host I/O) in each system's own figures."""
+    """The latency a flow crossing from one system to the next adds: the target's
+    `system.crossing_s` (on wse3, 2 us: one RDMA-class transfer over 100 GbE through one switch,
+    an assumption from public Ethernet figures, its source in the target's [sources]; no
+    system-to-system latency of a CS system is published). The bytes themselves pass each
+    system's I/O at `io.offwafer_bytes_per_s` (1.2 Tb/s, 12 x 100 GbE: wafer-facts.md, host I/O)
+    in each system's own figures."""
     if target.system is None:
         raise PartitionError(
             f"target {target.name} has no [system] section: it spans one system (--systems 1)"
         )
-    return float(target.system.swarmx_hop_s)
+    return float(target.system.crossing_s)
 
 
 def max_systems(target: Target) -> int:
     """The systems `target` may span: its `[system]` section's cluster size, else one."""
     return target.system.max_systems if target.system is not None else 1
+
+
+ONE_TOKEN = 1
+"""Generate mode over several systems: the chunk sizing may fall back to when the groups do not
+fit at the options' chunk. A decode step holds one token per sequence in its buffers; the
+prompt then streams through the same regions one token per chunk (a longer time to first
+token, the decode step's buffers all the same)."""
 
 
 def size_over_systems(
@@ -286,19 +362,29 @@ def size_over_systems(
     requested: int | None,
 ) -> SizedSystems:
     """`kg` split over `requested` systems (None: auto, the fewest that hold it) and each group
-    sized by `rule` at the first fill. Auto starts at the fewest whose SRAM holds the resident
-    bytes (`systems_needed`) and adds a system while some group's regions and buffers do not
-    fit. Raises PartitionError (one line) when the target allows too few systems, or the
-    requested count is too few."""
-    resident = sum(resident_bytes(kg, precision))
+    sized by `rule` at the first fill.
+
+    One system is `kg` as it is. Over several, the host holds the embeddings that lead the
+    first layer (`host_lookups`), and in generate mode (`ForDecode`) a split whose groups do not
+    size at `chunk_tokens` is sized again at one token per chunk (`ONE_TOKEN`) before another
+    system is added. Auto starts at the fewest whose SRAM holds the resident bytes
+    (`systems_needed`) and adds a system while some group's regions and buffers do not fit.
+    Raises PartitionError (one line) when the target allows too few systems, or the requested
+    count is too few."""
     per_system = system_sram_bytes(target)
-    least = systems_needed(resident, per_system)
+    whole = sum(resident_bytes(kg, precision))
+    host = host_lookups(kg, precision)
+    resident = whole - host.resident_bytes
+    least = 1 if systems_needed(whole, per_system) == 1 else systems_needed(resident, per_system)
     layers = find_layers([k.kind for k in kg.kernels])
     most = min(max_systems(target), len(layers) if layers is not None else 1)
     held = (
-        f"{resident / 1e9:,.1f} GB of weights and K/V cache in {precision}, "
-        f"{per_system / 1e9:,.1f} GB per {target.name} system"
+        f"{_gb(resident)} of weights and K/V cache in {precision}"
+        + (f" besides the host's {_gb(host.resident_bytes)} of embeddings" if host.kernels else "")
+        + f", {_gb(per_system)} per {target.name} system"
     )
+    if least > 1:
+        held += f" at {FILL_STEPS[0]:.0%} fill"
     if requested is not None and requested < least:
         raise PartitionError(
             f"{kg.name}: {held} need at least {least} systems, --systems {requested} is too "
@@ -314,33 +400,38 @@ def size_over_systems(
             f"{kg.name}: {held} need at least {least} systems and {why}: use a larger "
             "target or a lower precision"
         )
+    chunks = [chunk_tokens]
+    if isinstance(rule, ForDecode) and chunk_tokens > ONE_TOKEN:
+        chunks.append(ONE_TOKEN)
     counts = [requested] if requested is not None else list(range(least, most + 1))
     failed = ""
     for n in counts:
         if n == 1:
-            part = SystemPart(0, 0, max(0, len(layers or ()) - 1), kg, resident)
+            part = SystemPart(0, 0, max(0, len(layers or ()) - 1), kg, whole)
             partition = Partition((part,), ())
         else:
-            partition = split_layers(kg, precision, n)
-        try:
-            sizings = tuple(
-                rule.size(p.graph, target, precision, FILL_STEPS[0], chunk_tokens)
-                for p in partition.parts
-            )
-        except SizingError as e:
-            failed = str(e)
+            partition = replace(split_layers(host.graph, precision, n), host_held=host.kernels)
+            partition = replace(partition, why=split_why(host))
+        sized = _sized_at(partition, rule, target, precision, chunks[: 1 if n == 1 else None])
+        if isinstance(sized, str):
+            failed = sized
+            if n > 1:
+                failed = shortfall(partition, target, precision, chunks[-1])
             continue
+        sizings, chunk = sized
+        slower = f"; sized at {chunk} token per chunk (at {chunk_tokens} they did not fit)"
+        at = slower if chunk != chunk_tokens else ""
         if requested is not None:
             fits = "; it fits one wafer" if least == 1 and n > 1 else ""
-            why = f"{n} requested ({held}: at least {least}{fits})"
+            why = f"{n} requested ({held}: at least {least}{fits}){at}"
         elif n == 1:
-            why = f"fits one wafer ({held})"
+            why = f"fits one wafer ({_gb(whole)} of weights and K/V cache in {precision})"
         elif n == least:
-            why = f"the fewest that hold it: {held}"
+            why = f"the fewest that hold it: {held}{at}"
         else:
             why = (
                 f"{held}: {least} would hold the bytes, but with each group's buffers "
-                f"{n - 1} did not fit"
+                f"{n - 1} did not fit ({failed}){at}"
             )
         return SizedSystems(partition, sizings, why)
     if requested is not None:
@@ -354,16 +445,88 @@ def size_over_systems(
     )
 
 
+def _sized_at(
+    partition: Partition,
+    rule: SizingRule,
+    target: Target,
+    precision: Precision,
+    chunks: Sequence[int],
+) -> tuple[tuple[Sizing, ...], int] | str:
+    """Every group of `partition` sized by `rule` at the first fill, at the first of `chunks`
+    (tokens per chunk) at which all fit: the sizings and that chunk, else the last error."""
+    failed = ""
+    for chunk in chunks:
+        try:
+            sizings = tuple(
+                rule.size(p.graph, target, precision, FILL_STEPS[0], chunk) for p in partition.parts
+            )
+        except SizingError as e:
+            failed = str(e)
+            continue
+        return sizings, chunk
+    return failed
+
+
+def _gb(n: float) -> str:
+    """Bytes as a reader takes them in: GB, MB or B."""
+    if n >= 1e9:
+        return f"{n / 1e9:,.1f} GB"
+    return f"{n / 1e6:,.1f} MB" if n >= 1e6 else f"{n:,.0f} B"
+
+
+def split_why(host: HostLookups) -> str:
+    """The partition's `why`: the split, and what the host holds (`host_lookups`) and sends."""
+    if not host.kernels:
+        return SPLIT_WHY
+    return (
+        f"{SPLIT_WHY}; the host holds the embedding ({', '.join(host.kernels)}, "
+        f"{_gb(host.resident_bytes)}: a lookup of one row per token) and sends its rows, "
+        f"{host.rows_bytes_per_sample:,} B per sample in place of {host.ids_bytes_per_sample:,} B "
+        "of ids, on the system I/O"
+    )
+
+
+def shortfall(partition: Partition, target: Target, precision: Precision, chunk_tokens: int) -> str:
+    """Why `partition`'s groups do not fit their systems, in PEs and bytes: the fullest group's
+    PEs at its kernels' smallest fitting shapes (`fit_bounds`, `chunk_tokens` per chunk)
+    against sizing's fill of a system, and what all the groups' PEs hold: the weights and K/V
+    cache, the per-PE reserve, and the rest (buffers, and the shapes' rounding)."""
+    try:
+        need = [fit_bounds(p.graph, target, precision, chunk_tokens=chunk_tokens).min_pes
+                for p in partition.parts]  # fmt: skip
+    except SizingError as e:
+        return str(e)
+    n, pes, sram = len(need), target.usable_pes, target.sram.bytes_per_pe
+    worst = max(range(n), key=lambda i: need[i])
+    total = sum(need)
+    resident = sum(p.resident_bytes for p in partition.parts)
+    reserve = total * target.sram.reserved_bytes
+    rest = total * sram - resident - reserve
+    return (
+        f"system {worst}'s group needs {need[worst]:,} PEs at its kernels' smallest fitting "
+        f"shapes, over {FILL_STEPS[0]:.0%} of {pes:,} usable PEs = {int(FILL_STEPS[0] * pes):,}; "
+        f"the {n} groups need {total:,} PEs ({total / pes:.2f} systems), whose "
+        f"{_gb(total * sram)} of SRAM hold {_gb(resident)} of weights and K/V cache, "
+        f"{_gb(reserve)} of per-PE reserve ({target.sram.reserved_bytes:,} B a PE) and "
+        f"{_gb(rest)} of buffers at {chunk_tokens} token(s) per chunk and shape rounding"
+    )
+
+
 __all__ = [
+    "HOST_PORT",
+    "ONE_TOKEN",
     "PIPELINE",
+    "HostLookups",
     "Partition",
     "PartitionError",
     "SizedSystems",
     "SystemPart",
     "balanced_bounds",
     "crossing_latency_s",
+    "host_lookups",
     "resident_bytes",
     "shape_key",
+    "shortfall",
     "size_over_systems",
     "split_layers",
     "system_graph",
