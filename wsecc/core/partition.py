@@ -414,9 +414,7 @@ def size_over_systems(
             partition = replace(partition, why=split_why(host))
         sized = _sized_at(partition, rule, target, precision, chunks[: 1 if n == 1 else None])
         if isinstance(sized, str):
-            failed = sized
-            if n > 1:
-                failed = shortfall(partition, target, precision, chunks[-1])
+            failed = sized if n == 1 else shortfall(partition, target, precision, chunks[-1])
             continue
         sizings, chunk = sized
         slower = f"; sized at {chunk} token per chunk (at {chunk_tokens} they did not fit)"
@@ -453,18 +451,32 @@ def _sized_at(
     chunks: Sequence[int],
 ) -> tuple[tuple[Sizing, ...], int] | str:
     """Every group of `partition` sized by `rule` at the first fill, at the first of `chunks`
-    (tokens per chunk) at which all fit: the sizings and that chunk, else the last error."""
+    (tokens per chunk) at which all fit: the sizings and that chunk, else the last error. A
+    group with the shapes of an earlier one (`shape_key`) takes its sizing, renamed."""
     failed = ""
     for chunk in chunks:
+        done: dict[tuple[object, ...], Sizing] = {}
+        sizings = []
         try:
-            sizings = tuple(
-                rule.size(p.graph, target, precision, FILL_STEPS[0], chunk) for p in partition.parts
-            )
+            for p in partition.parts:
+                key = shape_key(p.graph)
+                if key not in done:
+                    done[key] = rule.size(p.graph, target, precision, FILL_STEPS[0], chunk)
+                sizings.append(renamed(done[key], p.graph))
         except SizingError as e:
             failed = str(e)
             continue
-        return sizings, chunk
+        return tuple(sizings), chunk
     return failed
+
+
+def renamed(sizing: Sizing, kg: KernelGraph) -> Sizing:
+    """`sizing`, of a graph with `kg`'s shapes (`shape_key`), as `kg`'s: its graph's and
+    kernels' names, in order."""
+    kernels = tuple(
+        replace(ks, name=k.name) for ks, k in zip(sizing.kernels, kg.kernels, strict=True)
+    )
+    return replace(sizing, graph=kg.name, kernels=kernels)
 
 
 def _gb(n: float) -> str:
@@ -491,9 +503,16 @@ def shortfall(partition: Partition, target: Target, precision: Precision, chunk_
     PEs at its kernels' smallest fitting shapes (`fit_bounds`, `chunk_tokens` per chunk)
     against sizing's fill of a system, and what all the groups' PEs hold: the weights and K/V
     cache, the per-PE reserve, and the rest (buffers, and the shapes' rounding)."""
+    pes_of: dict[tuple[object, ...], int] = {}
+    need = []
     try:
-        need = [fit_bounds(p.graph, target, precision, chunk_tokens=chunk_tokens).min_pes
-                for p in partition.parts]  # fmt: skip
+        for p in partition.parts:
+            key = shape_key(p.graph)
+            if key not in pes_of:
+                pes_of[key] = fit_bounds(
+                    p.graph, target, precision, chunk_tokens=chunk_tokens
+                ).min_pes
+            need.append(pes_of[key])
     except SizingError as e:
         return str(e)
     n, pes, sram = len(need), target.usable_pes, target.sram.bytes_per_pe
