@@ -313,3 +313,26 @@ def test_a_group_that_does_not_pack_is_one_line_with_systems_n(monkeypatch) -> N
     monkeypatch.setattr(chain, "place_systems", no_room)
     with pytest.raises(WseccError, match="does not pack on one of 2 systems.*--systems auto"):
         wsecc.compile(LLAMA, systems=2, validate=False, **GEN)
+
+
+def test_least_pes_are_each_kernels_smallest_region() -> None:
+    """`least_pes`: one count per kernel, the two layers' kernels alike, each the smallest
+    region `fit_bounds` finds for the kernel alone (what a group needs of a system's area, the
+    balance tried when a split by resident bytes does not fit)."""
+    from wsecc.targets import load_target
+
+    from wsecc.core import chain
+    from wsecc.core.flow import lower
+    from wsecc.core.partition import alone, least_pes
+    from wsecc.kernels import fit_bounds
+
+    kg = lower(chain.fuse(chain.load(chain.job(LLAMA, **GEN))).graph)
+    target = load_target("wse3")
+    pes = least_pes(kg, target, Precision.MIXED, 8)
+    assert len(pes) == len(kg.kernels) and min(pes) >= 1
+    names = [k.name for k in kg.kernels]
+    one = dict(zip(names, pes, strict=True))
+    assert one["gated_linear"] == one["gated_linear.2"] and one["attention"] == one["attention.2"]
+    lone = alone(kg, "attention")
+    assert [k.name for k in lone.kernels] == ["attention"]
+    assert one["attention"] == fit_bounds(lone, target, Precision.MIXED).min_pes

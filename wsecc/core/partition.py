@@ -192,9 +192,49 @@ def host_lookups(kg: KernelGraph, precision: Precision) -> HostLookups:
     return HostLookups(graph, names, sum(per_kernel[n] for n in names), rows, ids)
 
 
-def split_layers(kg: KernelGraph, precision: Precision, n: int) -> Partition:
-    """`kg` (kernels in topological order) split into `n` systems (module doc). Raises
-    PartitionError when it has no layers to split or fewer layers than `n`."""
+def alone(kg: KernelGraph, name: str) -> KernelGraph:
+    """Kernel `name` of `kg` as a graph of its own: each flow in or out of it from or to a
+    port of the flow's size."""
+    flows: list[Flow] = []
+    ports: dict[str, list[Port]] = {"in": [], "out": []}
+    for f in kg.flows:
+        if name not in (f.src, f.dst) or f.src == f.dst:
+            continue
+        side = "in" if f.dst == name else "out"
+        port = Port(f"{side}{len(ports[side])}", f.elems_per_sample, f.elem_type)
+        ports[side].append(port)
+        flows.append(replace(f, src=port.name) if side == "in" else replace(f, dst=port.name))
+    return KernelGraph(
+        f"{kg.name}:{name}", kg.tokens_per_sample, (kg.kernel(name),), tuple(flows),
+        tuple(ports["in"]), tuple(ports["out"]),
+    )  # fmt: skip
+
+
+def least_pes(
+    kg: KernelGraph, target: Target, precision: Precision, chunk_tokens: int
+) -> list[int]:
+    """Each kernel's PEs at its smallest shape that fits a PE's SRAM (`fit_bounds` of the
+    kernel alone, so without its flows' edge charges), in `kg`'s order; kernels of one kind
+    and parameters are costed once. What a group needs of a system's area, where resident
+    bytes miss what a kernel keeps besides (buffers, rotary tables, the shapes' rounding)."""
+    memo: dict[tuple[object, ...], int] = {}
+    out = []
+    for k in kg.kernels:
+        key = (k.kind, repr(sorted(k.params.items())))
+        if key not in memo:
+            memo[key] = fit_bounds(alone(kg, k.name), target, precision,
+                                   chunk_tokens=chunk_tokens).min_pes  # fmt: skip
+        out.append(memo[key])
+    return out
+
+
+def split_layers(
+    kg: KernelGraph, precision: Precision, n: int, weigh: Sequence[int] | None = None
+) -> Partition:
+    """`kg` (kernels in topological order) split into `n` systems (module doc), the groups
+    balanced by each kernel's resident bytes, or by `weigh` (one cost per kernel, in order:
+    `least_pes` balances the PEs the groups need). Raises PartitionError when it has no layers
+    to split or fewer layers than `n`."""
     layers = find_layers([k.kind for k in kg.kernels])
     if layers is None:
         raise PartitionError(
@@ -207,9 +247,9 @@ def split_layers(kg: KernelGraph, precision: Precision, n: int) -> Partition:
             f"layer, so use --systems {len(layers)} or fewer"
         )
     per_kernel = resident_bytes(kg, precision)
-    costs = [sum(per_kernel[a:b]) for a, b in layers.spans]
-    lead, tail = sum(per_kernel[: layers.start]), sum(per_kernel[layers.end :])
-    cuts = balanced_bounds(costs, lead, tail, n)
+    w = list(per_kernel if weigh is None else weigh)
+    costs = [sum(w[a:b]) for a, b in layers.spans]
+    cuts = balanced_bounds(costs, sum(w[: layers.start]), sum(w[layers.end :]), n)
     starts = [0, *(layers.bounds[c] for c in cuts[1:-1]), len(kg.kernels)]
     system_of = {
         k.name: s for s, (a, b) in enumerate(zip(starts, starts[1:], strict=False))
@@ -413,6 +453,17 @@ def size_over_systems(
             partition = replace(split_layers(host.graph, precision, n), host_held=host.kernels)
             partition = replace(partition, why=split_why(host))
         sized = _sized_at(partition, rule, target, precision, chunks[: 1 if n == 1 else None])
+        if isinstance(sized, str) and n > 1:  # balanced by the PEs the groups need instead
+            try:
+                pes = least_pes(host.graph, target, precision, chunks[-1])
+            except SizingError:
+                pes = None
+            if pes is not None:
+                by_pes = split_layers(host.graph, precision, n, pes)
+                by_pes = replace(by_pes, host_held=host.kernels, why=split_why(host, True))
+                again = _sized_at(by_pes, rule, target, precision, chunks[-1:])
+                if not isinstance(again, str):
+                    partition, sized = by_pes, again
         if isinstance(sized, str):
             failed = sized if n == 1 else shortfall(partition, target, precision, chunks[-1])
             continue
@@ -486,12 +537,21 @@ def _gb(n: float) -> str:
     return f"{n / 1e6:,.1f} MB" if n >= 1e6 else f"{n:,.0f} B"
 
 
-def split_why(host: HostLookups) -> str:
-    """The partition's `why`: the split, and what the host holds (`host_lookups`) and sends."""
+def split_why(host: HostLookups, by_pes: bool = False) -> str:
+    """The partition's `why`: the split, what balanced it, and what the host holds
+    (`host_lookups`) and sends."""
+    split = SPLIT_WHY
+    if by_pes:
+        split = split.replace(
+            "balanced by the bytes each system keeps resident (weights and K/V cache, also what "
+            "a decode step reads)",
+            "balanced by the PEs each group needs at its kernels' smallest shapes (balanced by "
+            "resident bytes, a group did not fit its system)",
+        )
     if not host.kernels:
-        return SPLIT_WHY
+        return split
     return (
-        f"{SPLIT_WHY}; the host holds the embedding ({', '.join(host.kernels)}, "
+        f"{split}; the host holds the embedding ({', '.join(host.kernels)}, "
         f"{_gb(host.resident_bytes)}: a lookup of one row per token) and sends its rows, "
         f"{host.rows_bytes_per_sample:,} B per sample in place of {host.ids_bytes_per_sample:,} B "
         "of ids, on the system I/O"
