@@ -192,6 +192,9 @@ def test_the_report_over_systems_is_schema_valid(two: wsecc.Compilation) -> None
     jsonschema.validate(rep, schema)
     assert rep["partition"]["split"] == "pipeline"
     assert "not modelled" in rep["partition"]["why"]
+    # the host's embedding: 256 x 64 x 2 B; a token's row 64 x 2 B against an int32 id
+    assert "the host holds the embedding (embedding, 32,768 B" in rep["partition"]["why"]
+    assert "128 B per token in place of 4 B of ids" in rep["partition"]["why"]
     assert "it fits one wafer" in rep["partition"]["count_why"]
     bad = json.loads(json.dumps(rep))
     bad["systems"][0]["time_share"] = 2.0

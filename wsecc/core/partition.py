@@ -550,11 +550,12 @@ def split_why(host: HostLookups, by_pes: bool = False) -> str:
         )
     if not host.kernels:
         return split
+    tokens = host.graph.tokens_per_sample
     return (
         f"{split}; the host holds the embedding ({', '.join(host.kernels)}, "
         f"{_gb(host.resident_bytes)}: a lookup of one row per token) and sends its rows, "
-        f"{host.rows_bytes_per_sample:,} B per sample in place of {host.ids_bytes_per_sample:,} B "
-        "of ids, on the system I/O"
+        f"{host.rows_bytes_per_sample // tokens:,} B per token in place of "
+        f"{host.ids_bytes_per_sample // tokens:,} B of ids, on the system I/O"
     )
 
 
