@@ -339,3 +339,13 @@ def test_least_pes_are_each_kernels_smallest_region() -> None:
     lone = alone(kg, "attention")
     assert [k.name for k in lone.kernels] == ["attention"]
     assert one["attention"] == fit_bounds(lone, target, Precision.MIXED).min_pes
+
+
+def test_placement_falls_back_from_a_denser_fill() -> None:
+    """A sizing at FILL_STEPS' first fill tries FILL_STEPS as before; one at the denser fill a
+    split over systems may take (DENSE_FILL) tries it first, then every lower step."""
+    from wsecc.core.flow import FILL_STEPS, fills_from
+    from wsecc.core.partition import DENSE_FILL
+
+    assert fills_from(FILL_STEPS[0]) == FILL_STEPS
+    assert fills_from(DENSE_FILL) == (0.9, 0.85, 0.75, 0.65, 0.55)

@@ -386,6 +386,13 @@ def max_systems(target: Target) -> int:
     return target.system.max_systems if target.system is not None else 1
 
 
+DENSE_FILL = 0.9
+"""The fill a split over systems is sized at when its groups, balanced by PEs, do not fit at
+`FILL_STEPS[0]`, before another system is added: a group is a run of layers of identical
+shapes, which packs more densely than a model's mixed regions (placement falls back to the
+lower fills when it does not pack, `wsecc.core.flow.fills_from`). A compiler choice, not a
+hardware fact."""
+
 ONE_TOKEN = 1
 """Generate mode over several systems: the chunk sizing may fall back to when the groups do not
 fit at the options' chunk. A decode step holds one token per sequence in its buffers; the
@@ -461,15 +468,19 @@ def size_over_systems(
             if pes is not None:
                 by_pes = split_layers(host.graph, precision, n, pes)
                 by_pes = replace(by_pes, host_held=host.kernels, why=split_why(host, True))
-                again = _sized_at(by_pes, rule, target, precision, chunks[-1:])
-                if not isinstance(again, str):
-                    partition, sized = by_pes, again
+                for fill in (FILL_STEPS[0], DENSE_FILL):
+                    again = _sized_at(by_pes, rule, target, precision, chunks[-1:], fill)
+                    if not isinstance(again, str):
+                        partition, sized = by_pes, again
+                        break
         if isinstance(sized, str):
             failed = sized if n == 1 else shortfall(partition, target, precision, chunks[-1])
             continue
         sizings, chunk = sized
         slower = f"; sized at {chunk} token per chunk (at {chunk_tokens} they did not fit)"
         at = slower if chunk != chunk_tokens else ""
+        if sizings[0].fill != FILL_STEPS[0]:
+            at += f"; sized at {sizings[0].fill:.0%} fill (at {FILL_STEPS[0]:.0%} they did not fit)"
         if requested is not None:
             fits = "; it fits one wafer" if least == 1 and n > 1 else ""
             why = f"{n} requested ({held}: at least {least}{fits}){at}"
@@ -500,10 +511,11 @@ def _sized_at(
     target: Target,
     precision: Precision,
     chunks: Sequence[int],
+    fill: float = FILL_STEPS[0],
 ) -> tuple[tuple[Sizing, ...], int] | str:
-    """Every group of `partition` sized by `rule` at the first fill, at the first of `chunks`
-    (tokens per chunk) at which all fit: the sizings and that chunk, else the last error. A
-    group with the shapes of an earlier one (`shape_key`) takes its sizing, renamed."""
+    """Every group of `partition` sized by `rule` at `fill`, at the first of `chunks` (tokens
+    per chunk) at which all fit: the sizings and that chunk, else the last error. A group with
+    the shapes of an earlier one (`shape_key`) takes its sizing, renamed."""
     failed = ""
     for chunk in chunks:
         done: dict[tuple[object, ...], Sizing] = {}
@@ -512,7 +524,7 @@ def _sized_at(
             for p in partition.parts:
                 key = shape_key(p.graph)
                 if key not in done:
-                    done[key] = rule.size(p.graph, target, precision, FILL_STEPS[0], chunk)
+                    done[key] = rule.size(p.graph, target, precision, fill, chunk)
                 sizings.append(renamed(done[key], p.graph))
         except SizingError as e:
             failed = str(e)
@@ -594,6 +606,7 @@ def shortfall(partition: Partition, target: Target, precision: Precision, chunk_
 
 __all__ = [
     "HOST_PORT",
+    "DENSE_FILL",
     "ONE_TOKEN",
     "PIPELINE",
     "HostLookups",
