@@ -16,8 +16,14 @@ off-wafer rate every host stage already pays. The crossings are kept as
 Balance. Every layer of a decoder keeps its weights and its K/V cache resident, and in a decode
 step reads each of them once, so a group's bytes are both its SRAM and its share of a token's
 time; the split minimises the largest group's bytes (`balanced_bounds`, exact over contiguous
-splits). Only this pipeline split is modelled: splitting each layer over systems (tensor
-parallelism across wafers) is not, so the report says that it was not compared.
+splits). When the groups so balanced do not size, they are balanced by the PEs each needs at
+its kernels' smallest shapes (`least_pes`) instead. Only this pipeline split is modelled:
+splitting each layer over systems (tensor parallelism across wafers) is not, so the report says
+that it was not compared.
+
+Over several systems the host holds the embeddings that lead the first layer (`host_lookups`:
+a lookup of one row per token, sent by the host in place of the ids), and generate mode sizes
+at one token per chunk when the groups do not fit at the options' chunk (`size_over_systems`).
 """
 
 from __future__ import annotations
