@@ -16,10 +16,14 @@ a markdown row:
   what bounds a token (its decode step by phase: weight reads = the matrix-vector multiply-adds
   that read each resident weight once; hops = flows, multicasts and reductions on the fabric;
   K/V reads; system crossings; host I/O), and the ratio to the published figure;
+- sensitivity: the tokens/s were each crossing between systems to cost the target's 200 us per
+  TCP transaction (`system.swarmx_hop_s`, a host-runtime memcpy overhead) in place of its
+  `system.crossing_s` (2 us on wse3, an Ethernet hop: see the target's [sources]): the same
+  decode step with N - 1 crossings of the one figure swapped for the other;
 - baseline: the memory roofline of the chosen systems, their aggregate SRAM read bandwidth
   (read ports x PEs x clock x systems) over the weight bytes a token reads (every weight once):
   what a reader would guess with no model, beside what the model computes;
-- the compile's wall time and peak memory on this machine.
+- the compile's wall time, CPU time (user + system) and peak memory on this machine.
 
 Nothing is fitted to these rows. A row whose model does not fuse, or is not exported, says so
 (`does not fuse: <reason>`).
@@ -53,6 +57,11 @@ BOUND_WORDS = {
     "host": "host",
 }
 """The decode phases (`wsecc.modes.generate.DECODE_PHASES`) in the table's words."""
+
+TCP_TRANSACTION_S = 200e-6
+"""The sensitivity column's crossing: "200 us overhead per TCP transaction" (Cerebras
+csl-examples benchmarks/bandwidth-test/run.py docstring; wafer-facts.md, host I/O), the
+targets' `system.swarmx_hop_s`."""
 
 
 @dataclass(frozen=True)
@@ -121,9 +130,9 @@ def export(model: str, models: Path) -> tuple[Path, str]:
 
 def compile_row(
     path: Path, row: Row, context: int, prompt: int, placer: str
-) -> tuple[dict, float, float]:
-    """The report of `wsecc compile` on `path` (generate, --systems auto), its wall seconds
-    and peak resident memory in GB (`/usr/bin/time -v`)."""
+) -> tuple[dict, float, float, float]:
+    """The report of `wsecc compile` on `path` (generate, --systems auto), its wall seconds,
+    CPU seconds (user + system) and peak resident memory in GB (`/usr/bin/time -v`)."""
     out = Path(tempfile.mkdtemp(prefix=f"serve-{row.model}-"))
     systems = "1" if row.layers_of else "auto"
     cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "wsecc.cli", "compile", str(path),
@@ -135,10 +144,26 @@ def compile_row(
     seconds = time.perf_counter() - t0
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
     gb = int(rss.group(1)) / 1e6 if rss else float("nan")
+    cpu = sum(
+        float(m.group(1))
+        for m in re.finditer(r"(?:User|System) time \(seconds\): ([0-9.]+)", done.stderr)
+    )
     if done.returncode != 0:
         lines = [ln for ln in done.stderr.splitlines() if ln.startswith("wsecc: error")]
         raise RuntimeError((lines or ["failed: " + done.stderr.strip()[-200:]])[-1])
-    return json.loads((out / "out" / "report.json").read_text()), seconds, gb
+    return json.loads((out / "out" / "report.json").read_text()), seconds, cpu, gb
+
+
+def with_crossing(rep: dict, systems: int, crossing_s: float) -> float:
+    """Decode tokens/s per user were each of the systems - 1 crossings to cost `crossing_s`
+    in place of the target's `system.crossing_s` (the sensitivity column, module doc)."""
+    from wsecc.targets import load_target
+
+    t = load_target(rep["target"]["name"])
+    if systems < 2 or t.system is None:
+        return float(rep["performance"]["decode"]["tokens_per_s_per_sequence"])
+    step = rep["performance"]["decode"]["latency_s"]
+    return 1 / (step + (systems - 1) * (crossing_s - t.system.crossing_s))
 
 
 def baseline(rep: dict, systems: int) -> float:
@@ -166,12 +191,12 @@ def run(row: Row, models: Path, context: int, prompt: int, placer: str) -> str:
     head = f"| {row.model} | {row.target} | {row.published:,.0f} |"
     try:
         path, made = export(row.model, models)
-        rep, seconds, gb = compile_row(path, row, context, prompt, placer)
+        rep, seconds, cpu, gb = compile_row(path, row, context, prompt, placer)
     except RuntimeError as e:
         msg = str(e)
         generic = "no decode model" in msg or "known kind" in msg or "fuse" in msg
         what = f"does not fuse: {msg}" if generic else msg
-        return f"{head} {what} | | | | | | | |"
+        return f"{head} {what} | | | | | | | | |"
     perf = rep["performance"]
     d = perf["decode"]
     systems = perf.get("systems", 1)
@@ -181,13 +206,15 @@ def run(row: Row, models: Path, context: int, prompt: int, placer: str) -> str:
     else:
         rate = d["tokens_per_s_per_sequence"]
     roof = baseline(rep, systems)
+    tcp = with_crossing(rep, systems, TCP_TRANSACTION_S)
     ttft = f"{perf['ttft_s']:.3f} s" + (
         f" (published {row.published_ttft_s} s)" if row.published_ttft_s else ""
     )
     return (
         f"{head} {rate:,.0f} | {rate / row.published:.2f} | {ttft} | {systems} "
-        f"(published {row.published_systems}) | {bound_text(d['phases_s'])} | {roof:,.0f} "
-        f"({rate / roof:.4f}) | {seconds:.0f} s, {gb:.1f} GB{', ' + made if made else ''} |"
+        f"(published {row.published_systems}) | {bound_text(d['phases_s'])} | "
+        f"{tcp:,.0f} ({tcp / row.published:.2f}) | {roof:,.0f} ({rate / roof:.4f}) | "
+        f"{seconds:.0f} s wall, {cpu:.0f} s CPU, {gb:.1f} GB{', ' + made if made else ''} |"
     )
 
 
@@ -208,9 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "| model | target | published tokens/s | wsecc tokens/s per user | ratio | first token "
-        "| systems | what bounds a token | memory roofline tokens/s (wsecc / it) | compile |"
+        "| systems | what bounds a token | tokens/s at 200 us a crossing (ratio) "
+        "| memory roofline tokens/s (wsecc / it) | compile |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in ROWS:
         if not args.only or args.only == row.model:
             print(run(row, args.models, args.context, args.prompt, args.placer), flush=True)

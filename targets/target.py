@@ -123,6 +123,9 @@ class System:
     swarmx_fanout: int = field(metadata=_min(2))
     swarmx_bytes_per_s: float
     swarmx_hop_s: float = field(metadata=_min(0))
+    # infer and generate over several systems (`wsecc.core.partition`): the latency an activation
+    # adds crossing from one system's I/O to the next (its bytes pass at `io.offwafer_bytes_per_s`)
+    crossing_s: float = field(metadata=_min(0))
 
 
 @dataclass(frozen=True)

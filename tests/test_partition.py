@@ -16,6 +16,7 @@ import wsecc
 from wsecc.cli import main
 from wsecc.core.partition import balanced_bounds, split_layers
 from wsecc.report.build import drop_timings
+from wsecc.vocab import Precision
 
 LLAMA = SAMPLES / "llama_dynamo.onnx"  # 2 layers, hidden 64, GQA, rotary
 GEN = {"mode": "generate", "seq": 64, "prompt": 16, "placer": "greedy", "target": "wse3"}
@@ -44,17 +45,20 @@ def test_balanced_bounds_minimise_the_largest_group_by_hand(costs, lead, tail, n
 
 
 def test_a_split_over_two_systems_by_hand(two: wsecc.Compilation) -> None:
-    """Layer 0 and what leads it (the embedding) on system 0, layer 1, the final norm and the
-    head on system 1. The residual stream crosses as the two tensors the fused kernels pass on
-    (the residual and the MLP's output, added in the next RMSNorm): 64 tokens x 64 hidden x
-    2 bytes (mixed) = 8,192 B each, 16,384 B per sample."""
+    """Layer 0 on system 0, layer 1, the final norm and the head on system 1; the embedding
+    that leads layer 0 is the host's (`host_lookups`): system 0 reads its rows, 64 tokens x 64
+    x 2 bytes (mixed) = 8,192 B per sample, from an input port. The residual stream crosses as
+    the two tensors the fused kernels pass on (the residual and the MLP's output, added in the
+    next RMSNorm): 64 tokens x 64 hidden x 2 bytes = 8,192 B each, 16,384 B per sample."""
     sized = two.simulated.placed.sized.systems
     assert sized is not None and sized.count == 2
     s0, s1 = sized.partition.parts
     assert (s0.first, s0.last, s1.first, s1.last) == (0, 0, 1, 1)
-    assert [k.kind.value for k in s0.graph.kernels][0] == "embedding"
+    assert sized.partition.host_held == ("embedding",)
+    assert [k.kind.value for k in s0.graph.kernels][0] == "rmsnorm"
+    assert {p.name: p.elems_per_sample for p in s0.graph.inputs}["host:embedding"] == 64 * 64
     assert [k.kind.value for k in s1.graph.kernels][-1] == "lm_head"
-    assert len(s0.graph.kernels) + len(s1.graph.kernels) == len(two.kernel_graph.kernels)
+    assert len(s0.graph.kernels) + len(s1.graph.kernels) == len(two.kernel_graph.kernels) - 1
     crossings = two.simulated.placed.systems.crossings
     assert [(c.src_system, c.dst_system, c.bytes_per_sample) for c in crossings] == [
         (0, 1, 64 * 64 * 2),
@@ -66,18 +70,108 @@ def test_a_split_over_two_systems_by_hand(two: wsecc.Compilation) -> None:
     }
 
 
+def test_the_host_holds_the_embedding_by_hand() -> None:
+    """The sample's embedding, 256 rows x 64 x 2 bytes = 32,768 B resident, becomes an input
+    port of its output's size: per sample the host sends 64 tokens x 64 x 2 B = 8,192 B of
+    rows in place of 64 x 4 B = 256 B of ids. The ids port goes (only the embedding read it),
+    the attention mask stays; nothing else changes. One system keeps the embedding."""
+    from wsecc.core import chain
+    from wsecc.core.flow import lower
+    from wsecc.core.partition import host_lookups
+
+    kg = lower(chain.fuse(chain.load(chain.job(LLAMA, **GEN))).graph)
+    host = host_lookups(kg, Precision.MIXED)
+    assert host.kernels == ("embedding",)
+    assert (host.resident_bytes, host.rows_bytes_per_sample, host.ids_bytes_per_sample) == (
+        256 * 64 * 2,
+        64 * 64 * 2,
+        64 * 4,
+    )
+    assert [p.name for p in host.graph.inputs] == ["attention_mask", "host:embedding"]
+    assert [k.name for k in host.graph.kernels] == [k.name for k in kg.kernels[1:]]
+    host.graph.verify()
+    assert host_lookups(host.graph, Precision.MIXED).kernels == ()  # nothing left to hold
+
+
+def _small(tmp_path: Path, side: int, data_bytes: int) -> str:
+    """wse2 with a side x side program rectangle and `data_bytes` of data SRAM per PE (the
+    8,192 B reserve kept)."""
+    text = (resources.files("wsecc.targets") / "wse2.toml").read_text()
+    for old, new in (
+        ("program_width = 750", f"program_width = {side}"),
+        ("program_height = 994", f"program_height = {side}"),
+        ('name = "wse2"', 'name = "small"'),
+        ("bytes_per_pe = 49152", f"bytes_per_pe = {8192 + data_bytes}"),
+    ):
+        assert old in text
+        text = text.replace(old, new, 1)
+    path = tmp_path / "small.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_auto_chooses_two_systems_by_hand(tmp_path: Path) -> None:
+    """The sample in generate mode (context 64, mixed) on 8 x 8 PEs of 4,096 B of data SRAM:
+    a system holds 0.85 x 64 x 4,096 = 222,822 B at sizing's fill. Resident: the embedding
+    32,768 B; each layer 128 + 8,192 + 2 x 4,096 + 8,320 (K/V: 2 x 2 heads x 16 x 64 x 2 B, and
+    the padding mask's 64 x 2 B) + 8,192 + 128 + 44,032 + 22,016 = 99,200 B; the final norm and
+    head 128 + 32,768 = 32,896 B: 264,064 B in all, over one system's 222,822, so auto splits.
+    The host then holds the embedding: 231,296 B, two systems (layer 0: 99,200 B; layer 1 and
+    the head: 132,096 B). At 8 tokens per chunk a group's buffers do not fit its 54 PEs, so both
+    are sized at one token per chunk (a decode step's)."""
+    from wsecc.targets import load_target
+
+    from wsecc.core import chain
+    from wsecc.core.flow import ForDecode, lower
+    from wsecc.core.partition import size_over_systems
+
+    kg = lower(chain.fuse(chain.load(chain.job(LLAMA, **GEN))).graph)
+    target = load_target(_small(tmp_path, 8, 4096))
+    over = size_over_systems(kg, target, Precision.MIXED, ForDecode(1), 8, None)
+    parts = over.partition.parts
+    assert over.count == 2
+    assert [(p.first, p.last, p.resident_bytes) for p in parts] == [(0, 0, 99_200), (1, 1, 132_096)]
+    assert [s.chunk_tokens for s in over.sizings] == [1, 1]
+    assert "the fewest that hold it: 231,296 B" in over.why
+    assert "222,822 B per small system" in over.why and "sized at 1 token per chunk" in over.why
+    assert [(c.src_system, c.dst_system, c.bytes_per_sample) for c in over.partition.crossings] == [
+        (0, 1, 64 * 64 * 2),
+        (0, 1, 64 * 64 * 2),
+    ]
+
+
+def test_a_split_that_does_not_fit_says_which_bytes(tmp_path: Path) -> None:
+    """On 10 x 10 PEs of 2,048 B: two systems hold the bytes (0.85 x 100 x 2,048 = 174,080 B
+    each) but system 1's group needs more PEs than 85 at its smallest shapes; the refusal says
+    so, and what the PEs' SRAM holds."""
+    from wsecc.targets import load_target
+
+    from wsecc.core import chain
+    from wsecc.core.flow import ForDecode, lower
+    from wsecc.core.partition import PartitionError, size_over_systems
+
+    kg = lower(chain.fuse(chain.load(chain.job(LLAMA, **GEN))).graph)
+    target = load_target(_small(tmp_path, 10, 2048))
+    with pytest.raises(PartitionError) as e:
+        size_over_systems(kg, target, Precision.MIXED, ForDecode(1), 8, None)
+    line = str(e.value)
+    assert "\n" not in line and "no split over 2 to 2 systems fits" in line
+    assert "system 1's group needs" in line and "over 85% of 100 usable PEs = 85" in line
+    assert "231,296 B of weights and K/V cache" in line and "(8,192 B a PE)" in line
+
+
 def test_the_decode_step_is_each_systems_step_plus_the_crossing(two: wsecc.Compilation) -> None:
-    """One crossing of 200 us (the target's system I/O latency) at 1.1 GHz is 220,000 cycles;
+    """One crossing of 2 us (the target's `system.crossing_s`) at 1.1 GHz is 2,200 cycles;
     the step is system 0's plus that plus system 1's, and the time to first token likewise."""
     from wsecc.modes.generate import plan_generation
 
     g, placed = two.generation, two.simulated.placed
     assert g is not None
     own = [plan_generation(p, 16) for p in placed.systems.programs]
-    crossing = math.ceil(200e-6 * 1.1e9)
-    assert crossing == 220_000
+    crossing = math.ceil(2e-6 * 1.1e9)
+    assert crossing == 2_200
     assert g.decode_cycles == own[0].decode_cycles + crossing + own[1].decode_cycles
-    assert g.ttft_s == pytest.approx(own[0].ttft_s + 200e-6 + own[1].ttft_s, rel=1e-12)
+    assert g.ttft_s == pytest.approx(own[0].ttft_s + 2e-6 + own[1].ttft_s, rel=1e-12)
     assert g.phases()["crossings"] == crossing
     rep = two.report()
     assert rep["performance"]["systems"] == 2
@@ -98,6 +192,9 @@ def test_the_report_over_systems_is_schema_valid(two: wsecc.Compilation) -> None
     jsonschema.validate(rep, schema)
     assert rep["partition"]["split"] == "pipeline"
     assert "not modelled" in rep["partition"]["why"]
+    # the host's embedding: 256 x 64 x 2 B; a token's row 64 x 2 B against an int32 id
+    assert "the host holds the embedding (embedding, 32,768 B" in rep["partition"]["why"]
+    assert "128 B per token in place of 4 B of ids" in rep["partition"]["why"]
     assert "it fits one wafer" in rep["partition"]["count_why"]
     bad = json.loads(json.dumps(rep))
     bad["systems"][0]["time_share"] = 2.0
@@ -123,7 +220,7 @@ def test_infer_over_two_systems_is_the_slowest_systems_rate() -> None:
     assert perf["systems"] == 2
     each = c.simulated.performance.perfs
     assert perf["samples_per_s"] == min(p.samples_per_s for p in each)
-    assert perf["latency_s"] == pytest.approx(sum(p.latency_s for p in each) + 200e-6)
+    assert perf["latency_s"] == pytest.approx(sum(p.latency_s for p in each) + 2e-6)
 
 
 def _target(tmp_path: Path, width: int, height: int, max_systems: int) -> str:
@@ -187,7 +284,6 @@ def test_a_sweep_takes_systems_in_an_infer_point(tmp_path: Path) -> None:
         (1, 1, "ok"),
         (2, 2, "ok"),
     ]
-    assert rows[1]["latency_s"] > rows[0]["latency_s"] + 199e-6  # the crossing's latency
 
 
 def test_a_folder_over_systems_says_it_cannot_be_resimulated(
@@ -220,3 +316,36 @@ def test_a_group_that_does_not_pack_is_one_line_with_systems_n(monkeypatch) -> N
     monkeypatch.setattr(chain, "place_systems", no_room)
     with pytest.raises(WseccError, match="does not pack on one of 2 systems.*--systems auto"):
         wsecc.compile(LLAMA, systems=2, validate=False, **GEN)
+
+
+def test_least_pes_are_each_kernels_smallest_region() -> None:
+    """`least_pes`: one count per kernel, the two layers' kernels alike, each the smallest
+    region `fit_bounds` finds for the kernel alone (what a group needs of a system's area, the
+    balance tried when a split by resident bytes does not fit)."""
+    from wsecc.targets import load_target
+
+    from wsecc.core import chain
+    from wsecc.core.flow import lower
+    from wsecc.core.partition import alone, least_pes
+    from wsecc.kernels import fit_bounds
+
+    kg = lower(chain.fuse(chain.load(chain.job(LLAMA, **GEN))).graph)
+    target = load_target("wse3")
+    pes = least_pes(kg, target, Precision.MIXED, 8)
+    assert len(pes) == len(kg.kernels) and min(pes) >= 1
+    names = [k.name for k in kg.kernels]
+    one = dict(zip(names, pes, strict=True))
+    assert one["gated_linear"] == one["gated_linear.2"] and one["attention"] == one["attention.2"]
+    lone = alone(kg, "attention")
+    assert [k.name for k in lone.kernels] == ["attention"]
+    assert one["attention"] == fit_bounds(lone, target, Precision.MIXED).min_pes
+
+
+def test_placement_falls_back_from_a_denser_fill() -> None:
+    """A sizing at FILL_STEPS' first fill tries FILL_STEPS as before; one at the denser fill a
+    split over systems may take (DENSE_FILL) tries it first, then every lower step."""
+    from wsecc.core.flow import FILL_STEPS, fills_from
+    from wsecc.core.partition import DENSE_FILL
+
+    assert fills_from(FILL_STEPS[0]) == FILL_STEPS
+    assert fills_from(DENSE_FILL) == (0.9, 0.85, 0.75, 0.65, 0.55)

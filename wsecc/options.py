@@ -315,8 +315,8 @@ class Options:
         1, "--systems",
         "systems the compile spans. Train mode: data parallel over N systems. Infer and "
         "generate modes: a pipeline over N systems, each a contiguous group of layers "
-        "(wsecc.core.partition); auto: the fewest whose SRAM holds the weights, K/V cache and "
-        "buffers (the report says which split and why)",
+        "(wsecc.core.partition), the embedding held by the host; auto: the fewest whose SRAM "
+        "holds the weights, K/V cache and buffers (the report says which split and why)",
         int, low=1, high=MAX_COPIES, nullable=True, auto=True, metavar="N|auto",
     )  # fmt: skip
     prompt: int | None = _opt(

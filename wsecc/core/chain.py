@@ -246,7 +246,10 @@ def _place_systems(sized: Sized, layout: Layout, ins: Instrument) -> Placed:
                 more = size_over_systems(
                     sized.kernel_graph, target, o.precision, layout.rule, o.chunk_tokens, n
                 )
-                why = f"{n}: {over.count} held the bytes, but a group's regions did not pack"
+                why = (
+                    f"{n}: {over.count} sized ({over.why}), but a group's regions did not pack "
+                    "at any fill"
+                )
                 over = dataclasses.replace(more, why=why)
     sized = dataclasses.replace(sized, sizing=over.sizings[0], systems=over)
     if layout.one_copy_because is not None:

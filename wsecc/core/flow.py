@@ -97,6 +97,13 @@ if TYPE_CHECKING:
 FILL_STEPS = (0.85, 0.75, 0.65, 0.55)
 
 
+def fills_from(fill: float) -> tuple[float, ...]:
+    """The fills `place_and_route` tries for a sizing at `fill`: that one, then FILL_STEPS'
+    lower ones (FILL_STEPS itself for a sizing at its first; a split over systems may size denser,
+    `wsecc.core.partition.DENSE_FILL`)."""
+    return (fill, *(f for f in FILL_STEPS if f < fill))
+
+
 def load(path: Path, options: Options, batch: int) -> tuple[Graph, ModelInfo]:
     """Load, bind (the batch at `batch`: the mode's, `wsecc.modes.strategy.bound_batch`) and import the
     ONNX file (folded, into the wsecc IR)."""
@@ -561,7 +568,8 @@ def place_and_route(
         if isinstance(tiled, Placed):
             return tiled
         blocked = tiled
-    for i, fill in enumerate(FILL_STEPS):
+    fills = fills_from(sizing.fill)
+    for i, fill in enumerate(fills):
         if i:
             sizing = rule.size(kg, target, precision, fill, sizing.chunk_tokens)
             say("size", f"re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
@@ -570,7 +578,7 @@ def place_and_route(
             problem, placement = _place_in(_problem(kg, sizing, target, precision, pins), search)
             break
         except PlacementError as e:
-            if i == len(FILL_STEPS) - 1:
+            if i == len(fills) - 1:
                 raise
             say("place", f"regions at {100 * fill:.0f}% fill do not pack: {str(e)[:100]}...")
     placement, _, program = _route_in(work, problem, placement, search, say)

@@ -16,21 +16,35 @@ off-wafer rate every host stage already pays. The crossings are kept as
 Balance. Every layer of a decoder keeps its weights and its K/V cache resident, and in a decode
 step reads each of them once, so a group's bytes are both its SRAM and its share of a token's
 time; the split minimises the largest group's bytes (`balanced_bounds`, exact over contiguous
-splits). Only this pipeline split is modelled: splitting each layer over systems (tensor
-parallelism across wafers) is not, so the report says that it was not compared.
+splits). When the groups so balanced do not size, they are balanced by the PEs each needs at
+its kernels' smallest shapes (`least_pes`) instead. Only this pipeline split is modelled:
+splitting each layer over systems (tensor parallelism across wafers) is not, so the report says
+that it was not compared.
+
+Over several systems the host holds the embeddings that lead the first layer (`host_lookups`:
+a lookup of one row per token, sent by the host in place of the ids), and generate mode sizes
+at one token per chunk when the groups do not fit at the options' chunk (`size_over_systems`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from wsecc.core.flow import FILL_STEPS, Placed, SizingRule, place_and_route
+from wsecc.core.flow import FILL_STEPS, ForDecode, Placed, SizingRule, place_and_route
 from wsecc.core.layers import find_layers
 from wsecc.core.program import Crossing, Program, Systems
 from wsecc.errors import WseccError
-from wsecc.kernels import Flow, KernelGraph, Port, Sizing, SizingError
+from wsecc.kernels import (
+    Flow,
+    KernelGraph,
+    KernelKind,
+    Port,
+    Sizing,
+    SizingError,
+    fit_bounds,
+)
 from wsecc.modes.generate import kv_cache_bytes
 from wsecc.targets import Target
 from wsecc.vocab import Precision
@@ -73,6 +87,7 @@ class Partition:
     crossings: tuple[Crossing, ...]
     split: str = PIPELINE
     why: str = SPLIT_WHY
+    host_held: tuple[str, ...] = ()  # kernels the host computes (`host_lookups`)
 
     @property
     def crossing_bytes(self) -> float:
@@ -124,9 +139,108 @@ def balanced_bounds(costs: Sequence[int], lead: int, tail: int, n: int) -> tuple
     return (0, *reversed(bounds[1:]), L)
 
 
-def split_layers(kg: KernelGraph, precision: Precision, n: int) -> Partition:
-    """`kg` (kernels in topological order) split into `n` systems (module doc). Raises
-    PartitionError when it has no layers to split or fewer layers than `n`."""
+HOST_PORT = "host:"
+"""The prefix of the input port a host-held embedding's rows enter by (`host_lookups`)."""
+
+
+@dataclass(frozen=True)
+class HostLookups:
+    """`kg` with the embeddings that lead its first layer held by the host (`host_lookups`):
+    the kernels taken off the wafer, the bytes they would have kept resident, and the bytes per
+    sample the host now sends in their place (their rows) against the ids it no longer sends."""
+
+    graph: KernelGraph
+    kernels: tuple[str, ...]
+    resident_bytes: int
+    rows_bytes_per_sample: int
+    ids_bytes_per_sample: int
+
+
+def host_lookups(kg: KernelGraph, precision: Precision) -> HostLookups:
+    """`kg` with every embedding kernel that leads its first layer computed by the host.
+
+    Why: an embedding is a lookup of one table row per token (per table), so in a decode step
+    it reads dim values of a table of vocab x dim; kept on a wafer it costs the whole table in
+    SRAM (Llama 3.1 70B: 128,256 x 8,192 x 2 B = 2.1 GB, a fifteenth of a system) for 16 KB read
+    per token. The host holds the table instead and sends the summed rows: each flow out of the
+    kernel becomes a flow from an input port `host:<kernel>` of the same size, and the ids (and
+    any port only the kernel read) are no longer sent. The host's I/O then carries
+    dim x storage bytes per token in place of the ids, charged by each system's pipeline as
+    every input port is (at `io.offwafer_bytes_per_s`). A graph without layers, or without an
+    embedding before them, is returned unchanged."""
+    layers = find_layers([k.kind for k in kg.kernels])
+    lead = kg.kernels[: layers.start] if layers is not None else ()
+    held = {k.name for k in lead if k.kind == KernelKind.EMBEDDING}
+    if not held:
+        return HostLookups(kg, (), 0, 0, 0)
+    per_kernel = dict(zip((k.name for k in kg.kernels), resident_bytes(kg, precision), strict=True))
+    flows: list[Flow] = []
+    ports: dict[str, Port] = {}
+    rows = ids = 0
+    for f in kg.flows:
+        if f.dst in held:
+            ids += f.bytes_per_sample(precision)
+        elif f.src in held:
+            port = HOST_PORT + f.src
+            if port not in ports:
+                ports[port] = Port(port, f.elems_per_sample, f.elem_type)
+                rows += f.bytes_per_sample(precision)
+            flows.append(replace(f, src=port, src_edge="W"))
+        else:
+            flows.append(f)
+    read = {f.src for f in flows}
+    inputs = (*(p for p in kg.inputs if p.name in read), *ports.values())
+    graph = KernelGraph(
+        kg.name, kg.tokens_per_sample, tuple(k for k in kg.kernels if k.name not in held),
+        tuple(flows), inputs, kg.outputs,
+    )  # fmt: skip
+    names = tuple(k.name for k in kg.kernels if k.name in held)
+    return HostLookups(graph, names, sum(per_kernel[n] for n in names), rows, ids)
+
+
+def alone(kg: KernelGraph, name: str) -> KernelGraph:
+    """Kernel `name` of `kg` as a graph of its own: each flow in or out of it from or to a
+    port of the flow's size."""
+    flows: list[Flow] = []
+    ports: dict[str, list[Port]] = {"in": [], "out": []}
+    for f in kg.flows:
+        if name not in (f.src, f.dst) or f.src == f.dst:
+            continue
+        side = "in" if f.dst == name else "out"
+        port = Port(f"{side}{len(ports[side])}", f.elems_per_sample, f.elem_type)
+        ports[side].append(port)
+        flows.append(replace(f, src=port.name) if side == "in" else replace(f, dst=port.name))
+    return KernelGraph(
+        f"{kg.name}:{name}", kg.tokens_per_sample, (kg.kernel(name),), tuple(flows),
+        tuple(ports["in"]), tuple(ports["out"]),
+    )  # fmt: skip
+
+
+def least_pes(
+    kg: KernelGraph, target: Target, precision: Precision, chunk_tokens: int
+) -> list[int]:
+    """Each kernel's PEs at its smallest shape that fits a PE's SRAM (`fit_bounds` of the
+    kernel alone, so without its flows' edge charges), in `kg`'s order; kernels of one kind
+    and parameters are costed once. What a group needs of a system's area, where resident
+    bytes miss what a kernel keeps besides (buffers, rotary tables, the shapes' rounding)."""
+    memo: dict[tuple[object, ...], int] = {}
+    out = []
+    for k in kg.kernels:
+        key = (k.kind, repr(sorted(k.params.items())))
+        if key not in memo:
+            memo[key] = fit_bounds(alone(kg, k.name), target, precision,
+                                   chunk_tokens=chunk_tokens).min_pes  # fmt: skip
+        out.append(memo[key])
+    return out
+
+
+def split_layers(
+    kg: KernelGraph, precision: Precision, n: int, weigh: Sequence[int] | None = None
+) -> Partition:
+    """`kg` (kernels in topological order) split into `n` systems (module doc), the groups
+    balanced by each kernel's resident bytes, or by `weigh` (one cost per kernel, in order:
+    `least_pes` balances the PEs the groups need). Raises PartitionError when it has no layers
+    to split or fewer layers than `n`."""
     layers = find_layers([k.kind for k in kg.kernels])
     if layers is None:
         raise PartitionError(
@@ -139,9 +253,9 @@ def split_layers(kg: KernelGraph, precision: Precision, n: int) -> Partition:
             f"layer, so use --systems {len(layers)} or fewer"
         )
     per_kernel = resident_bytes(kg, precision)
-    costs = [sum(per_kernel[a:b]) for a, b in layers.spans]
-    lead, tail = sum(per_kernel[: layers.start]), sum(per_kernel[layers.end :])
-    cuts = balanced_bounds(costs, lead, tail, n)
+    w = list(per_kernel if weigh is None else weigh)
+    costs = [sum(w[a:b]) for a, b in layers.spans]
+    cuts = balanced_bounds(costs, sum(w[: layers.start]), sum(w[layers.end :]), n)
     starts = [0, *(layers.bounds[c] for c in cuts[1:-1]), len(kg.kernels)]
     system_of = {
         k.name: s for s, (a, b) in enumerate(zip(starts, starts[1:], strict=False))
@@ -260,21 +374,36 @@ def system_sram_bytes(target: Target) -> float:
 
 
 def crossing_latency_s(target: Target) -> float:
-    """The latency a flow crossing from one system to the next adds: the target's one
-    published latency of a CS system's Ethernet I/O, 200 us per TCP transaction (its
-    `system.swarmx_hop_s`, with that source; an assumption: no system-to-system figure is
-    published). The bytes themselves pass each system's I/O at `io.offwafer_bytes_per_s`
-    (1.2 Tb/s, 12 x 100 GbE: wafer-facts.md, host I/O) in each system's own figures."""
+    """The latency a flow crossing from one system to the next adds: the target's
+    `system.crossing_s` (on wse3, 2 us: one RDMA-class transfer over 100 GbE through one switch,
+    an assumption from public Ethernet figures, its source in the target's [sources]; no
+    system-to-system latency of a CS system is published). The bytes themselves pass each
+    system's I/O at `io.offwafer_bytes_per_s` (1.2 Tb/s, 12 x 100 GbE: wafer-facts.md, host I/O)
+    in each system's own figures."""
     if target.system is None:
         raise PartitionError(
             f"target {target.name} has no [system] section: it spans one system (--systems 1)"
         )
-    return float(target.system.swarmx_hop_s)
+    return float(target.system.crossing_s)
 
 
 def max_systems(target: Target) -> int:
     """The systems `target` may span: its `[system]` section's cluster size, else one."""
     return target.system.max_systems if target.system is not None else 1
+
+
+DENSE_FILL = 0.9
+"""The fill a split over systems is sized at when its groups, balanced by PEs, do not fit at
+`FILL_STEPS[0]`, before another system is added: a group is a run of layers of identical
+shapes, which packs more densely than a model's mixed regions (placement falls back to the
+lower fills when it does not pack, `wsecc.core.flow.fills_from`). A compiler choice, not a
+hardware fact."""
+
+ONE_TOKEN = 1
+"""Generate mode over several systems: the chunk sizing may fall back to when the groups do not
+fit at the options' chunk. A decode step holds one token per sequence in its buffers; the
+prompt then streams through the same regions one token per chunk (a longer time to first
+token, the decode step's buffers all the same)."""
 
 
 def size_over_systems(
@@ -286,19 +415,29 @@ def size_over_systems(
     requested: int | None,
 ) -> SizedSystems:
     """`kg` split over `requested` systems (None: auto, the fewest that hold it) and each group
-    sized by `rule` at the first fill. Auto starts at the fewest whose SRAM holds the resident
-    bytes (`systems_needed`) and adds a system while some group's regions and buffers do not
-    fit. Raises PartitionError (one line) when the target allows too few systems, or the
-    requested count is too few."""
-    resident = sum(resident_bytes(kg, precision))
+    sized by `rule` at the first fill.
+
+    One system is `kg` as it is. Over several, the host holds the embeddings that lead the
+    first layer (`host_lookups`), and in generate mode (`ForDecode`) a split whose groups do not
+    size at `chunk_tokens` is sized again at one token per chunk (`ONE_TOKEN`) before another
+    system is added. Auto starts at the fewest whose SRAM holds the resident bytes
+    (`systems_needed`) and adds a system while some group's regions and buffers do not fit.
+    Raises PartitionError (one line) when the target allows too few systems, or the requested
+    count is too few."""
     per_system = system_sram_bytes(target)
-    least = systems_needed(resident, per_system)
+    whole = sum(resident_bytes(kg, precision))
+    host = host_lookups(kg, precision)
+    resident = whole - host.resident_bytes
+    least = 1 if systems_needed(whole, per_system) == 1 else systems_needed(resident, per_system)
     layers = find_layers([k.kind for k in kg.kernels])
     most = min(max_systems(target), len(layers) if layers is not None else 1)
     held = (
-        f"{resident / 1e9:,.1f} GB of weights and K/V cache in {precision}, "
-        f"{per_system / 1e9:,.1f} GB per {target.name} system"
+        f"{_gb(resident)} of weights and K/V cache in {precision}"
+        + (f" besides the host's {_gb(host.resident_bytes)} of embeddings" if host.kernels else "")
+        + f", {_gb(per_system)} per {target.name} system"
     )
+    if least > 1:
+        held += f" at {FILL_STEPS[0]:.0%} fill"
     if requested is not None and requested < least:
         raise PartitionError(
             f"{kg.name}: {held} need at least {least} systems, --systems {requested} is too "
@@ -314,33 +453,51 @@ def size_over_systems(
             f"{kg.name}: {held} need at least {least} systems and {why}: use a larger "
             "target or a lower precision"
         )
+    chunks = [chunk_tokens]
+    if isinstance(rule, ForDecode) and chunk_tokens > ONE_TOKEN:
+        chunks.append(ONE_TOKEN)
     counts = [requested] if requested is not None else list(range(least, most + 1))
     failed = ""
     for n in counts:
         if n == 1:
-            part = SystemPart(0, 0, max(0, len(layers or ()) - 1), kg, resident)
+            part = SystemPart(0, 0, max(0, len(layers or ()) - 1), kg, whole)
             partition = Partition((part,), ())
         else:
-            partition = split_layers(kg, precision, n)
-        try:
-            sizings = tuple(
-                rule.size(p.graph, target, precision, FILL_STEPS[0], chunk_tokens)
-                for p in partition.parts
-            )
-        except SizingError as e:
-            failed = str(e)
+            partition = replace(split_layers(host.graph, precision, n), host_held=host.kernels)
+            partition = replace(partition, why=split_why(host))
+        sized = _sized_at(partition, rule, target, precision, chunks[: 1 if n == 1 else None])
+        if isinstance(sized, str) and n > 1:  # balanced by the PEs the groups need instead
+            try:
+                pes = least_pes(host.graph, target, precision, chunks[-1])
+            except SizingError:
+                pes = None
+            if pes is not None:
+                by_pes = split_layers(host.graph, precision, n, pes)
+                by_pes = replace(by_pes, host_held=host.kernels, why=split_why(host, True))
+                for fill in (FILL_STEPS[0], DENSE_FILL):
+                    again = _sized_at(by_pes, rule, target, precision, chunks[-1:], fill)
+                    if not isinstance(again, str):
+                        partition, sized = by_pes, again
+                        break
+        if isinstance(sized, str):
+            failed = sized if n == 1 else shortfall(partition, target, precision, chunks[-1])
             continue
+        sizings, chunk = sized
+        slower = f"; sized at {chunk} token per chunk (at {chunk_tokens} they did not fit)"
+        at = slower if chunk != chunk_tokens else ""
+        if sizings[0].fill != FILL_STEPS[0]:
+            at += f"; sized at {sizings[0].fill:.0%} fill (at {FILL_STEPS[0]:.0%} they did not fit)"
         if requested is not None:
             fits = "; it fits one wafer" if least == 1 and n > 1 else ""
-            why = f"{n} requested ({held}: at least {least}{fits})"
+            why = f"{n} requested ({held}: at least {least}{fits}){at}"
         elif n == 1:
-            why = f"fits one wafer ({held})"
+            why = f"fits one wafer ({_gb(whole)} of weights and K/V cache in {precision})"
         elif n == least:
-            why = f"the fewest that hold it: {held}"
+            why = f"the fewest that hold it: {held}{at}"
         else:
             why = (
                 f"{held}: {least} would hold the bytes, but with each group's buffers "
-                f"{n - 1} did not fit"
+                f"{n - 1} did not fit ({failed}){at}"
             )
         return SizedSystems(partition, sizings, why)
     if requested is not None:
@@ -354,16 +511,121 @@ def size_over_systems(
     )
 
 
+def _sized_at(
+    partition: Partition,
+    rule: SizingRule,
+    target: Target,
+    precision: Precision,
+    chunks: Sequence[int],
+    fill: float = FILL_STEPS[0],
+) -> tuple[tuple[Sizing, ...], int] | str:
+    """Every group of `partition` sized by `rule` at `fill`, at the first of `chunks` (tokens
+    per chunk) at which all fit: the sizings and that chunk, else the last error. A group with
+    the shapes of an earlier one (`shape_key`) takes its sizing, renamed."""
+    failed = ""
+    for chunk in chunks:
+        done: dict[tuple[object, ...], Sizing] = {}
+        sizings = []
+        try:
+            for p in partition.parts:
+                key = shape_key(p.graph)
+                if key not in done:
+                    done[key] = rule.size(p.graph, target, precision, fill, chunk)
+                sizings.append(renamed(done[key], p.graph))
+        except SizingError as e:
+            failed = str(e)
+            continue
+        return tuple(sizings), chunk
+    return failed
+
+
+def renamed(sizing: Sizing, kg: KernelGraph) -> Sizing:
+    """`sizing`, of a graph with `kg`'s shapes (`shape_key`), as `kg`'s: its graph's and
+    kernels' names, in order."""
+    kernels = tuple(
+        replace(ks, name=k.name) for ks, k in zip(sizing.kernels, kg.kernels, strict=True)
+    )
+    return replace(sizing, graph=kg.name, kernels=kernels)
+
+
+def _gb(n: float) -> str:
+    """Bytes as a reader takes them in: GB, MB or B."""
+    if n >= 1e9:
+        return f"{n / 1e9:,.1f} GB"
+    return f"{n / 1e6:,.1f} MB" if n >= 1e6 else f"{n:,.0f} B"
+
+
+def split_why(host: HostLookups, by_pes: bool = False) -> str:
+    """The partition's `why`: the split, what balanced it, and what the host holds
+    (`host_lookups`) and sends."""
+    split = SPLIT_WHY
+    if by_pes:
+        split = split.replace(
+            "balanced by the bytes each system keeps resident (weights and K/V cache, also what "
+            "a decode step reads)",
+            "balanced by the PEs each group needs at its kernels' smallest shapes (balanced by "
+            "resident bytes, a group did not fit its system)",
+        )
+    if not host.kernels:
+        return split
+    tokens = host.graph.tokens_per_sample
+    return (
+        f"{split}; the host holds the embedding ({', '.join(host.kernels)}, "
+        f"{_gb(host.resident_bytes)}: a lookup of one row per token) and sends its rows, "
+        f"{host.rows_bytes_per_sample // tokens:,} B per token in place of "
+        f"{host.ids_bytes_per_sample // tokens:,} B of ids, on the system I/O"
+    )
+
+
+def shortfall(partition: Partition, target: Target, precision: Precision, chunk_tokens: int) -> str:
+    """Why `partition`'s groups do not fit their systems, in PEs and bytes: the fullest group's
+    PEs at its kernels' smallest fitting shapes (`fit_bounds`, `chunk_tokens` per chunk)
+    against sizing's fill of a system, and what all the groups' PEs hold: the weights and K/V
+    cache, the per-PE reserve, and the rest (buffers, and the shapes' rounding)."""
+    pes_of: dict[tuple[object, ...], int] = {}
+    need = []
+    try:
+        for p in partition.parts:
+            key = shape_key(p.graph)
+            if key not in pes_of:
+                pes_of[key] = fit_bounds(
+                    p.graph, target, precision, chunk_tokens=chunk_tokens
+                ).min_pes
+            need.append(pes_of[key])
+    except SizingError as e:
+        return str(e)
+    n, pes, sram = len(need), target.usable_pes, target.sram.bytes_per_pe
+    worst = max(range(n), key=lambda i: need[i])
+    total = sum(need)
+    resident = sum(p.resident_bytes for p in partition.parts)
+    reserve = total * target.sram.reserved_bytes
+    rest = total * sram - resident - reserve
+    return (
+        f"system {worst}'s group needs {need[worst]:,} PEs at its kernels' smallest fitting "
+        f"shapes, over {FILL_STEPS[0]:.0%} of {pes:,} usable PEs = {int(FILL_STEPS[0] * pes):,}; "
+        f"the {n} groups need {total:,} PEs ({total / pes:.2f} systems), whose "
+        f"{_gb(total * sram)} of SRAM hold {_gb(resident)} of weights and K/V cache, "
+        f"{_gb(reserve)} of per-PE reserve ({target.sram.reserved_bytes:,} B a PE) and "
+        f"{_gb(rest)} of buffers at {chunk_tokens} token(s) per chunk and shape rounding"
+    )
+
+
 __all__ = [
+    "HOST_PORT",
+    "DENSE_FILL",
+    "ONE_TOKEN",
     "PIPELINE",
+    "HostLookups",
     "Partition",
     "PartitionError",
     "SizedSystems",
     "SystemPart",
     "balanced_bounds",
     "crossing_latency_s",
+    "host_lookups",
     "resident_bytes",
     "shape_key",
+    "shortfall",
     "size_over_systems",
     "split_layers",
     "system_graph",

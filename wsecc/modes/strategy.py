@@ -31,6 +31,8 @@ from wsecc.core.instrument import Instrument
 from wsecc.core.partition import SizedSystems, crossing_latency_s, size_over_systems
 from wsecc.core.replicas import GENERATE_MODE, TRAIN_MODE
 from wsecc.core.stages import Fused, Placed, Simulated, Sized
+from wsecc.kernels import KernelSizing
+from wsecc.kernels.costs import SramBreakdown
 from wsecc.modes.generate import (
     GenerationPerf,
     default_prompt,
@@ -322,12 +324,18 @@ def _sized(fused: Fused, kg: KernelGraph, rule: SizingRule, say: Say) -> Sized:
 def whole_sizing(placed: Placed) -> Sizing:
     """Every kernel's region as placed, over every system (system 0's program when there is
     one): what the functional simulation reads. A system that shares another's placement
-    takes that system's regions kernel by kernel, in order."""
+    takes that system's regions kernel by kernel, in order. A kernel the host computes
+    (`wsecc.core.partition.host_lookups`) is simulated on one PE: its lookup does not depend on
+    a region."""
     systems = placed.systems
     sized = placed.sized.systems
     if sized is None:
         return placed.program.sizing
-    kernels = []
+    kg = placed.sized.kernel_graph
+    kernels = [
+        KernelSizing(name, kg.kernel(name).kind.value, 1, 1, SramBreakdown(0, 0, 0, 0), 0, 0)
+        for name in sized.partition.host_held
+    ]
     for i, part in enumerate(sized.partition.parts):
         placed_sizing = systems.programs[i].sizing
         kernels += [
