@@ -35,9 +35,15 @@ second 64 times larger, so that a clamp's bound is reached and checked.
 onnxruntime-genai's `com.microsoft.MoE` contrib op becomes the same `Moe` op in the frontend
 (`wsecc.frontend.convert`), its router's MatMul (+ Add) read as the router.
 
-Not matched (the region stays, and lowering leaves generic kernels, so the pass notes why):
-Llama 4's dense-then-scatter experts (each expert computes every token, its input scaled by
-the sigmoid of its logit).
+Llama 4's block (the router's top-k logits scattered into a row of −inf, a sigmoid of that:
+each expert's input is x times the sigmoid of its logit, 0 for the experts not chosen; every
+expert computes every token, a batched MatMul of the whole [E, ., .] stack, and the E outputs
+are summed; a shared SwiGLU expert added) is matched the same way: the stacks the region
+multiplies as well as those it gathers are the experts' weights, and a block with no gather
+is also checked against the `moe` op with `scale` "input" (the router's weight scales the
+expert's input: a SwiGLU of 0 is 0, so the experts not chosen add nothing). Its check
+evaluates the block whole: every expert's values on every token (E times a gathered block's),
+so a real-size Llama 4 bound at many tokens exceeds MAX_PROBE_ELEMS and is not fused.
 Requires fuse-linear's Linears (the router) and runs before fuse-swiglu, whose SiLU matcher
 never sees inside the gathered experts anyway.
 """
@@ -61,7 +67,7 @@ from wsecc.ir.rewrite import (
     origin_of,
     rewrite_nodes,
 )
-from wsecc.ir.rules import GATES, MOE_ROUTERS, evaluate_op
+from wsecc.ir.rules import GATES, MOE_ROUTERS, MOE_SCALES, evaluate_op
 from wsecc.passdef import Pass, PassContext
 
 _VIEWS = LAYOUT | {Op.IDENTITY, Op.CAST}
@@ -135,8 +141,9 @@ def _region(view: GraphView, x: Value, out: Value) -> list[Node]:
 
 
 def _stacks(region: list[Node], experts: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The constant stacks the region gathers experts from, in node order: weights [E, ., .]
-    and biases [E, .] (gpt-oss's)."""
+    """The constant stacks the region gathers experts from, or multiplies every expert's
+    tokens by (Llama 4's dense experts), in node order: weights [E, ., .] and biases [E, .]
+    (gpt-oss's)."""
     stacks: list[np.ndarray] = []
     biases: list[np.ndarray] = []
     for n in region:
@@ -145,6 +152,10 @@ def _stacks(region: list[Node], experts: int) -> tuple[list[np.ndarray], list[np
             if d.type.rank in (2, 3) and d.type.shape[0] == experts:
                 assert d.const is not None
                 (stacks if d.type.rank == 3 else biases).append(np.asarray(d.const))
+        elif n.op is Op.MATMUL:  # every expert on every token (Llama 4's batched matmul)
+            for w in n.inputs:
+                if w.const is not None and w.type.rank == 3 and w.type.shape[0] == experts:
+                    stacks.append(np.asarray(w.const))
     if len(stacks) not in (2, 3):
         raise NoMatch(f"the block gathers {len(stacks)} expert weight stacks, not 2 or 3")
     if len(biases) not in (0, 2, 3):
@@ -398,13 +409,15 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
                 )
             wants = [f[0] for f in found if f is not None]
             few = min(FEW_TOKENS, tokens)
+        dense = not any(n.op in (Op.GATHER, Op.GATHER_ND) for n in region)
         candidates = itertools.product(
             shared_forms,
             _layouts(stacks, biases, h),
             _activations(region),
             itertools.product(MOE_ROUTERS, (True, False)),
+            MOE_SCALES if dense else MOE_SCALES[:1],
         )
-        for (shared, extra), layout, act, (router_form, normalize) in candidates:
+        for (shared, extra), layout, act, (router_form, normalize), scale in candidates:
             weights = [*layout[:3], *extra]
             if br is not None:
                 weights += [br, *layout[3:]]
@@ -414,6 +427,7 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
                 "normalize": normalize,
                 "shared": shared,
                 **({"bias": True} if br is not None else {}),
+                **({"scale": scale} if scale != "output" else {}),
                 **act,
             }
             rtol = _rtol(h, layout[0].shape[2])
