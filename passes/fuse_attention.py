@@ -70,7 +70,7 @@ from wsecc.ir.rewrite import (
     rewrite_nodes,
     scalar,
 )
-from wsecc.ir.rules import alibi_positions, evaluate_op, rotate
+from wsecc.ir.rules import alibi_positions, attention_keep, evaluate_op, rotate
 from wsecc.passdef import Pass, PassContext, PassError
 
 VERY_NEGATIVE = -1000.0  # an additive bias at or below this masks the key out
@@ -944,6 +944,8 @@ def _evaluate_mask(
                         "drops the pair)"
                     )
                 raise NoMatch("mask does not mean 'key padding' (mask[b, key] == 0 drops the key)")
+    if chunk and mask_in is not None:
+        _check_padded_chunks(keep_for, mask_in, kind, (b, sq, sk), chunk)
     finite = [f for f in fills if f < 0]
     fill = min(finite) if finite else -np.inf
     fill = float(max(fill, float(np.finfo(np.float32).min)) if np.isfinite(fill) else fill)
@@ -956,6 +958,28 @@ def _evaluate_mask(
     name = f"{(named or ['attention'])[0]}/bias"  # the layers share it, as they share the terms
     constant = Value.constant(name, table)
     return _MaskMeaning(causal, window, mask_in, kind, fill, (), constant, chunk)
+
+
+def _check_padded_chunks(
+    keep_for: Callable[[np.ndarray], tuple[np.ndarray, object]],
+    mask_in: Value,
+    kind: str,
+    shape: tuple[int, int, int],
+    chunk: int,
+) -> None:
+    """NoMatch unless the chunked mask keeps, under left padding, what `attention_keep` does:
+    the chunks counted from each row's first kept key (the other probes keep key 0)."""
+    b, sq, sk = shape
+    if kind != "key_padding":
+        raise NoMatch("chunked attention with a full mask input is not supported")
+    m = np.ones(mask_in.type.shape, np.int64)
+    m[..., : min(3, sk - 1)] = 0
+    keep, _ = keep_for(m)
+    want = attention_keep({"causal": True, "mask": kind, "chunk": chunk}, b, sq, sk, m)
+    if not np.array_equal(keep, np.broadcast_to(want, keep.shape)):
+        raise NoMatch(
+            "chunked mask under left padding does not count the chunks from the first kept key"
+        )
 
 
 def chunked(sq: int, sk: int, chunk: int, lo: int = 0, hi: int | None = None) -> np.ndarray:
@@ -1134,6 +1158,11 @@ def _evaluate_mask_by_rows(
         if not forms:
             raise NoMatch("mask with an all-ones input is neither full, causal nor a causal window")
     causal, window, chunk = forms[0]
+    if chunk and mask_in is not None:
+        raise NoMatch(
+            f"chunked attention with a padding mask over {MASK_PROBE_BYTES >> 20:,} MiB is not "
+            "checked: compile at a shorter --seq"
+        )
     if mask_in is not None:
         rng = np.random.default_rng(0)
         gapped = np.broadcast_to(np.arange(mask_in.type.shape[-1]) % 2 == 0, mask_in.type.shape)

@@ -877,9 +877,7 @@ def attention_keep(a: Attrs, b: int, sq: int, sk: int, mask: np.ndarray | None) 
     if a.get("window", 0):
         keep &= np.triu(np.ones((sq, sk), dtype=bool), k=sk - sq - a["window"] + 1)[None, None]
     if a.get("chunk", 0):  # Llama 4's chunked local attention: query and key in one chunk
-        c = int(a["chunk"])
-        query = np.arange(sk - sq, sk)
-        keep &= (query[:, None] // c == np.arange(sk)[None, :] // c)[None, None]
+        keep &= _same_chunk(a, b, sq, sk, mask)
     if a["mask"] == "none":
         return keep
     if mask is None:
@@ -891,6 +889,19 @@ def attention_keep(a: Attrs, b: int, sq: int, sk: int, mask: np.ndarray | None) 
     elif a["mask"] == "full":
         keep &= np.not_equal(mask, 0)[:, None]
     return keep
+
+
+def _same_chunk(a: Attrs, b: int, sq: int, sk: int, mask: np.ndarray | None) -> np.ndarray:
+    """[B | 1, 1, Sq, Sk]: query and key in one chunk of `chunk` positions, the chunks counted
+    from a row's first kept key under a key-padding mask (transformers' chunked mask: left
+    padding shifts the chunks), from position 0 otherwise."""
+    c = int(a["chunk"])
+    lead = np.zeros((1, 1, 1, 1), np.int64)
+    if a["mask"] == "key_padding" and mask is not None:
+        lead = (np.cumsum(np.not_equal(mask, 0), axis=-1) == 0).sum(axis=-1)[:, None, None, None]
+    query = np.arange(sk - sq, sk)[:, None] - lead
+    key = np.arange(sk)[None, :] - lead
+    return np.asarray(query // c == key // c)
 
 
 def alibi_positions(mask: np.ndarray) -> np.ndarray:
@@ -934,7 +945,8 @@ def attention(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     c·tanh(scores / c) with `softcap` c (Gemma 2; `softcap`), (+ ALiBi's
     slope_h × key position with `alibi`, + the bias operand with `has_bias`: `attention_bias`);
     positions not kept (causal: key > query; window w: key ≤ query − w, GPT-Neo's local attention;
-    chunk c: key // c ≠ query // c, Llama 4's chunked local attention;
+    chunk c: key // c ≠ query // c, Llama 4's chunked local attention, positions counted from
+    the first kept key of a key-padding mask;
     key_padding: mask[b, key] == 0; key_length: key ≥ len[b]; full: mask[b, query, key] == 0)
     are *replaced* by `fill` (exporters' −∞, finfo.min or −10000); p = softmax(scores), with
     `sinks` (gpt-oss's attention sinks) over the scores and one more logit per head, sink_h,
