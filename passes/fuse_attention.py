@@ -1639,7 +1639,7 @@ def _norm_before_rope(view: GraphView, ln: Node) -> tuple[Replacement, set[Node]
     probe = np.random.default_rng(0).standard_normal(x.type.shape).astype(np.float32)
     tables = list(rope.tables)
     want = eval_nodes([*tables, *region, ln], {x: probe})[ln.output]
-    (first,) = evaluate_op(ln.op, [probe, gamma.const], ln.attr_dict)
+    (first,) = evaluate_op(ln.op, [probe, g], ln.attr_dict)
     got = eval_nodes([*tables, *region], {x: np.asarray(first)})[y]
     if np.max(np.abs(want - got)) > _NORM_RTOL * float(np.max(np.abs(want))):
         raise NoMatch("the norm does not commute with the rotary region")
