@@ -56,7 +56,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from wsecc.ir.arrays import dense, is_uniform, same_data
-from wsecc.ir.core import Graph, Node, Op, Value
+from wsecc.ir.core import Graph, IRError, Node, Op, TensorType, Value
 from wsecc.ir.rewrite import (
     LAYOUT,
     GraphView,
@@ -300,6 +300,63 @@ def _evaluate_few(
     return vals[out].reshape(-1, h)[:few].reshape(few, h), few
 
 
+def _tokens_as(shape: tuple[int, ...], tokens: int, few: int) -> tuple[int, ...]:
+    """`shape` with its first dim that is a multiple m·tokens (the token axis: [T, H],
+    [E·T, H], [E, T, H]) made m·few."""
+    for i, d in enumerate(shape):
+        if d and d % tokens == 0:
+            return (*shape[:i], d // tokens * few, *shape[i + 1 :])
+    return shape
+
+
+def _evaluate_rebound(
+    region: list[Node], x: Value, probe: np.ndarray, out: Value
+) -> tuple[np.ndarray, int] | None:
+    """What the region computes on the first FEW_TOKENS tokens of `probe`, the region rebound
+    to that many tokens: every shape and repeat count that is a multiple of the tokens scaled
+    down, a fill constant's (one value everywhere) token axis cut (Llama 4's dense experts, which compute every expert on
+    every token, have no gathers `_evaluate_few` can leave unmaterialised). None when a node
+    does not take the smaller shapes (a dim before the token axis that is a multiple of the
+    tokens too) or the rebound values still exceed MAX_PROBE_ELEMS. A region that mixes
+    tokens computes another function rebound, which then agrees with no candidate."""
+    h = x.type.shape[-1]
+    tokens = x.type.size // h
+    few = min(FEW_TOKENS, tokens)
+    if few == tokens:
+        return None
+    rebound = (1,) * (x.type.rank - 2) + (few, h)  # x [B, S, H] as [1, few, H]
+    seen: dict[Value, Value] = {x: Value(x.name, TensorType(x.type.dtype, rebound))}
+    nodes = []
+    try:
+        for n in region:
+            ins = []
+            for v in n.inputs:
+                if v in seen:
+                    ins.append(seen[v])
+                elif (
+                    v.const is not None
+                    and v.type.shape != _tokens_as(v.type.shape, tokens, few)
+                    and np.all(v.const == v.const.reshape(-1)[0])  # a fill, not a weight
+                ):
+                    cut = tuple(slice(0, d) for d in _tokens_as(v.type.shape, tokens, few))
+                    ins.append(Value.constant(v.name, np.ascontiguousarray(v.const[cut])))
+                else:
+                    ins.append(v)
+            attrs = {
+                k: _tokens_as(a, tokens, few) if k in ("shape", "repeats") else a
+                for k, a in n.attr_dict.items()
+            }
+            new = make_node(n.op, ins, n.name, n.origin, [o.name for o in n.outputs], **attrs)
+            seen.update(zip(n.outputs, new.outputs, strict=True))
+            nodes.append(new)
+    except IRError:
+        return None
+    if sum(v.type.size for n in nodes for v in n.outputs) > MAX_PROBE_ELEMS:
+        return None
+    p = probe.reshape(-1, h)[:few].reshape(seen[x].type.shape)
+    return eval_nodes(nodes, {seen[x]: p})[seen[out]].reshape(few, h), few
+
+
 def _moe(xs: list[np.ndarray], attrs: dict[str, object]) -> np.ndarray:
     """The candidate's output (`wsecc.ir.rules.moe`), numpy's warnings off: a candidate that
     divides 0 by 0 (a sigmoid router renormalising two scores that underflowed) disagrees."""
@@ -392,7 +449,10 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
             wants = [eval_nodes(region, {x: p})[out].reshape(tokens, h) for p in probes]
             few = tokens
         else:
-            found = [_evaluate_few(region, x, p, out, e) for p in probes]
+            found = [
+                _evaluate_few(region, x, p, out, e) or _evaluate_rebound(region, x, p, out)
+                for p in probes
+            ]
             if any(f is None for f in found):
                 lazy = _lazy_gathers(region, e)
                 kept = sum(v.type.size for n in region for v in n.outputs if v not in lazy)

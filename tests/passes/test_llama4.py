@@ -222,3 +222,25 @@ def test_llama4_sample_generates_the_ids_onnxruntime_generates(samples_dir: Path
     check = c.generation_check
     assert check is not None and check.passed, check.summary() if check else None
     assert "ids identical" in check.summary()
+
+
+def test_a_dense_block_too_large_to_evaluate_whole_is_checked_rebound_to_a_few_tokens(
+    samples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past MAX_PROBE_ELEMS the dense block (every expert on every token: nothing gathered for
+    the few-token check to leave unmaterialised) is evaluated rebound to FEW_TOKENS tokens:
+    it still fuses, to the same function; a block whose rebound values still do not fit is
+    not fused, and the note says so."""
+    import importlib
+
+    fuse_moe = importlib.import_module("wsecc.passes.fuse_moe")
+    g = _graph(samples_dir, BEFORE_MOE)  # 32 tokens: 102,592 values in the block, 3,206 a token
+    monkeypatch.setattr(fuse_moe, "MAX_PROBE_ELEMS", 20_000)
+    out = PASSES["fuse-moe"](g, PassContext())
+    assert [n.op for n in out.nodes].count(Op.MOE) == 1
+    _same_outputs(g, out)
+    monkeypatch.setattr(fuse_moe, "MAX_PROBE_ELEMS", 1_000)
+    ctx = PassContext()
+    out = PASSES["fuse-moe"](g, ctx)
+    assert Op.MOE not in [n.op for n in out.nodes]
+    assert any("over the 1,000 its check evaluates: not even one" in n for n in ctx.notes)
