@@ -300,6 +300,10 @@ def _evaluate_few(
     return vals[out].reshape(-1, h)[:few].reshape(few, h), few
 
 
+_TOKEN_ATTRS = ("shape", "repeats")
+"""The attributes that carry a token count (Reshape's and Expand's shape, Tile's repeats)."""
+
+
 def _tokens_as(shape: tuple[int, ...], tokens: int, few: int) -> tuple[int, ...]:
     """`shape` with its first dim that is a multiple m·tokens (the token axis: [T, H],
     [E·T, H], [E, T, H]) made m·few."""
@@ -343,7 +347,7 @@ def _evaluate_rebound(
                 else:
                     ins.append(v)
             attrs = {
-                k: _tokens_as(a, tokens, few) if k in ("shape", "repeats") else a
+                k: _tokens_as(a, tokens, few) if isinstance(a, tuple) and k in _TOKEN_ATTRS else a
                 for k, a in n.attr_dict.items()
             }
             new = make_node(n.op, ins, n.name, n.origin, [o.name for o in n.outputs], **attrs)
