@@ -318,7 +318,7 @@ def _evaluate_rebound(
 ) -> tuple[np.ndarray, int] | None:
     """What the region computes on the first FEW_TOKENS tokens of `probe`, the region rebound
     to that many tokens: every shape and repeat count that is a multiple of the tokens scaled
-    down, a fill constant's (one value everywhere) token axis cut (Llama 4's dense experts, which compute every expert on
+    down, a fill constant's (one value everywhere, not a weight) token axis cut (Llama 4's dense experts, which compute every expert on
     every token, have no gathers `_evaluate_few` can leave unmaterialised). None when a node
     does not take the smaller shapes (a dim before the token axis that is a multiple of the
     tokens too) or the rebound values still exceed MAX_PROBE_ELEMS. A region that mixes
@@ -339,6 +339,7 @@ def _evaluate_rebound(
                     ins.append(seen[v])
                 elif (
                     v.const is not None
+                    and n.op not in (Op.MATMUL, Op.LINEAR)  # weights keep their shapes
                     and v.type.shape != _tokens_as(v.type.shape, tokens, few)
                     and np.all(v.const == v.const.reshape(-1)[0])  # a fill, not a weight
                 ):
@@ -358,7 +359,19 @@ def _evaluate_rebound(
     if sum(v.type.size for n in nodes for v in n.outputs) > MAX_PROBE_ELEMS:
         return None
     p = probe.reshape(-1, h)[:few].reshape(seen[x].type.shape)
-    return eval_nodes(nodes, {seen[x]: p})[seen[out]].reshape(few, h), few
+    vals: dict[Value, np.ndarray] = {seen[x]: p}
+    for n in nodes:
+        args = [c if (c := v.const) is not None else vals[v] for v in n.inputs]
+        if n.op is Op.MATMUL and is_uniform(args[1]) and args[1].ndim == 3:
+            # a stack without data (`--weights inputs`): each output the row's sum times its
+            # one value, not a materialised [E, H, I] product
+            a, w = args
+            sums = a.sum(axis=-1, keepdims=True, dtype=np.float32) * w.reshape(-1)[0]
+            vals[n.output] = np.broadcast_to(sums, n.output.type.shape).astype(np.float32)
+            continue
+        for v, r in zip(n.outputs, evaluate_op(n.op, args, n.attr_dict), strict=True):
+            vals[v] = np.asarray(r)
+    return vals[seen[out]].reshape(few, h), few
 
 
 def _moe(xs: list[np.ndarray], attrs: dict[str, object]) -> np.ndarray:
