@@ -508,8 +508,11 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
                 **act,
             }
             rtol = _rtol(h, layout[0].shape[2])
-            if all(
-                _agrees(want, _moe([p.reshape(-1, h)[:few], wr.const, *weights], attrs), rtol)
+            if any(w.any() for w in wants) and all(
+                _agrees(
+                    want, got := _moe([p.reshape(-1, h)[:few], wr.const, *weights], attrs), rtol
+                )
+                or not (want.any() or got.any())  # a probe both zero (weights without data)
                 for p, want in zip(probes, wants, strict=True)
             ):
                 return _replacement(view, router, x, out, region, weights, attrs)
