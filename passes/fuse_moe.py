@@ -41,9 +41,10 @@ expert computes every token, a batched MatMul of the whole [E, ., .] stack, and 
 are summed; a shared SwiGLU expert added) is matched the same way: the stacks the region
 multiplies as well as those it gathers are the experts' weights, and a block with no gather
 is also checked against the `moe` op with `scale` "input" (the router's weight scales the
-expert's input: a SwiGLU of 0 is 0, so the experts not chosen add nothing). Its check
-evaluates the block whole: every expert's values on every token (E times a gathered block's),
-so a real-size Llama 4 bound at many tokens exceeds MAX_PROBE_ELEMS and is not fused.
+expert's input: a SwiGLU of 0 is 0, so the experts not chosen add nothing). Such a block
+holds every expert's values on every token (E times a gathered block's), and has no gathers to
+leave unmaterialised: past MAX_PROBE_ELEMS it is checked rebound to FEW_TOKENS tokens
+(`_evaluate_rebound`), a stack without data multiplied as the row's sum times its value.
 Requires fuse-linear's Linears (the router) and runs before fuse-swiglu, whose SiLU matcher
 never sees inside the gathered experts anyway.
 """
