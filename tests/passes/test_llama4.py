@@ -274,3 +274,34 @@ def test_a_weightless_dense_block_is_checked_without_materialising_its_stacks(
     assert [n.op for n in out.nodes].count(Op.MOE) == 1, ctx.notes
     # (no output comparison: the fused op tags the up half of a weight without data apart
     # from the gate half, `fuse_moe._replacement`; the check above compared the functions)
+
+
+def _scatter_model(path: Path, reduction: str) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node(
+        "ScatterElements", ["d", "i", "u"], ["y"], axis=1, reduction=reduction, name="scatter"
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("d", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [
+            helper.make_tensor("i", TensorProto.INT64, [2, 1], [2, 0]),
+            helper.make_tensor("u", TensorProto.FLOAT, [2, 1], [5.0, 7.0]),
+        ],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return path
+
+
+def test_scatter_elements_imports_and_a_reduction_is_refused_in_one_line(tmp_path: Path) -> None:
+    from wsecc.errors import WseccError
+
+    g, _ = import_model(_scatter_model(tmp_path / "s.onnx", "none"))
+    d = np.zeros((2, 4), np.float32)
+    np.testing.assert_array_equal(run(g, {"d": d})["y"], [[0, 0, 5, 0], [7, 0, 0, 0]])
+    with pytest.raises(WseccError, match="reduction 'add' is not supported"):
+        import_model(_scatter_model(tmp_path / "add.onnx", "add"))
