@@ -70,7 +70,7 @@ from wsecc.ir.rewrite import (
     rewrite_nodes,
     scalar,
 )
-from wsecc.ir.rules import alibi_positions, evaluate_op, rotate
+from wsecc.ir.rules import alibi_positions, attention_keep, evaluate_op, rotate
 from wsecc.passdef import Pass, PassContext, PassError
 
 VERY_NEGATIVE = -1000.0  # an additive bias at or below this masks the key out
@@ -274,13 +274,16 @@ def _static_factor(view: GraphView, m: Node) -> Value | None:
 
 def _halves_rope_region(view: GraphView, cat: Node) -> _Rope | None:
     """Concat(x1·c − x2·s, x2·c + x1·s) over the last axis, x1 and x2 the halves of one x
-    (gpt-oss's rotary: tables half a head wide, the rotated halves concatenated): the region
-    from the nearest x both halves are cut from."""
+    (gpt-oss's rotary: tables half a head wide, the rotated halves concatenated), or the even
+    and odd dims of x, each rotated pair stacked on a new last axis (Llama 4's rotary as
+    `hf_export.real_rotary` exports it): the region from the nearest x both are cut from."""
     rank = cat.output.type.rank
     if len(cat.inputs) != 2 or cat.attr("axis") % rank != rank - 1:
         return None
     muls: list[Node] = []
     for v in cat.inputs:
+        while (r := view.prod(v, Op.RESHAPE)) is not None:  # stacked pairs (Llama 4's)
+            v = r.inputs[0]
         n = view.prod(v, Op.ADD, Op.SUB)
         if n is None:
             return None
@@ -305,6 +308,24 @@ def _halves_rope_region(view: GraphView, cat: Node) -> _Rope | None:
             table_nodes = tuple(sorted(computed, key=view.index.__getitem__))
             return _Rope(x, cat.output, tuple(region), table_nodes, leaves)
     return None
+
+
+def _stacked_rope_region(view: GraphView, merge: Node) -> _Rope | None:
+    """Reshape [..., d/2, 2] -> [..., d] of a rotary region over x' = Reshape(x [..., d]) ->
+    [..., d/2, 2] whose rotated pairs are stacked on the last axis (Llama 4's, as
+    `hf_export.real_rotary` exports it): the region from x to the merged output, so that its
+    input and output are [..., head_dim] as `_evaluate_rope` reads them."""
+    y = merge.output
+    cat = view.prod(merge.inputs[0], Op.CONCAT)
+    shape = y.type.shape
+    if cat is None or not shape or cat.output.type.shape != (*shape[:-1], shape[-1] // 2, 2):
+        return None
+    inner = _halves_rope_region(view, cat)
+    split = view.prod(inner.x, Op.RESHAPE) if inner is not None else None
+    if inner is None or split is None or split.inputs[0].type.shape != shape:
+        return None
+    nodes = (split, *inner.nodes, merge)
+    return _Rope(split.inputs[0], y, nodes, inner.tables, inner.leaves)
 
 
 def _partial_rope_region(view: GraphView, cat: Node) -> _Rope | None:
@@ -337,6 +358,18 @@ def _moves_data(n: Node) -> bool:
     return n.op in LAYOUT or (n.op in (Op.GATHER, Op.GATHER_ND) and n.inputs[1].is_const)
 
 
+def _one_value(c: Value, x: Value) -> float | None:
+    """The value of constant `c` when every element of it is that one value and multiplying x
+    by it keeps x's shape (a scalar; Llama 4's NoPE temperature per position, log(⌊(p + 1) /
+    floor_scale⌋ + 1)·attn_scale + 1, which is 1 at every position below floor_scale), else
+    None."""
+    a = c.const
+    if a is None or not a.size or np.broadcast_shapes(a.shape, x.type.shape) != x.type.shape:
+        return None
+    first = a.reshape(-1)[0]
+    return float(first) if np.all(a == first) else None
+
+
 def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float, _Rope | None]:
     """Walk back through layout ops, scalar scales and at most one rotary region to the value
     they rearrange. The chain excludes the rotary region's nodes (`_Rope`)."""
@@ -355,15 +388,18 @@ def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float,
         n = view.prod(v)
         if n is None:
             return done()
-        if _moves_data(n):
+        if n.op is Op.RESHAPE and rope is None and (r := _stacked_rope_region(view, n)):
+            rope, after = r, len(chain)
+            v = r.x
+        elif _moves_data(n):
             chain.append(n)
             v = n.inputs[0]
         elif (
             n.op in (Op.MUL, Op.DIV)
-            and scalar(n.inputs[1]) is not None
+            and _one_value(n.inputs[1], n.inputs[0]) is not None
             and not n.inputs[0].is_const
         ):
-            s = scalar(n.inputs[1])
+            s = _one_value(n.inputs[1], n.inputs[0])
             assert s is not None
             scale = scale * s if n.op is Op.MUL else scale / s
             chain.append(n)
@@ -735,7 +771,8 @@ def _merged_form(
 
 @dataclass(frozen=True)
 class _MaskMeaning:
-    """What the mask terms implement: causal (within a sliding `window` when not 0), a mask
+    """What the mask terms implement: causal (within a sliding `window` when not 0, or within
+    the `chunk` a query is in: Llama 4's chunked local attention), a mask
     input of `kind` "key_padding" ([B, Sk]) or "full" ([B, (1,) ≥Sq, ≥Sk], its leading
     [Sq, Sk] corner per sample) or none, masked scores replaced by `fill`, ALiBi's slopes or a
     constant bias."""
@@ -747,6 +784,7 @@ class _MaskMeaning:
     fill: float
     slopes: tuple[float, ...]
     bias: Value | None = None  # a constant [H, Sq, Sk] added to the scaled scores (`_bias_forms`)
+    chunk: int = 0  # causal within chunks of this many positions (Llama 4's), 0 without
 
 
 def _mask_semantics(
@@ -871,7 +909,7 @@ def _evaluate_mask(
     except Exception as e:
         raise NoMatch(f"mask subgraph could not be evaluated: {e}") from None
     tril = np.tril(np.ones((sq, sk), dtype=bool), k=sk - sq)
-    window = 0
+    window = chunk = 0
     if np.array_equal(base, np.broadcast_to(tril, base.shape)):
         causal = True
     elif base.all():
@@ -880,7 +918,7 @@ def _evaluate_mask(
         window = int(base[0, 0, -1].sum())  # keys the last query sees: a sliding window?
         banded = tril & np.triu(np.ones((sq, sk), dtype=bool), k=sk - sq - window + 1)
         if window == 0 or not np.array_equal(base, np.broadcast_to(banded, base.shape)):
-            raise NoMatch("mask with an all-ones input is neither full, causal nor a causal window")
+            window, chunk = 0, _chunk_of(base[0, 0], sq, sk)
         causal = True
     # ALiBi's positions count the kept keys of a key-padding mask; a full mask has no such count
     bias = _bias_forms(base_biases, view, base, np.ones((b, sk)), h, alibi=kind != "full")
@@ -906,17 +944,62 @@ def _evaluate_mask(
                         "drops the pair)"
                     )
                 raise NoMatch("mask does not mean 'key padding' (mask[b, key] == 0 drops the key)")
+    if chunk and mask_in is not None:
+        _check_padded_chunks(keep_for, mask_in, kind, (b, sq, sk), chunk)
     finite = [f for f in fills if f < 0]
     fill = min(finite) if finite else -np.inf
     fill = float(max(fill, float(np.finfo(np.float32).min)) if np.isfinite(fill) else fill)
     if bias.slopes is not None:
-        return _MaskMeaning(causal, window, mask_in, kind, fill, bias.slopes)
+        return _MaskMeaning(causal, window, mask_in, kind, fill, bias.slopes, chunk=chunk)
     if bias.table is None or not bias.table.any():
-        return _MaskMeaning(causal, window, mask_in, kind, fill, ())
+        return _MaskMeaning(causal, window, mask_in, kind, fill, (), chunk=chunk)
     named = [v.name for k, v, _ in terms if k != "mul" and not view.input_ancestors(v)]
     table = np.broadcast_to(bias.table, (h, sq, sk)).astype(np.float32)
     name = f"{(named or ['attention'])[0]}/bias"  # the layers share it, as they share the terms
-    return _MaskMeaning(causal, window, mask_in, kind, fill, (), Value.constant(name, table))
+    constant = Value.constant(name, table)
+    return _MaskMeaning(causal, window, mask_in, kind, fill, (), constant, chunk)
+
+
+def _check_padded_chunks(
+    keep_for: Callable[[np.ndarray], tuple[np.ndarray, object]],
+    mask_in: Value,
+    kind: str,
+    shape: tuple[int, int, int],
+    chunk: int,
+) -> None:
+    """NoMatch unless the chunked mask keeps, under left padding, what `attention_keep` does:
+    the chunks counted from each row's first kept key (the other probes keep key 0)."""
+    b, sq, sk = shape
+    if kind != "key_padding":
+        raise NoMatch("chunked attention with a full mask input is not supported")
+    m = np.ones(mask_in.type.shape, np.int64)
+    m[..., : min(3, sk - 1)] = 0
+    keep, _ = keep_for(m)
+    want = attention_keep({"causal": True, "mask": kind, "chunk": chunk}, b, sq, sk, m)
+    if not np.array_equal(keep, np.broadcast_to(want, keep.shape)):
+        raise NoMatch(
+            "chunked mask under left padding does not count the chunks from the first kept key"
+        )
+
+
+def chunked(sq: int, sk: int, chunk: int, lo: int = 0, hi: int | None = None) -> np.ndarray:
+    """[hi - lo, sk]: the pairs causal attention within chunks of `chunk` positions keeps for
+    query rows [lo, hi) (query i at position sk - sq + i): key ≤ query, both in one chunk."""
+    q = np.arange(lo, sq if hi is None else hi)[:, None] + (sk - sq)
+    k = np.arange(sk)[None, :]
+    return (k <= q) & (k // chunk == q // chunk)
+
+
+def _chunk_of(base: np.ndarray, sq: int, sk: int) -> int:
+    """The chunk size of a causal chunked mask `base` [Sq, Sk] (the first position past 0 that
+    sees only itself starts the second chunk), or NoMatch if base is no such mask."""
+    q = np.arange(sq) + (sk - sq)
+    starts = [int(p) for p, row in zip(q, base, strict=True) if p > 0 and row.sum() == 1]
+    if starts and np.array_equal(base, chunked(sq, sk, starts[0])):
+        return starts[0]
+    raise NoMatch(
+        "mask with an all-ones input is neither full, causal, a causal window nor causal chunks"
+    )
 
 
 _ROWWISE = ELEMENTWISE | {
@@ -1040,8 +1123,11 @@ def _evaluate_mask_by_rows(
             keep &= kept
         return keep
 
-    def pattern(lo: int, hi: int, causal: bool, window: int) -> np.ndarray:
-        """[hi - lo, sk]: the pairs a causal (within `window`, when not 0) or full mask keeps."""
+    def pattern(lo: int, hi: int, causal: bool, window: int, chunk: int) -> np.ndarray:
+        """[hi - lo, sk]: the pairs a causal (within `window` or `chunk`, when not 0) or full
+        mask keeps."""
+        if chunk:
+            return chunked(sq, sk, chunk, lo, hi)
         q = np.arange(lo, hi)[:, None] + (sk - sq)
         k = np.arange(sk)[None, :]
         keep = k <= q if causal else np.ones((hi - lo, sk), dtype=bool)
@@ -1057,7 +1143,13 @@ def _evaluate_mask_by_rows(
         raise
     except Exception as e:
         raise NoMatch(f"mask subgraph could not be evaluated: {e}") from None
-    forms = [(True, 0), (False, 0)] if last.all() else [(True, int(last[0].sum()))]
+    if last.all():
+        forms = [(True, 0, 0), (False, 0, 0)]
+    else:  # a window of the keys the last query sees, or chunks of up to that many
+        seen = int(last[0].sum())
+        forms = [(True, seen, 0)] + [
+            (True, 0, c) for c in range(seen, sk) if (sk - 1) % c + 1 == seen
+        ]
     for lo, hi in blocks():
         got = keep_rows(ones, lo, hi)
         forms = [
@@ -1065,7 +1157,12 @@ def _evaluate_mask_by_rows(
         ]
         if not forms:
             raise NoMatch("mask with an all-ones input is neither full, causal nor a causal window")
-    causal, window = forms[0]
+    causal, window, chunk = forms[0]
+    if chunk and mask_in is not None:
+        raise NoMatch(
+            f"chunked attention with a padding mask over {MASK_PROBE_BYTES >> 20:,} MiB is not "
+            "checked: compile at a shorter --seq"
+        )
     if mask_in is not None:
         rng = np.random.default_rng(0)
         gapped = np.broadcast_to(np.arange(mask_in.type.shape[-1]) % 2 == 0, mask_in.type.shape)
@@ -1075,7 +1172,7 @@ def _evaluate_mask_by_rows(
         for m in [gapped.astype(np.int64), (rng.random(mask_in.type.shape) > 0.3).astype(np.int64)]:
             m[:, 0] = 1
             for lo, hi in blocks():
-                want = pattern(lo, hi, causal, window)[None, None] & (m != 0)[:, None, None, :]
+                want = pattern(lo, hi, *forms[0])[None, None] & (m != 0)[:, None, None, :]
                 if not np.array_equal(keep_rows(m, lo, hi), want):
                     raise NoMatch(
                         "mask does not mean 'key padding' (mask[b, key] == 0 drops the key)"
@@ -1083,9 +1180,8 @@ def _evaluate_mask_by_rows(
     finite = [f for f in fills if f < 0]
     fill = min(finite) if finite else -np.inf
     fill = float(max(fill, float(np.finfo(np.float32).min)) if np.isfinite(fill) else fill)
-    return _MaskMeaning(
-        causal, window, mask_in, "key_padding" if mask_in is not None else "none", fill, ()
-    )
+    kind = "key_padding" if mask_in is not None else "none"
+    return _MaskMeaning(causal, window, mask_in, kind, fill, (), chunk=chunk)
 
 
 NOT_A_BIAS = (
@@ -1370,6 +1466,8 @@ def _match(memo: Memo, view: GraphView, sm: Node) -> tuple[Replacement, set[Node
         "scale": float(np.float32(sc.scale * q_scale * k_scale)), "causal": mask.causal,
         "window": mask.window, "mask": mask.kind, "fill": mask.fill, "nan_to_zero": nan_to_zero,
     }  # fmt: skip
+    if mask.chunk:
+        attrs["chunk"] = mask.chunk
     if kv_heads != h:  # grouped-query attention
         attrs["kv_heads"] = kv_heads
     if rotary[0] != "none":
@@ -1484,8 +1582,73 @@ def _token_inputs(view: GraphView) -> set[Value]:
     return out
 
 
+_NORM_RTOL = 1e-5
+"""How far the norm moved ahead of the rotary may differ from it, of the largest output: float32
+rounding (a unit-norm head is ~1 everywhere), not a different function."""
+
+
+def _norm_before_rope(view: GraphView, ln: Node) -> tuple[Replacement, set[Node]]:
+    """norm(rope(x)) -> rope(norm(x)) for an RMS norm over the head dim with one weight for
+    every dim (Llama 4's q/k L2 norm after the rotary): a rotation of pairs of a head's dims
+    keeps the head's norm, so the norm may come first, where the head split is layout only
+    and the attention's rotary reads x (`_flat_source`). x is the value the rotary region's
+    layout ops start from with the norm input's shape; checked by evaluation on a probe."""
+    gamma = ln.inputs[1]
+    g = gamma.const
+    if ln.attr("has_skip") or g is None or not np.all(g == g.reshape(-1)[0]):
+        raise NoMatch("not a norm without skip and with one weight for every dim")
+    y = ln.inputs[0]
+    after: list[Node] = []
+    end, rope = view.prod(y), None
+    while end is not None and rope is None:
+        if end.op is Op.RESHAPE:
+            rope = _stacked_rope_region(view, end)
+        elif end.op in (Op.ADD, Op.CONCAT):
+            rope = _rope_region(view, end)
+            break
+        if rope is None and end.op is Op.RESHAPE:
+            after.append(end)
+            end = view.prod(end.inputs[0])
+        elif rope is None:
+            break
+    if rope is None:
+        raise NoMatch("the norm's input is not a rotary region's output")
+    x, before = rope.x, []
+    while x.type.shape != y.type.shape:
+        p = view.prod(x)
+        if p is None or p.op is not Op.RESHAPE:
+            raise NoMatch("the rotary's input is not a reshape of a value of the norm's shape")
+        before.append(p)
+        x = p.inputs[0]
+    region = [*before[::-1], *rope.nodes, *after[::-1]]
+    inside = set(region)
+    if view.escapes([v for n in region for v in n.outputs if v is not y], inside) or any(
+        u not in inside for u in view.users.get(x, [])
+    ):
+        raise NoMatch("the rotary region's values are used outside it")
+    normed = make_node(ln.op, [x, gamma], f"{ln.output.name}/before_rotary", ln.origin,
+                       **ln.attr_dict)  # fmt: skip
+    moved: dict[Value, Value] = {}
+    new = [normed]
+    for n in region:
+        if x in n.inputs:
+            ins = [normed.output if v is x else v for v in n.inputs]
+            c = make_node(n.op, ins, f"{n.name}/normed", n.origin, **n.attr_dict)
+            moved.update(zip(n.outputs, c.outputs, strict=True))
+            new.append(c)
+    probe = np.random.default_rng(0).standard_normal(x.type.shape).astype(np.float32)
+    tables = list(rope.tables)
+    want = eval_nodes([*tables, *region, ln], {x: probe})[ln.output]
+    (first,) = evaluate_op(ln.op, [probe, g], ln.attr_dict)
+    got = eval_nodes([*tables, *region], {x: np.asarray(first)})[y]
+    if np.max(np.abs(want - got)) > _NORM_RTOL * float(np.max(np.abs(want))):
+        raise NoMatch("the norm does not commute with the rotary region")
+    return Replacement(new, {**moved, ln.output: y}), {ln, *(n for n in region if x in n.inputs)}
+
+
 def fuse_attention(graph: Graph, ctx: PassContext) -> Graph:
     memo: Memo = {}
+    graph, _ = rewrite_nodes(graph, _norm_before_rope, anchor_ops=frozenset({Op.RMS_NORM}))
     g, misses = rewrite_nodes(
         graph, lambda view, sm: _match(memo, view, sm), anchor_ops=frozenset({Op.SOFTMAX})
     )

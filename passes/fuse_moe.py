@@ -40,9 +40,16 @@ second 64 times larger, so that a clamp's bound is reached and checked.
 onnxruntime-genai's `com.microsoft.MoE` contrib op becomes the same `Moe` op in the frontend
 (`wsecc.frontend.convert`), its router's MatMul (+ Add) read as the router.
 
-Not matched (the region stays, and lowering leaves generic kernels, so the pass notes why):
-Llama 4's dense-then-scatter experts (each expert computes every token, its input scaled by
-the sigmoid of its logit).
+Llama 4's block (the router's top-k logits scattered into a row of −inf, a sigmoid of that:
+each expert's input is x times the sigmoid of its logit, 0 for the experts not chosen; every
+expert computes every token, a batched MatMul of the whole [E, ., .] stack, and the E outputs
+are summed; a shared SwiGLU expert added) is matched the same way: the stacks the region
+multiplies as well as those it gathers are the experts' weights, and a block with no gather
+is also checked against the `moe` op with `scale` "input" (the router's weight scales the
+expert's input: a SwiGLU of 0 is 0, so the experts not chosen add nothing). Such a block
+holds every expert's values on every token (E times a gathered block's), and has no gathers to
+leave unmaterialised: past MAX_PROBE_ELEMS it is checked rebound to FEW_TOKENS tokens
+(`_evaluate_rebound`), a stack without data multiplied as the row's sum times its value.
 Requires fuse-linear's Linears (the router) and runs before fuse-swiglu, whose SiLU matcher
 never sees inside the gathered experts anyway.
 """
@@ -55,7 +62,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from wsecc.ir.arrays import dense, is_uniform, same_data
-from wsecc.ir.core import Graph, IRError, Node, Op, Value
+from wsecc.ir.core import Graph, IRError, Node, Op, TensorType, Value
 from wsecc.ir.rewrite import (
     LAYOUT,
     GraphView,
@@ -66,7 +73,7 @@ from wsecc.ir.rewrite import (
     origin_of,
     rewrite_nodes,
 )
-from wsecc.ir.rules import GATES, MOE_ROUTERS, evaluate_op
+from wsecc.ir.rules import GATES, MOE_ROUTERS, MOE_SCALES, evaluate_op
 from wsecc.passdef import Pass, PassContext
 
 _VIEWS = LAYOUT | {Op.IDENTITY, Op.CAST}
@@ -141,8 +148,9 @@ def _region(view: GraphView, x: Value, out: Value) -> list[Node]:
 
 
 def _stacks(region: list[Node], experts: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The constant stacks the region gathers experts from, in node order: weights [E, ., .]
-    and biases [E, .] (gpt-oss's)."""
+    """The constant stacks the region gathers experts from, or multiplies every expert's
+    tokens by (Llama 4's dense experts), in node order: weights [E, ., .] and biases [E, .]
+    (gpt-oss's)."""
     stacks: list[np.ndarray] = []
     biases: list[np.ndarray] = []
     for n in region:
@@ -151,6 +159,10 @@ def _stacks(region: list[Node], experts: int) -> tuple[list[np.ndarray], list[np
             if d.type.rank in (2, 3) and d.type.shape[0] == experts:
                 assert d.const is not None
                 (stacks if d.type.rank == 3 else biases).append(np.asarray(d.const))
+        elif n.op is Op.MATMUL:  # every expert on every token (Llama 4's batched matmul)
+            for w in n.inputs:
+                if w.const is not None and w.type.rank == 3 and w.type.shape[0] == experts:
+                    stacks.append(np.asarray(w.const))
     if len(stacks) not in (2, 3):
         raise NoMatch(f"the block gathers {len(stacks)} expert weight stacks, not 2 or 3")
     if len(biases) not in (0, 2, 3):
@@ -424,13 +436,89 @@ def _evaluate_few(
     return vals[out].reshape(-1, h)[:few].reshape(few, h), few
 
 
+_TOKEN_ATTRS = ("shape", "repeats")
+"""The attributes that carry a token count (Reshape's and Expand's shape, Tile's repeats)."""
+
+
+def _tokens_as(shape: tuple[int, ...], tokens: int, few: int) -> tuple[int, ...]:
+    """`shape` with its first dim that is a multiple m·tokens (the token axis: [T, H],
+    [E·T, H], [E, T, H]) made m·few."""
+    for i, d in enumerate(shape):
+        if d and d % tokens == 0:
+            return (*shape[:i], d // tokens * few, *shape[i + 1 :])
+    return shape
+
+
+def _evaluate_rebound(
+    region: list[Node], x: Value, probe: np.ndarray, out: Value
+) -> tuple[np.ndarray, int] | None:
+    """What the region computes on the first FEW_TOKENS tokens of `probe`, the region rebound
+    to that many tokens: every shape and repeat count that is a multiple of the tokens scaled
+    down, a fill constant's (one value everywhere, not a weight) token axis cut (Llama 4's dense experts, which compute every expert on
+    every token, have no gathers `_evaluate_few` can leave unmaterialised). None when a node
+    does not take the smaller shapes (a dim before the token axis that is a multiple of the
+    tokens too) or the rebound values still exceed MAX_PROBE_ELEMS. A region that mixes
+    tokens computes another function rebound, which then agrees with no candidate."""
+    h = x.type.shape[-1]
+    tokens = x.type.size // h
+    few = min(FEW_TOKENS, tokens)
+    if few == tokens:
+        return None
+    rebound = (1,) * (x.type.rank - 2) + (few, h)  # x [B, S, H] as [1, few, H]
+    seen: dict[Value, Value] = {x: Value(x.name, TensorType(x.type.dtype, rebound))}
+    nodes = []
+    try:
+        for n in region:
+            ins = []
+            for v in n.inputs:
+                if v in seen:
+                    ins.append(seen[v])
+                elif (
+                    v.const is not None
+                    and n.op not in (Op.MATMUL, Op.LINEAR)  # weights keep their shapes
+                    and v.type.shape != _tokens_as(v.type.shape, tokens, few)
+                    and np.all(v.const == v.const.reshape(-1)[0])  # a fill, not a weight
+                ):
+                    cut = tuple(slice(0, d) for d in _tokens_as(v.type.shape, tokens, few))
+                    ins.append(Value.constant(v.name, np.ascontiguousarray(v.const[cut])))
+                else:
+                    ins.append(v)
+            attrs = {
+                k: _tokens_as(a, tokens, few) if isinstance(a, tuple) and k in _TOKEN_ATTRS else a
+                for k, a in n.attr_dict.items()
+            }
+            new = make_node(n.op, ins, n.name, n.origin, [o.name for o in n.outputs], **attrs)
+            seen.update(zip(n.outputs, new.outputs, strict=True))
+            nodes.append(new)
+    except IRError:
+        return None
+    if sum(v.type.size for n in nodes for v in n.outputs) > MAX_PROBE_ELEMS:
+        return None
+    p = probe.reshape(-1, h)[:few].reshape(seen[x].type.shape)
+    vals: dict[Value, np.ndarray] = {seen[x]: p}
+    for n in nodes:
+        args = [c if (c := v.const) is not None else vals[v] for v in n.inputs]
+        if n.op is Op.MATMUL and is_uniform(args[1]) and args[1].ndim == 3:
+            # a stack without data (`--weights inputs`): each output the row's sum times its
+            # one value, not a materialised [E, H, I] product
+            a, w = args
+            sums = a.sum(axis=-1, keepdims=True, dtype=np.float32) * w.reshape(-1)[0]
+            vals[n.output] = np.broadcast_to(sums, n.output.type.shape).astype(np.float32)
+            continue
+        for v, r in zip(n.outputs, evaluate_op(n.op, args, n.attr_dict), strict=True):
+            vals[v] = np.asarray(r)
+    return vals[seen[out]].reshape(few, h), few
+
+
 def _few_token_outputs(
     region: list[Node], x: Value, probes: list[np.ndarray], out: Value, experts: int
 ) -> tuple[list[np.ndarray], int]:
     """The region's output on the first FEW_TOKENS tokens of each probe, for a block too large
     to evaluate whole: on those tokens alone when the region keeps tokens apart
     (`_evaluate_tokenwise`, independent of the bound token count), else with the other tokens
-    NaN (`_evaluate_few`, which holds every token's values). NoMatch when neither can."""
+    NaN (`_evaluate_few`, which holds every token's values), else rebound to the few tokens
+    (`_evaluate_rebound`: Llama 4's dense experts, laid out expert by expert). NoMatch when
+    none can."""
     h = x.type.shape[-1]
     tokens = x.type.size // h
     few = min(FEW_TOKENS, tokens)
@@ -438,7 +526,10 @@ def _few_token_outputs(
     if all(isinstance(f, np.ndarray) for f in shrunk):
         return [f for f in shrunk if isinstance(f, np.ndarray)], few
     why = next(f for f in shrunk if isinstance(f, str))
-    found = [_evaluate_few(region, x, p, out, experts) for p in probes]
+    found = [
+        _evaluate_few(region, x, p, out, experts) or _evaluate_rebound(region, x, p, out)
+        for p in probes
+    ]
     if all(f is not None for f in found):
         return [f[0] for f in found if f is not None], few
     lazy = _lazy_gathers(region, experts)
@@ -549,13 +640,15 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
             few = tokens
         else:
             wants, few = _few_token_outputs(region, x, probes, out, e)
+        dense = not any(n.op in (Op.GATHER, Op.GATHER_ND) for n in region)
         candidates = itertools.product(
             shared_forms,
             _layouts(stacks, biases, h),
             _activations(region),
             itertools.product(MOE_ROUTERS, (True, False)),
+            MOE_SCALES if dense else MOE_SCALES[:1],
         )
-        for (shared, extra), layout, act, (router_form, normalize) in candidates:
+        for (shared, extra), layout, act, (router_form, normalize), scale in candidates:
             weights = [*layout[:3], *extra]
             if br is not None:
                 weights += [br, *layout[3:]]
@@ -565,11 +658,15 @@ def _match(view: GraphView, topk: Node) -> tuple[Replacement, set[Node]]:
                 "normalize": normalize,
                 "shared": shared,
                 **({"bias": True} if br is not None else {}),
+                **({"scale": scale} if scale != "output" else {}),
                 **act,
             }
             rtol = _rtol(h, layout[0].shape[2])
-            if all(
-                _agrees(want, _moe([p.reshape(-1, h)[:few], wr.const, *weights], attrs), rtol)
+            if any(w.any() for w in wants) and all(
+                _agrees(
+                    want, got := _moe([p.reshape(-1, h)[:few], wr.const, *weights], attrs), rtol
+                )
+                or not (want.any() or got.any())  # a probe both zero (weights without data)
                 for p, want in zip(probes, wants, strict=True)
             ):
                 return _replacement(view, router, x, out, region, weights, attrs)

@@ -102,13 +102,10 @@ MOE_FAMILIES: dict[str, Family] = {
         _IDS_MASK,
         _LM,
     ),
-    # gpt-oss: router Linear with bias, top 2 of 4, softmax over the two kept logits; experts
-    # with biases, gate/up interleaved in one stack, the clamped SwiGLU (alpha 1.702, limit 7);
-    # attention with per-head sinks and bias, layer 0 a sliding window of 8 tokens, layer 1 full
     # Llama 4 text: layer 0 dense (SwiGLU of intermediate_size_mlp), layer 1 MoE (sigmoid top-1
     # router scaling the expert's input, every expert computing every token, a shared expert);
     # layer 0 chunked attention (chunks of 8) with rotary and q/k L2 norm, layer 1 full
-    # attention without rotary (NoPE)
+    # attention without rotary (NoPE; its temperature tuning is 1 below floor_scale 8192)
     "llama4": Family(
         "Llama4ForCausalLM",
         "Llama4TextConfig",
@@ -127,6 +124,9 @@ MOE_FAMILIES: dict[str, Family] = {
         _IDS_MASK,
         _LM,
     ),
+    # gpt-oss: router Linear with bias, top 2 of 4, softmax over the two kept logits; experts
+    # with biases, gate/up interleaved in one stack, the clamped SwiGLU (alpha 1.702, limit 7);
+    # attention with per-head sinks and bias, layer 0 a sliding window of 8 tokens, layer 1 full
     "gptoss": Family(
         "GptOssForCausalLM",
         "GptOssConfig",
@@ -150,10 +150,9 @@ MOE_SAMPLES = {
     "qwen2moe": "qwen2moe",
     "qwen3moe": "qwen3moe",
     "gptoss": "gptoss",
+    "llama4": "llama4",
 }
-"""The committed samples. Llama 4's family exports (`python samples/make_moe_samples.py DIR
-llama4`) but is not committed: its graph does not compile yet (bench/configs/README.md), and the
-suite compiles every bundled sample."""
+"""The committed samples (the suite compiles every bundled sample)."""
 
 
 def build_moe_family(family: Family) -> torch.nn.Module:

@@ -645,6 +645,18 @@ def _gather_elements(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> lis
     return c.emit(Op.GATHER_ELEMENTS, _ins(c, n), {"axis": ax}, n.output)
 
 
+@_conv("ScatterElements")
+def _scatter_elements(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
+    data, idx = c.get(n.input[0]), c.get(n.input[1])
+    ax = _axis(n, _attr_int(a, "axis", 0), data.type.rank)
+    if a.get("reduction", "none") != "none":
+        raise FrontendError(
+            f"ScatterElements {n.name!r}: reduction {a['reduction']!r} is not supported (only none)"
+        )
+    _check_indices(n, idx, [data.type.shape[ax]])
+    return c.emit(Op.SCATTER_ELEMENTS, _ins(c, n), {"axis": ax}, n.output)
+
+
 @_conv("GatherND")
 def _gather_nd(c: _Converter, n: onnx.NodeProto, a: dict[str, Any]) -> list[Value]:
     data, idx = c.get(n.input[0]), c.get(n.input[1])

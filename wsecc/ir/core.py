@@ -159,6 +159,7 @@ class Op(enum.Enum):
     GATHER = "gather"
     GATHER_ND = "gather_nd"
     GATHER_ELEMENTS = "gather_elements"
+    SCATTER_ELEMENTS = "scatter_elements"
     TILE = "tile"
     # reductions and normalisations
     REDUCE_MEAN = "reduce_mean"

@@ -335,6 +335,28 @@ def _gather_elements_impl(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     ]
 
 
+def _scatter_elements_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
+    data, idx, upd = ts
+    if not data.rank == idx.rank == upd.rank or idx.shape != upd.shape:
+        raise IRError(
+            f"scatter_elements expects data and indices of one rank, updates of the indices' "
+            f"shape, got {data.shape}, {idx.shape}, {upd.shape}"
+        )
+    if upd.dtype != data.dtype:
+        raise IRError("scatter_elements updates must have the data's dtype")
+    return [TensorType(data.dtype, data.shape)]
+
+
+def _scatter_elements_impl(xs: Arrays, a: Attrs) -> list[np.ndarray]:
+    """ONNX ScatterElements without reduction: a copy of data with updates written at the
+    indices along `axis` (Llama 4's router writes its top-k logits into a row of -inf)."""
+    data, idx, upd = xs
+    ax = _axis(a["axis"], data.ndim)
+    out = data.copy()
+    np.put_along_axis(out, _wrap_indices(idx, data.shape[ax], "scatter_elements"), upd, axis=ax)
+    return [out]
+
+
 def _tile_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     return [
         TensorType(
@@ -547,6 +569,12 @@ MOE_ACTIVATIONS = ("silu", "clamped_silu")
 `limit`: g' = min(g, limit), u' = clip(u, -limit, limit), g'·σ(alpha g')·(u' + 1)."""
 
 
+MOE_SCALES = ("output", "input")
+"""What a `moe` block's router weight w_j scales: the chosen expert's output (Mixtral, Qwen,
+gpt-oss), or its input, y_j = expert(w_j · x) (Llama 4's experts read x times the sigmoid of
+their logit)."""
+
+
 MOE_SHARED = ("none", "plain", "sigmoid")
 """A `moe` block's shared expert: none; one every token goes through, added to the routed sum;
 or that, scaled per token by sigmoid(x·w_shared_gate) (Qwen2-MoE)."""
@@ -565,6 +593,8 @@ def _moe_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
         raise IRError(
             f"moe router must be one of {MOE_ROUTERS}, activation one of {MOE_ACTIVATIONS}"
         )
+    if a.get("scale", "output") not in MOE_SCALES:
+        raise IRError(f"moe scale must be one of {MOE_SCALES}")
     if a["activation"] == "clamped_silu" and not float(a.get("limit", 0.0)) > 0:
         raise IRError("moe's clamped_silu needs a positive limit")
     if not 1 <= a["k"] <= e:
@@ -624,7 +654,9 @@ def moe_routing(
         scores = softmax(logits, -1).astype(x2.dtype)
     else:
         scores = _expit(logits.astype(np.float64)).astype(x2.dtype)
-    idx = top_k_indices(scores, a["k"], 1)
+    # a sigmoid router chooses by the logits: the sigmoid's order, without the ties its float32
+    # saturation makes past |logit| ~ 17 (Llama 4 takes the top-k of the logits)
+    idx = top_k_indices(scores if a["router"] == "softmax" else logits, a["k"], 1)
     w = np.take_along_axis(scores, idx, axis=1)
     if a["normalize"]:
         w = (w / w.sum(axis=1, keepdims=True)).astype(x2.dtype)
@@ -640,23 +672,25 @@ def moe(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     shared expert (`shared`), y + s·(silu(x·S_gate) · (x·S_up))·S_down, s = 1 or, "sigmoid",
     sigmoid(x·w_shared_gate). With `bias` (gpt-oss) the router's logits and each expert's
     gate, up and down projections add their biases; `activation` "clamped_silu" is gpt-oss's
-    gate (`moe_gate`)."""
+    gate (`moe_gate`). With `scale` "input" (Llama 4) each w_j scales the expert's input, not
+    its output: y = Σ_j expert_{e_j}(w_j · x) (`MOE_SCALES`)."""
     x, wr, wg, wu, wd = xs[:5]
     x2 = x.reshape(-1, x.shape[-1])
     br, bg, bu, bd = xs[moe_bias_start(a) :] if a.get("bias", False) else (None,) * 4
     idx, w = moe_routing(x2, wr, a, br)
     y = np.zeros((a["k"],) + x2.shape, x.dtype)
+    on_input = a.get("scale", "output") == "input"
     for e in range(wg.shape[0]):
         rows, slot = np.nonzero(idx == e)
         if rows.size:
-            xe = x2[rows]
+            xe = (x2[rows] * w[rows, slot, None]).astype(x.dtype) if on_input else x2[rows]
             zg, zu = _matmul(xe, wg[e]), _matmul(xe, wu[e])
             if bg is not None and bu is not None:
                 zg, zu = (zg + bg[e]).astype(x.dtype), (zu + bu[e]).astype(x.dtype)
             ye = _matmul(moe_gate(zg, zu, a), wd[e])
             if bd is not None:
                 ye = (ye + bd[e]).astype(x.dtype)
-            y[slot, rows] = ye * w[rows, slot, None]
+            y[slot, rows] = ye if on_input else ye * w[rows, slot, None]
     out = y.sum(axis=0).astype(x.dtype)
     if a.get("shared", "none") != "none":
         hs = silu(_matmul(x2, xs[5])) * _matmul(x2, xs[6])
@@ -797,6 +831,8 @@ def _attention_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
         raise IRError(f"attention bias must be [H, S_q, S_kv] with H = {h}, got {bias.shape}")
     if a.get("softcap", 0.0) < 0:
         raise IRError(f"attention softcap {a['softcap']} is negative")
+    if int(a.get("chunk", 0)) < 0:
+        raise IRError(f"attention chunk {a['chunk']} is negative")
     if len(a.get("alibi", ())) not in (0, h):
         raise IRError(f"attention alibi has {len(a['alibi'])} slopes for {h} heads")
     if len(a.get("sinks", ())) not in (0, h):
@@ -855,6 +891,8 @@ def attention_keep(a: Attrs, b: int, sq: int, sk: int, mask: np.ndarray | None) 
         keep &= np.tril(np.ones((sq, sk), dtype=bool), k=sk - sq)[None, None]
     if a.get("window", 0):
         keep &= np.triu(np.ones((sq, sk), dtype=bool), k=sk - sq - a["window"] + 1)[None, None]
+    if a.get("chunk", 0):  # Llama 4's chunked local attention: query and key in one chunk
+        keep &= _same_chunk(a, b, sq, sk, mask)
     if a["mask"] == "none":
         return keep
     if mask is None:
@@ -866,6 +904,19 @@ def attention_keep(a: Attrs, b: int, sq: int, sk: int, mask: np.ndarray | None) 
     elif a["mask"] == "full":
         keep &= np.not_equal(mask, 0)[:, None]
     return keep
+
+
+def _same_chunk(a: Attrs, b: int, sq: int, sk: int, mask: np.ndarray | None) -> np.ndarray:
+    """[B | 1, 1, Sq, Sk]: query and key in one chunk of `chunk` positions, the chunks counted
+    from a row's first kept key under a key-padding mask (transformers' chunked mask: left
+    padding shifts the chunks), from position 0 otherwise."""
+    c = int(a["chunk"])
+    lead = np.zeros((1, 1, 1, 1), np.int64)
+    if a["mask"] == "key_padding" and mask is not None:
+        lead = (np.cumsum(np.not_equal(mask, 0), axis=-1) == 0).sum(axis=-1)[:, None, None, None]
+    query = np.arange(sk - sq, sk)[:, None] - lead
+    key = np.arange(sk)[None, :] - lead
+    return np.asarray(query // c == key // c)
 
 
 def alibi_positions(mask: np.ndarray) -> np.ndarray:
@@ -909,6 +960,8 @@ def attention(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     c·tanh(scores / c) with `softcap` c (Gemma 2; `softcap`), (+ ALiBi's
     slope_h × key position with `alibi`, + the bias operand with `has_bias`: `attention_bias`);
     positions not kept (causal: key > query; window w: key ≤ query − w, GPT-Neo's local attention;
+    chunk c: key // c ≠ query // c, Llama 4's chunked local attention, positions counted from
+    the first kept key of a key-padding mask;
     key_padding: mask[b, key] == 0; key_length: key ≥ len[b]; full: mask[b, query, key] == 0)
     are *replaced* by `fill` (exporters' −∞, finfo.min or −10000); p = softmax(scores), with
     `sinks` (gpt-oss's attention sinks) over the scores and one more logit per head, sink_h,
@@ -1459,6 +1512,7 @@ RULES: dict[Op, Rule] = {
     Op.GATHER_ELEMENTS: Rule(
         2, 2, _gather_elements_infer, _gather_elements_impl, _gather_elements_vjp
     ),
+    Op.SCATTER_ELEMENTS: Rule(3, 3, _scatter_elements_infer, _scatter_elements_impl),
     Op.TILE: Rule(1, 1, _tile_infer, lambda xs, a: [np.tile(xs[0], a["repeats"])], _tile_vjp),
     Op.REDUCE_MEAN: _reduce(np.mean, _reduce_vjp("mean")),
     Op.REDUCE_SUM: _reduce(np.sum, _reduce_vjp("sum")),

@@ -500,6 +500,7 @@ def _moe(b: _Build) -> Run:
     j = moe_bias_start(a)
     br, bg, bu, bd = (b.resident(j + i) for i in range(4)) if a.get("bias", False) else (None,) * 4
     clamped = a["activation"] == "clamped_silu"
+    on_input = a.get("scale", "output") == "input"  # Llama 4: w_j scales the expert's input
     alpha, limit = np.float32(a.get("alpha", 0.0)), np.float32(a.get("limit", 0.0))
 
     def hidden(g: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -533,7 +534,7 @@ def _moe(b: _Build) -> Run:
                 scores = ar.acc(z / z.sum(axis=1, keepdims=True, dtype=np.float32))
             else:
                 scores = ar.acc(np.float32(1) / (np.float32(1) + np.exp(-logits)))
-        idx = top_k_indices(scores, k, 1)
+        idx = top_k_indices(scores if a["router"] == "softmax" else logits, k, 1)
         weights = np.take_along_axis(scores, idx, axis=1)
         if a["normalize"]:
             weights = ar.acc(weights / weights.sum(axis=1, keepdims=True, dtype=np.float32))
@@ -547,12 +548,15 @@ def _moe(b: _Build) -> Run:
             if bg is not None and bu is not None:  # the epilogue's, interleaved as W
                 bias = np.empty(2 * F, np.float32)
                 bias[0::2], bias[1::2] = bg[e], bu[e]
-            y = _tiled_linear(x[rows], gate_up[e], ar, bias, "none")
+            xe = ar.store(ar.acc(x[rows] * weights[rows, slot, None])) if on_input else x[rows]
+            y = _tiled_linear(xe, gate_up[e], ar, bias, "none")
             g, u = y[:, 0::2], y[:, 1::2]
             with np.errstate(over="ignore"):
                 hid = ar.store(hidden(g, u))
             ye = _tiled_linear(hid, down[e], inner, None if bd is None else bd[e], "none")
-            total[rows] = ar.acc(total[rows] + ar.acc(ye * weights[rows, slot, None]))
+            if not on_input:
+                ye = ar.acc(ye * weights[rows, slot, None])
+            total[rows] = ar.acc(total[rows] + ye)
 
         for r in range(grid.er - 1, 0, -1):  # the cell rows below the first, going north
             row_sum = np.zeros(x.shape, np.float32)
