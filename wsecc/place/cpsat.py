@@ -492,6 +492,13 @@ class _Budget:
         seconds = min(wanted.get(stage, o.unit_pools_s), left)
         return _Limits(seconds, o.workers, self.seed) if seconds >= 0.05 else None
 
+    def starts_spent(self) -> bool:
+        """Default mode: whether the starts' share of the budget (`tiled_share`) is spent,
+        past which no layer packing runs either; deterministic mode: never (work, not time)."""
+        if self.deterministic:
+            return False
+        return time.perf_counter() > self.t0 + self.opts.tiled_share * self.seconds
+
     def guard_s(self) -> float:
         """Deterministic mode's wall-clock guard, seconds after the start."""
         return max(self.opts.wall_guard_floor_s, self.opts.wall_guard_factor * self.seconds)
@@ -601,7 +608,9 @@ def place_cpsat(
             budget.check()
             return packed
 
-        layered = layered_rects(problem)  # before the tiled start, whose shares see its time
+        # before the tiled start, whose shares see its time; in default mode it ends with its
+        # best so far when the tiled start's share of the budget is spent (a ceiling under load)
+        layered = layered_rects(problem, budget.starts_spent)
         tiled = tiled_rects(
             problem, pack, lambda stage: budget.unit(stage, tiled_dtime) is not None
         )
