@@ -113,8 +113,8 @@ def layered_rects(
 ) -> dict[str, Rect] | None:
     """The layered placement with the least weighted wirelength, or None (see module doc).
     `stop`: asked before each packing once one was found; yes ends the search with the best so
-    far (a caller's time budget: the tries are Python, 0.6 s of CPU on GPT-2 XL, and a loaded
-    machine stretches them past any budget). The default never stops: deterministic."""
+    far (a caller's budget: the tries are Python, 0.6 s of CPU on GPT-2 XL). The default
+    never stops: deterministic."""
     if problem.pins:
         return None
     best: tuple[float, dict[str, Rect]] | None = None
