@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from wsecc.place.cpsat import CpSatOptions, GuardError, place_cpsat
 from wsecc.place.cpsat import _end as cpsat_end
 from wsecc.place.greedy import place_greedy
 from wsecc.place.problem import (
+    STOPS,
     PlaceFlow,
     PlaceKernel,
     Placement,
@@ -201,3 +203,15 @@ def test_the_search_line_says_when_the_whole_model_was_solved() -> None:
     assert "20.0% below the layered start" in whole.summary()
     assert "one solve of the whole model and 15 neighbourhoods (0 improved)" in whole.summary()
     assert "whole model" not in Search("tiled", 100.0, 99.0, 3, 1, "budget").summary()
+
+
+@pytest.mark.parametrize("stopped", sorted(STOPS))
+def test_every_way_the_search_stops_fits_the_report_schema(stopped):
+    # report.json's `placement.search` is the Search's fields and its gain: every stop, the
+    # probe's "no gain" included, must validate against the schema users check reports with
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((ROOT / "wsecc" / "report" / "report.schema.json").read_text())
+    search = Search("tiled", 10.0, 10.0, 6, 0, stopped)
+    entry = {**asdict(search), "gain": search.gain}
+    jsonschema.validate(entry, schema["properties"]["placement"]["properties"]["search"])
+    assert search.reason
