@@ -30,11 +30,12 @@ is checked between LNS windows; the full model (the only solve whose presolve ca
 limit) runs only for N ≤ full_model_max_kernels. Wall time thus stays within the budget.
 
 Search: large-neighbourhood search over `NEIGHBOURHOODS` in turn (a layer's chain, a window of
-the fabric, the ends of a costly flow), the incumbent as hint, no linear relaxation. Its first `probe_windows` neighbourhoods
-are a probe: when none of them improved the start, the search stops there and says it could
-not (on real-size models that is at most 1.5 s, kept from the tiled start's later packings);
-else it runs on until `stall_windows` neighbourhoods in a row improved nothing (the budget is
-a ceiling, not a target). `Placement.search` says from which start, by how much and why it stopped.
+the fabric, the ends of a costly flow), the incumbent as hint, no linear relaxation. Its first
+`probe_windows` neighbourhoods are a probe: when none of them improved the start, the search
+stops there and says it could not (at most 1.5 s in default mode, taken from the cluster
+bound's share if need be, not from the tiled start's packings); else it runs on until
+`stall_windows` neighbourhoods in a row improved nothing (the budget is a ceiling, not a
+target). `Placement.search` says from which start, by how much and why it stopped.
 
 Deterministic mode: every solve uses one worker, a fixed seed and a deterministic-time limit
 (2-worker interleaved search was measured NOT to be reproducible in 9.15); the LNS runs at most
@@ -95,11 +96,13 @@ class CpSatOptions:
     # tiled start, deterministic: gains came at most 11 windows apart (bench/RESULTS.md)
     stall_windows: int = 15
     # the search's probe: when its first `probe_windows` neighbourhoods (two of each kind)
-    # improved nothing, it stops there and says it could not improve its start. The probe's
-    # time (`probe_windows` × `window_time_s`, at most 1.5 s) is kept from the tiled start's
-    # later packings, so that every start gets it; a probe that gains runs on (`stall_windows`,
-    # the budget the ceiling). GPT-2 small's tiled start at 10 s: 2 of its first 5 windows
-    # improved (bench/RESULTS.md, "Issue 34, third pass")
+    # improved nothing, it stops there and says it could not improve its start. Its time
+    # (`probe_windows` × `window_time_s`, at most 1.5 s) may come from the cluster bound's share
+    # (`bound_share`), so that every start gets it and the packings keep theirs (taken from
+    # them, GPT-2 XL's placement was 1.2% longer than without the probe at a like load, one
+    # run each); a probe that gains runs on (`stall_windows`, the budget the ceiling). GPT-2
+    # small's tiled start at 10 s: 2 of its first 5 windows improved (bench/RESULTS.md,
+    # "Issue 34, third pass")
     probe_windows: int = 6
     # windows solve without the linear relaxation: on GPT-2 small's tiled start, 60 windows
     # took 0.55x the wall time and found 0.6% (against 0.4%) with it off (bench/RESULTS.md)
@@ -459,7 +462,10 @@ class _Budget:
             return _Limits(
                 self.guard(), 1, self.seed, self.opts.det_window_dtime, lp=self.opts.window_lp
             )
-        left = self.remaining() - self.opts.bound_share * self.seconds
+        # the probe's windows may take the cluster bound's share (a weaker bound, never a
+        # worse placement); the windows after it leave the bound its share
+        probing = done < self.opts.probe_windows
+        left = self.remaining() - (0.0 if probing else self.opts.bound_share * self.seconds)
         seconds = min(self.opts.window_time_s, left)
         if seconds < 0.05:
             return None
@@ -484,11 +490,8 @@ class _Budget:
             return _Limits(self.guard(), 1, self.seed, dtime)
         if stage == "first":
             left = self.t0 + o.tiled_share * self.seconds - time.perf_counter()
-        else:  # the probe's windows (`probe_windows`) keep their time
-            kept = (
-                o.bound_share + o.window_share
-            ) * self.seconds + o.probe_windows * o.window_time_s
-            left = self.remaining() - kept
+        else:
+            left = self.remaining() - (o.bound_share + o.window_share) * self.seconds
         wanted = {"first": o.unit_time_s, "again": o.unit_again_factor * o.unit_time_s}
         seconds = min(wanted.get(stage, o.unit_pools_s), left)
         return _Limits(seconds, o.workers, self.seed) if seconds >= 0.05 else None
