@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import random
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
 from wsecc.place.api import place
 from wsecc.place.cpsat import CpSatOptions, GuardError, place_cpsat
+from wsecc.place.cpsat import _end as cpsat_end
 from wsecc.place.greedy import place_greedy
 from wsecc.place.problem import (
+    STOPS,
     PlaceFlow,
     PlaceKernel,
+    Placement,
     PlacementError,
     PlacementProblem,
     Rect,
@@ -97,7 +101,9 @@ def _row_problem(n: int) -> tuple[PlacementProblem, dict[str, Rect]]:
     return PlacementProblem(n, 1, kernels, flows), {f"k{i}": Rect(i, 0, 1, 1) for i in range(n)}
 
 
-_SEARCH_ONLY = CpSatOptions(full_model_max_kernels=0, bound_share=0.0, stall_windows=6)
+_SEARCH_ONLY = CpSatOptions(
+    full_model_max_kernels=0, bound_share=0.0, stall_windows=8, probe_windows=4
+)
 
 
 def _trace_windows(monkeypatch) -> list[bool]:
@@ -116,18 +122,22 @@ def _trace_windows(monkeypatch) -> list[bool]:
     return flags
 
 
-def test_the_search_stops_early_when_no_neighbourhood_improves(monkeypatch):
-    # the start is optimal: the search gives up after `stall_windows` windows, not at the
-    # budget's work quota (60 s deterministic: 306 windows)
+def test_the_search_stops_after_its_probe_when_no_neighbourhood_improves(monkeypatch):
+    # the start is optimal: the search gives up after the probe's `probe_windows` windows (4),
+    # before `stall_windows` (8) and long before the budget's work quota (60 s: 306 windows),
+    # and says it could not improve its start
     problem, optimal = _row_problem(10)
     flags = _trace_windows(monkeypatch)
     p = place_cpsat(
         problem, time_budget_s=60.0, deterministic=True, options=_SEARCH_ONLY, initial=optimal
     )
     assert p.rects == optimal
-    assert flags == [False] * _SEARCH_ONLY.stall_windows
-    assert p.search == Search("initial", p.objective, p.objective, 6, 0, "stalled")
-    assert "stopped: the last neighbourhoods improved nothing" in p.search.summary()
+    assert flags == [False] * _SEARCH_ONLY.probe_windows
+    assert p.search == Search("initial", p.objective, p.objective, 4, 0, "no gain")
+    said = "could not improve the initial start: its first 4 neighbourhoods improved nothing"
+    assert p.search.reason == said
+    assert p.search.summary().startswith(f"CP-SAT search {said} (the start, ")
+    assert Placement.from_json(p.to_json()).search == p.search  # report.json: `reason` too
 
 
 def test_the_search_runs_on_while_neighbourhoods_improve(monkeypatch):
@@ -150,6 +160,34 @@ def test_the_search_runs_on_while_neighbourhoods_improve(monkeypatch):
     assert validate_placement(problem, p) == []
 
 
+def test_the_probe_runs_whatever_the_deterministic_quota(monkeypatch):
+    # a budget whose work quota holds no window: the probe's windows run all the same (every
+    # start gets its chance), and a probe that gains runs on past it
+    problem, _ = _row_problem(16)
+    order = random.Random(2).sample(range(16), 16)
+    scrambled = {f"k{i}": Rect(x, 0, 1, 1) for i, x in enumerate(order)}
+    flags = _trace_windows(monkeypatch)
+    opts = replace(_SEARCH_ONLY, det_windows_per_second=0.0)  # quota 0
+    p = place_cpsat(problem, time_budget_s=1.0, deterministic=True, options=opts, initial=scrambled)
+    assert p.search is not None and p.search.windows == len(flags) == opts.probe_windows
+    assert p.search.stopped == "quota" and p.search.improved == sum(flags) >= 1
+
+
+@pytest.mark.parametrize(
+    ("windows", "improved", "stale", "gained", "stop"),
+    [
+        (3, 0, 3, False, ""),  # the probe is not over
+        (4, 0, 4, False, "no gain"),  # the probe found nothing: stop, could not improve
+        (4, 0, 4, True, "stalled"),  # ... but the whole model's solve had improved the start
+        (4, 1, 3, False, ""),  # the probe gained: run on
+        (9, 1, 7, False, ""),
+        (10, 2, 8, False, "stalled"),  # `stall_windows` in a row without gain
+    ],
+)
+def test_the_end_rule(windows, improved, stale, gained, stop):
+    assert cpsat_end(windows, improved, stale, gained, _SEARCH_ONLY) == stop
+
+
 def test_deterministic_mode_past_its_wall_clock_guard_fails_in_one_line():
     # a guard that has passed before the first solve ends: no placement, one line saying why
     opts = CpSatOptions(wall_guard_factor=0.0, wall_guard_floor_s=0.0)
@@ -165,3 +203,15 @@ def test_the_search_line_says_when_the_whole_model_was_solved() -> None:
     assert "20.0% below the layered start" in whole.summary()
     assert "one solve of the whole model and 15 neighbourhoods (0 improved)" in whole.summary()
     assert "whole model" not in Search("tiled", 100.0, 99.0, 3, 1, "budget").summary()
+
+
+@pytest.mark.parametrize("stopped", sorted(STOPS))
+def test_every_way_the_search_stops_fits_the_report_schema(stopped):
+    # report.json's `placement.search` is the Search's fields and its gain: every stop, the
+    # probe's "no gain" included, must validate against the schema users check reports with
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((ROOT / "wsecc" / "report" / "report.schema.json").read_text())
+    search = Search("tiled", 10.0, 10.0, 6, 0, stopped)
+    entry = {**asdict(search), "gain": search.gain}
+    jsonschema.validate(entry, schema["properties"]["placement"]["properties"]["search"])
+    assert search.reason

@@ -41,3 +41,27 @@ def test_layered_declines_pinned_problems():
     problem = chain_problem(6, width=40, height=40)
     pinned = replace(problem, pins={"k0": greedy_rects(problem)[1]["k0"]})
     assert layered_rects(pinned) is None  # pins are left to greedy
+
+
+def test_a_stopped_layered_start_keeps_its_best_so_far():
+    # `stop` (a caller's time budget) is asked before each packing once one was found: asked
+    # never, the result is the whole search's; yes after m asks, the best of the first m + 1
+    # packings, legal, never better than the whole search's
+    problem = transformer_problem(58, fill=0.75)
+    whole = layered_rects(problem)
+    assert layered_rects(problem, lambda: False) == whole
+    asked: list[int] = []
+
+    def after(m: int):
+        def stop() -> bool:
+            asked.append(m)
+            return asked.count(m) > m
+
+        return stop
+
+    found = [layered_rects(problem, after(m)) for m in range(3)]
+    assert [asked.count(m) for m in range(3)] == [1, 2, 3]  # it stopped when told to
+    costs = [weighted_wirelength(problem, r) for r in found]
+    assert all(r is not None and _legal(problem, r) == [] for r in found)
+    assert costs == sorted(costs, reverse=True)  # more tries, never worse
+    assert costs[-1] >= weighted_wirelength(problem, whole)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wsecc.place.cpsat import CpSatOptions, _Limits, pack_unit, place_cpsat
 from wsecc.place.greedy import greedy_rects
@@ -22,7 +25,7 @@ from wsecc.place.problem import (
     weighted_wirelength,
 )
 from wsecc.place.synthetic import chain_problem, gpt2_small_problem
-from wsecc.place.tiled import repeating_layers, tiled_rects
+from wsecc.place.tiled import _nearest_free, repeating_layers, tiled_rects
 
 
 def _legal(problem, rects) -> list[str]:
@@ -178,3 +181,41 @@ def test_the_blocks_are_sized_only_for_packings_that_will_run(monkeypatch):
         assert run(m, asked=True) == without
         assert len(sized) < sized_without
     assert run(0, asked=True) is None and sized == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(1, 9),
+    st.integers(1, 9),
+    st.lists(
+        st.tuples(st.integers(0, 11), st.integers(0, 7), st.integers(1, 4), st.integers(1, 4))
+    ),
+    st.integers(1, 6),
+    st.integers(1, 6),
+    st.floats(-5, 30),
+    st.floats(-5, 20),
+)
+def test_the_nearest_free_spot_is_the_one_a_scan_of_the_free_positions_finds(
+    W_extra, H_extra, occupied, w, h, tx, ty
+):
+    # `_leftovers` puts a kernel where `_nearest_free` says: the free position of least L1
+    # distance from its doubled centre to (tx, ty), the first in row-major order on ties, as
+    # the scan over every free position it replaced found it (same cost, same position)
+    W, H = 12 + W_extra, 8 + H_extra
+    grid = np.zeros((H, W), dtype=np.int32)
+    for x, y, rw, rh in occupied:
+        grid[y : y + rh, x : x + rw] = 1
+    used = np.zeros((H + 1, W + 1), dtype=np.int32)
+    np.cumsum(np.cumsum(grid, axis=0, out=used[1:, 1:]), axis=1, out=used[1:, 1:])
+    free = [
+        (abs(2 * x + w - tx) + abs(2 * y + h - ty), y, x)
+        for y in range(H - h + 1)
+        for x in range(W - w + 1)
+        if not grid[y : y + h, x : x + w].any()
+    ]
+    got = _nearest_free(used, w, h, tx, ty)
+    if not free:
+        assert got is None
+    else:
+        cost, y, x = min(free)
+        assert got == (cost, x, y)

@@ -30,8 +30,11 @@ is checked between LNS windows; the full model (the only solve whose presolve ca
 limit) runs only for N ≤ full_model_max_kernels. Wall time thus stays within the budget.
 
 Search: large-neighbourhood search over `NEIGHBOURHOODS` in turn (a layer's chain, a window of
-the fabric, the ends of a costly flow), the incumbent as hint, no linear relaxation; it stops
-when `stall_windows` neighbourhoods in a row improved nothing (the budget is a ceiling, not a
+the fabric, the ends of a costly flow), the incumbent as hint, no linear relaxation. Its first
+`probe_windows` neighbourhoods are a probe: when none of them improved the start, the search
+stops there and says it could not (at most 1.5 s in default mode, taken from the cluster
+bound's share if need be, not from the tiled start's packings); else it runs on until
+`stall_windows` neighbourhoods in a row improved nothing (the budget is a ceiling, not a
 target). `Placement.search` says from which start, by how much and why it stopped.
 
 Deterministic mode: every solve uses one worker, a fixed seed and a deterministic-time limit
@@ -51,7 +54,7 @@ import math
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -92,6 +95,15 @@ class CpSatOptions:
     # `NEIGHBOURHOODS`, had 5 tries): the budget is a ceiling, not a target. GPT-2 small from its
     # tiled start, deterministic: gains came at most 11 windows apart (bench/RESULTS.md)
     stall_windows: int = 15
+    # the search's probe: when its first `probe_windows` neighbourhoods (two of each kind)
+    # improved nothing, it stops there and says it could not improve its start. Its time
+    # (`probe_windows` × `window_time_s`, at most 1.5 s) may come from the cluster bound's share
+    # (`bound_share`), so that every start gets it and the packings keep theirs (taken from
+    # them, GPT-2 XL's placement was 1.2% longer than without the probe at a like load, one
+    # run each); a probe that gains runs on (`stall_windows`, the budget the ceiling). GPT-2
+    # small's tiled start at 10 s: 2 of its first 5 windows improved (bench/RESULTS.md,
+    # "Issue 34, third pass")
+    probe_windows: int = 6
     # windows solve without the linear relaxation: on GPT-2 small's tiled start, 60 windows
     # took 0.55x the wall time and found 0.6% (against 0.4%) with it off (bench/RESULTS.md)
     window_lp: bool = False
@@ -425,6 +437,7 @@ class _Budget:
     deterministic: bool
     seed: int
     opts: CpSatOptions
+    cpu0: float = field(default_factory=time.process_time)  # the process's CPU time at t0
 
     def remaining(self) -> float:
         return self.t0 + self.seconds - time.perf_counter() - self.opts.margin_s
@@ -442,12 +455,17 @@ class _Budget:
             share = 1 - self.opts.full_model_share * full_model_ran - self.opts.bound_share
             quota = round(self.seconds * share * self.opts.det_windows_per_second)
             quota -= round(tiled_dtime / self.opts.det_window_dtime)
-            if done >= quota:
+            if done >= max(
+                quota, self.opts.probe_windows
+            ):  # the probe runs whatever the start took
                 return None
             return _Limits(
                 self.guard(), 1, self.seed, self.opts.det_window_dtime, lp=self.opts.window_lp
             )
-        left = self.remaining() - self.opts.bound_share * self.seconds
+        # the probe's windows may take the cluster bound's share (a weaker bound, never a
+        # worse placement); the windows after it leave the bound its share
+        probing = done < self.opts.probe_windows
+        left = self.remaining() - (0.0 if probing else self.opts.bound_share * self.seconds)
         seconds = min(self.opts.window_time_s, left)
         if seconds < 0.05:
             return None
@@ -477,6 +495,16 @@ class _Budget:
         wanted = {"first": o.unit_time_s, "again": o.unit_again_factor * o.unit_time_s}
         seconds = min(wanted.get(stage, o.unit_pools_s), left)
         return _Limits(seconds, o.workers, self.seed) if seconds >= 0.05 else None
+
+    def starts_spent(self) -> bool:
+        """Default mode: whether the starts have taken their share of the budget
+        (`tiled_share`) in CPU seconds of this process; deterministic mode: never (work, not
+        time). CPU, not wall: stopped by the wall clock at load 17, GPT-2 XL's layered start
+        kept its first packing, 2.1x the wirelength of its whole search (bench/RESULTS.md,
+        "Issue 34, third pass"); its 0.6 s of CPU is the same at any load."""
+        if self.deterministic:
+            return False
+        return time.process_time() > self.cpu0 + self.opts.tiled_share * self.seconds
 
     def guard_s(self) -> float:
         """Deterministic mode's wall-clock guard, seconds after the start."""
@@ -509,6 +537,19 @@ def _accept(
     return (cand, cand_wl, True) if cand_wl < wl else (rects, wl, False)
 
 
+def _end(windows: int, improved: int, stale: int, gained: bool, opts: CpSatOptions) -> str:
+    """Why the search stops after `windows` neighbourhoods, `improved` of them better and the
+    last `stale` not (a key of `STOPS`), or "" to run on: when the probe's `probe_windows`
+    found nothing, "no gain" (or "stalled" if the whole model's solve, `gained`, had improved
+    the start), "stalled" when `stall_windows` in a row found nothing. Results only, no
+    clock: deterministic mode stays deterministic."""
+    if windows >= opts.probe_windows and improved == 0:
+        return "stalled" if gained else "no gain"
+    if stale >= opts.stall_windows:
+        return "stalled"
+    return ""
+
+
 def place_cpsat(
     problem: PlacementProblem,
     *,
@@ -528,8 +569,9 @@ def place_cpsat(
     window quota).
     Steps: start hint → full model with hint and cuts (if N ≤ full_model_max_kernels and the
     start is not the tiled one) → large-neighbourhood search (`NEIGHBOURHOODS` in turn, the
-    incumbent as hint) until `stall_windows` neighbourhoods in a row improve nothing, or the
-    budget (deterministic mode: the work quota) is spent. `result.search` says from which start,
+    incumbent as hint): it stops after the first `probe_windows` when none of them improved
+    the start ("no gain"), else when `stall_windows` in a row improve nothing, or the budget
+    (deterministic mode: the work quota, which always holds the probe) is spent. `result.search` says from which start,
     by how much, and why it stopped.
     Kernels' pools (`PlaceKernel.pool`): the tiled start may take pool shapes (and `initial`
     may hold them); everything after the start, the bound included, is on
@@ -573,7 +615,9 @@ def place_cpsat(
             budget.check()
             return packed
 
-        layered = layered_rects(problem)  # before the tiled start, whose shares see its time
+        # before the tiled start, whose shares see its time; in default mode it ends with its
+        # best so far once the starts took their share of the budget in CPU seconds
+        layered = layered_rects(problem, budget.starts_spent)
         tiled = tiled_rects(
             problem, pack, lambda stage: budget.unit(stage, tiled_dtime) is not None
         )
@@ -618,8 +662,7 @@ def place_cpsat(
         budget.check()
         rects, wl, better = _accept(problem, rects, wl, solved)
         windows, improved, stale = windows + 1, improved + better, 0 if better else stale + 1
-        if stale >= opts.stall_windows:
-            stopped = "stalled"
+        stopped = _end(windows, improved, stale, full and wl < start_wl, opts)
 
     if not proven and opts.bound_share > 0:
         seconds = opts.bound_share * time_budget_s

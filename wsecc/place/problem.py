@@ -252,7 +252,9 @@ class Search:
     problem it searched: a placement with halos or copies reports its own objective elsewhere),
     the neighbourhoods it solved and how many of them improved the placement, and why it stopped
     (a key of `STOPS`); `whole`: the whole model was solved once before the neighbourhoods
-    (small problems), so the gain need not come from them."""
+    (small problems), so the gain need not come from them; `reason`: why it stopped, in words
+    (for report.json's `placement.search`), e.g. "could not improve the tiled start: its first
+    6 neighbourhoods improved nothing"."""
 
     start: str
     start_objective: float
@@ -261,6 +263,17 @@ class Search:
     improved: int
     stopped: str
     whole: bool = False
+    reason: str = ""  # why it stopped, in words (derived from the above when not given)
+
+    def __post_init__(self) -> None:
+        if not self.reason:
+            reason = STOPS.get(self.stopped, self.stopped)
+            if self.stopped == "no gain":
+                reason = (
+                    f"could not improve the {self.start} start: its first {self.windows} "
+                    "neighbourhoods improved nothing"
+                )
+            object.__setattr__(self, "reason", reason)
 
     @property
     def gain(self) -> float:
@@ -270,11 +283,12 @@ class Search:
     def summary(self) -> str:
         """One phrase for the compile's placement line: what the search added, why it stopped."""
         packed = " of CP-SAT's layer packings" if self.start == "tiled" else ""
+        if self.stopped == "no gain":
+            return f"CP-SAT search {self.reason} (the start{packed}, {self.start_objective:.4g})"
         return (
             f"CP-SAT search {100 * self.gain:.1f}% below the {self.start} start{packed}, "
             f"{self.start_objective:.4g}, in {'one solve of the whole model and ' * self.whole}"
-            f"{self.windows} neighbourhoods ({self.improved} improved); stopped: "
-            f"{STOPS[self.stopped]}"
+            f"{self.windows} neighbourhoods ({self.improved} improved); stopped: {self.reason}"
         )
 
 
@@ -282,6 +296,7 @@ class Search:
 STOPS = {
     "optimal": "the full model proved its placement optimal",
     "stalled": "the last neighbourhoods improved nothing",
+    "no gain": "could not improve its start: its first neighbourhoods improved nothing",
     "budget": "the time budget was spent",
     "quota": "deterministic mode's work quota was spent",
     "nothing to move": "at most one kernel is free",

@@ -219,20 +219,37 @@ def _leftovers(
         for w, h in kernel_shapes(problem, name):
             if w > W or h > H:
                 continue
-            free = (used[h:, w:] - used[:-h, w:] - used[h:, :-w] + used[:-h, :-w]) == 0
-            ys, xs = np.nonzero(free)
-            if xs.size == 0:
-                continue
-            cost = np.abs(2 * xs + w - tx) + np.abs(2 * ys + h - ty)
-            k = int(np.argmin(cost))
-            if best is None or cost[k] < best[0]:
-                best = (float(cost[k]), Rect(int(xs[k]), int(ys[k]), w, h))
+            at = _nearest_free(used, w, h, tx, ty)
+            if at is not None and (best is None or at[0] < best[0]):
+                best = (at[0], Rect(at[1], at[2], w, h))
         if best is None:
             return None
         r = best[1]
         grid[r.y : r.y + r.h, r.x : r.x + r.w] = 1
         out[name] = r
     return out
+
+
+def _nearest_free(
+    used: np.ndarray, w: int, h: int, tx: float, ty: float
+) -> tuple[float, int, int] | None:
+    """(cost, x, y) of the free w × h rectangle whose doubled centre is nearest (tx, ty) in
+    L1, the first in row-major order on ties; None if none is free. `used`: 2D prefix sums of
+    the occupied PEs, one row and column of zeros first. The cost is separable, |2x + w − tx|
+    + |2y + h − ty|: one row and one column of it, added over the grid where the rectangle is
+    free (the same float sums, in the same order, as over the free positions one by one)."""
+    occupied = used[h:, w:] - used[:-h, w:]
+    occupied -= used[h:, :-w]
+    occupied += used[:-h, :-w]
+    cx = np.abs(2 * np.arange(occupied.shape[1]) + w - tx)
+    cy = np.abs(2 * np.arange(occupied.shape[0]) + h - ty)
+    cost = cx[None, :] + cy[:, None]
+    cost[occupied != 0] = np.inf
+    k = int(np.argmin(cost))
+    y, x = divmod(k, cost.shape[1])
+    if not np.isfinite(cost[y, x]):
+        return None
+    return float(cost[y, x]), x, y
 
 
 def _distance(a: Rect, b: Rect) -> int:
