@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import os
+import struct
+import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +18,76 @@ ISPD_CORPUS = DATA / "ispd2020"
 @pytest.fixture
 def samples_dir() -> Path:
     return SAMPLES
+
+
+# Where the PNGs a test makes are rasterised for real in the default run: the view tests (every
+# figure's pixels), the tests marked `pictures` (a compile per mode: inference, training,
+# replicas; the sweep's figures), and every compile in a fresh process (the hostile inputs, the
+# determinism tests, generation's CLI test). Elsewhere each figure is still built from the
+# compile's data (every artist: a figure that cannot be made from a model fails its test), then a
+# 1x1 PNG stands in for its layout and rasterisation, which were 60% of an in-process compile
+# (bench/RESULTS.md, "Test suite time").
+RASTERISED_DIRS = frozenset({"view"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "pictures: the PNGs this test makes are laid out and rasterised (tests/conftest.py)",
+    )
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    body = kind + data
+    return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+
+def one_pixel_png() -> bytes:
+    """A valid 1x1 white RGB PNG, built from the format's chunks (signature, IHDR, IDAT, IEND)."""
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)  # 1x1, 8-bit RGB, no interlace
+    pixels = zlib.compress(b"\x00\xff\xff\xff")  # filter byte 0, then one white pixel
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", pixels)
+        + _png_chunk(b"IEND", b"")
+    )
+
+
+def rasterises(item: pytest.Item) -> bool:
+    """Whether the PNGs `item` makes (its fixtures' too) are drawn for real."""
+    folders = Path(str(item.path)).relative_to(ROOT / "tests").parts[:-1]
+    return item.get_closest_marker("pictures") is not None or bool(RASTERISED_DIRS & set(folders))
+
+
+class _Figures:
+    """The switch `wsecc.view.png._save` reads once `pytest_runtest_setup` has wrapped it: set
+    for each test before its fixtures are made, so a shared compile a fixture makes for it follows
+    the test that first asks for it."""
+
+    rasterise = True
+    wrapped = False
+
+
+def _wrap_save() -> None:
+    from wsecc.view import png  # matplotlib: the first compile would import it anyway
+
+    real = png._save
+
+    def save(fig: Any, path: str | os.PathLike[str]) -> None:
+        if _Figures.rasterise:
+            real(fig, path)
+        else:
+            Path(path).write_bytes(one_pixel_png())
+
+    png._save = save
+    _Figures.wrapped = True
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _Figures.rasterise = rasterises(item)
+    if not _Figures.rasterise and not _Figures.wrapped:
+        _wrap_save()
 
 
 def corpus_file(name: str) -> Path:

@@ -13,6 +13,7 @@ from conftest import SAMPLES
 from wsecc.cli import main
 
 
+@pytest.mark.pictures  # the README's compile: its PNGs rasterised (tests/conftest.py)
 def test_compile_writes_report(tmp_path, capsys):
     out = tmp_path / "o"
     assert (

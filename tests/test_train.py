@@ -255,6 +255,7 @@ def test_train_options_are_refused_in_infer_mode(capsys) -> None:
     assert "a train-mode option" in capsys.readouterr().err
 
 
+@pytest.mark.pictures  # the training layout's placement.png rasterised (tests/conftest.py)
 def test_compile_train_writes_a_report_of_the_step(tmp_path: Path) -> None:
     jsonschema = pytest.importorskip("jsonschema")
     out = tmp_path / "bert.wsecc"
