@@ -2,7 +2,10 @@ from __future__ import annotations
 
 import os
 import struct
+import warnings
 import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +91,42 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     _Figures.rasterise = rasterises(item)
     if not _Figures.rasterise and not _Figures.wrapped:
         _wrap_save()
+
+
+# The one compile of an export that the tests of every sample's report (test_report.py) and of
+# a quiet terminal (test_warnings.py) both read: two numerics batches (the last row padded),
+# the fast placer, the event-level simulation, numerics validated.
+SAMPLE_COMPILE = ("--batch", "2", "--seq", "16", "--placer", "greedy")
+
+
+@dataclass(frozen=True)
+class SampleCompile:
+    """`wsecc compile PATH *SAMPLE_COMPILE -o out` run in this process: its exit code, its
+    output folder, and every Python warning it raised (with the "always" filter)."""
+
+    exit_code: int
+    out: Path
+    warnings: tuple[str, ...]
+
+
+@pytest.fixture(scope="session")
+def sample_compile(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path], SampleCompile]:
+    """The `SampleCompile` of an export, compiled the first time a test asks for it."""
+    from wsecc.cli import main
+
+    done: dict[Path, SampleCompile] = {}
+
+    def compile_once(path: Path) -> SampleCompile:
+        if path not in done:
+            out = tmp_path_factory.mktemp(path.stem) / "o"
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                code = main(["compile", str(path), *SAMPLE_COMPILE, "-o", str(out)])
+            said = tuple(f"{w.category.__name__}: {w.message} ({w.filename})" for w in caught)
+            done[path] = SampleCompile(code, out, said)
+        return done[path]
+
+    return compile_once
 
 
 def corpus_file(name: str) -> Path:
