@@ -25,11 +25,11 @@ def samples_dir() -> Path:
 
 # Where the PNGs a test makes are rasterised for real in the default run: the view tests (every
 # figure's pixels), the tests marked `pictures` (a compile per mode: inference, training,
-# replicas; the sweep's figures; the roofline, SRAM and ISPD writers), and every compile in a fresh process (the hostile inputs, the
-# determinism tests, generation's CLI test). Elsewhere each figure is still built from the
-# compile's data (every artist: a figure that cannot be made from a model fails its test), then a
-# 1x1 PNG stands in for its layout and rasterisation, which were 60% of an in-process compile
-# (bench/RESULTS.md, "Test suite time").
+# replicas; the sweep's figures; the roofline, SRAM and ISPD writers' own tests), and every
+# compile in a fresh process (the hostile inputs, the determinism tests, generation's CLI test).
+# Elsewhere each figure is still built from the compile's data (every artist: a figure that
+# cannot be made from a model fails its test), then a 1x1 PNG stands in for its layout and
+# rasterisation, which were 60% of an in-process compile (bench/RESULTS.md, "Test suite time").
 RASTERISED_DIRS = frozenset({"view"})
 
 
