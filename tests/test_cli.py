@@ -13,6 +13,7 @@ from conftest import SAMPLES
 from wsecc.cli import main
 
 
+@pytest.mark.pictures  # the README's compile: its PNGs rasterised (tests/conftest.py)
 def test_compile_writes_report(tmp_path, capsys):
     out = tmp_path / "o"
     assert (
@@ -220,7 +221,11 @@ def test_an_injected_fault_fails_the_compile(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "extra", [[], ["--batch", "2", "--placer", "greedy"]], ids=["batch1", "batch2-greedy"]
+    # the fast placer: fusion and numerics do not depend on where kernels sit (the default
+    # placer's compile is test_compile_writes_report's)
+    "extra",
+    [["--placer", "greedy"], ["--batch", "2", "--placer", "greedy"]],
+    ids=["batch1-greedy", "batch2-greedy"],
 )
 def test_mpnet_relative_position_bias_fuses_and_passes(tmp_path, capsys, extra):
     """MPNet (legacy exporter, opset 17): the relative position bias the encoder computes once

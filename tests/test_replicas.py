@@ -112,6 +112,7 @@ def test_report_summary_and_schema_agree(auto):
         jsonschema.validate(broken, schema)
 
 
+@pytest.mark.pictures  # the copies drawn into placement.png for real (tests/conftest.py)
 def test_the_viewer_and_png_show_the_copies(auto, tmp_path):
     html = auto.viewer_html()
     assert f'"replicas":{{"k":{auto.copies},' in html

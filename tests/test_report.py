@@ -40,10 +40,12 @@ def test_schema_is_a_valid_json_schema():
 
 
 @pytest.mark.parametrize("model", SAMPLE_FILES, ids=lambda p: p.stem)
-def test_every_sample_report_validates(model, tmp_path):
-    out = tmp_path / "o"
-    argv = ["compile", str(model), "--batch", "2", "--seq", "16", "--placer", "greedy"]
-    assert main([*argv, "-o", str(out)]) == 0
+def test_every_sample_report_validates(model, sample_compile):
+    """`wsecc compile SAMPLE --batch 2 --seq 16 --placer greedy` (conftest's SAMPLE_COMPILE, the
+    compile test_warnings reads too)."""
+    compiled = sample_compile(model)
+    assert compiled.exit_code == 0
+    out = compiled.out
     report = json.loads((out / "report.json").read_text())
     jsonschema.validate(report, SCHEMA)
     assert report["numerics"]["passed"], report["numerics"]

@@ -3,22 +3,22 @@
 
 from __future__ import annotations
 
-import warnings
+import json
 from pathlib import Path
 
 import pytest
 from conftest import SAMPLES
-
-import wsecc
 
 DATA = Path(__file__).resolve().parent / "data"
 EXPORTS = sorted(SAMPLES.glob("*.onnx")) + sorted(DATA.glob("*.onnx"))
 
 
 @pytest.mark.parametrize("path", EXPORTS, ids=lambda p: p.name)
-def test_a_compile_emits_no_python_warning(path):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        c = wsecc.compile(path, seq=16, placer="greedy", sim="l0", validate=True)
-    assert c.numerics.passed
-    assert [f"{w.category.__name__}: {w.message} ({w.filename})" for w in caught] == []
+def test_a_compile_emits_no_python_warning(path, sample_compile):
+    """conftest's SAMPLE_COMPILE (numerics validated, the event-level simulation), the compile
+    test_report's check of every sample's report reads too."""
+    compiled = sample_compile(path)
+    assert compiled.exit_code == 0
+    report = json.loads((compiled.out / "report.json").read_text())
+    assert report["numerics"]["passed"]
+    assert list(compiled.warnings) == []

@@ -16,6 +16,7 @@ from wsecc.ispd2020.score import read_solution, score_solution
 DATA = Path(__file__).parent / "data"
 
 
+@pytest.mark.pictures  # draws its PNG for real (tests/conftest.py)
 def test_solves_and_draws(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, png = tmp_path / "h.solution", tmp_path / "h.png"
     rc = main_ispd2020(

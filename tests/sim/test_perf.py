@@ -123,6 +123,7 @@ def test_products_must_agree(build):
 
 
 @pytest.mark.parametrize("sample", ["gpt2_dynamo.onnx", "bert_dynamo.onnx"])
+@pytest.mark.pictures  # draws its PNG for real (tests/conftest.py)
 def test_samples(compiled, sample, tmp_path):
     prog = compiled(sample)
     r = simulate_l0(prog, batch=8)

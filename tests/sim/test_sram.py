@@ -19,6 +19,7 @@ RESERVE = 8192  # tiny32's sram.reserved_bytes
 
 
 @pytest.mark.parametrize("sample", ["gpt2_dynamo.onnx", "bert_dynamo.onnx"])
+@pytest.mark.pictures  # draws its PNG for real (tests/conftest.py)
 def test_map_agrees_with_sizing(compiled, sample, tmp_path):
     prog = compiled(sample)
     m = sram_map(prog)

@@ -121,6 +121,7 @@ def test_the_golden_check_names_the_points_that_moved(swept: Path, tmp_path: Pat
     assert "moved: model=gpt2 batch=2 seq=16" in capsys.readouterr().out
 
 
+@pytest.mark.pictures  # the sweep's figures rasterised (tests/conftest.py)
 def test_the_report_draws_the_table_and_the_published_ratio(swept: Path, tmp_path: Path) -> None:
     measured = tmp_path / "published.csv"
     measured.write_text("model,seq,batch,samples_per_s\ngpt2,16,1,1000\n")
