@@ -190,3 +190,15 @@ def _target(folder: Path, name: str) -> Target:
     if saved.is_file():
         return parse_target(saved.read_text(encoding="utf-8"), str(saved))
     return load_target(name)
+
+
+def system_panels(v: ViewInputs) -> list[dict[str, Any]] | None:
+    """The viewer's panel per system of a saved compile over several systems
+    (`wsecc.view.data.systems_payload`, from report.json's rows), else None."""
+    if v.systems is None:
+        return None
+    from wsecc.view.data import systems_payload
+
+    over = v.systems
+    names = [[k.name for k in p.graph.kernels] for p in over.sized.partition.parts]
+    return systems_payload(over.systems, names, over.rows, over.crossing_latency_s)
