@@ -271,7 +271,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    """Draw a saved compile again: viewer.html (and placement.png) from its output folder."""
+    """Draw a saved compile again: viewer.html (and placement.png, system 0's) from its output
+    folder, with every system's panel for a compile over several systems."""
     from wsecc.view.png import write_placement_png  # matplotlib, on first use
 
     folder = Path(args.outdir)

@@ -2,7 +2,8 @@
 
 A compile writes only into a folder that does not exist yet, an empty one, or one that holds a
 previous wsecc output and nothing else (its `report.json` says `wsecc.report/…` and every entry
-is a file wsecc writes); it then replaces that folder in one rename. A sweep writes only into a
+is a file wsecc writes, or the `systems/` folder of a compile over several systems holding only
+what it writes); it then replaces that folder in one rename. A sweep writes only into a
 new or empty folder or a previous sweep's (its `points.jsonl` or `spec.toml`, and only the
 entries a sweep writes). Anything else, the working folder or one of its parents, a folder that
 holds the input, an existing file or a symbolic link, is refused in one line before any work,
