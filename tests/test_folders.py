@@ -135,3 +135,48 @@ def test_a_one_system_folder_is_as_before(tmp_path: Path) -> None:
     assert main(["simulate", str(out), "--no-validate"]) == 0
     for name in PRODUCTS:
         assert (out / name).read_bytes() == before[name]
+
+
+@pytest.mark.slow
+def test_a_shared_placement_is_saved_and_resimulated_with_numerics(tmp_path: Path) -> None:
+    """A tiny four-layer Llama (torch's dynamo exporter) over four systems: the middle two have
+    the same shapes and share system 1's placement, saved as system 1's files in systems/2/;
+    re-simulated from the folder with numerics, the figures are the compile's and the generated
+    ids onnxruntime's."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("onnxscript")
+    cfg = transformers.LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+
+    class Logits(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = model
+
+        def forward(self, input_ids: Any) -> Any:
+            return self.m(input_ids=input_ids, use_cache=False).logits
+
+    onnx = tmp_path / "llama4.onnx"
+    ids = torch.randint(0, 256, (1, 16))
+    seq = {"input_ids": {1: torch.export.Dim("seq", max=128)}}
+    torch.onnx.export(
+        Logits(), (ids,), str(onnx), dynamo=True, input_names=["input_ids"],
+        output_names=["logits"], dynamic_shapes=seq,
+    )  # fmt: skip
+    out = tmp_path / "four.wsecc"
+    argv = ["--mode", "generate", "--context", "32", "--new-tokens", "4", "--placer", "greedy"]
+    assert main(["compile", str(onnx), *argv, "--systems", "4", "-o", str(out)]) == 0
+    compiled = json.loads((out / "report.json").read_text())
+    assert [r["placed_as"] for r in compiled["systems"]] == [0, 1, 1, 3]
+    for name in ("sizing.json", "placement.json", "routing.json"):
+        assert (out / "systems/2" / name).read_bytes() == (out / "systems/1" / name).read_bytes()
+    assert main(["simulate", str(out), "--validate"]) == 0
+    again = json.loads((out / "report.json").read_text())
+    assert again["performance"] == compiled["performance"]
+    assert again["systems"] == compiled["systems"]
+    assert again["numerics"]["passed"] is True
