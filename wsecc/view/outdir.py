@@ -122,7 +122,9 @@ def _systems(folder: Path, report: dict[str, Any], first: Program) -> SavedSyste
     try:
         partition = split_layers(model, first.precision, n)
     except PartitionError as e:
-        raise WseccError(f"{at / MODEL_KERNELS}: {e}") from None
+        raise WseccError(
+            f"{at / MODEL_KERNELS}: does not split over the {n} systems report.json lists ({e})"
+        ) from None
     where = [folder, *(at / str(i) for i in range(1, n))]
     for i, part in enumerate(partition.parts):
         saved = read_json(where[i] / "kernels.json", hint)
