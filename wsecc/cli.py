@@ -35,6 +35,7 @@ from wsecc.report.outdir import check_compile_output, check_sweep_output
 from wsecc.targets import list_targets, load_target
 from wsecc.version import __version__
 from wsecc.view import load_outdir, render_viewer
+from wsecc.view.outdir import system_panels
 from wsecc.vocab import Precision
 
 EXAMPLES = """examples:
@@ -270,12 +271,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    """Draw a saved compile again: viewer.html (and placement.png) from its output folder."""
+    """Draw a saved compile again: viewer.html (and placement.png, system 0's) from its output
+    folder, with every system's panel for a compile over several systems."""
     from wsecc.view.png import write_placement_png  # matplotlib, on first use
 
     folder = Path(args.outdir)
     v = load_outdir(folder)
-    html = render_viewer(v.program, title=v.title, limits=v.limits)
+    html = render_viewer(v.program, title=v.title, limits=v.limits, systems=system_panels(v))
     out = folder / "viewer.html"
     tmp = out.with_name(".viewer.html.tmp")
     try:

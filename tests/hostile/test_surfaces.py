@@ -24,6 +24,7 @@ from wsecc.cli import main
 from wsecc.sweep.table import write_table
 
 GPT2 = SAMPLES / "gpt2_legacy_op17.onnx"
+LLAMA = SAMPLES / "llama_dynamo.onnx"
 DEEP_JSON = '{"a":' * 100_000 + "1" + "}" * 100_000  # past Python's recursion limit
 DEEP_TOML = "x = " + "[" * 5000 + "]" * 5000 + "\n"
 WSE2 = Path(__file__).resolve().parents[2] / "targets" / "wse2.toml"
@@ -268,6 +269,73 @@ def test_saved_products(compiled: Path, case_dir: Path, capsys: pytest.CaptureFi
         shutil.rmtree(folder)
 
 
+@pytest.fixture(scope="module")
+def compiled_systems(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A compile over two systems (llama_dynamo, one layer each): system 1's products in
+    systems/1/."""
+    out = tmp_path_factory.mktemp("hostile-systems") / "llama.wsecc"
+    argv = ["--mode", "generate", "--systems", "2", "--context", "32", "--new-tokens", "4"]
+    assert main(["compile", str(LLAMA), *argv, *FAST[2:], "-o", str(out)]) == 0
+    assert (out / "systems" / "1" / "placement.json").is_file()
+    return out
+
+
+S1 = "systems/1/"
+SYSTEM_CASES: list[tuple[str, Callable[[Path], None], str]] = [
+    ("s1 overlap", _json_edit(S1 + "placement.json", _overlap), "1/placement.json: kernels"),
+    (
+        "s1 off fabric",
+        _json_edit(S1 + "placement.json", lambda d: _first_rect(d).update(y=99999)),
+        "leaves",
+    ),
+    ("s1 unplaced", _json_edit(S1 + "placement.json", lambda d: d["rects"].popitem()), "placed"),
+    (
+        "s1 color",
+        _json_edit(S1 + "routing.json", lambda d: d["lanes"][0].update(color=999)),
+        "budget",
+    ),
+    ("s1 lane lost", _json_edit(S1 + "routing.json", lambda d: d["lanes"].pop(0)), "is missing"),
+    (
+        "s1 sram",
+        _json_edit(S1 + "sizing.json", lambda d: d["kernels"][0]["sram"].update(weights=10**7)),
+        "1/sizing.json: kernel",
+    ),  # fmt: skip
+    ("s1 missing", lambda f: (f / S1 / "routing.json").unlink(), "1/routing.json: missing"),
+    (
+        "s1 kernels",
+        _json_edit(S1 + "kernels.json", lambda d: d["kernels"].pop()),
+        "not system 1's kernels",
+    ),  # fmt: skip
+    (
+        "model kernels",
+        lambda f: (f / "systems" / "model-kernels.json").unlink(),
+        "model-kernels.json: missing",
+    ),  # fmt: skip
+    ("s1 deep", lambda f: (f / S1 / "placement.json").write_text(DEEP_JSON), "nested too deeply"),
+]
+
+
+def test_saved_systems(
+    compiled_systems: Path, case_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tampered product of system 1 of a compile over two systems is refused by view and
+    simulate as system 0's are; a file wsecc did not write in systems/ keeps -o off the folder."""
+    for name, damage, message in SYSTEM_CASES:
+        folder = case_dir / "c.wsecc"
+        shutil.copytree(compiled_systems, folder)
+        damage(folder)
+        for argv in (["view", "c.wsecc"], ["simulate", "c.wsecc", "--no-validate"]):
+            err = refused(argv, case_dir, capsys)
+            assert message in err, (name, argv, err)
+        shutil.rmtree(folder)
+    folder = case_dir / "c.wsecc"
+    shutil.copytree(compiled_systems, folder)
+    (folder / "systems" / "1" / "notes.txt").write_text("the user's")
+    err = refused(["compile", str(LLAMA), *FAST, "-o", "c.wsecc"], case_dir, capsys)
+    assert "'systems/1/notes.txt', which wsecc did not write" in err
+    shutil.rmtree(folder)
+
+
 def test_diff_refuses_a_report_of_the_wrong_shape(
     compiled: Path, case_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -445,6 +513,7 @@ CASES = {
     "compile options": len(OPTION_CASES),
     "target files": 2 * len(TARGET_CASES),
     "saved products": 2 * len(PRODUCT_CASES) + 2 + 3,
+    "saved systems": 2 * len(SYSTEM_CASES) + 1,
     "sweep specs": len(SPEC_CASES),
     "sweep journals and tables": len(JOURNALS) + 2,
     "golden and measured files": len(GOLDENS) + 1 + 5 + len(MEASURED),

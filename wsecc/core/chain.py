@@ -329,12 +329,6 @@ def reload(folder: str | os.PathLike[str]) -> Placed:
     `simulate`. The model is re-imported only when numerics are asked for."""
     folder = Path(folder)
     saved = json.loads((folder / "report.json").read_text())
-    systems = saved.get("performance", {}).get("systems", 1)
-    if systems != 1 and saved.get("mode") != "train":
-        raise WseccError(
-            f"{folder}: a compile over {systems} systems keeps only system 0's placement in its "
-            "folder; compile the model again to re-simulate it"
-        )
     v = load_outdir(folder)
     opts = saved_options(saved.get("options", {}))
     opts["target"] = (
@@ -350,8 +344,12 @@ def reload(folder: str | os.PathLike[str]) -> Placed:
         placement_problem(prog.kg, prog.sizing, prog.target, prog.precision),
         prog.placement.rects,
     )
-    sized = Sized(job, None, prog.kg, prog.sizing)
     pool = saved.get("placement", {}).get("pool_shapes", 0)
+    if v.systems is not None:  # several systems: the whole model's graph, every system's program
+        over = v.systems
+        sized = Sized(job, None, over.model, prog.sizing, systems=over.sized)
+        return Placed(sized, problem, over.systems, pool)
+    sized = Sized(job, None, prog.kg, prog.sizing)
     return Placed(sized, problem, Systems.one(prog), pool)
 
 
@@ -359,11 +357,23 @@ def with_options(placed: Placed, **changes: Any) -> Placed:
     """`placed` under other options (keywords are `Options` fields), not yet simulated: another
     precision re-costs the placed program in it (no re-placing)."""
     options = dataclasses.replace(placed.job.options, **changes)
-    program = placed.program.in_precision(options.precision)
+    systems = _in_precision(placed.systems, options.precision)
+    program = systems.programs[0]
     job = dataclasses.replace(placed.job, options=options)
     fused = placed.sized.fused
+    split = placed.sized.systems
+    if split is not None:
+        split = dataclasses.replace(split, sizings=tuple(p.sizing for p in systems.programs))
     sized = dataclasses.replace(
         placed.sized, job=job, fused=None if fused is None else in_job(fused, job),
-        sizing=program.sizing, trace=Trace(),
+        sizing=program.sizing, trace=Trace(), systems=split,
     )  # fmt: skip
-    return Placed(sized, placed.problem, Systems.one(program), placed.pool_shapes)
+    return Placed(sized, placed.problem, systems, placed.pool_shapes)
+
+
+def _in_precision(systems: Systems, precision: Any) -> Systems:
+    """Every system's program in `precision` (`Program.in_precision`), a shared placement
+    re-costed once."""
+    own = {i: systems.programs[i].in_precision(precision) for i in set(systems.placed_as or [0])}
+    programs = tuple(own[systems.placed(i)] for i in range(systems.count))
+    return dataclasses.replace(systems, programs=programs)

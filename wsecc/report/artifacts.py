@@ -19,7 +19,7 @@ from wsecc.core.partition import crossing_latency_s
 from wsecc.core.stages import Stage
 from wsecc.ir.printer import format_graph
 from wsecc.report.build import Trail, limits, model_facts, report
-from wsecc.report.outdir import write_folder
+from wsecc.report.outdir import MODEL_KERNELS, SYSTEMS_DIR, write_folder
 from wsecc.targets import target_source
 from wsecc.view import render_viewer
 from wsecc.view.data import systems_payload
@@ -97,10 +97,10 @@ def folder_files(
     if t.fused is not None:
         files["fused.ir.txt"] = format_graph(t.fused.graph)
     if t.sized is not None:
-        split = t.sized.systems  # several systems: system 0's, as sizing.json and the rest
+        split = t.sized.systems  # several systems: system 0's at the top, the others' in systems/
         kg = split.partition.parts[0].graph if split is not None else t.sized.kernel_graph
-        files["kernels.json"] = json.dumps(kg.to_json(), indent=1) + "\n"
-        files["sizing.json"] = json.dumps(t.sizing.to_json(), indent=1) + "\n"
+        files["kernels.json"] = _json(kg.to_json())
+        files["sizing.json"] = _json(t.sizing.to_json())
     files["target.toml"] = target_source(t.job.options.target)[0]
     sim = t.simulated
     if t.placed is not None:
@@ -108,6 +108,7 @@ def folder_files(
         files["placement.json"] = program.placement.dumps(include_timing=False) + "\n"
         files["routing.json"] = program.routing.dumps() + "\n"
         files["viewer.html"] = viewer_html(stage)
+        files |= systems_files(t)
     pngs = draws_pngs(stage)
     if t.placed is not None and pngs:
         files["placement.png"] = _png(lambda path: _placement_png(t, stage, path))
@@ -128,6 +129,32 @@ def folder_files(
         if save_outputs:
             files |= {name: _npz(arrays) for name, arrays in sim.arrays.items()}
     return files
+
+
+def systems_files(t: Trail) -> dict[str, str]:
+    """The products of a program over several systems besides system 0's (which are the top
+    level's kernels.json, sizing.json, placement.json and routing.json): `SYSTEMS_DIR/N/` holds
+    system N's four (N >= 1), and `SYSTEMS_DIR/MODEL_KERNELS` the whole model's kernel graph the
+    split was made from (`wsecc.core.partition.split_layers`), so a saved folder re-simulates
+    the whole program. A system that shares system P's placement (report.json
+    `systems[N].placed_as`) holds its own kernels.json and P's sizing, placement and routing.
+    Nothing for a one-system program."""
+    split = t.sized.systems if t.sized is not None else None
+    if t.placed is None or split is None:
+        return {}
+    files = {f"{SYSTEMS_DIR}/{MODEL_KERNELS}": _json(t.placed.sized.kernel_graph.to_json())}
+    for part in split.partition.parts[1:]:
+        program = t.placed.systems.programs[part.index]
+        at = f"{SYSTEMS_DIR}/{part.index}"
+        files[f"{at}/kernels.json"] = _json(part.graph.to_json())
+        files[f"{at}/sizing.json"] = _json(program.sizing.to_json())
+        files[f"{at}/placement.json"] = program.placement.dumps(include_timing=False) + "\n"
+        files[f"{at}/routing.json"] = program.routing.dumps() + "\n"
+    return files
+
+
+def _json(doc: Any) -> str:
+    return json.dumps(doc, indent=1) + "\n"
 
 
 def write(stage: Stage, out_dir: str | os.PathLike[str], *, keep: bool = False) -> Path:

@@ -51,22 +51,46 @@ def _get(rep: dict[str, Any], path: tuple[str, ...]) -> Any:
     return v
 
 
+SYSTEM_METRICS: tuple[tuple[str, str, bool | None], ...] = (
+    ("layers", "layers", None),
+    ("kernels", "kernels", None),
+    ("PEs", "pes", True),
+    ("resident B", "resident_bytes", True),
+    ("SRAM max B/PE", "sram_max_bytes_per_pe", True),
+    ("seconds", "seconds", True),
+    ("time share", "time_share", None),
+    ("crossing in B", "crossing_in_bytes", True),
+)
+"""Compared for each system when both reports have several (report.json `systems[]`)."""
+
+
 def diff_reports(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    """Rows {metric, a, b, ratio (b / a, None when undefined), better ('a'|'b'|'=' |None)}."""
-    rows = []
-    for label, path, lower_better in METRICS:
-        va, vb = _get(a, path), _get(b, path)
-        if va is None and vb is None:
-            continue
-        ratio = None
-        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (va, vb))
-        if numeric and va:
-            ratio = vb / va
-        better = None
-        if numeric and lower_better is not None:
-            better = "=" if va == vb else ("b" if (vb < va) == lower_better else "a")
-        rows.append({"metric": label, "a": va, "b": vb, "ratio": ratio, "better": better})
-    return rows
+    """Rows {metric, a, b, ratio (b / a, None when undefined), better ('a'|'b'|'=' |None)}:
+    the whole compile's (`METRICS`), then, when both compiles span several systems, each
+    system's (`SYSTEM_METRICS`, metric "system N: ..."; a system only one side has shows "-"
+    on the other)."""
+    rows = [_row(label, _get(a, path), _get(b, path), lower) for label, path, lower in METRICS]
+    sa, sb = a.get("systems", []), b.get("systems", [])
+    if len(sa) > 1 and len(sb) > 1:
+        for i in range(max(len(sa), len(sb))):
+            ra = sa[i] if i < len(sa) else {}
+            rb = sb[i] if i < len(sb) else {}
+            rows += [
+                _row(f"system {i}: {label}", ra.get(key), rb.get(key), lower)
+                for label, key, lower in SYSTEM_METRICS
+            ]
+    return [r for r in rows if r["a"] is not None or r["b"] is not None]
+
+
+def _row(label: str, va: Any, vb: Any, lower_better: bool | None) -> dict[str, Any]:
+    ratio = None
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (va, vb))
+    if numeric and va:
+        ratio = vb / va
+    better = None
+    if numeric and lower_better is not None:
+        better = "=" if va == vb else ("b" if (vb < va) == lower_better else "a")
+    return {"metric": label, "a": va, "b": vb, "ratio": ratio, "better": better}
 
 
 def _fmt(v: Any) -> str:
@@ -87,9 +111,12 @@ def format_diff(a: dict[str, Any], b: dict[str, Any], rows: list[dict[str, Any]]
         return f"{Path(r['model']['path']).name} {r['target']['name']} {placer}"
 
     lines = [f"A: {who(a)}", f"B: {who(b)}", ""]
-    lines.append(f"{'metric':<18} {'A':>14} {'B':>14} {'B/A':>8}")
+    width = max([18, *(len(r["metric"]) for r in rows)])
+    lines.append(f"{'metric':<{width}} {'A':>14} {'B':>14} {'B/A':>8}")
     for r in rows:
         ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
         mark = {"a": "  (A better)", "b": "  (B better)"}.get(r["better"] or "", "")
-        lines.append(f"{r['metric']:<18} {_fmt(r['a']):>14} {_fmt(r['b']):>14} {ratio:>8}{mark}")
+        lines.append(
+            f"{r['metric']:<{width}} {_fmt(r['a']):>14} {_fmt(r['b']):>14} {ratio:>8}{mark}"
+        )
     return "\n".join(lines)

@@ -2,7 +2,8 @@
 
 A compile writes only into a folder that does not exist yet, an empty one, or one that holds a
 previous wsecc output and nothing else (its `report.json` says `wsecc.report/…` and every entry
-is a file wsecc writes); it then replaces that folder in one rename. A sweep writes only into a
+is a file wsecc writes, or the `systems/` folder of a compile over several systems holding only
+what it writes); it then replaces that folder in one rename. A sweep writes only into a
 new or empty folder or a previous sweep's (its `points.jsonl` or `spec.toml`, and only the
 entries a sweep writes). Anything else, the working folder or one of its parents, a folder that
 holds the input, an existing file or a symbolic link, is refused in one line before any work,
@@ -28,7 +29,18 @@ COMPILE_FILES = frozenset(
         "outputs.npz",
     }
 )  # fmt: skip
-"""Every file a compile writes (`wsecc.report.artifacts.folder_files`); `wsecc view` rewrites two of them."""
+"""Every file a compile writes at the top of its folder (`wsecc.report.artifacts.folder_files`),
+besides `SYSTEMS_DIR`; `wsecc view` rewrites two of them."""
+
+SYSTEMS_DIR = "systems"
+"""The subfolder of a compile over several systems: `N/` per system N >= 1 (`SYSTEM_FILES`) and
+`MODEL_KERNELS` (`wsecc.report.artifacts.systems_files`)."""
+
+SYSTEM_FILES = frozenset({"kernels.json", "sizing.json", "placement.json", "routing.json"})
+"""System N's products in `SYSTEMS_DIR/N/`."""
+
+MODEL_KERNELS = "model-kernels.json"
+"""The whole model's kernel graph, before the split over systems, in `SYSTEMS_DIR`."""
 
 SWEEP_ENTRIES = frozenset(
     {"spec.toml", "points.jsonl", "results.parquet", "results.csv", "report.html", "cache"}
@@ -56,13 +68,35 @@ def check_compile_output(
                 f"{label} {out}: the folder exists and is not a wsecc output (no wsecc report.json); "
                 "name a new folder, or an empty one"
             )
-        for name in entries:
-            if name not in COMPILE_FILES or not (path / name).is_file():
-                raise OutputFolderError(
-                    f"{label} {out}: the folder holds {name!r}, which wsecc did not write, and "
-                    "would be replaced; move it out or name a new folder"
-                )
+        for name in _foreign(path):
+            raise OutputFolderError(
+                f"{label} {out}: the folder holds {name!r}, which wsecc did not write, and "
+                "would be replaced; move it out or name a new folder"
+            )
     return path
+
+
+def _foreign(path: Path) -> list[str]:
+    """The entries of compile folder `path` a compile does not write: anything but the files of
+    `COMPILE_FILES` and a `SYSTEMS_DIR` of numbered folders of `SYSTEM_FILES` and
+    `MODEL_KERNELS` (symbolic links are foreign)."""
+    out = []
+    for p in sorted(path.iterdir()):
+        if p.name == SYSTEMS_DIR and p.is_dir() and not p.is_symlink():
+            for q in sorted(p.iterdir()):
+                if q.name == MODEL_KERNELS and q.is_file() and not q.is_symlink():
+                    continue
+                if not (q.name.isdigit() and q.is_dir() and not q.is_symlink()):
+                    out.append(f"{SYSTEMS_DIR}/{q.name}")
+                    continue
+                out += [
+                    f"{SYSTEMS_DIR}/{q.name}/{r.name}"
+                    for r in sorted(q.iterdir())
+                    if r.name not in SYSTEM_FILES or not r.is_file() or r.is_symlink()
+                ]
+        elif p.name not in COMPILE_FILES or not p.is_file():
+            out.append(p.name)
+    return out
 
 
 def check_sweep_output(out: str | os.PathLike[str], inputs: Iterable[Path] = ()) -> Path:
@@ -110,6 +144,7 @@ def write_folder(out_dir: Path, files: Mapping[str, str | bytes]) -> Path:
     old = None
     try:
         for name, data in files.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)  # systems/N/
             (tmp / name).write_bytes(data.encode() if isinstance(data, str) else data)
         if out_dir.exists():  # moved aside, not deleted, until the new folder is in place
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))

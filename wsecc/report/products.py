@@ -11,6 +11,10 @@ solver-free validators a compile runs on its own results:
   with it (every flow's lanes, paths on the fabric between facing edges, colors within the
   budget, no conflict at a router: `validate_routing`), and the sizing within the target's SRAM.
 
+A compile over several systems has a program per system (`systems/N/`, docs/systems.md): each
+goes through `check_program` as system 0's does (`wsecc.view.outdir.load_outdir`), after its
+kernels.json is checked to be the split of `systems/model-kernels.json`.
+
 A failure is a `ProductError` naming the file, the entry and what is wrong, in one line.
 """
 
