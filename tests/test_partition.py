@@ -349,3 +349,24 @@ def test_placement_falls_back_from_a_denser_fill() -> None:
 
     assert fills_from(FILL_STEPS[0]) == FILL_STEPS
     assert fills_from(DENSE_FILL) == (0.9, 0.85, 0.75, 0.65, 0.55)
+
+
+def test_a_saved_split_is_read_back_as_it_was_made() -> None:
+    """`regroup` rebuilds the split a compile made from the kernels each system holds, with the
+    host's embedding (the model's kernel no group names) held again: the same groups, layers,
+    resident bytes and crossings as `split_layers` gave, whatever that split was balanced by
+    (a split balanced by PEs cannot be made again by bytes). Groups out of order are refused."""
+    from wsecc.core import chain
+    from wsecc.core.flow import lower
+    from wsecc.core.partition import PartitionError, host_lookups, regroup
+
+    kg = lower(chain.fuse(chain.load(chain.job(LLAMA, **GEN))).graph)
+    host = host_lookups(kg, Precision.MIXED)
+    made = split_layers(host.graph, Precision.MIXED, 2)
+    groups = [[k.name for k in p.graph.kernels] for p in made.parts]
+    back = regroup(kg, Precision.MIXED, groups, [(p.first, p.last) for p in made.parts])
+    assert back.host_held == ("embedding",)
+    assert back.parts == made.parts
+    assert back.crossings == made.crossings
+    with pytest.raises(PartitionError, match="not a split of its kernels in order"):
+        regroup(kg, Precision.MIXED, groups[::-1], [(1, 1), (0, 0)])

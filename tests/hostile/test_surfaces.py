@@ -304,7 +304,7 @@ SYSTEM_CASES: list[tuple[str, Callable[[Path], None], str]] = [
     (
         "s1 kernels",
         _json_edit(S1 + "kernels.json", lambda d: d["kernels"].pop()),
-        "not system 1's kernels",
+        "kernels.json) do not agree",
     ),  # fmt: skip
     (
         "model kernels",

@@ -268,6 +268,44 @@ def split_layers(
     return Partition(tuple(parts), crossings(kg, system_of, precision))
 
 
+def regroup(
+    kg: KernelGraph,
+    precision: Precision,
+    groups: Sequence[Sequence[str]],
+    layers: Sequence[tuple[int, int]],
+    why: str = SPLIT_WHY,
+) -> Partition:
+    """The partition that put the kernels named `groups[s]` (layers `layers[s]`, first and
+    last) on system s: a saved split read back as the compile made it, however it was balanced
+    (`split_layers` by bytes or by PEs). The embeddings the host held (`host_lookups`) are the
+    model's kernels no group names. Raises PartitionError when the groups do not cover `kg`'s
+    other kernels once each, in contiguous order."""
+    named = [n for g in groups for n in g]
+    host = host_lookups(kg, precision)
+    held = host.kernels if host.kernels and not set(host.kernels) & set(named) else ()
+    base = host.graph if held else kg
+    system_of = {n: s for s, g in enumerate(groups) for n in g}
+    order = [system_of.get(k.name, -1) for k in base.kernels]
+    if (
+        len(named) != len(system_of)
+        or sorted(order) != order
+        or order[0] != 0
+        or (len(set(order)) != len(groups) or -1 in order)
+    ):
+        raise PartitionError(
+            f"{kg.name}: the saved groups are not a split of its kernels in order "
+            f"({len(named)} kernels named, {len(base.kernels)} in the model)"
+        )
+    per_kernel = dict(
+        zip((k.name for k in base.kernels), resident_bytes(base, precision), strict=True)
+    )
+    parts = tuple(
+        SystemPart(s, a, b, system_graph(base, s, system_of), sum(per_kernel[n] for n in g))
+        for s, (g, (a, b)) in enumerate(zip(groups, layers, strict=True))
+    )
+    return Partition(parts, crossings(base, system_of, precision), why=why, host_held=held)
+
+
 def crossings(
     kg: KernelGraph, system_of: dict[str, int], precision: Precision
 ) -> tuple[Crossing, ...]:
@@ -626,6 +664,7 @@ __all__ = [
     "resident_bytes",
     "shape_key",
     "shortfall",
+    "regroup",
     "size_over_systems",
     "split_layers",
     "system_graph",

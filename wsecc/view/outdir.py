@@ -107,7 +107,7 @@ def _systems(folder: Path, report: dict[str, Any], first: Program) -> SavedSyste
     each checked as system 0's is (`check_program`): the split made again from
     `systems/model-kernels.json` must give system 0's kernels.json and each `systems/N/`'s,
     and a system sharing system P's placement is checked against P's kernels."""
-    from wsecc.core.partition import PartitionError, SizedSystems, split_layers
+    from wsecc.core.partition import PartitionError, SizedSystems, regroup
 
     rows = tuple(report["systems"])
     n = len(rows)
@@ -119,16 +119,21 @@ def _systems(folder: Path, report: dict[str, Any], first: Program) -> SavedSyste
         KernelGraph.from_json,
         {MODEL_KERNELS: read_json(at / MODEL_KERNELS, hint)},
     )
-    try:
-        partition = split_layers(model, first.precision, n)
-    except PartitionError as e:
-        raise WseccError(
-            f"{at / MODEL_KERNELS}: does not split over the {n} systems report.json lists ({e})"
-        ) from None
     where = [folder, *(at / str(i) for i in range(1, n))]
+    saved = [read_json(w / "kernels.json", hint) for w in where]
+    try:
+        groups = [[k["name"] for k in doc["kernels"]] for doc in saved]
+        layers = [(int(r["first_layer"]), int(r["last_layer"])) for r in rows]
+        why = str(report.get("partition", {}).get("why", ""))
+        partition = regroup(model, first.precision, groups, layers, why)
+    except (PartitionError, KeyError, TypeError, ValueError) as e:
+        files = ", ".join(str(w / "kernels.json") for w in where)
+        raise WseccError(
+            f"{at / MODEL_KERNELS} and the {n} systems' kernels.json ({files}) do not agree "
+            f"({one_line(str(e))}); compile the model again"
+        ) from None
     for i, part in enumerate(partition.parts):
-        saved = read_json(where[i] / "kernels.json", hint)
-        if saved != part.graph.to_json():
+        if saved[i] != part.graph.to_json():
             raise WseccError(
                 f"{where[i] / 'kernels.json'}: not system {i}'s kernels of {MODEL_KERNELS} split "
                 f"over {n} systems; compile the model again"
