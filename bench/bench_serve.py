@@ -11,7 +11,9 @@ CP-SAT placement at its default budget unless `--placer greedy`), as a child pro
 a markdown row:
 
 - published: the public figure (measurements.md §6) and what it relied on that wsecc does not
-  model (speculative decoding, another precision), said in the row, never adjusted for;
+  model (speculative decoding, another precision), said in the row, never adjusted for; a model
+  with no published wafer-scale figure (Mixtral 8x7B, Qwen3-30B-A3B) has a row without one
+  (no ratio), beside its memory-roofline baseline;
 - wsecc: decode tokens/s per user, the time to first token, the systems `--systems auto` chose,
   what bounds a token (its decode step by phase: weight reads = the matrix-vector multiply-adds
   that read each resident weight once; hops = flows, multicasts and reductions on the fabric;
@@ -59,7 +61,7 @@ BOUND_WORDS = {
 class Row:
     model: str  # bench/configs/<model>.json
     target: str
-    published: float  # decode tokens/s per user
+    published: float | None  # decode tokens/s per user; None: no wafer-scale figure is public
     source: str  # where the figure is from, and what it relied on that wsecc does not model
     published_ttft_s: float | None = None
     published_systems: str = "not stated"
@@ -99,6 +101,16 @@ ROWS = (
         "token = its per-layer time x 32; ours: the one-layer export's step x 32 (its layer "
         "alone on the wafer, a 256-token vocabulary)",
         published_systems="1 (one layer)", layers_of=32,
+    ),
+    Row(
+        "mixtral-8x7b", "wse3", None,
+        "no published figure for Mixtral 8x7B on a wafer-scale system; its memory-roofline "
+        "baseline only", published_systems="none published",
+    ),
+    Row(
+        "qwen3-30b-a3b", "wse3", None,
+        "no published figure for Qwen3-30B-A3B on a wafer-scale system; its memory-roofline "
+        "baseline only", published_systems="none published",
     ),
 )  # fmt: skip
 
@@ -163,7 +175,8 @@ def bound_text(phases: dict[str, float]) -> str:
 
 
 def run(row: Row, models: Path, context: int, prompt: int, placer: str) -> str:
-    head = f"| {row.model} | {row.target} | {row.published:,.0f} |"
+    published = "none" if row.published is None else f"{row.published:,.0f}"
+    head = f"| {row.model} | {row.target} | {published} |"
     try:
         path, made = export(row.model, models)
         rep, seconds, gb = compile_row(path, row, context, prompt, placer)
@@ -181,11 +194,12 @@ def run(row: Row, models: Path, context: int, prompt: int, placer: str) -> str:
     else:
         rate = d["tokens_per_s_per_sequence"]
     roof = baseline(rep, systems)
+    ratio = "—" if row.published is None else f"{rate / row.published:.2f}"
     ttft = f"{perf['ttft_s']:.3f} s" + (
         f" (published {row.published_ttft_s} s)" if row.published_ttft_s else ""
     )
     return (
-        f"{head} {rate:,.0f} | {rate / row.published:.2f} | {ttft} | {systems} "
+        f"{head} {rate:,.0f} | {ratio} | {ttft} | {systems} "
         f"(published {row.published_systems}) | {bound_text(d['phases_s'])} | {roof:,.0f} "
         f"({rate / roof:.4f}) | {seconds:.0f} s, {gb:.1f} GB{', ' + made if made else ''} |"
     )
