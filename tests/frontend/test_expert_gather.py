@@ -24,10 +24,13 @@ GATHERED = SEQ * TOP_K * FFN * HIDDEN * 4  # bytes of f32[4096, 16, 8]: 2 MiB
 GUARD = 1 << 20  # the lowered guard: under GATHERED, over every other computed tensor
 
 
-def _moe_model(path: Path, *, stack_as_input: bool, read_by: str = "MatMul") -> str:
+def _moe_model(
+    path: Path, *, stack_as_input: bool, read_by: str = "MatMul", gather: str = "GatherND"
+) -> str:
     """x[1, seq, H] routed to its top-2 of 4 experts; each kept expert's weight [F, H] is
-    gathered by the ids (GatherND, as the dynamo exporter writes Mixtral's batched experts) and
-    multiplies the token: the pattern's gathered weights are f32[seq * 2, F, H]."""
+    gathered by the ids (GatherND, as the dynamo exporter writes Mixtral's batched experts, or
+    Gather on a flat id vector) and multiplies the token: the gathered weights are
+    f32[seq * 2, F, H]."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", HIDDEN])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     rng = np.random.default_rng(0)
@@ -37,7 +40,9 @@ def _moe_model(path: Path, *, stack_as_input: bool, read_by: str = "MatMul") -> 
     )
     consts = [
         numpy_helper.from_array(np.array([-1, HIDDEN], np.int64), "flat"),
-        numpy_helper.from_array(np.array([-1, 1], np.int64), "column"),
+        numpy_helper.from_array(
+            np.array([-1, 1] if gather == "GatherND" else [-1], np.int64), "column"
+        ),
         numpy_helper.from_array(np.array([TOP_K], np.int64), "k"),
         numpy_helper.from_array(np.array([1, TOP_K, 1], np.int64), "pairs"),
         numpy_helper.from_array(np.array([-1, HIDDEN, 1], np.int64), "token_column"),
@@ -47,7 +52,7 @@ def _moe_model(path: Path, *, stack_as_input: bool, read_by: str = "MatMul") -> 
         helper.make_node("MatMul", ["tokens", "wr"], ["logits"], name="router"),
         helper.make_node("TopK", ["logits", "k"], ["top", "ids"], name="topk", axis=-1),
         helper.make_node("Reshape", ["ids", "column"], ["ids1"], name="ids_column"),
-        helper.make_node("GatherND", ["experts", "ids1"], ["w"], name="gather_experts"),
+        helper.make_node(gather, ["experts", "ids1"], ["w"], name="gather_experts"),
         helper.make_node("Unsqueeze", ["tokens", "one"], ["t1"], name="unsq"),
         helper.make_node("Expand", ["t1", "pairs"], ["t2"], name="expand"),
         helper.make_node("Reshape", ["t2", "token_column"], ["t3"], name="token_col"),
@@ -71,16 +76,18 @@ def _moe_model(path: Path, *, stack_as_input: bool, read_by: str = "MatMul") -> 
     return str(out)
 
 
+@pytest.mark.parametrize("gather", ["GatherND", "Gather"])
 @pytest.mark.parametrize("stack_as_input", [False, True], ids=["constants", "weight-inputs"])
 def test_the_expert_gather_passes_the_guard_without_being_allocated(
-    tmp_path, monkeypatch, stack_as_input
+    tmp_path, monkeypatch, stack_as_input, gather
 ):
     monkeypatch.setattr(convert, "MAX_ACTIVATION_BYTES", GUARD)
-    path = _moe_model(tmp_path, stack_as_input=stack_as_input)
+    path = _moe_model(tmp_path, stack_as_input=stack_as_input, gather=gather)
     weights = "inputs" if stack_as_input else "constants"
     graph, _ = import_model(path, seq=SEQ, weights=weights)
-    (gather,) = [n for n in graph.nodes if n.op is Op.GATHER_ND]
-    (out,) = gather.outputs
+    op = Op.GATHER_ND if gather == "GatherND" else Op.GATHER
+    (gather_node,) = [n for n in graph.nodes if n.op is op]
+    (out,) = gather_node.outputs
     assert out.type.shape == (SEQ * TOP_K, FFN, HIDDEN)
     assert out.type.size * 4 == GATHERED > GUARD
     assert not out.is_const  # typed, never computed
