@@ -11,7 +11,9 @@ CP-SAT placement at its default budget unless `--placer greedy`), as a child pro
 a markdown row:
 
 - published: the public figure (measurements.md §6) and what it relied on that wsecc does not
-  model (speculative decoding, another precision), said in the row, never adjusted for;
+  model (speculative decoding, another precision), said in the row, never adjusted for; a model
+  with no published wafer-scale figure (Mixtral 8x7B, Qwen3-30B-A3B) has a row without one
+  (no ratio), beside its memory-roofline baseline;
 - wsecc: decode tokens/s per user, the time to first token, the systems `--systems auto` chose,
   what bounds a token (its decode step by phase: weight reads = the matrix-vector multiply-adds
   that read each resident weight once; hops = flows, multicasts and reductions on the fabric;
@@ -68,7 +70,7 @@ targets' `system.swarmx_hop_s`."""
 class Row:
     model: str  # bench/configs/<model>.json
     target: str
-    published: float  # decode tokens/s per user
+    published: float | None  # decode tokens/s per user; None: no wafer-scale figure is public
     source: str  # where the figure is from, and what it relied on that wsecc does not model
     published_ttft_s: float | None = None
     published_systems: str = "not stated"
@@ -108,6 +110,16 @@ ROWS = (
         "token = its per-layer time x 32; ours: the one-layer export's step x 32 (its layer "
         "alone on the wafer, a 256-token vocabulary)",
         published_systems="1 (one layer)", layers_of=32,
+    ),
+    Row(
+        "mixtral-8x7b", "wse3", None,
+        "no published figure for Mixtral 8x7B on a wafer-scale system; its memory-roofline "
+        "baseline only", published_systems="none",
+    ),
+    Row(
+        "qwen3-30b-a3b", "wse3", None,
+        "no published figure for Qwen3-30B-A3B on a wafer-scale system; its memory-roofline "
+        "baseline only", published_systems="none",
     ),
 )  # fmt: skip
 
@@ -188,7 +200,8 @@ def bound_text(phases: dict[str, float]) -> str:
 
 
 def run(row: Row, models: Path, context: int, prompt: int, placer: str) -> str:
-    head = f"| {row.model} | {row.target} | {row.published:,.0f} |"
+    published = "none" if row.published is None else f"{row.published:,.0f}"
+    head = f"| {row.model} | {row.target} | {published} |"
     try:
         path, made = export(row.model, models)
         rep, seconds, cpu, gb = compile_row(path, row, context, prompt, placer)
@@ -207,13 +220,15 @@ def run(row: Row, models: Path, context: int, prompt: int, placer: str) -> str:
         rate = d["tokens_per_s_per_sequence"]
     roof = baseline(rep, systems)
     tcp = with_crossing(rep, systems, TCP_TRANSACTION_S)
+    ratio = "—" if row.published is None else f"{rate / row.published:.2f}"
+    tcp_ratio = "" if row.published is None else f" ({tcp / row.published:.2f})"
     ttft = f"{perf['ttft_s']:.3f} s" + (
         f" (published {row.published_ttft_s} s)" if row.published_ttft_s else ""
     )
     return (
-        f"{head} {rate:,.0f} | {rate / row.published:.2f} | {ttft} | {systems} "
+        f"{head} {rate:,.0f} | {ratio} | {ttft} | {systems} "
         f"(published {row.published_systems}) | {bound_text(d['phases_s'])} | "
-        f"{tcp:,.0f} ({tcp / row.published:.2f}) | {roof:,.0f} ({rate / roof:.4f}) | "
+        f"{tcp:,.0f}{tcp_ratio} | {roof:,.0f} ({rate / roof:.4f}) | "
         f"{seconds:.0f} s wall, {cpu:.0f} s CPU, {gb:.1f} GB{', ' + made if made else ''} |"
     )
 
