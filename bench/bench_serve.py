@@ -209,7 +209,7 @@ def run(row: Row, models: Path, context: int, prompt: int, placer: str) -> str:
         msg = str(e)
         generic = "no decode model" in msg or "known kind" in msg or "fuse" in msg
         what = f"does not fuse: {msg}" if generic else msg
-        return f"{head} {what} | | | | | | | | |"
+        return f"{head} {what} | | | | | | | |"
     perf = rep["performance"]
     d = perf["decode"]
     systems = perf.get("systems", 1)
