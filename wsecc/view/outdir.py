@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from wsecc.core.partition import PartitionError, SizedSystems, regroup
 from wsecc.core.program import Program, Systems
 from wsecc.core.replicas import Replicas
 from wsecc.errors import WseccError, one_line
@@ -25,6 +26,7 @@ from wsecc.report.outdir import MODEL_KERNELS, SYSTEMS_DIR
 from wsecc.report.products import check_program, check_report, read_json
 from wsecc.route.problem import Routing
 from wsecc.targets import Target, load_target, parse_target
+from wsecc.view.data import systems_payload
 
 if TYPE_CHECKING:
     from wsecc.core.partition import SizedSystems
@@ -107,8 +109,6 @@ def _systems(folder: Path, report: dict[str, Any], first: Program) -> SavedSyste
     each checked as system 0's is (`check_program`): the split made again from
     `systems/model-kernels.json` must give system 0's kernels.json and each `systems/N/`'s,
     and a system sharing system P's placement is checked against P's kernels."""
-    from wsecc.core.partition import PartitionError, SizedSystems, regroup
-
     rows = tuple(report["systems"])
     n = len(rows)
     at = folder / SYSTEMS_DIR
@@ -204,8 +204,6 @@ def system_panels(v: ViewInputs) -> list[dict[str, Any]] | None:
     (`wsecc.view.data.systems_payload`, from report.json's rows), else None."""
     if v.systems is None:
         return None
-    from wsecc.view.data import systems_payload
-
     over = v.systems
     names = [[k.name for k in p.graph.kernels] for p in over.sized.partition.parts]
     return systems_payload(over.systems, names, over.rows, over.crossing_latency_s)
