@@ -229,11 +229,13 @@ class _Negotiation:
 
     def commit(self, ids: list[int], delta: int) -> None:
         """Add (delta=+1) or rip up (delta=−1) a lane by its link ids; their lines go stale."""
+        if not ids:
+            return
         self.flat[ids] += delta
-        hw = self.H * self.W
-        for link in ids:
-            k, at = divmod(link, hw)
-            self.stale[k].add(at // self.W if k < 2 else at % self.W)
+        k, at = np.divmod(np.asarray(ids), self.H * self.W)
+        line = np.where(k < 2, at // self.W, at % self.W)  # row (E/W) or column (S/N)
+        for d, stale in enumerate(self.stale):
+            stale.update(np.unique(line[k == d]).tolist())
 
     def hcost(self, y: Coords, xa: Coords, xb: Coords) -> np.ndarray:
         """Cost of running along row(s) y from column xa to xb (either way); vectorised."""
@@ -456,13 +458,17 @@ def _lane_order(ends: list[tuple[Point, Point]]) -> list[tuple[int, tuple[Point,
 
 
 def _polyline(corners: list[Point]) -> tuple[Point, ...]:
+    """The unit steps through `corners`, each sharing a row or a column with the one before."""
     path = [corners[0]]
-    for tx, ty in corners[1:]:
-        x, y = path[-1]
-        while (x, y) != (tx, ty):
-            x += (tx > x) - (tx < x)
-            y += (ty > y) - (ty < y) if x == tx else 0
-            path.append((x, y))
+    for (ax, ay), (bx, by) in pairwise(corners):
+        if ay == by and ax != bx:
+            step = 1 if bx > ax else -1
+            path += [(x, ay) for x in range(ax + step, bx + step, step)]
+        elif ax == bx and ay != by:
+            step = 1 if by > ay else -1
+            path += [(ax, y) for y in range(ay + step, by + step, step)]
+        elif ax != bx:
+            raise ValueError(f"corners {(ax, ay)} and {(bx, by)} share no row or column")
     return tuple(path)
 
 
