@@ -35,6 +35,7 @@ Deterministic: no randomness, fixed orders, argmin ties to the first pattern.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass
@@ -348,20 +349,16 @@ class _Negotiation:
         if len(near):
             cost = cost + self.toll * _interior_links(near - [x0, y0, 0, 0], h, w)
         (sx, sy), (tx, ty) = (sx - x0, sy - y0), (tx - x0, ty - y0)  # window coordinates
-        xs, ys = np.arange(w), np.arange(h)[:, None]
-        node = np.arange(w * h).reshape(h, w)
-        nbr = node[..., None] + np.array([dx + dy * w for dx, dy in STEPS.values()])
-        # a link leaving the window becomes a self-loop, which no search takes
-        nbr[:, -1, 0], nbr[:, 0, 1] = node[:, -1], node[:, 0]  # E, W
-        nbr[-1, :, 2], nbr[0, :, 3] = node[-1], node[0]  # S, N
-        reduced = np.empty((h, w, len(DIRS)))
-        for k, (dx, dy) in enumerate(STEPS.values()):  # h(v) − h(u) is ±1
-            dh = np.abs(xs + dx - tx) - np.abs(xs - tx) + np.abs(ys + dy - ty) - np.abs(ys - ty)
-            reduced[..., k] = cost[k] + dh
-        graph = csr_array(
-            (reduced.reshape(-1), nbr.reshape(-1), np.arange(0, nbr.size + 1, len(DIRS))),
-            shape=(w * h, w * h),
+        # h(v) − h(u) is ±1: along a row it depends on the column only, along a column on the row
+        xs, ys = np.arange(w), np.arange(h)
+        east, west = (np.abs(xs + d - tx) - np.abs(xs - tx) for d in (1, -1))
+        south, north = (np.abs(ys + d - ty) - np.abs(ys - ty) for d in (1, -1))
+        reduced = np.stack(
+            [cost[0] + east, cost[1] + west, cost[2] + south[:, None], cost[3] + north[:, None]],
+            axis=-1,
         )
+        nbr, indptr = _grid_graph(h, w)
+        graph = csr_array((reduced.reshape(-1), nbr.copy(), indptr.copy()), shape=(w * h, w * h))
         src, dst, h_src = sy * w + sx, ty * w + tx, abs(sx - tx) + abs(sy - ty)
         # max(0, ·): a pattern's summed cost can round a hair below its length
         limit = max(0.0, cost_to_beat - h_src)
@@ -455,6 +452,18 @@ def _lane_order(ends: list[tuple[Point, Point]]) -> list[tuple[int, tuple[Point,
     same_sense = (tx - sx) * (ty - sy) > 0
     order = list(enumerate(ends))
     return order[::-1] if same_sense else order
+
+
+@functools.lru_cache(maxsize=256)
+def _grid_graph(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR column indices and row pointers of the h × w grid's links, node y·w + x, its 4
+    links in DIRS order (`maze_path` copies them: scipy may sort a graph's indices in place).
+    A link leaving the grid is a self-loop, which no search takes."""
+    node = np.arange(w * h).reshape(h, w)
+    nbr = node[..., None] + np.array([dx + dy * w for dx, dy in STEPS.values()])
+    nbr[:, -1, 0], nbr[:, 0, 1] = node[:, -1], node[:, 0]  # E, W
+    nbr[-1, :, 2], nbr[0, :, 3] = node[-1], node[0]  # S, N
+    return nbr.reshape(-1), np.arange(0, nbr.size + 1, len(DIRS))
 
 
 def _polyline(corners: list[Point]) -> tuple[Point, ...]:
