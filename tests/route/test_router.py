@@ -25,6 +25,7 @@ from wsecc.route.problem import (
     validate_routing,
 )
 from wsecc.route.router import (
+    DIRS,
     RouterOptions,
     Tolls,
     _inside,
@@ -348,3 +349,46 @@ def test_widening_checks_each_new_routing_and_keeps_the_least_busy(monkeypatch):
     )
     assert routed == [5, 6] and said == []
     assert (kept, routing) == (wider[0], 5)
+
+
+@given(
+    start=st.tuples(st.integers(0, 19), st.integers(0, 19)),
+    turns=st.lists(st.integers(0, 19), min_size=1, max_size=4),
+)
+@settings(max_examples=100, deadline=None)
+def test_polyline_steps_one_pe_at_a_time_through_its_corners(start, turns):
+    corners = [start]
+    for k, to in enumerate(turns):
+        x, y = corners[-1]
+        corners.append((to, y) if k % 2 == 0 else (x, to))
+    walked = [start]  # the definition: one unit step at a time towards the next corner
+    for tx, ty in corners[1:]:
+        while walked[-1] != (tx, ty):
+            x, y = walked[-1]
+            walked.append((x + (tx > x) - (tx < x), y + (ty > y) - (ty < y)))
+    assert _polyline(corners) == tuple(walked)
+    with pytest.raises(ValueError, match="share no row or column"):
+        _polyline([(0, 0), (1, 1)])
+
+
+@given(
+    path=st.lists(st.integers(0, 3), max_size=12),
+    at=st.tuples(st.integers(12, 16), st.integers(12, 16)),
+)
+@settings(max_examples=100, deadline=None)
+def test_commit_marks_the_row_or_column_of_every_link_it_changes(path, at):
+    """Rows of E/W links, columns of S/N links: the lines whose prefix sums go stale."""
+    net = _Negotiation((2, 1, 30, 30), 1, RouterOptions())
+    net.flush()
+    points = [(at[0], at[1])]
+    for k in path:  # a walk (may revisit a router, so no link twice: keep the first visit)
+        dx, dy = STEPS[DIRS[k]]
+        points.append((points[-1][0] + dx, points[-1][1] + dy))
+    ids = list(dict.fromkeys(net.link_ids(points)))
+    net.commit(ids, +1)
+    want: list[set[int]] = [set(), set(), set(), set()]
+    for link in ids:
+        k, y, x = np.unravel_index(link, net.usage.shape)
+        want[int(k)].add(int(y) if k < 2 else int(x))
+    assert net.stale == want
+    assert int(net.usage.sum()) == len(ids)
