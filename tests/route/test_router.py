@@ -392,3 +392,24 @@ def test_commit_marks_the_row_or_column_of_every_link_it_changes(path, at):
         want[int(k)].add(int(y) if k < 2 else int(x))
     assert net.stale == want
     assert int(net.usage.sum()) == len(ids)
+
+
+@given(path=st.lists(st.sampled_from([*STEPS.values(), (2, 0), (1, 1)]), max_size=10))
+@settings(max_examples=100, deadline=None)
+def test_link_ids_number_each_step_by_its_direction_and_router(path):
+    """Link id = direction index · H · W + (y − y0) · W + (x − x0); a step that is not a unit
+    step is a KeyError."""
+    net = _Negotiation((2, 1, 30, 30), 1, RouterOptions())
+    points = [(15, 14)]
+    for dx, dy in path:
+        points.append((points[-1][0] + dx, points[-1][1] + dy))
+    steps = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(points, points[1:], strict=False)]
+    if any(s not in STEPS.values() for s in steps):
+        with pytest.raises(KeyError):
+            net.link_ids(points)
+        return
+    dirs = {v: k for k, v in enumerate(STEPS.values())}
+    want = [
+        dirs[s] * 30 * 30 + (a[1] - 1) * 30 + a[0] - 2 for s, a in zip(steps, points, strict=False)
+    ]
+    assert net.link_ids(points) == want
