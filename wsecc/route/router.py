@@ -192,15 +192,16 @@ class _Negotiation:
     def link_cost(self, at: tuple[Any, ...]) -> np.ndarray:
         """Cost of adding one lane to the links `at` (an index into the link grids)."""
         over = np.maximum(0, self.usage[at] + 1 - self.cap)
-        return (1.0 + self.hist[at] + self.into[at]) * (1.0 + self.pres * over)
+        return self.base[at] * (1.0 + self.pres * over)
 
     def refresh(self) -> None:
-        """Recompute the router-history charge and every prefix sum (after history or `pres`
-        changed)."""
+        """Recompute the router-history charge, the links' base costs and every prefix sum
+        (after history or `pres` changed)."""
         # router history charged on the links entering the router
         self.into = np.stack(
             [np.roll(self.node_hist, (-STEPS[d][1], -STEPS[d][0]), axis=(0, 1)) for d in DIRS]
         )
+        self.base = 1.0 + self.hist + self.into  # a link's cost before its overuse factor
         for k, stale in enumerate(self.stale):
             stale.update(range(self.H if k < 2 else self.W))
         self.flush()
