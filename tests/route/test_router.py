@@ -413,3 +413,25 @@ def test_link_ids_number_each_step_by_its_direction_and_router(path):
         dirs[s] * 30 * 30 + (a[1] - 1) * 30 + a[0] - 2 for s, a in zip(steps, points, strict=False)
     ]
     assert net.link_ids(points) == want
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_prefix_sums_of_every_line_equal_those_of_some_lines(seed):
+    """refresh (every line stale: whole-grid slices) and flush of a few stale lines at a time
+    (fancy-indexed lines) leave bit-identical prefix sums."""
+    rng = np.random.default_rng(seed)
+    net = _Negotiation((3, 2, 23, 17), 1, RouterOptions())
+    net.hist[:] = rng.random(net.hist.shape) * 7
+    net.usage[:] = rng.integers(0, 3, net.usage.shape)
+    net.node_hist[:] = rng.integers(0, 4, net.node_hist.shape)
+    net.pres = 2.25
+    net.refresh()
+    whole = [p.copy() for p in net.prefix]
+    for p in net.prefix:
+        p[:] = 0.0
+    for part in (range(0, 9), range(9, 23)):  # never every line at once
+        for k, stale in enumerate(net.stale):
+            stale.update(v for v in part if v < (net.H if k < 2 else net.W))
+        net.flush()
+    for got, want in zip(net.prefix, whole, strict=True):
+        assert np.array_equal(got, want)

@@ -211,6 +211,14 @@ class _Negotiation:
         for k, stale in enumerate(self.stale):
             if not stale:
                 continue
+            if len(stale) == (self.H if k < 2 else self.W):  # every line: slices, no copies
+                cost = self.link_cost((k,))
+                if k < 2:
+                    np.cumsum(cost, axis=1, out=self.prefix[k][:, 1:])
+                else:
+                    np.cumsum(cost, axis=0, out=self.prefix[k][1:])
+                stale.clear()
+                continue
             lines = np.array(sorted(stale))
             if k < 2:
                 self.prefix[k][lines, 1:] = np.cumsum(self.link_cost((k, lines)), axis=1)
