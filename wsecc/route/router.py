@@ -180,10 +180,7 @@ class _Negotiation:
         self.flat = self.usage.reshape(-1)  # a view: usage by link id
         self.hist = np.zeros(shape)
         self.node_hist = np.zeros((self.H, self.W))
-        # by unit step code (dx + 1)·3 + dy + 1: the first link id of the step's direction
-        self.step_base = np.zeros(9, np.int64)
-        for k, d in enumerate(DIRS):
-            self.step_base[(STEPS[d][0] + 1) * 3 + STEPS[d][1] + 1] = k * self.H * self.W
+        self.step_id = {STEPS[d]: k * self.H * self.W for k, d in enumerate(DIRS)}
         self.prefix = [np.zeros((self.H, self.W + 1)) for _ in "EW"]
         self.prefix += [np.zeros((self.H + 1, self.W)) for _ in "SN"]
         self.stale: list[set[int]] = [set() for _ in DIRS]  # rows (E/W) or columns (S/N)
@@ -229,16 +226,11 @@ class _Negotiation:
 
     def link_ids(self, path: Sequence[Point]) -> list[int]:
         """Ids of the links a path of unit steps takes."""
-        if len(path) < 2:
-            return []
-        p = np.array(path, np.int64)
-        step = p[1:] - p[:-1]
-        broken = np.abs(step).sum(1) != 1
-        if broken.any():
-            k = int(np.argmax(broken))
-            raise KeyError(f"{path[k]} -> {path[k + 1]} is not a unit step")
-        base = self.step_base[(step[:, 0] + 1) * 3 + step[:, 1] + 1]
-        return (base + (p[:-1, 1] - self.y0) * self.W + p[:-1, 0] - self.x0).tolist()
+        W, x0, y0, step_id = self.W, self.x0, self.y0, self.step_id
+        return [
+            step_id[(b[0] - a[0], b[1] - a[1])] + (a[1] - y0) * W + a[0] - x0
+            for a, b in pairwise(path)
+        ]
 
     def link_at(self, link: int) -> tuple[Point, str]:
         """(router, direction) of a link id, in fabric coordinates."""
@@ -247,13 +239,11 @@ class _Negotiation:
 
     def commit(self, ids: list[int], delta: int) -> None:
         """Add (delta=+1) or rip up (delta=−1) a lane by its link ids; their lines go stale."""
-        if not ids:
-            return
         self.flat[ids] += delta
-        k, at = np.divmod(np.asarray(ids), self.H * self.W)
-        line = np.where(k < 2, at // self.W, at % self.W)  # row (E/W) or column (S/N)
-        for d, stale in enumerate(self.stale):
-            stale.update(np.unique(line[k == d]).tolist())
+        hw = self.H * self.W
+        for link in ids:
+            k, at = divmod(link, hw)
+            self.stale[k].add(at // self.W if k < 2 else at % self.W)
 
     def hcost(self, y: Coords, xa: Coords, xb: Coords) -> np.ndarray:
         """Cost of running along row(s) y from column xa to xb (either way); vectorised."""
