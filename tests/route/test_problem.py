@@ -15,6 +15,8 @@ from wsecc.route.problem import (
     RoutedLane,
     Routing,
     RoutingProblem,
+    _legal,
+    _violations,
     crossed_regions,
     decode_path,
     edge_shares,
@@ -259,3 +261,39 @@ def test_routing_figures_count_every_router_pass(lanes):
     lb = r.color_lower_bound
     assert r.lower_bound_router == min((at for at, n in classes.items() if n == lb), default=(0, 0))
     assert r.link_load_max == max(link_loads(r.lanes).values(), default=0)
+
+
+@st.composite
+def _altered(draw, routing: Routing) -> Routing:
+    """`routing` with a few lanes recolored, rerouted by a short walk from their first PE,
+    dropped, duplicated or renumbered: legal or not, every rule gets broken now and then."""
+    lanes = list(routing.lanes)
+    for _ in range(draw(st.integers(0, 3))):
+        i = draw(st.integers(0, len(lanes) - 1))
+        ln, what = lanes[i], draw(st.sampled_from(["color", "walk", "drop", "copy", "index"]))
+        if what == "color":
+            lanes[i] = replace(ln, color=draw(st.integers(0, 22)))
+        elif what == "walk":
+            x, y = ln.path[0]
+            path = [(x, y)]
+            for dx, dy in draw(st.lists(_STEP | st.just((2, 1)), max_size=30)):
+                x, y = x + dx, y + dy
+                path.append((x, y))
+            lanes[i] = replace(ln, path=tuple(path))
+        elif what == "drop" and len(lanes) > 1:
+            del lanes[i]
+        elif what == "copy":
+            lanes.append(ln)
+        elif what == "index":
+            lanes[i] = replace(ln, index=draw(st.integers(0, 3)))
+    return replace(routing, lanes=tuple(lanes))
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_the_array_check_passes_exactly_the_routings_without_violations(routed, data):
+    """validate_routing returns [] when `_legal` proves a routing legal, without walking it:
+    `_legal` must agree with the lane-by-lane walk on every routing, legal or not."""
+    problem, routing = routed
+    altered = data.draw(_altered(routing))
+    assert _legal(problem, PLACEMENT, altered) == (_violations(problem, PLACEMENT, altered) == [])

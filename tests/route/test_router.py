@@ -25,6 +25,7 @@ from wsecc.route.problem import (
     validate_routing,
 )
 from wsecc.route.router import (
+    DIRS,
     RouterOptions,
     Tolls,
     _inside,
@@ -348,3 +349,89 @@ def test_widening_checks_each_new_routing_and_keeps_the_least_busy(monkeypatch):
     )
     assert routed == [5, 6] and said == []
     assert (kept, routing) == (wider[0], 5)
+
+
+@given(
+    start=st.tuples(st.integers(0, 19), st.integers(0, 19)),
+    turns=st.lists(st.integers(0, 19), min_size=1, max_size=4),
+)
+@settings(max_examples=100, deadline=None)
+def test_polyline_steps_one_pe_at_a_time_through_its_corners(start, turns):
+    corners = [start]
+    for k, to in enumerate(turns):
+        x, y = corners[-1]
+        corners.append((to, y) if k % 2 == 0 else (x, to))
+    walked = [start]  # the definition: one unit step at a time towards the next corner
+    for tx, ty in corners[1:]:
+        while walked[-1] != (tx, ty):
+            x, y = walked[-1]
+            walked.append((x + (tx > x) - (tx < x), y + (ty > y) - (ty < y)))
+    assert _polyline(corners) == tuple(walked)
+    with pytest.raises(ValueError, match="share no row or column"):
+        _polyline([(0, 0), (1, 1)])
+
+
+@given(
+    path=st.lists(st.integers(0, 3), max_size=12),
+    at=st.tuples(st.integers(12, 16), st.integers(12, 16)),
+)
+@settings(max_examples=100, deadline=None)
+def test_commit_marks_the_row_or_column_of_every_link_it_changes(path, at):
+    """Rows of E/W links, columns of S/N links: the lines whose prefix sums go stale."""
+    net = _Negotiation((2, 1, 30, 30), 1, RouterOptions())
+    net.flush()
+    points = [(at[0], at[1])]
+    for k in path:  # a walk (may revisit a router, so no link twice: keep the first visit)
+        dx, dy = STEPS[DIRS[k]]
+        points.append((points[-1][0] + dx, points[-1][1] + dy))
+    ids = list(dict.fromkeys(net.link_ids(points)))
+    net.commit(ids, +1)
+    want: list[set[int]] = [set(), set(), set(), set()]
+    for link in ids:
+        k, y, x = np.unravel_index(link, net.usage.shape)
+        want[int(k)].add(int(y) if k < 2 else int(x))
+    assert net.stale == want
+    assert int(net.usage.sum()) == len(ids)
+
+
+@given(path=st.lists(st.sampled_from([*STEPS.values(), (2, 0), (1, 1)]), max_size=10))
+@settings(max_examples=100, deadline=None)
+def test_link_ids_number_each_step_by_its_direction_and_router(path):
+    """Link id = direction index · H · W + (y − y0) · W + (x − x0); a step that is not a unit
+    step is a KeyError."""
+    net = _Negotiation((2, 1, 30, 30), 1, RouterOptions())
+    points = [(15, 14)]
+    for dx, dy in path:
+        points.append((points[-1][0] + dx, points[-1][1] + dy))
+    steps = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(points, points[1:], strict=False)]
+    if any(s not in STEPS.values() for s in steps):
+        with pytest.raises(KeyError):
+            net.link_ids(points)
+        return
+    dirs = {v: k for k, v in enumerate(STEPS.values())}
+    want = [
+        dirs[s] * 30 * 30 + (a[1] - 1) * 30 + a[0] - 2 for s, a in zip(steps, points, strict=False)
+    ]
+    assert net.link_ids(points) == want
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_prefix_sums_of_every_line_equal_those_of_some_lines(seed):
+    """refresh (every line stale: whole-grid slices) and flush of a few stale lines at a time
+    (fancy-indexed lines) leave bit-identical prefix sums."""
+    rng = np.random.default_rng(seed)
+    net = _Negotiation((3, 2, 23, 17), 1, RouterOptions())
+    net.hist[:] = rng.random(net.hist.shape) * 7
+    net.usage[:] = rng.integers(0, 3, net.usage.shape)
+    net.node_hist[:] = rng.integers(0, 4, net.node_hist.shape)
+    net.pres = 2.25
+    net.refresh()
+    whole = [p.copy() for p in net.prefix]
+    for p in net.prefix:
+        p[:] = 0.0
+    for part in (range(0, 9), range(9, 23)):  # never every line at once
+        for k, stale in enumerate(net.stale):
+            stale.update(v for v in part if v < (net.H if k < 2 else net.W))
+        net.flush()
+    for got, want in zip(net.prefix, whole, strict=True):
+        assert np.array_equal(got, want)

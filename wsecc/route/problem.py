@@ -503,7 +503,15 @@ def validate_routing(problem: RoutingProblem, placement: Placement, routing: Rou
     the fabric from a PE of the source's facing edge to a PE of the destination's facing edge;
     every color is in [0, budget) and no router sees more than `budget` colors; no two
     conflicting lanes share a color at a router; no link carries more than `link_capacity`.
+
+    A legal routing is proved so by `_legal` (numpy over every router pass at once); only a
+    routing it does not prove legal is walked lane by lane to name its violations.
     """
+    return [] if _legal(problem, placement, routing) else _violations(problem, placement, routing)
+
+
+def _violations(problem: RoutingProblem, placement: Placement, routing: Routing) -> list[str]:
+    """`validate_routing`'s lines, found lane by lane and pair by pair at each router."""
     out: list[str] = []
     W, H, budget = problem.width, problem.height, problem.color_budget
     flows = {f.name: f for f in problem.flows}
@@ -555,6 +563,62 @@ def validate_routing(problem: RoutingProblem, placement: Placement, routing: Rou
         if n > problem.link_capacity:
             out.append(f"link {at}->{d} carries {n} lanes, capacity {problem.link_capacity}")
     return out
+
+
+def _legal(problem: RoutingProblem, placement: Placement, routing: Routing) -> bool:
+    """True when `validate_routing` would find no violation: the same rules, checked on arrays
+    of every router pass at once instead of pair by pair. False is no verdict: the caller then
+    walks the lanes to name what is wrong."""
+    flows = {f.name: f for f in problem.flows}
+    want = {(f.name, k) for f in problem.flows for k in range(f.lanes)}
+    got = [(ln.flow, ln.index) for ln in routing.lanes]
+    if len(got) != len(want) or set(got) != want:
+        return False
+    if any(not ln.path or not 0 <= ln.color < problem.color_budget for ln in routing.lanes):
+        return False
+    ends: dict[str, tuple[str, set[Point], str, set[Point]]] = {}
+    for ln in routing.lanes:
+        if ln.flow not in ends:
+            ends[ln.flow] = _facing_edges(flows[ln.flow], placement)
+        _, s_edge, _, d_edge = ends[ln.flow]
+        if ln.path[0] not in s_edge or ln.path[-1] not in d_edge:
+            return False
+    sizes = np.array([len(ln.path) for ln in routing.lanes], np.int64)
+    flat = chain.from_iterable(chain.from_iterable(ln.path for ln in routing.lanes))
+    pts = np.fromiter(flat, np.int64, count=2 * int(sizes.sum())).reshape(-1, 2)
+    x, y = pts[:, 0], pts[:, 1]
+    if not ((x >= 0) & (x < problem.width) & (y >= 0) & (y < problem.height)).all():
+        return False
+    lane = np.repeat(np.arange(len(sizes)), sizes)
+    last = np.zeros(len(pts), bool)
+    last[np.cumsum(sizes) - 1] = True
+    step = np.zeros_like(pts)
+    step[:-1] = pts[1:] - pts[:-1]
+    if not (np.abs(step).sum(1)[~last] == 1).all():  # every step a unit step
+        return False
+    router = y * problem.width + x
+    if len(np.unique(lane * (problem.width * problem.height) + router)) != len(pts):
+        return False  # a lane visits a router twice
+    # configuration codes: leaving 0-3 (E W S N) or 4 (the ramp); arriving likewise
+    code = np.full(len(pts), 4, np.int64)
+    for k, (dx, dy) in enumerate(STEPS.values()):
+        code[~last & (step[:, 0] == dx) & (step[:, 1] == dy)] = k
+    came = np.full(len(pts), 4, np.int64)
+    came[1:] = np.array([1, 0, 3, 2, 4])[code[:-1]]
+    came[np.cumsum(sizes) - sizes] = 4
+    flow_ids = {name: i for i, name in enumerate(flows)}
+    flow = np.array([flow_ids[ln.flow] for ln in routing.lanes], np.int64)[lane]
+    color = np.array([ln.color for ln in routing.lanes], np.int64)[lane]
+    budget = problem.color_budget
+    at_color = router * budget + color
+    # no conflict: every lane of one color at one router has one (flow, configuration)
+    classes = np.unique(np.stack([at_color, (flow * 5 + came) * 5 + code]), axis=1)
+    if len(classes[0]) != len(np.unique(classes[0])):
+        return False
+    # colors per router are at most `budget` since every color is below it; links within capacity
+    on_link = ~last
+    _, loads = np.unique(router[on_link] * 4 + code[on_link], return_counts=True)
+    return bool(loads.max(initial=0) <= problem.link_capacity)
 
 
 def _facing_edges(flow: RouteFlow, placement: Placement) -> tuple[str, set[Point], str, set[Point]]:

@@ -35,6 +35,7 @@ Deterministic: no randomness, fixed orders, argmin ties to the first pattern.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass
@@ -188,15 +189,16 @@ class _Negotiation:
     def link_cost(self, at: tuple[Any, ...]) -> np.ndarray:
         """Cost of adding one lane to the links `at` (an index into the link grids)."""
         over = np.maximum(0, self.usage[at] + 1 - self.cap)
-        return (1.0 + self.hist[at] + self.into[at]) * (1.0 + self.pres * over)
+        return self.base[at] * (1.0 + self.pres * over)
 
     def refresh(self) -> None:
-        """Recompute the router-history charge and every prefix sum (after history or `pres`
-        changed)."""
+        """Recompute the router-history charge, the links' base costs and every prefix sum
+        (after history or `pres` changed)."""
         # router history charged on the links entering the router
         self.into = np.stack(
             [np.roll(self.node_hist, (-STEPS[d][1], -STEPS[d][0]), axis=(0, 1)) for d in DIRS]
         )
+        self.base = 1.0 + self.hist + self.into  # a link's cost before its overuse factor
         for k, stale in enumerate(self.stale):
             stale.update(range(self.H if k < 2 else self.W))
         self.flush()
@@ -205,6 +207,14 @@ class _Negotiation:
         """Recompute the prefix sums of the stale rows and columns, one batch per direction."""
         for k, stale in enumerate(self.stale):
             if not stale:
+                continue
+            if len(stale) == (self.H if k < 2 else self.W):  # every line: slices, no copies
+                cost = self.link_cost((k,))
+                if k < 2:
+                    np.cumsum(cost, axis=1, out=self.prefix[k][:, 1:])
+                else:
+                    np.cumsum(cost, axis=0, out=self.prefix[k][1:])
+                stale.clear()
                 continue
             lines = np.array(sorted(stale))
             if k < 2:
@@ -346,20 +356,16 @@ class _Negotiation:
         if len(near):
             cost = cost + self.toll * _interior_links(near - [x0, y0, 0, 0], h, w)
         (sx, sy), (tx, ty) = (sx - x0, sy - y0), (tx - x0, ty - y0)  # window coordinates
-        xs, ys = np.arange(w), np.arange(h)[:, None]
-        node = np.arange(w * h).reshape(h, w)
-        nbr = node[..., None] + np.array([dx + dy * w for dx, dy in STEPS.values()])
-        # a link leaving the window becomes a self-loop, which no search takes
-        nbr[:, -1, 0], nbr[:, 0, 1] = node[:, -1], node[:, 0]  # E, W
-        nbr[-1, :, 2], nbr[0, :, 3] = node[-1], node[0]  # S, N
-        reduced = np.empty((h, w, len(DIRS)))
-        for k, (dx, dy) in enumerate(STEPS.values()):  # h(v) − h(u) is ±1
-            dh = np.abs(xs + dx - tx) - np.abs(xs - tx) + np.abs(ys + dy - ty) - np.abs(ys - ty)
-            reduced[..., k] = cost[k] + dh
-        graph = csr_array(
-            (reduced.reshape(-1), nbr.reshape(-1), np.arange(0, nbr.size + 1, len(DIRS))),
-            shape=(w * h, w * h),
+        # h(v) − h(u) is ±1: along a row it depends on the column only, along a column on the row
+        xs, ys = np.arange(w), np.arange(h)
+        east, west = (np.abs(xs + d - tx) - np.abs(xs - tx) for d in (1, -1))
+        south, north = (np.abs(ys + d - ty) - np.abs(ys - ty) for d in (1, -1))
+        reduced = np.stack(
+            [cost[0] + east, cost[1] + west, cost[2] + south[:, None], cost[3] + north[:, None]],
+            axis=-1,
         )
+        nbr, indptr = _grid_graph(h, w)
+        graph = csr_array((reduced.reshape(-1), nbr.copy(), indptr.copy()), shape=(w * h, w * h))
         src, dst, h_src = sy * w + sx, ty * w + tx, abs(sx - tx) + abs(sy - ty)
         # max(0, ·): a pattern's summed cost can round a hair below its length
         limit = max(0.0, cost_to_beat - h_src)
@@ -455,14 +461,30 @@ def _lane_order(ends: list[tuple[Point, Point]]) -> list[tuple[int, tuple[Point,
     return order[::-1] if same_sense else order
 
 
+@functools.lru_cache(maxsize=256)
+def _grid_graph(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR column indices and row pointers of the h × w grid's links, node y·w + x, its 4
+    links in DIRS order (`maze_path` copies them: scipy may sort a graph's indices in place).
+    A link leaving the grid is a self-loop, which no search takes."""
+    node = np.arange(w * h).reshape(h, w)
+    nbr = node[..., None] + np.array([dx + dy * w for dx, dy in STEPS.values()])
+    nbr[:, -1, 0], nbr[:, 0, 1] = node[:, -1], node[:, 0]  # E, W
+    nbr[-1, :, 2], nbr[0, :, 3] = node[-1], node[0]  # S, N
+    return nbr.reshape(-1), np.arange(0, nbr.size + 1, len(DIRS))
+
+
 def _polyline(corners: list[Point]) -> tuple[Point, ...]:
+    """The unit steps through `corners`, each sharing a row or a column with the one before."""
     path = [corners[0]]
-    for tx, ty in corners[1:]:
-        x, y = path[-1]
-        while (x, y) != (tx, ty):
-            x += (tx > x) - (tx < x)
-            y += (ty > y) - (ty < y) if x == tx else 0
-            path.append((x, y))
+    for (ax, ay), (bx, by) in pairwise(corners):
+        if ay == by and ax != bx:
+            step = 1 if bx > ax else -1
+            path += [(x, ay) for x in range(ax + step, bx + step, step)]
+        elif ax == bx and ay != by:
+            step = 1 if by > ay else -1
+            path += [(ax, y) for y in range(ay + step, by + step, step)]
+        elif ax != bx:
+            raise ValueError(f"corners {(ax, ay)} and {(bx, by)} share no row or column")
     return tuple(path)
 
 
