@@ -93,21 +93,30 @@ def test_the_host_holds_the_embedding_by_hand() -> None:
     assert host_lookups(host.graph, Precision.MIXED).kernels == ()  # nothing left to hold
 
 
-def _small(tmp_path: Path, side: int, data_bytes: int) -> str:
-    """wse2 with a side x side program rectangle and `data_bytes` of data SRAM per PE (the
-    8,192 B reserve kept)."""
-    text = (resources.files("wsecc.targets") / "wse2.toml").read_text()
-    for old, new in (
-        ("program_width = 750", f"program_width = {side}"),
-        ("program_height = 994", f"program_height = {side}"),
-        ('name = "wse2"', 'name = "small"'),
-        ("bytes_per_pe = 49152", f"bytes_per_pe = {8192 + data_bytes}"),
-    ):
+def _wse2_as(tmp_path: Path, **edits: int) -> str:
+    """wse2 renamed "small" with `edits` (program_width, program_height, bytes_per_pe,
+    max_systems) in place of its own figures, written to tmp_path/small.toml."""
+    text = (
+        (resources.files("wsecc.targets") / "wse2.toml")
+        .read_text()
+        .replace('name = "wse2"', 'name = "small"', 1)
+    )
+    wse2 = {"program_width": 750, "program_height": 994, "bytes_per_pe": 49152, "max_systems": 192}
+    for key, value in edits.items():
+        old = f"{key} = {wse2[key]}"
         assert old in text
-        text = text.replace(old, new, 1)
+        text = text.replace(old, f"{key} = {value}", 1)
     path = tmp_path / "small.toml"
     path.write_text(text)
     return str(path)
+
+
+def _small(tmp_path: Path, side: int, data_bytes: int) -> str:
+    """wse2 with a side x side program rectangle and `data_bytes` of data SRAM per PE (the
+    8,192 B reserve kept)."""
+    return _wse2_as(
+        tmp_path, program_width=side, program_height=side, bytes_per_pe=8192 + data_bytes
+    )
 
 
 def test_auto_chooses_two_systems_by_hand(tmp_path: Path) -> None:
@@ -224,18 +233,7 @@ def test_infer_over_two_systems_is_the_slowest_systems_rate() -> None:
 
 
 def _target(tmp_path: Path, width: int, height: int, max_systems: int) -> str:
-    text = (resources.files("wsecc.targets") / "wse2.toml").read_text()
-    for old, new in (
-        ("program_width = 750", f"program_width = {width}"),
-        ("program_height = 994", f"program_height = {height}"),
-        ('name = "wse2"', 'name = "small"'),
-        ("max_systems = 192", f"max_systems = {max_systems}"),
-    ):
-        assert old in text
-        text = text.replace(old, new, 1)
-    path = tmp_path / "small.toml"
-    path.write_text(text)
-    return str(path)
+    return _wse2_as(tmp_path, program_width=width, program_height=height, max_systems=max_systems)
 
 
 @pytest.mark.parametrize(
