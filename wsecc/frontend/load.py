@@ -276,8 +276,9 @@ def _check_definitions(g: onnx.GraphProto, where: str) -> None:
     def define(name: str, by: str) -> None:
         if name in what:
             raise FrontendError(
-                f"{where}: value {name!r} is defined twice ({what[name]} and {by}); the file is "
-                "corrupt"
+                f"{where}: value {name!r} is defined twice ({what[name]} and {by}), which ONNX "
+                "forbids (onnxruntime keeps the later one, with a warning): export the model "
+                "again, or give each definition its own name"
             )
         what[name] = by
 
