@@ -51,6 +51,7 @@ from wsecc.report.results import (
     one_system,
     system_rows,
 )
+from wsecc.sim.events import systems_trace
 from wsecc.vocab import Mode, SimLevel
 
 if TYPE_CHECKING:
@@ -367,20 +368,27 @@ def _generation(placed: Placed, prompt: int) -> tuple[GenerationPerf, tuple[Syst
 def _simulate_infer_systems(
     placed: Placed, ins: Instrument, fused_again: Callable[[], Fused]
 ) -> Simulated:
-    """Infer mode over several systems: L0 of each distinct placement, the pipeline of the
-    systems (`wsecc.report.results.SystemsInferPerformance`); the SRAM map and L0 kept are system
-    0's. L1 is not run over several systems (its trace is one wafer's)."""
-    o = dataclasses.replace(placed.job.options, sim=SimLevel.L0)
-    systems = placed.systems
+    """Infer mode over several systems: L0 (and L1 when asked) of each distinct placement, the
+    pipeline of the systems (`wsecc.report.results.SystemsInferPerformance`); the SRAM map, L0
+    and L1 kept are system 0's, except L1's trace, which holds every system's
+    (`wsecc.sim.events.systems_trace`)."""
+    o, systems = placed.job.options, placed.systems
     with ins.stage("simulate"):
         own = {i: simulate(systems.programs[i], o) for i in set(systems.placed_as)}
-        perfs = tuple(own[systems.placed(i)][1] for i in range(systems.count))
-    rows = system_rows(placed, [p.latency_s for p in perfs])
-    performance = SystemsInferPerformance(perfs, _crossing_s(placed), rows)
+        runs = [own[systems.placed(i)] for i in range(systems.count)]
+    perfs = tuple(perf for _, perf, _ in runs)
+    l1 = tuple(ev for _, _, ev in runs if ev is not None)
+    events = l1 if len(l1) == len(runs) else None
+    rows = system_rows(placed, [p.latency_s for p in events or perfs])
+    performance = SystemsInferPerformance(perfs, _crossing_s(placed), rows, events)
     ins.say("simulate", performance.summary())
-    sram, perf, _ = own[0]
+    sram, perf, first = runs[0]
+    if events is not None and first is not None:
+        crossing = _crossing_s(placed)
+        starts = [sum(e.latency_s + crossing for e in events[:i]) for i in range(len(events))]
+        first = dataclasses.replace(first, trace=systems_trace([e.trace for e in events], starts))
     return _with_numerics(
-        Simulated(placed, performance, sram, perf, trace=ins.trace), ins, fused_again
+        Simulated(placed, performance, sram, perf, first, trace=ins.trace), ins, fused_again
     )
 
 

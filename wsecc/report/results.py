@@ -212,50 +212,97 @@ class InferPerformance:
 @dataclass(frozen=True)
 class SystemsInferPerformance:
     """Infer mode over several systems (`wsecc.core.partition`): a pipeline of the systems' own
-    pipelines (L0 of each, `perfs[i]` system i's), so the throughput is the slowest system's
-    (each one's L0 already charges the bytes crossing in and out to its system I/O), and a
-    sample's latency is every system's plus `crossing_s` per crossing. Utilization is of
-    every system's PEs together."""
+    pipelines (`perfs[i]` system i's L0, `events[i]` its L1 when L1 ran), so the throughput is
+    the slowest system's (each one's simulation already charges the bytes crossing in and out
+    to its system I/O), and a sample's latency is every system's plus `crossing_s` per
+    crossing. Utilization is of every system's PEs together. With L1, the figures are L1's and
+    L0's pipeline of the same systems stands beside them (`l0`, `l1_vs_l0`)."""
 
     perfs: tuple[PerfResult, ...]
     crossing_s: float
     systems: tuple[SystemRow, ...]
-
-    @property
-    def slowest(self) -> int:
-        return min(range(len(self.perfs)), key=lambda i: self.perfs[i].samples_per_s)
+    events: tuple[EventResult, ...] | None = None
 
     def systems_json(self) -> list[dict[str, Any]]:
         return [r.to_json() for r in self.systems]
 
+    def _pipeline(self, rates: list[float], latencies: list[float]) -> tuple[int, float, float]:
+        """The slowest system, the pipeline's rate and a sample's latency through it."""
+        i = min(range(len(rates)), key=rates.__getitem__)
+        return i, rates[i], sum(latencies) + (len(rates) - 1) * self.crossing_s
+
     def to_json(self) -> dict[str, Any]:
-        n, i = len(self.perfs), self.slowest
-        slow = self.perfs[i]
+        n, perfs = len(self.perfs), self.perfs
         crossings = (n - 1) * self.crossing_s
-        rate = slow.samples_per_s
-        return {
+        i, rate, latency = self._pipeline(
+            [p.samples_per_s for p in perfs], [p.latency_s for p in perfs]
+        )
+        slow = perfs[i]
+        rep: dict[str, Any] = {
             "model": "l0",
             "systems": n,
             "samples_per_s": rate,
             "tokens_per_s": slow.tokens_per_s,
-            "latency_s": sum(p.latency_s for p in self.perfs) + crossings,
-            "batch_latency_s": sum(p.batch_latency_s for p in self.perfs) + crossings,
+            "latency_s": latency,
+            "batch_latency_s": sum(p.batch_latency_s for p in perfs) + crossings,
             "crossing_latency_s": self.crossing_s,
-            "utilization": sum(p.utilization * rate / p.samples_per_s for p in self.perfs) / n,
+            "utilization": sum(p.utilization * rate / p.samples_per_s for p in perfs) / n,
             "bottleneck": f"s{i}/{slow.bottleneck}",
             "bottleneck_kind": slow.bottleneck_kind,
             "on_wafer_bottleneck": f"s{i}/{slow.wafer_bottleneck}",
             "on_wafer_bottleneck_kind": slow.wafer_bottleneck_kind,
-            "on_wafer_samples_per_s": min(p.wafer_samples_per_s for p in self.perfs),
+            "on_wafer_samples_per_s": min(p.wafer_samples_per_s for p in perfs),
             "stage_cycles": slow.stage_cycles,
+        }
+        evs = self.events
+        if evs is None:
+            return rep
+        j, ev_rate, ev_latency = self._pipeline(
+            [e.samples_per_s for e in evs], [e.latency_s for e in evs]
+        )
+        slow_ev = evs[j]
+        return rep | {
+            "model": "l1",
+            "samples_per_s": ev_rate,
+            "tokens_per_s": slow_ev.tokens_per_s,
+            "latency_s": ev_latency,
+            "mean_latency_s": sum(e.mean_latency_s for e in evs) + crossings,
+            "utilization": min(
+                1.0, sum(p.utilization * ev_rate / p.samples_per_s for p in perfs) / n
+            ),
+            "bottleneck": f"s{j}/{perfs[j].bottleneck}",
+            "bottleneck_kind": perfs[j].bottleneck_kind,
+            "l0": {"samples_per_s": rate, "latency_s": latency},
+            "l1_vs_l0": {
+                "throughput_rel_diff": ev_rate / rate - 1,
+                "latency_rel_diff": ev_latency / latency - 1,
+            },
+            "l1_samples": min(e.samples for e in evs),
+            "l1_seconds": sum(e.seconds for e in evs),
+            "skew_buffers": {
+                "edges": sum(len(e.skew_buffers) for e in evs),
+                "bytes": sum(b.bytes for e in evs for b in e.skew_buffers),
+                "cut_by_sram": sorted(
+                    f"s{k}/{b.edge}"
+                    for k, e in enumerate(evs)
+                    for b in e.skew_buffers
+                    if b.chunks < b.wanted
+                ),
+            },
         }
 
     def summary(self) -> str:
         perf = self.to_json()
         return (
-            f"l0 over {len(self.perfs)} systems: {perf['samples_per_s']:,.1f} samples/s, latency "
-            f"{perf['latency_s'] * 1e6:,.1f} us ({len(self.perfs) - 1} crossings of "
-            f"{self.crossing_s * 1e6:,.0f} us), bottleneck {perf['bottleneck']}"
+            f"{perf['model']} over {len(self.perfs)} systems: {perf['samples_per_s']:,.1f} "
+            f"samples/s, latency {perf['latency_s'] * 1e6:,.1f} us ({len(self.perfs) - 1} "
+            f"crossings of {self.crossing_s * 1e6:,.0f} us), bottleneck {perf['bottleneck']}"
+            + (
+                f" (L1 vs L0: throughput {100 * perf['l1_vs_l0']['throughput_rel_diff']:+.1f}%, "
+                f"latency {100 * perf['l1_vs_l0']['latency_rel_diff']:+.1f}%)"
+                if self.events is not None
+                else ""
+            )
         )
 
     def figures(self, title: str) -> dict[str, Callable[[Path], None]]:

@@ -60,7 +60,7 @@ import math
 import os
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -746,6 +746,25 @@ def simulate_l1(
     )
 
 
+def systems_trace(
+    traces: Sequence[Sequence[dict[str, Any]]], starts_s: Sequence[float]
+) -> tuple[dict[str, Any], ...]:
+    """One Chrome trace of a pipeline over several systems: system i's L1 trace (`traces[i]`,
+    processes 1 kernels and 2 links) becomes processes 2i + 1 and 2i + 2, named "system i:
+    kernels" and "system i: links", its events shifted to `starts_s[i]`, when the first sample
+    reaches system i (the systems before it and the crossings between)."""
+    out: list[dict[str, Any]] = []
+    for i, (trace, start) in enumerate(zip(traces, starts_s, strict=True)):
+        for e in trace:
+            e = {**e, "pid": 2 * i + e["pid"]}
+            if e["ph"] == "M" and e["name"] == "process_name":
+                e["args"] = {"name": f"system {i}: {e['args']['name']}"}
+            elif "ts" in e:
+                e["ts"] = e["ts"] + start * 1e6
+            out.append(e)
+    return tuple(out)
+
+
 def _trace_metadata(pipe: Pipeline) -> list[dict[str, Any]]:
     meta: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "kernels"}},
@@ -774,6 +793,7 @@ def _trace_metadata(pipe: Pipeline) -> list[dict[str, Any]]:
 
 
 __all__ = [
+    "systems_trace",
     "HOST_IN",
     "HOST_OUT",
     "EventResult",
