@@ -64,3 +64,9 @@ def test_the_trace_holds_every_system_after_the_ones_before(
     for key in ("l1_seconds",):
         again.pop(key), before.pop(key)
     assert again == before
+
+
+def test_generate_mode_says_it_does_not_run_l1(tmp_path: Path, capsys) -> None:
+    args = ["compile", str(LLAMA), "--mode", "generate", "--seq", "32", "--placer", "greedy"]
+    assert main([*args, "--sim", "l1", "--no-validate", "-o", str(tmp_path / "g")]) == 0
+    assert "--sim l1 is not run here" in capsys.readouterr().err

@@ -281,6 +281,8 @@ class Generate:
         self, placed: Placed, ins: Instrument, fused_again: Callable[[], Fused]
     ) -> Simulated:
         # L1 would stream a whole context; decode is a latency (L0)
+        if placed.job.options.sim is SimLevel.L1:
+            ins.say("simulate", L1_IN_GENERATE)
         o = dataclasses.replace(placed.job.options, sim=SimLevel.L0)
         with ins.stage("simulate"):
             sram, perf, events = simulate(placed.program, o)
@@ -301,6 +303,13 @@ class Generate:
         ins.say("numerics", check.summary())
         arrays = {"generated.npz": generated}
         return Simulated(placed, performance, sram, perf, events, check, arrays, ins.trace)
+
+
+L1_IN_GENERATE = (
+    "l0: generate mode's decode step is one token's latency through the regions, which L0 "
+    "costs; L1 streams chunks of many samples, so --sim l1 is not run here"
+)
+"""What generate mode says when asked for L1."""
 
 
 SEVERAL_SYSTEMS = "several systems: one copy of each layer group, one on each system"
