@@ -283,3 +283,25 @@ def test_a_tampered_cached_placement_fails_its_point_in_one_line(tmp_path: Path)
     assert again.failed == again.points == 2
     for row in read_table(tmp_path / "out"):
         assert "overlap" in row["error"] and "\n" not in row["error"]
+
+
+def test_generate_points_take_systems_auto_beside_counts(tmp_path: Path) -> None:
+    """`systems = [1, 2, "auto"]` in generate mode (issue 30): every point runs and the table
+    keeps the mixed axis as text, with the systems each point used beside it."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        f'[[models]]\npath = "{SAMPLES / "llama_dynamo.onnx"}"\nname = "llama"\n'
+        '[axes]\nsystems = [1, 2, "auto"]\n'
+        '[fixed]\nmode = "generate"\nseq = 64\nprompt = 16\nplacer = "greedy"\nvalidate = false\n'
+    )
+    summary = run_sweep(load_spec(spec), tmp_path / "out", workers=1)
+    assert (summary.points, summary.ran) == (3, 3)
+    for table in (tmp_path / "out", tmp_path / "out" / "results.csv"):
+        rows = read_table(table)
+        assert [(str(r["systems"]), r["systems_used"], r["status"]) for r in rows] == [
+            ("1", 1, "ok"),
+            ("2", 2, "ok"),
+            ("auto", 1, "ok"),  # the sample fits one wafer
+        ]
+    one, _, auto = read_table(tmp_path / "out")
+    assert one["tokens_per_s"] == auto["tokens_per_s"]

@@ -119,10 +119,19 @@ def columns_of(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     return list(point) + [k for k in rest if k not in point]
 
 
+def _column(values: list[Any]) -> list[Any]:
+    """A column Parquet can type: values of one kind as they are (numbers of both kinds count
+    as one), else each as its text, e.g. an axis `systems = [1, 2, "auto"]`."""
+    kinds = {type(v) for v in values if v is not None}
+    if len(kinds) <= 1 or kinds <= {int, float}:
+        return values
+    return [None if v is None else str(v) for v in values]
+
+
 def write_table(folder: Path, rows: list[Mapping[str, Any]]) -> None:
     """results.parquet and results.csv from `rows` (each file replaced in one rename)."""
     cols = columns_of(rows)
-    table = pa.table({c: [r.get(c) for r in rows] for c in cols}) if rows else pa.table({})
+    table = pa.table({c: _column([r.get(c) for r in rows]) for c in cols}) if rows else pa.table({})
     tmp = folder / f".{PARQUET}.tmp"
     pq.write_table(table, tmp)
     os.replace(tmp, folder / PARQUET)
