@@ -368,3 +368,15 @@ def test_a_saved_split_is_read_back_as_it_was_made() -> None:
     assert back.crossings == made.crossings
     with pytest.raises(PartitionError, match="not a split of its kernels in order"):
         regroup(kg, Precision.MIXED, groups[::-1], [(1, 1), (0, 0)])
+
+
+def test_auto_says_once_why_it_passed_over_counts_that_did_not_pack() -> None:
+    """Auto adds a system each time a group does not pack; its reason names the first sizing
+    once and the counts passed over, not one reason nested in the next."""
+    from wsecc.core.chain import unpacked_why
+
+    why = unpacked_why("139.7 GB of weights ... sized at 90% fill", [7, 8, 9])
+    assert why == (
+        "139.7 GB of weights ... sized at 90% fill; over 7, 8, 9 system(s) a group's regions "
+        "did not pack at any fill, so 10"
+    )

@@ -219,6 +219,16 @@ def _explain_and_dump(ins: Instrument, program: Program, sized_fill: float, of: 
         ins.dump("routing", program.routing.dumps() + "\n", "json")
 
 
+def unpacked_why(sized_why: str, unpacked: list[int]) -> str:
+    """Why auto chose one more system than the last count in `unpacked`: the first sizing's
+    reason, then the counts at which a group's regions did not pack."""
+    counts = ", ".join(map(str, unpacked))
+    return (
+        f"{sized_why}; over {counts} system(s) a group's regions did not pack at any fill, so "
+        f"{unpacked[-1] + 1}"
+    )
+
+
 def _place_systems(sized: Sized, layout: Layout, ins: Instrument) -> Placed:
     """`place` over several systems: each distinct layer group placed and routed once (the
     dumps and explanations are system 0's)."""
@@ -226,6 +236,7 @@ def _place_systems(sized: Sized, layout: Layout, ins: Instrument) -> Placed:
     over = layout.systems
     say = ins.say
     assert over is not None
+    first_why, unpacked = over.why, []
     with ins.stage("place"):
         while True:
             try:
@@ -246,11 +257,8 @@ def _place_systems(sized: Sized, layout: Layout, ins: Instrument) -> Placed:
                 more = size_over_systems(
                     sized.kernel_graph, target, o.precision, layout.rule, o.chunk_tokens, n
                 )
-                why = (
-                    f"{n}: {over.count} sized ({over.why}), but a group's regions did not pack "
-                    "at any fill"
-                )
-                over = dataclasses.replace(more, why=why)
+                unpacked.append(over.count)
+                over = dataclasses.replace(more, why=unpacked_why(first_why, unpacked))
     sized = dataclasses.replace(sized, sizing=over.sizings[0], systems=over)
     if layout.one_copy_because is not None:
         one = Replicas(1, layout.one_copy_because)
