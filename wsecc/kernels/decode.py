@@ -53,7 +53,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from wsecc.kernels.conv import cdiv
 
@@ -125,7 +125,7 @@ class Reduction:
     latency in `cycles`, and `ends`, the PEs a reduce-scatter leaves the sums on (the chain's
     n, the tree's G leaders: the last level's chain scatters over its PEs)."""
 
-    mapping: str
+    mapping: Literal["chain", "tree"]
     groups: int
     group_size: int
     colors: int
