@@ -93,3 +93,25 @@ def test_rmsnorm_decode_on_a_long_row_by_hand() -> None:
     assert RMSNORM.decode is not None
     n = RMSNORM.decode({"rows": 1, "dim": 64, "has_residual": False}, 1, 16, _ctx(), 1)
     assert (n.compute, n.reduction, n.broadcast) == (4 * 3, 41 + 16, 2 + 2)
+
+
+def test_moe_gate_up_keeps_the_chain_when_the_trees_gates_cost_more() -> None:
+    """A block of 4 experts (H 64, F 24, top 2) on 9 x 16 PEs of wse2: 4 bands of 4 columns,
+    hs 9 rows, kh 8, ni 6; one (token, choice) pair in the busiest band (cb 1)."""
+    from wsecc.kernels.kinds.moe import moe_decode, moe_grid
+
+    assert moe_grid(4, 64, 24, 9, 16).hs == 9
+    p = dict(tokens=16, H=64, F=24, E=4, k=2, router="softmax", normalize=True, S=0,
+             shared="none")  # fmt: skip
+    d = moe_decode(p, 9, 16, _ctx(), 1)
+    # gate/up partials, 2 x 6 x 4 B = 48 B (12 cycles), down 9 rows: the chain 8 x 5 + 12 = 52
+    # and its 9 rows finish cdiv(6, 9) = 1 output each (12 gate ops): 64; the tree of 3 groups
+    # of 3 reduces faster, 2 x 5 + 2 x (2 ramps + 3 hops) + 2 x 12 = 48, but leaves cdiv(6, 3)
+    # = 2 outputs to each leader (24 gate ops): 72. The chain is taken.
+    # The rest: the logits (4 B) down 9 rows by the tree, 10 + 14 + 2 = 26 (the chain 41); 3
+    # gathered along 4 PEs, 3 + 3; W_down (8 x 4 B) along the band's 4 columns by the chain,
+    # 15 + 8 = 23 (the tree 5 + 6 + 16 = 27); 12 hops past the other bands; k = 2 adds.
+    assert d.reduction == 26 + (3 + 3) + 52 + 23 + 12 + 2 * 5 == 129
+    # the router's 8 multiply-adds (4 cycles at f) and 56 ops; 144 expert multiply-adds (72)
+    # and the chain's 12 gate ops
+    assert d.compute == 4 + 56 + 72 + 12
