@@ -313,11 +313,16 @@ def test_validate_needs_a_context_for_the_new_tokens() -> None:
 
 def test_rmsnorm_and_attention_decode_by_hand() -> None:
     """wse2 mixed: v = 1, f = 4, L = 4 B/cycle, relay 5, sb 2, ab 4.
-    RMSNorm of 64 features on 1 x 4 PEs: dw 16, 3 ops each; its one statistic reduced along the
-    row and multicast back; the row in and out down a one-row column.
+    RMSNorm of 64 features on 1 x 4 PEs: dw 16, 3 ops each; its one statistic (4 B, 1 cycle on
+    a link) reduced along the row and multicast back; the row in and out down a one-row column.
+    The reduction takes the two-level tree: 2 groups of 2, a relay (5) within each, then leader
+    1 to leader 3 over 2 hops and 2 ramps (6), the statistic streamed twice (2): 13, against the
+    chain's 3 relays + 1 = 16.
     Attention over a 64-position cache, 4 heads of 16 dims, 2 K/V heads, on 8 x 4 PEs: one head
     per column, 8 cached keys per PE: 4 d flops per pair at f, 11 score ops at v; the partials
-    (d + 2 accumulators) chained down 8 rows, merged and normalised (2 (d + 2) + d ops); the
+    (d + 2 accumulators, 72 B: 18 cycles) chained down 8 rows, 7 relays + 18 = 53 (the best
+    tree, 2 groups of 4: 3 relays + 2 ramps + 4 hops + 2 x 18 = 59, is slower), merged and
+    normalised (2 (d + 2) + d ops); the
     query down the column or the new K and V (2 x 2 heads x 16 x 2 B) along the row."""
     from wsecc.kernels.kinds.attention import attention_decode
     from wsecc.kernels.kinds.rowwise import RMSNORM
@@ -325,7 +330,7 @@ def test_rmsnorm_and_attention_decode_by_hand() -> None:
     ctx = CostContext(load_target("wse2"), "mixed")
     assert RMSNORM.decode is not None
     n = RMSNORM.decode({"rows": 8, "dim": 64, "has_residual": False}, 1, 4, ctx, 1)
-    assert (n.compute, n.reduction, n.broadcast) == (48, (3 * 5 + 1) + (3 + 1), 8 + 8)
+    assert (n.compute, n.reduction, n.broadcast) == (48, (5 + (2 * 2 + 2) + 2 * 1) + (3 + 1), 8 + 8)
     p = {"seq": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "rotary_dim": 0,
          "causal": True, "padding_mask": False, "full_mask": False, "alibi": False, "bias": False,
          "cache_sequences": 1}  # fmt: skip

@@ -73,10 +73,13 @@ def test_moe_decode_step_by_hand() -> None:
     router = max(2 * 16 // 4, 16 * 2 // 16) + 56  # 16 MACs of W_r a PE, then 56 vector ops
     experts = max(2 * 768 // 4, 768 * 2 // 16) + 1 * 4 * 12
     assert d.compute == router + experts == 496
-    # a logit down each router column, the other 3 gathered to column 0 along 4 PEs, gate/up
-    # partials down the band, W_down along it, then the combine: 6 hops past the other bands
-    # and k = 2 adds (relays)
-    assert d.reduction == (3 * 5 + 1) + (3 + 3) + (3 * 5 + 32) + (5 + 16) + 6 + 2 * 5 == 106
+    # a logit down each router column (4 PEs, 4 B: a two-level tree of 2 groups of 2, a relay,
+    # then 2 ramps and 2 hops between the leaders, the logit streamed twice: 13, where the
+    # chain takes 3 relays + 1 = 16), the other 3 gathered to column 0 along 4 PEs, gate/up
+    # partials down the band (128 B: the chain's 15 + 32, the tree's 11 + 64), W_down along it
+    # (2 PEs: a chain), then the combine: 6 hops past the other bands and k = 2 adds (relays)
+    assert d.reduction == (5 + (2 * 2 + 2) + 2) + (3 + 3) + (3 * 5 + 32) + (5 + 16) + 6 + 2 * 5
+    assert d.reduction == 103
     # x along the row's 8 PEs, the decision up 4, h up 4
     assert d.broadcast == (7 + 8) + (3 + 2) + (3 + 8) == 31
     assert d.bytes_read == (3 * 16 * 16 + 16 * 1) * 2
@@ -182,13 +185,14 @@ def test_moe_decode_and_buffers_on_a_2x2_grid_by_hand() -> None:
     router = max(2 * 16 // 4, 32 // 16) + 56
     experts = max(2 * 528 // 4, 1056 // 16) + 3 * 12  # 3 kh ni = 528 MACs
     assert d.compute == router + experts == 364
-    # a logit down each router column (4 PEs, 4 B), 3 gathered along 4 PEs (12 B), gate/up
-    # down a cell column (88 B), W_down along the cell's 3 columns (64 B), 3 hops past the
-    # other cell, k = 2 adds; then the cell row 1 sum: 5 hops back west, 4 north, 5 west, 3
-    # east, and its add
+    # a logit down each router column (4 PEs, 4 B: the tree of 2 groups of 2, 5 + 6 + 2 = 13,
+    # against the chain's 16), 3 gathered along 4 PEs (12 B), gate/up down a cell column (88 B:
+    # the chain's 15 + 22 against the tree's 11 + 44), W_down along the cell's 3 columns (64 B:
+    # the chain's 10 + 16 against the tree's 5 + 6 + 32), 3 hops past the other cell, k = 2
+    # adds; then the cell row 1 sum: 5 hops back west, 4 north, 5 west, 3 east, and its add
     assert d.reduction == (
-        (15 + 1) + (3 + 3) + (15 + 22) + (10 + 16) + 3 + 10 + (5 + 4 + 5 + 3 + 5)
-    ) == 120  # fmt: skip
+        (5 + 6 + 2) + (3 + 3) + (15 + 22) + (10 + 16) + 3 + 10 + (5 + 4 + 5 + 3 + 5)
+    ) == 117  # fmt: skip
     # x along the row's 6 PEs and down 5, the decision along column 0's 8, h up the cell's 4
     assert d.broadcast == (5 + 8) + (4 + 8) + (7 + 2) + (3 + 6) == 43
     assert d.bytes_read == (3 * 16 * 11 + 16 * 1) * 2 == 1088
@@ -223,10 +227,18 @@ def test_gpt_oss_120b_block_on_4_cell_rows_by_hand() -> None:
     assert d.bytes_read == c.sram.weights
     hop = t.link.hop_latency_cycles
     assert d.reduction == (
-        chain(ctx, 100, 1 * 4)  # a logit down each router column of cell row 0
+        # a logit down each router column of cell row 0 (100 PEs, 4 B): a two-level tree of
+        # 10 groups of 10, 9 relays, then 9 leader-to-leader steps of 2 ramps and 10 hops, the
+        # logit streamed twice: 45 + 126 + 2 = 173, where the chain takes 99 x 5 + 1 = 496
+        # (groups of 8, 9, 11 or 12 take 179, 183, 185, 183 before the streaming)
+        (9 * 5 + 9 * (2 * 2 + 10) + 2 * 1)
         + multicast(ctx, 128, 127 * 4)  # 127 of them gathered west to column 0
-        + chain(ctx, 100, 2 * 180 * 4)  # one pair's gate/up partials down a cell column
-        + chain(ctx, 16, 29 * 4)  # its W_down partials along the cell
+        # one pair's gate/up partials down a cell column (1,440 B, 360 cycles streamed): the
+        # chain's 495 + 360 = 855, the tree's 171 + 720 = 891 (and 18 gate outputs a leader)
+        + chain(ctx, 100, 2 * 180 * 4)
+        # its W_down partials along the cell (16 PEs, 116 B): the tree of 4 groups of 4,
+        # 3 relays + 3 x (2 ramps + 4 hops) + 2 x 29 = 97, the chain's 75 + 29 = 104
+        + (3 * 5 + 3 * (2 * 2 + 4) + 2 * 29)
         + (512 - 16) * hop  # past the row's other cells
         + 4 * relay(ctx)  # k = 4 adds
         + (511 + 300 + 511 + 496) * hop  # west to c_i, north, west to column 0, east

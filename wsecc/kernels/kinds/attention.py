@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from wsecc.ir.core import Node, Op
 from wsecc.kernels.costs import CostContext, KernelCost, breakpoints, cdiv
-from wsecc.kernels.decode import DecodeCost, chain, multicast
+from wsecc.kernels.decode import DecodeCost, multicast, reduce
 from wsecc.kernels.ir import KernelKind
 from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule, KindDef, Params
 
@@ -150,13 +150,13 @@ def attention_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> Dec
     Each query (rotated by the column's first row) and its head's share of the region go down
     the column; the new key and value are appended on row (position mod h), entering on the W
     edge; each PE scores the query against its sh = cdiv(S, h) cached keys of each of its hw
-    heads and keeps a partial, merged down the column and normalised at the bottom, on the S
-    edge (`wsecc.kernels.decode`):
+    heads and keeps a partial, merged down the column (the chain or a two-level tree, whichever
+    is faster, `wsecc.kernels.decode.reduce`) and normalised at the bottom, on the S edge:
 
         pairs     = B hw sh
         cache     = cdiv(4 d pairs, f) + cdiv(ops pairs, v)
                   + rot cdiv(ROTARY_OPS rd B (hw + kw), v)      rotate the query and new key
-        reduction = chain(h, B hw (d + 2) ab) + cdiv(B hw (2 (d + 2) + d), v)   merge, normalise
+        reduction = reduce(h, B hw (d + 2) ab) + cdiv(B hw (2 (d + 2) + d), v)   merge, normalise
         broadcast = max(multicast(h, B hw (d + rot 2 rd) sb),   query down the column
                         multicast(w, 2 B Hk d sb))              new K/V along its row
     The busiest PE reads its cached keys and values: bytes_read = B kw sh 2 d sb."""
@@ -172,7 +172,8 @@ def attention_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> Dec
         cache=cdiv(4 * d * pairs, ctx.f)
         + cdiv(_score_ops(p) * pairs, ctx.v)
         + rot * cdiv(ROTARY_OPS * rd * B * (hw + kw), ctx.v),
-        reduction=chain(ctx, h, B * hw * (d + 2) * ab) + cdiv(B * hw * (2 * (d + 2) + d), ctx.v),
+        reduction=reduce(ctx, h, B * hw * (d + 2) * ab).cycles
+        + cdiv(B * hw * (2 * (d + 2) + d), ctx.v),
         broadcast=max(
             multicast(ctx, h, B * hw * (d + rot * 2 * rd) * sb),
             multicast(ctx, w, 2 * B * Hk * d * sb),

@@ -8,7 +8,7 @@ from types import MappingProxyType
 
 from wsecc.ir.core import Node, Op
 from wsecc.kernels.costs import CostContext, KernelCost, cdiv
-from wsecc.kernels.decode import DecodeCost, chain, matvec, multicast
+from wsecc.kernels.decode import DecodeCost, Reduction, matvec, multicast, reductions
 from wsecc.kernels.ir import KernelKind
 from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule, KindDef, Params, one_of
 from wsecc.kernels.kinds.common import rows_per_sample
@@ -112,19 +112,35 @@ def matmul_decode(
 
     x[B, K_i] is multicast east along row i; each PE multiplies it by its tile (every weight
     read once, and used once per token: a matrix-vector product); the column's partials are
-    reduced down its h rows (reduce-scatter: every segment's chain passes all h rows) and each
-    row's finished outputs go down the column to the S edge (`wsecc.kernels.decode`):
+    reduced down its h rows and scattered over the PEs the reduction ends on (`ends`: the
+    chain's h rows, each segment's chain passing all of them, or a two-level tree's G leaders,
+    `wsecc.kernels.decode.reductions`), which finish their outputs and send them down the
+    column to the S edge:
 
         compute   = matvec(B kh nw, kh nw sb) + cdiv(B own' epilogue, v)
-        reduction = chain(h, B nw ab)
+        reduction = reduction(h, B nw ab)       the chain's or the tree's cycles
         broadcast = multicast(w, B kh sb) + multicast(h, B own' sb)
-    with own' = cdiv(own, pair) finished outputs per PE (a gated pair gives one)."""
-    sb, ab, pair = ctx.sb, ctx.ab, 1 + int(gated)
+    with own' = cdiv(cdiv(nw, ends), pair) finished outputs per PE (a gated pair gives one).
+    Of the mappings the step takes the fastest in all (the tree leaves more outputs to each
+    leader's epilogue and out stream than the chain leaves each row), the chain on a tie."""
+    return min(
+        (_matmul_decode_with(B, K, N, h, w, ctx, r, epilogue, gated)
+         for r in reductions(ctx, h, B * (1 + int(gated)) * cdiv(N, w) * ctx.ab)),
+        key=lambda d: d.latency,
+    )  # fmt: skip
+
+
+def _matmul_decode_with(
+    B: int, K: int, N: int, h: int, w: int, ctx: CostContext, r: Reduction, epilogue: int,
+    gated: bool,
+) -> DecodeCost:  # fmt: skip
+    """`matmul_decode` with its column reduction mapped as `r`."""
+    sb, pair = ctx.sb, 1 + int(gated)
     kh, nw = cdiv(K, h), pair * cdiv(N, w)
-    out = cdiv(cdiv(nw, h), pair)
+    out = cdiv(cdiv(nw, r.ends), pair)
     return DecodeCost(
         compute=matvec(ctx, B * kh * nw, kh * nw * sb) + cdiv(B * out * epilogue, ctx.v),
-        reduction=chain(ctx, h, B * nw * ab),
+        reduction=r.cycles,
         broadcast=multicast(ctx, w, B * kh * sb) + multicast(ctx, h, B * out * sb),
         bytes_read=kh * nw * sb,
         flops=2 * B * K * N * pair + B * N * epilogue,

@@ -132,11 +132,12 @@ tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decod
               + multicast(h, B 2k sb)            the routing decision along column 0
               + multicast(hs, B ni sb)           h back up the cell column
     compute   = matvec(B kh rr, kh rr sb) + cdiv(B ROUTER_OPS, v)
-              + matvec(cb 3 kh ni, re 3 kh ni sb) + cdiv(cb cdiv(ni, hs) GATE_OPS, v)
-    reduction = chain(hs, B rr ab)               router logits down its columns
+              + matvec(cb 3 kh ni, re 3 kh ni sb) + cdiv(cb cdiv(ni, e) GATE_OPS, v)
+    reduction = reduce(hs, B rr ab)              router logits down its columns
               + multicast(nr, B (E - rc) ab)     gathered west to column 0
-              + chain(hs, cb 2 ni ab)            gate/up partials down a cell column
-              + chain(ws, cb kh ab)              W_down partials along the cell
+              + r(hs, cb 2 ni ab)                gate/up partials down a cell column, scattered
+                                                 over the e PEs the reduction ends on
+              + reduce(ws, cb kh ab)             W_down partials along the cell
               + (w - ws) hop + k relay           the combine: across the row's other cells,
                                                  k adds
               + up ((w - 1) + (h - hs) + (w - 1) + (w - ws)) hop + up (er - 1) relay
@@ -144,18 +145,22 @@ tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decod
                                                  row 0 (a cell row's add each), west to
                                                  column 0, and east through cell row 0
     with cb = B min(k, ep), re = min(ep, cb) and rr = rc + sig (column 0's router columns).
+Each reduction is the chain or a two-level tree, whichever is faster (`reduce`); the gate/up
+one's mapping r (e = hs rows for the chain, G leaders for a tree) is the one whose reduction
+and gate ops together are fastest (`wsecc.kernels.decode.reductions`).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from wsecc.ir.core import Node, Op
 from wsecc.ir.rules import MOE_ACTIVATIONS, MOE_ROUTERS, MOE_SHARED
 from wsecc.kernels.conv import cdiv
 from wsecc.kernels.costs import CostContext, KernelCost, breakpoints
-from wsecc.kernels.decode import DecodeCost, chain, matvec, multicast, relay
+from wsecc.kernels.decode import DecodeCost, Reduction, matvec, multicast, reduce, reductions, relay
 from wsecc.kernels.ir import KernelKind
 from wsecc.kernels.kind import TRANSCENDENTAL_OPS, KindDef, Params
 from wsecc.kernels.kinds.common import rows_per_sample
@@ -337,28 +342,47 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
     nr, rc = router_columns(E, w)
     rows = rc + int(p["shared"] == "sigmoid")  # column 0's: the shared expert's gate beside
     bias = int(p.get("bias", False))
+
+    def gate_up(nbytes: int, after: Callable[[int], int]) -> tuple[Reduction, int]:
+        """Gate/up partials of `nbytes` down a cell column (hs PEs), scattered over the e PEs
+        the reduction ends on, and `after(e)`, the vector ops that follow on the busiest of
+        them: of the mappings (`reductions`), the one fastest in both together."""
+        return min(
+            ((r, after(r.ends)) for r in reductions(ctx, hs, nbytes)),
+            key=lambda ra: ra[0].cycles + ra[1],
+        )  # fmt: skip
+
+    shared_r, shared_gate = gate_up(
+        B * 2 * ns * ab, lambda e: cdiv(B * cdiv(ns, e) * GATE_OPS, ctx.v)
+    )
     shared = (
         DecodeCost(
-            compute=matvec(ctx, B * 3 * kh * ns, 3 * kh * ns * sb)
-            + cdiv(B * cdiv(ns, hs) * GATE_OPS, ctx.v),
-            reduction=chain(ctx, hs, B * 2 * ns * ab) + chain(ctx, w, B * kh * ab),
+            compute=matvec(ctx, B * 3 * kh * ns, 3 * kh * ns * sb) + shared_gate,
+            reduction=shared_r.cycles + reduce(ctx, w, B * kh * ab).cycles,
             broadcast=multicast(ctx, hs, B * ns * sb),
             bytes_read=3 * kh * ns * sb,
         )
         if ns
         else DecodeCost()
     )
+    expert_r, expert_gate = gate_up(
+        cb * 2 * ni * ab,
+        lambda e: (
+            cdiv(cb * cdiv(ni, e) * gate_ops(p), ctx.v)
+            + bias * cdiv(cb * (2 * cdiv(ni, e) + kh), ctx.v)
+        ),
+    )
     return DecodeCost(
         compute=matvec(ctx, B * kh * rows, kh * rows * sb)
         + cdiv(B * router_ops(E, k), ctx.v)
         + matvec(ctx, cb * 3 * kh * ni, re * 3 * kh * ni * sb)
-        + cdiv(cb * cdiv(ni, hs) * gate_ops(p), ctx.v)
-        + bias * (cdiv(B * E, ctx.v) + cdiv(cb * (2 * cdiv(ni, hs) + kh), ctx.v))
+        + expert_gate
+        + bias * cdiv(B * E, ctx.v)
         + shared.compute,
-        reduction=chain(ctx, hs, B * rows * ab)
+        reduction=reduce(ctx, hs, B * rows * ab).cycles
         + multicast(ctx, nr, B * (E - rc) * ab)
-        + chain(ctx, hs, cb * 2 * ni * ab)
-        + chain(ctx, ws, cb * kh * ab)
+        + expert_r.cycles
+        + reduce(ctx, ws, cb * kh * ab).cycles
         + (w - ws) * hop
         + k * relay(ctx)
         + up * (((w - 1) + (h - hs) + (w - 1) + (w - ws)) * hop + (g.er - 1) * relay(ctx))

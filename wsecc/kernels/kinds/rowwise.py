@@ -9,7 +9,7 @@ from types import MappingProxyType
 
 from wsecc.ir.core import Node, Op
 from wsecc.kernels.costs import CostContext, KernelCost, breakpoints, cdiv
-from wsecc.kernels.decode import DecodeCost, chain, multicast
+from wsecc.kernels.decode import DecodeCost, multicast, reduce
 from wsecc.kernels.ir import KernelKind
 from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule, KindDef, Params, one_of
 from wsecc.kernels.kinds.common import rows_per_sample
@@ -114,17 +114,18 @@ def _rowwise_decode(
     """One decode step of `_rowwise`'s mapping: B rows (one token per sequence) dealt over the
     region rows, mr = cdiv(B, h) per PE. A row enters on the N edge and goes down its column to
     its region row, and its result down to the S edge; the statistics are reduced along the
-    region row and the result multicast back (an all-reduce) (`wsecc.kernels.decode`):
+    region row to its end PE (the chain or a two-level tree, whichever is faster,
+    `wsecc.kernels.decode.reduce`) and the result multicast back from it (an all-reduce):
 
         compute   = cdiv(mr dw ops, v)
-        reduction = [stats > 0] (chain(w, mr stats ab) + multicast(w, mr stats ab))
+        reduction = [stats > 0] (reduce(w, mr stats ab) + multicast(w, mr stats ab))
         broadcast = multicast(h, B dw sb inputs) + multicast(h, B dw sb outputs)"""
     sb, ab = ctx.sb, ctx.ab
     dw, mr = cdiv(dim, w), cdiv(B, h)
     stat_bytes = mr * stats * ab
     return DecodeCost(
         compute=cdiv(mr * dw * ops, ctx.v),
-        reduction=chain(ctx, w, stat_bytes) + multicast(ctx, w, stat_bytes) if stats else 0,
+        reduction=reduce(ctx, w, stat_bytes).cycles + multicast(ctx, w, stat_bytes) if stats else 0,
         broadcast=multicast(ctx, h, B * dw * sb * inputs)
         + multicast(ctx, h, B * dw * sb * outputs),
         bytes_read=weight_vectors * dw * sb,
