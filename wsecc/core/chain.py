@@ -26,7 +26,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from wsecc.core.experts import expert_shards
 from wsecc.core.flow import fuse as run_passes
+from wsecc.core.flow import split_experts
 from wsecc.core.flow import load as import_model
 from wsecc.core.flow import place_and_route
 from wsecc.core.instrument import Instrument, Say, Trace, quiet
@@ -87,6 +89,10 @@ def fuse(loaded: Loaded, say: Say = quiet) -> Fused:
     ins = _instrument(loaded.trace, loaded.job, say)
     with ins.stage("passes"):
         graph, records = run_passes(loaded.graph, loaded.job.model_path, o, ins)
+        shards = expert_shards(graph, loaded.job.target, o)
+        if shards:  # a mixture-of-experts block over several systems (`wsecc.core.experts`)
+            graph, more = split_experts(graph, shards, ins)
+            records = [*records, *more]
     for r in records:
         say(
             "passes",

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from wsecc.core.flow import FILL_STEPS, ForDecode, Placed, SizingRule, place_and_route
-from wsecc.core.layers import find_layers
+from wsecc.core.layers import Layers, find_layers
 from wsecc.core.program import Crossing, Program, Systems
 from wsecc.errors import WseccError
 from wsecc.kernels import (
@@ -234,6 +234,31 @@ def least_pes(
     return out
 
 
+@dataclass(frozen=True)
+class Segment:
+    """Kernels `start` to `stop` - 1 of a graph, all of layer `layer`: a whole layer, or the
+    part of one between two cuts at a split mixture-of-experts block's shard boundaries."""
+
+    start: int
+    stop: int
+    layer: int
+
+
+def segments(kg: KernelGraph, layers: Layers) -> list[Segment]:
+    """`layers`' spans of `kg`, each cut before every moe shard that adds to an earlier one's
+    running sum (`accumulate`: `wsecc.passes.split_moe`), so that one block's shards may sit on
+    different systems. A model without split blocks has one segment a layer."""
+    out = []
+    for i, (a, b) in enumerate(layers.spans):
+        cuts = [
+            j for j in range(a + 1, b)
+            if kg.kernels[j].kind == KernelKind.MOE and kg.kernels[j].params["accumulate"]
+        ]  # fmt: skip
+        bounds = [a, *cuts, b]
+        out += [Segment(lo, hi, i) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    return out
+
+
 def split_layers(
     kg: KernelGraph, precision: Precision, n: int, weigh: Sequence[int] | None = None
 ) -> Partition:
@@ -247,16 +272,18 @@ def split_layers(
             f"{kg.name}: no transformer layers found to split over {n} systems: "
             "compile it with --systems 1"
         )
-    if n > len(layers):
+    spans = segments(kg, layers)
+    if n > len(spans):
+        what = "layer" if len(spans) == len(layers) else "layer or shard of a split moe block"
         raise PartitionError(
-            f"{kg.name}: {n} systems for {len(layers)} layers: a system holds at least one "
-            f"layer, so use --systems {len(layers)} or fewer"
+            f"{kg.name}: {n} systems for {len(spans)} {what}s: a system holds at least one "
+            f"{what}, so use --systems {len(spans)} or fewer"
         )
     per_kernel = resident_bytes(kg, precision)
     w = list(per_kernel if weigh is None else weigh)
-    costs = [sum(w[a:b]) for a, b in layers.spans]
+    costs = [sum(w[g.start : g.stop]) for g in spans]
     cuts = balanced_bounds(costs, sum(w[: layers.start]), sum(w[layers.end :]), n)
-    starts = [0, *(layers.bounds[c] for c in cuts[1:-1]), len(kg.kernels)]
+    starts = [0, *(spans[c].start for c in cuts[1:-1]), len(kg.kernels)]
     system_of = {
         k.name: s for s, (a, b) in enumerate(zip(starts, starts[1:], strict=False))
         for k in kg.kernels[a:b]
@@ -264,7 +291,8 @@ def split_layers(
     parts = []
     for s, (a, b) in enumerate(zip(starts, starts[1:], strict=False)):
         graph = system_graph(kg, s, system_of)
-        parts.append(SystemPart(s, cuts[s], cuts[s + 1] - 1, graph, sum(per_kernel[a:b])))
+        first, last = spans[cuts[s]].layer, spans[cuts[s + 1] - 1].layer
+        parts.append(SystemPart(s, first, last, graph, sum(per_kernel[a:b])))
     return Partition(tuple(parts), crossings(kg, system_of, precision))
 
 
@@ -468,7 +496,7 @@ def size_over_systems(
     resident = whole - host.resident_bytes
     least = 1 if systems_needed(whole, per_system) == 1 else systems_needed(resident, per_system)
     layers = find_layers([k.kind for k in kg.kernels])
-    most = min(max_systems(target), len(layers) if layers is not None else 1)
+    most = min(max_systems(target), len(segments(kg, layers)) if layers is not None else 1)
     held = (
         f"{_gb(resident)} of weights and K/V cache in {precision}"
         + (f" besides the host's {_gb(host.resident_bytes)} of embeddings" if host.kernels else "")
@@ -485,7 +513,7 @@ def size_over_systems(
         why = (
             f"the target allows {max_systems(target)}"
             if most == max_systems(target)
-            else f"the model has {most} layers, at least one a system"
+            else f"the model has {most} layers or moe shards, at least one a system"
         )
         raise PartitionError(
             f"{kg.name}: {held} need at least {least} systems and {why}: use a larger "
@@ -656,12 +684,14 @@ __all__ = [
     "HostLookups",
     "Partition",
     "PartitionError",
+    "Segment",
     "SizedSystems",
     "SystemPart",
     "balanced_bounds",
     "crossing_latency_s",
     "host_lookups",
     "resident_bytes",
+    "segments",
     "shape_key",
     "shortfall",
     "regroup",
