@@ -28,9 +28,8 @@ from typing import Any
 
 from wsecc.core.experts import expert_shards
 from wsecc.core.flow import fuse as run_passes
-from wsecc.core.flow import split_experts
 from wsecc.core.flow import load as import_model
-from wsecc.core.flow import place_and_route
+from wsecc.core.flow import place_and_route, split_experts
 from wsecc.core.instrument import Instrument, Say, Trace, quiet
 from wsecc.core.partition import PartitionError, place_systems, size_over_systems
 from wsecc.core.program import Program, Systems

@@ -18,7 +18,7 @@ whose blocks fit compiles as before.
 from __future__ import annotations
 
 from wsecc.core.flow import FILL_STEPS
-from wsecc.core.partition import ONE_TOKEN, PartitionError
+from wsecc.core.partition import ONE_TOKEN, PartitionError, bytes_text
 from wsecc.ir.core import Graph, Node, Op
 from wsecc.kernels import Flow, Kernel, KernelGraph, Port, SizingError, fit_bounds
 from wsecc.kernels.kinds import lower_node
@@ -63,11 +63,10 @@ def fewest_shards(n: Node, batch: int, target: Target, precision: Precision, chu
             continue
         if need <= room:
             return s
-    one = shard_kernel(n, batch, experts)
-    gb = one.weight_bytes(precision) / 1e9
+    held = bytes_text(shard_kernel(n, batch, experts).weight_bytes(precision))
     at = f"{need:,} PEs at its smallest shape" if need else "no shape on the fabric fits it"
     raise PartitionError(
-        f"moe {n.name!r}: one expert with its router ({gb:,.2f} GB in {precision}) does not fit "
+        f"moe {n.name!r}: one expert with its router ({held} in {precision}) does not fit "
         f"one {target.name} system ({at}, against {FILL_STEPS[0]:.0%} of "
         f"{target.usable_pes:,} usable PEs): use a larger target or a lower precision"
     )

@@ -498,9 +498,13 @@ def size_over_systems(
     layers = find_layers([k.kind for k in kg.kernels])
     most = min(max_systems(target), len(segments(kg, layers)) if layers is not None else 1)
     held = (
-        f"{_gb(resident)} of weights and K/V cache in {precision}"
-        + (f" besides the host's {_gb(host.resident_bytes)} of embeddings" if host.kernels else "")
-        + f", {_gb(per_system)} per {target.name} system"
+        f"{bytes_text(resident)} of weights and K/V cache in {precision}"
+        + (
+            f" besides the host's {bytes_text(host.resident_bytes)} of embeddings"
+            if host.kernels
+            else ""
+        )
+        + f", {bytes_text(per_system)} per {target.name} system"
     )
     if least > 1:
         held += f" at {FILL_STEPS[0]:.0%} fill"
@@ -557,7 +561,7 @@ def size_over_systems(
             fits = "; it fits one wafer" if least == 1 and n > 1 else ""
             why = f"{n} requested ({held}: at least {least}{fits}){at}"
         elif n == 1:
-            why = f"fits one wafer ({_gb(whole)} of weights and K/V cache in {precision})"
+            why = f"fits one wafer ({bytes_text(whole)} of weights and K/V cache in {precision})"
         elif n == least:
             why = f"the fewest that hold it: {held}{at}"
         else:
@@ -614,7 +618,7 @@ def renamed(sizing: Sizing, kg: KernelGraph) -> Sizing:
     return replace(sizing, graph=kg.name, kernels=kernels)
 
 
-def _gb(n: float) -> str:
+def bytes_text(n: float) -> str:
     """Bytes as a reader takes them in: GB, MB or B."""
     if n >= 1e9:
         return f"{n / 1e9:,.1f} GB"
@@ -637,7 +641,7 @@ def split_why(host: HostLookups, by_pes: bool = False) -> str:
     tokens = host.graph.tokens_per_sample
     return (
         f"{split}; the host holds the embedding ({', '.join(host.kernels)}, "
-        f"{_gb(host.resident_bytes)}: a lookup of one row per token) and sends its rows, "
+        f"{bytes_text(host.resident_bytes)}: a lookup of one row per token) and sends its rows, "
         f"{host.rows_bytes_per_sample // tokens:,} B per token in place of "
         f"{host.ids_bytes_per_sample // tokens:,} B of ids, on the system I/O"
     )
@@ -670,9 +674,9 @@ def shortfall(partition: Partition, target: Target, precision: Precision, chunk_
         f"system {worst}'s group needs {need[worst]:,} PEs at its kernels' smallest fitting "
         f"shapes, over {FILL_STEPS[0]:.0%} of {pes:,} usable PEs = {int(FILL_STEPS[0] * pes):,}; "
         f"the {n} groups need {total:,} PEs ({total / pes:.2f} systems), whose "
-        f"{_gb(total * sram)} of SRAM hold {_gb(resident)} of weights and K/V cache, "
-        f"{_gb(reserve)} of per-PE reserve ({target.sram.reserved_bytes:,} B a PE) and "
-        f"{_gb(rest)} of buffers at {chunk_tokens} token(s) per chunk and shape rounding"
+        f"{bytes_text(total * sram)} of SRAM hold {bytes_text(resident)} of weights and K/V cache, "
+        f"{bytes_text(reserve)} of per-PE reserve ({target.sram.reserved_bytes:,} B a PE) and "
+        f"{bytes_text(rest)} of buffers at {chunk_tokens} token(s) per chunk and shape rounding"
     )
 
 
@@ -688,6 +692,7 @@ __all__ = [
     "SizedSystems",
     "SystemPart",
     "balanced_bounds",
+    "bytes_text",
     "crossing_latency_s",
     "host_lookups",
     "resident_bytes",
