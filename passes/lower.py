@@ -37,7 +37,7 @@ def _kernel_name(n: Node, used: set[str]) -> str:
     layer = next((m.group(1) for o in n.origin for m in [_LAYER.search(o)] if m), None)
     base = f"L{layer}.{n.op.value}" if layer is not None else n.op.value
     if n.op is Op.MOE and "first" in n.attr_dict:
-        first = int(n.attr_dict["first"])
+        first = int(n.attr("first"))
         base += f".e{first}-{first + n.inputs[2].type.shape[0] - 1}"
     name, i = base, 1
     while name in used:

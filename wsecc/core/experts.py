@@ -31,7 +31,7 @@ def shard_kernel(n: Node, batch: int, shards: int) -> Kernel:
     """Shard 0 of moe node `n` split `shards` ways as a kernel: E/shards experts, the router's
     R = E, the shared expert (the largest shard)."""
     kind, params = lower_node(n, batch)
-    experts = int(params["E"])
+    experts = n.inputs[2].type.shape[0]
     params = {**params, "E": experts // shards, "R": experts}
     return Kernel(f"{n.name}.shard", kind, params, n.origin)
 

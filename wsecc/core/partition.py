@@ -19,7 +19,10 @@ time; the split minimises the largest group's bytes (`balanced_bounds`, exact ov
 splits). When the groups so balanced do not size, they are balanced by the PEs each needs at
 its kernels' smallest shapes (`least_pes`) instead. Only this pipeline split is modelled:
 splitting each layer over systems (tensor parallelism across wafers) is not, so the report says
-that it was not compared.
+that it was not compared. The one cut inside a layer is at the shard boundaries of a
+mixture-of-experts block split over its experts (`wsecc.passes.split_moe`, `segments`): the
+balance runs over segments, a layer cut before each shard that adds to an earlier one's sum,
+and the cut carries the block's input and the running sum.
 
 Over several systems the host holds the embeddings that lead the first layer (`host_lookups`:
 a lookup of one row per token, sent by the host in place of the ids), and generate mode sizes
@@ -635,6 +638,11 @@ def split_why(host: HostLookups, by_pes: bool = False) -> str:
             "a decode step reads)",
             "balanced by the PEs each group needs at its kernels' smallest shapes (balanced by "
             "resident bytes, a group did not fit its system)",
+        )
+    if any(k.kind == KernelKind.MOE and k.params["accumulate"] for k in host.graph.kernels):
+        split += (
+            "; a mixture-of-experts block split into shards of its experts may be cut between "
+            "shards, the block's input and the running sum crossing"
         )
     if not host.kernels:
         return split

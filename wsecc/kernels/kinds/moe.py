@@ -144,6 +144,21 @@ tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decod
                                                  row 0 (a cell row's add each), west to
                                                  column 0, and east through cell row 0
     with cb = B min(k, ep), re = min(ep, cb) and rr = rc + sig (column 0's router columns).
+
+Shards (`wsecc.passes.split_moe`: a block whose experts do not fit one system). A shard holds
+E of the block's R experts and a whole copy of the router: R router columns (nr = min(R, w),
+rc = cdiv(R, nr), the logits gather R - rc, ROUTER_OPS of R, the router's bias R), the same
+top k over all R, and its E experts on the grid above; an unsplit block is R = E. Its
+throughput counts its expected share of the choices, Mb = cdiv(M k ep, R) a cell and
+T k E / R a sample's flops. A shard after the first (`accumulate`) reads the running sum of
+the shards before on the W edge, beside x: row i's slice y[H_i] starts the row's running sum
+in place of 0 (the `sums` buffer it already holds), so it adds M H sb to the bytes in and
+nothing to the buffers; the two inputs share a link at different colors (costed by the
+larger, as every kind's flows). A decode step charges each shard the worst case, a token's
+k choices all among its experts (cb = B min(k, ep), as the unsplit block's busiest cell):
+over a pipeline of systems the token passes every shard, and which shard computes depends on
+the router, so a step is not charged less for the shards a token happens to skip; the
+decode flops likewise count B min(k, E) choices a shard.
 """
 
 from __future__ import annotations
