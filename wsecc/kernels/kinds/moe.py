@@ -183,6 +183,12 @@ CLAMPED_GATE_OPS = GATE_OPS + 5
 alpha·g inside the sigmoid and u + 1."""
 
 
+def routed(p: Params) -> int:
+    """R, the experts the router chooses among: E for a whole block, more for a shard (module
+    doc, "Shards"); params saved before shards have no R."""
+    return int(p.get("R", p["E"]))
+
+
 def gate_ops(p: Params) -> int:
     """Vector ops per hidden unit of a routed expert's gate (`activation`)."""
     return CLAMPED_GATE_OPS if p.get("activation", "silu") == "clamped_silu" else GATE_OPS
@@ -268,7 +274,7 @@ def _moe_flops(p: Params) -> int:
     ops), k SwiGLU experts per token (6 H F multiply-adds as flops, GATE_OPS per hidden
     unit), the combine's weight and add per output, and the shared expert if any. A shard
     (E of the router's R experts) computes its expected share, T k E / R choices."""
-    T, H, F, E, R, k = p["tokens"], p["H"], p["F"], p["E"], p["R"], p["k"]
+    T, H, F, E, R, k = p["tokens"], p["H"], p["F"], p["E"], routed(p), p["k"]
     per_choice = 6 * H * F + F * gate_ops(p) + 2 * H + _bias_ops(p)
     per_token = router_ops(R, k) + R * int(p.get("bias", False)) + _shared_flops(p)
     return int(2 * T * H * R + T * per_token + T * k * E * per_choice // R)
@@ -294,7 +300,7 @@ def moe_buffers(p: Params, h: int, w: int, ctx: CostContext, c: int) -> int:
 
 def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     """SRAM per PE and cycles per sample on h x w (module doc)."""
-    M, H, R, k = p["tokens"], p["H"], p["R"], p["k"]
+    M, H, R, k = p["tokens"], p["H"], routed(p), p["k"]
     sb, ab, c = ctx.sb, ctx.ab, ctx.chunk(M)
     g = _grid(p, h, w)
     kh, ni, ep, hs = g.kh, g.ni, g.ep, g.hs
@@ -335,14 +341,14 @@ def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
             red * cdiv(M * 2 * ns * ab, ctx.L),
             cdiv(M * ns * sb, ctx.L),
         ),
-        in_bytes=M * H * sb * (1 + int(p["accumulate"])),
+        in_bytes=M * H * sb * (1 + int(p.get("accumulate", False))),
         out_bytes=M * H * sb,
     )
 
 
 def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCost:
     """One decode step of B tokens on `moe_cost`'s mapping (module doc)."""
-    H, F, E, R, k = p["H"], p["F"], p["E"], p["R"], p["k"]
+    H, F, E, R, k = p["H"], p["F"], p["E"], routed(p), p["k"]
     sb, ab = ctx.sb, ctx.ab
     g = _grid(p, h, w)
     kh, ni, ep, hs, ws, up = g.kh, g.ni, g.ep, g.hs, g.ws, g.vertical
@@ -447,9 +453,9 @@ def _check(p: Params) -> str:
         return f"activation {p['activation']!r} is not one of {', '.join(MOE_ACTIVATIONS)}"
     if p["router"] not in MOE_ROUTERS:
         return f"router {p['router']!r} is not one of {', '.join(MOE_ROUTERS)}"
-    if p["R"] < p["E"]:
-        return f"R {p['R']}: the router's experts are fewer than the {p['E']} held"
-    return "" if p["k"] <= p["R"] else f"k {p['k']} is more than the {p['R']} experts"
+    if routed(p) < p["E"]:
+        return f"R {routed(p)}: the router's experts are fewer than the {p['E']} held"
+    return "" if p["k"] <= routed(p) else f"k {p['k']} is more than the {routed(p)} experts"
 
 
 MOE = KindDef(
@@ -480,11 +486,11 @@ MOE = KindDef(
     },
     flops=_moe_flops,
     weight_elems=lambda p: (
-        p["H"] * p["R"]
+        p["H"] * routed(p)
         + 3 * p["E"] * p["H"] * p["F"]
         + 3 * p["H"] * p["S"]
         + int(p["shared"] == "sigmoid") * p["H"]
-        + int(p.get("bias", False)) * (p["R"] + p["E"] * (2 * p["F"] + p["H"]))
+        + int(p.get("bias", False)) * (routed(p) + p["E"] * (2 * p["F"] + p["H"]))
     ),
     in_edge="W",
     out_edge="E",
