@@ -531,6 +531,8 @@ def size_over_systems(
         chunks.append(ONE_TOKEN)
     counts = [requested] if requested is not None else list(range(least, most + 1))
     failed = ""
+    memo: SizingMemo = {}  # groups recur from one count to the next: each sized once
+    pes: list[int] | None | bool = False  # `least_pes`, computed when first needed
     for n in counts:
         if n == 1:
             part = SystemPart(0, 0, max(0, len(layers or ()) - 1), kg, whole)
@@ -538,17 +540,19 @@ def size_over_systems(
         else:
             partition = replace(split_layers(host.graph, precision, n), host_held=host.kernels)
             partition = replace(partition, why=split_why(host))
-        sized = _sized_at(partition, rule, target, precision, chunks[: 1 if n == 1 else None])
+        tried = chunks[: 1 if n == 1 else None]
+        sized = _sized_at(partition, rule, target, precision, tried, memo=memo)
         if isinstance(sized, str) and n > 1:  # balanced by the PEs the groups need instead
-            try:
-                pes = least_pes(host.graph, target, precision, chunks[-1])
-            except SizingError:
-                pes = None
-            if pes is not None:
+            if pes is False:
+                try:
+                    pes = least_pes(host.graph, target, precision, chunks[-1])
+                except SizingError:
+                    pes = None
+            if isinstance(pes, list):
                 by_pes = split_layers(host.graph, precision, n, pes)
                 by_pes = replace(by_pes, host_held=host.kernels, why=split_why(host, True))
                 for fill in (FILL_STEPS[0], DENSE_FILL):
-                    again = _sized_at(by_pes, rule, target, precision, chunks[-1:], fill)
+                    again = _sized_at(by_pes, rule, target, precision, chunks[-1:], fill, memo)
                     if not isinstance(again, str):
                         partition, sized = by_pes, again
                         break
@@ -584,6 +588,11 @@ def size_over_systems(
     )
 
 
+SizingMemo = dict[tuple[object, ...], "Sizing | str"]
+"""A group's sizing (or its sizing error) by its shapes (`shape_key`), fill and chunk: within
+one `size_over_systems` call, where the rule, target and precision are fixed."""
+
+
 def _sized_at(
     partition: Partition,
     rule: SizingRule,
@@ -591,24 +600,30 @@ def _sized_at(
     precision: Precision,
     chunks: Sequence[int],
     fill: float = FILL_STEPS[0],
+    memo: SizingMemo | None = None,
 ) -> tuple[tuple[Sizing, ...], int] | str:
     """Every group of `partition` sized by `rule` at `fill`, at the first of `chunks` (tokens
     per chunk) at which all fit: the sizings and that chunk, else the last error. A group with
-    the shapes of an earlier one (`shape_key`) takes its sizing, renamed."""
+    the shapes of an earlier one (`shape_key`) takes its sizing, renamed; `memo` keeps them
+    (and the errors) across calls of one rule, target and precision."""
+    done: SizingMemo = {} if memo is None else memo
     failed = ""
     for chunk in chunks:
-        done: dict[tuple[object, ...], Sizing] = {}
         sizings = []
-        try:
-            for p in partition.parts:
-                key = shape_key(p.graph)
-                if key not in done:
+        for p in partition.parts:
+            key = (shape_key(p.graph), fill, chunk)
+            if key not in done:
+                try:
                     done[key] = rule.size(p.graph, target, precision, fill, chunk)
-                sizings.append(renamed(done[key], p.graph))
-        except SizingError as e:
-            failed = str(e)
-            continue
-        return tuple(sizings), chunk
+                except SizingError as e:
+                    done[key] = str(e)
+            got = done[key]
+            if isinstance(got, str):
+                failed = got
+                break
+            sizings.append(renamed(got, p.graph))
+        else:
+            return tuple(sizings), chunk
     return failed
 
 
