@@ -97,7 +97,8 @@ ROWS = (
     Row(
         "llama-4-maverick", "wse3", 2500.0,
         "May 2025, over 2,500 tokens/s per user measured by Artificial Analysis; systems not "
-        "stated",
+        "stated; after Cerebras's October 2024 stack (new kernels, asynchronous wafer I/O, "
+        "speculative decoding: measurements.md §6), which wsecc does not model",
     ),
     Row(
         "gpt-oss-120b", "wse3", 3000.0,
