@@ -6,6 +6,7 @@ fits left whole; the one-line refusal when one expert does not fit a system."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from importlib import resources
 from pathlib import Path
 
@@ -92,14 +93,19 @@ def test_a_forced_split_matches_onnxruntime_mixed(sample: str) -> None:
     assert c.numerics is not None and c.numerics.passed, c.numerics.summary()
 
 
-def test_shards_over_four_systems_generate_onnxruntimes_ids() -> None:
-    """Mixtral's 2 blocks in 2 shards each over 4 systems (generate mode, fp32): each layer is
-    cut at its shard boundary, so system 1 holds layer 0's second shard alone. The cut carries
-    the block's input x (16 tokens... per sample: 32 x 64 x 4 B) and the running sum; the ids
-    equal onnxruntime's greedy generation."""
-    c = wsecc.compile(MIXTRAL, mode="generate", seq=32, prompt=8, placer="greedy",
-                      validate=True, precision="fp32", expert_shards=2, systems=4,
-                      target="wse3")  # fmt: skip
+@pytest.fixture(scope="module")
+def four() -> wsecc.Compilation:
+    """Mixtral's 2 blocks in 2 shards each over 4 systems (generate mode, fp32, numerics on)."""
+    return wsecc.compile(MIXTRAL, mode="generate", seq=32, prompt=8, placer="greedy",
+                         validate=True, precision="fp32", expert_shards=2, systems=4,
+                         target="wse3")  # fmt: skip
+
+
+def test_shards_over_four_systems_generate_onnxruntimes_ids(four: wsecc.Compilation) -> None:
+    """Each layer is cut at its shard boundary, so system 1 holds layer 0's second shard
+    alone. The cut carries the block's input x (per sample 32 tokens x 64 x 4 B) and the
+    running sum; the ids equal onnxruntime's greedy generation."""
+    c = four
     sized = c.simulated.placed.sized.systems
     assert sized is not None and sized.count == 4
     parts = sized.partition.parts
@@ -113,6 +119,16 @@ def test_shards_over_four_systems_generate_onnxruntimes_ids() -> None:
     ]  # fmt: skip
     check = c.generation_check
     assert check is not None and check.passed and "ids identical" in check.summary()
+
+
+def test_a_folder_with_shards_over_systems_is_resimulated_whole(
+    four: wsecc.Compilation, tmp_path: Path
+) -> None:
+    out = four.write(tmp_path / "four.wsecc")
+    assert main(["simulate", str(out), "--sim", "l0", "--no-validate"]) == 0
+    again = json.loads((out / "report.json").read_text())
+    assert again["performance"] == four.report()["performance"]
+    assert again["systems"] == four.report()["systems"]
 
 
 @pytest.mark.slow
