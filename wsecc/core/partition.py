@@ -529,10 +529,21 @@ def size_over_systems(
     chunks = [chunk_tokens]
     if isinstance(rule, ForDecode) and chunk_tokens > ONE_TOKEN:
         chunks.append(ONE_TOKEN)
-    counts = [requested] if requested is not None else list(range(least, most + 1))
+    pes: list[int] | None | bool = False  # `least_pes`, computed when first needed
+    start = least
+    if requested is None and least > 1 and layers is not None:
+        pes = _least_pes(host.graph, target, precision, chunks[-1])
+        alone = lone_segments(host.graph, pes, target) if pes is not None else 0
+        if alone > most:
+            raise PartitionError(
+                f"{kg.name}: {alone} layers or moe shards each need more than half a system's "
+                f"PEs and the target allows {max_systems(target)} systems: use a larger target "
+                "or a lower precision"
+            )
+        start = max(least, alone)
+    counts = [requested] if requested is not None else list(range(start, most + 1))
     failed = ""
     memo: SizingMemo = {}  # groups recur from one count to the next: each sized once
-    pes: list[int] | None | bool = False  # `least_pes`, computed when first needed
     for n in counts:
         if n == 1:
             part = SystemPart(0, 0, max(0, len(layers or ()) - 1), kg, whole)
@@ -544,10 +555,7 @@ def size_over_systems(
         sized = _sized_at(partition, rule, target, precision, tried, memo=memo)
         if isinstance(sized, str) and n > 1:  # balanced by the PEs the groups need instead
             if pes is False:
-                try:
-                    pes = least_pes(host.graph, target, precision, chunks[-1])
-                except SizingError:
-                    pes = None
+                pes = _least_pes(host.graph, target, precision, chunks[-1])
             if isinstance(pes, list):
                 by_pes = split_layers(host.graph, precision, n, pes)
                 by_pes = replace(by_pes, host_held=host.kernels, why=split_why(host, True))
@@ -571,6 +579,12 @@ def size_over_systems(
             why = f"fits one wafer ({bytes_text(whole)} of weights and K/V cache in {precision})"
         elif n == least:
             why = f"the fewest that hold it: {held}{at}"
+        elif n == start:
+            why = (
+                f"{held}: {least} would hold the bytes, but {n} layers or moe shards each "
+                f"need more than half a system's PEs at their kernels' smallest shapes (over "
+                f"half of {DENSE_FILL:.0%} of {target.usable_pes:,}), so no two share one{at}"
+            )
         else:
             why = (
                 f"{held}: {least} would hold the bytes, but with each group's buffers "
@@ -586,6 +600,29 @@ def size_over_systems(
         f"{kg.name}: no split over {least} to {most} systems fits ({failed}): use a "
         "larger target or a lower precision"
     )
+
+
+def _least_pes(
+    kg: KernelGraph, target: Target, precision: Precision, chunk_tokens: int
+) -> list[int] | None:
+    """`least_pes`, or None when some kernel fits no shape (sizing then says which)."""
+    try:
+        return least_pes(kg, target, precision, chunk_tokens)
+    except SizingError:
+        return None
+
+
+def lone_segments(kg: KernelGraph, pes: Sequence[int], target: Target) -> int:
+    """How many of `kg`'s segments (`segments`) need more than half of the densest fill a
+    split sizes at (`DENSE_FILL` of the usable PEs) at their kernels' smallest shapes (`pes`,
+    `least_pes` in `kg`'s order): no two of them can share a system, so a split needs at least
+    that many (a bin-packing bound). Auto starts there: Llama 4 Maverick's 48 halves of MoE
+    blocks (16.1 GB of experts each) take about 640,000 PEs apiece."""
+    layers = find_layers([k.kind for k in kg.kernels])
+    if layers is None:
+        return 0
+    half = DENSE_FILL * target.usable_pes / 2
+    return sum(1 for g in segments(kg, layers) if sum(pes[g.start : g.stop]) > half)
 
 
 SizingMemo = dict[tuple[object, ...], "Sizing | str"]
@@ -718,6 +755,7 @@ __all__ = [
     "bytes_text",
     "crossing_latency_s",
     "host_lookups",
+    "lone_segments",
     "resident_bytes",
     "segments",
     "shape_key",
