@@ -194,3 +194,23 @@ def test_shards_that_do_not_divide_the_experts_are_one_line(capsys) -> None:
                  "--placer", "greedy", "--no-validate"])  # fmt: skip
     err = capsys.readouterr().err.splitlines()
     assert code == 2 and "4 experts: 3 shards do not split them evenly" in err[-1]
+
+
+def test_segments_that_cannot_share_a_system_bound_the_count(tmp_path: Path) -> None:
+    """On 6 x 6 PEs of 4,096 B, half of the densest fill is 0.9 x 36 / 2 = 16.2 PEs; each of
+    Mixtral's 4 segments (its 2 layers cut at their shard boundaries) holds a shard of 24 PEs
+    at its smallest shape, so no two share a system: at least 4 systems."""
+    from wsecc.targets import load_target
+
+    from wsecc.core.layers import find_layers
+    from wsecc.core.partition import least_pes, lone_segments, segments
+
+    target = load_target(_small(tmp_path, 6, 4096))
+    job = chain.job(MIXTRAL, mode="generate", seq=16, prompt=8, expert_shards=2)
+    kg = lower(chain.fuse(chain.load(job)).graph)
+    layers = find_layers([k.kind for k in kg.kernels])
+    assert layers is not None and len(segments(kg, layers)) == 4
+    pes = least_pes(kg, target, Precision.MIXED, 1)
+    shards = [p for k, p in zip(kg.kernels, pes, strict=True) if k.kind == KernelKind.MOE]
+    assert shards == [24, 24, 24, 24]
+    assert lone_segments(kg, pes, target) == 4
