@@ -121,6 +121,18 @@ def test_shards_over_four_systems_generate_onnxruntimes_ids(four: wsecc.Compilat
     assert check is not None and check.passed and "ids identical" in check.summary()
 
 
+def test_llama4s_last_moe_layer_is_cut_at_its_shards() -> None:
+    """The 2-layer Llama 4 sample (dense, then MoE): its MoE layer is longer than the dense one
+    before it, and still its two shards go to systems 1 and 2; the ids are onnxruntime's."""
+    c = wsecc.compile(SAMPLES / "llama4_dynamo.onnx", mode="generate", seq=32, prompt=8,
+                      placer="greedy", validate=True, precision="fp32", expert_shards=2,
+                      systems=3, target="wse3")  # fmt: skip
+    rows = c.report()["systems"]
+    assert [r.get("expert_shards") for r in rows] == [None, ["moe.e0-1"], ["moe.e2-3"]]
+    check = c.generation_check
+    assert check is not None and check.passed and "ids identical" in check.summary()
+
+
 def test_a_folder_with_shards_over_systems_is_resimulated_whole(
     four: wsecc.Compilation, tmp_path: Path
 ) -> None:

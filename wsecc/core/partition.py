@@ -250,9 +250,14 @@ class Segment:
 def segments(kg: KernelGraph, layers: Layers) -> list[Segment]:
     """`layers`' spans of `kg`, each cut before every moe shard that adds to an earlier one's
     running sum (`accumulate`: `wsecc.passes.split_moe`), so that one block's shards may sit on
-    different systems. A model without split blocks has one segment a layer."""
+    different systems. A model without split blocks has one segment a layer. The last layer's
+    span runs to the end of `kg` here: the layer finder takes the last layer as long as the
+    one before, so a larger last layer (a MoE layer after a dense one) leaves its shards in
+    what follows, which always goes with the last segment's system anyway."""
     out = []
-    for i, (a, b) in enumerate(layers.spans):
+    spans = layers.spans
+    spans[-1] = (spans[-1][0], len(kg.kernels))
+    for i, (a, b) in enumerate(spans):
         cuts = [
             j for j in range(a + 1, b)
             if kg.kernels[j].kind == KernelKind.MOE and kg.kernels[j].params["accumulate"]
@@ -284,8 +289,8 @@ def split_layers(
         )
     per_kernel = resident_bytes(kg, precision)
     w = list(per_kernel if weigh is None else weigh)
-    costs = [sum(w[g.start : g.stop]) for g in spans]
-    cuts = balanced_bounds(costs, sum(w[: layers.start]), sum(w[layers.end :]), n)
+    costs = [sum(w[g.start : g.stop]) for g in spans]  # the last with what follows the layers
+    cuts = balanced_bounds(costs, sum(w[: layers.start]), 0, n)
     starts = [0, *(spans[c].start for c in cuts[1:-1]), len(kg.kernels)]
     system_of = {
         k.name: s for s, (a, b) in enumerate(zip(starts, starts[1:], strict=False))
