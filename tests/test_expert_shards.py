@@ -50,7 +50,8 @@ def _small(tmp_path: Path, side: int, data_bytes: int) -> str:
 def test_two_shards_of_mixtral_by_hand() -> None:
     """--expert-shards 2: each of the 2 blocks becomes 2 shards of 2 experts, each holding a
     copy of the router over all 4: (64 x 4 + 3 x 2 x 64 x 96) x 2 B = 74,240 B (mixed), the
-    two together the block's 3 x 4 x 64 x 96 x 2 = 147,456 B plus one more router (512 B).
+    two together the whole block's 147,968 B (its experts' 3 x 4 x 64 x 96 x 2 = 147,456 B and
+    its router's 512 B) plus one more router's 512 B.
     Shard 1 reads x and shard 0's running sum, 16 tokens x 64 each."""
     (whole,) = {k.weight_bytes(Precision.MIXED) for k in _moes()}
     shards = _moes(expert_shards=2)
