@@ -227,3 +227,15 @@ def test_segments_that_cannot_share_a_system_bound_the_count(tmp_path: Path) -> 
     shards = [p for k, p in zip(kg.kernels, pes, strict=True) if k.kind == KernelKind.MOE]
     assert shards == [24, 24, 24, 24]
     assert lone_segments(kg, pes, target) == 4
+
+
+def test_a_fork_with_other_shards_splits_again() -> None:
+    """A sweep shares the fused graph between its points (`chain.fork`); a point asking for
+    other shards gets its own split, from the imported graph."""
+    fused = chain.fuse(chain.load(chain.job(MIXTRAL, seq=16, expert_shards=2)))
+    whole = chain.fork(fused, dataclasses.replace(fused.job.options, expert_shards=None))
+    four = chain.fork(fused, dataclasses.replace(fused.job.options, expert_shards=4))
+    count = [sum(n.op.value == "moe" for n in f.graph.nodes) for f in (fused, whole, four)]
+    assert count == [4, 2, 8]
+    same = chain.fork(fused, dataclasses.replace(fused.job.options, placer="greedy"))
+    assert same.graph is fused.graph
