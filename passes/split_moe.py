@@ -95,7 +95,6 @@ def split_moe(graph: Graph, ctx: PassContext) -> Graph:
     for n, s in counts.items():
         new = shards(n, s)
         reps.append(Replacement(new, {n.outputs[0]: new[-1].outputs[0]}))
-        ctx.note("split-moe", f"{n.name}: {s} shards of {n.inputs[2].type.shape[0] // s} experts")
     return apply(graph, reps)
 
 
