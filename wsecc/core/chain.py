@@ -93,6 +93,12 @@ def fuse(loaded: Loaded, say: Say = quiet) -> Fused:
         if shards:  # a mixture-of-experts block over several systems (`wsecc.core.experts`)
             graph, more = split_experts(graph, shards, ins)
             records = [*records, *more]
+            counts = sorted(set(shards.values())) if isinstance(shards, dict) else [shards]
+            ins.explain(
+                "passes",
+                f"decided: moe blocks split into {' or '.join(map(str, counts))} shards of their "
+                "experts (--expert-shards, or the fewest whose largest fits one system)",
+            )
     for r in records:
         say(
             "passes",
