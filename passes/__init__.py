@@ -20,6 +20,7 @@ from wsecc.passes import (
     fuse_moe,
     fuse_swiglu,
     lower,
+    split_moe,
 )
 
 from wsecc.passdef import Pass, PassContext
@@ -37,6 +38,7 @@ PASSES: Mapping[str, Pass] = MappingProxyType(
             fuse_gelu,
             fuse_attention,
             fuse_lm_head,
+            split_moe,
             lower,
         )
     }
@@ -55,5 +57,8 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "fuse-lm-head",
 )
 LOWERING: tuple[str, ...] = ("lower",)
+EXPERT_SHARDS: tuple[str, ...] = ("split-moe",)
+"""Run on the fused graph when a moe op's experts are split over shards
+(`wsecc.core.experts`): not part of the default pipeline, which does not know the target."""
 
-__all__ = ["DEFAULT_PIPELINE", "LOWERING", "PASSES", "Pass", "PassContext"]
+__all__ = ["DEFAULT_PIPELINE", "EXPERT_SHARDS", "LOWERING", "PASSES", "Pass", "PassContext"]

@@ -32,9 +32,13 @@ _LAYER = re.compile(r"(?:^|[/._])(?:h|layer|layers|block|blocks)[._](\d+)(?:[/._
 
 
 def _kernel_name(n: Node, used: set[str]) -> str:
-    """'<layer>.<op>' when the ONNX names say which layer ('h.3', 'layer.3'), else '<op>'."""
+    """'<layer>.<op>' when the ONNX names say which layer ('h.3', 'layer.3'), else '<op>'; a
+    shard of a moe op (`split-moe`) adds its experts, '<layer>.moe.e0-63'."""
     layer = next((m.group(1) for o in n.origin for m in [_LAYER.search(o)] if m), None)
     base = f"L{layer}.{n.op.value}" if layer is not None else n.op.value
+    if n.op is Op.MOE and "first" in n.attr_dict:
+        first = int(n.attr("first"))
+        base += f".e{first}-{first + n.inputs[2].type.shape[0] - 1}"
     name, i = base, 1
     while name in used:
         i += 1

@@ -319,6 +319,14 @@ class Options:
         "holds the weights, K/V cache and buffers (the report says which split and why)",
         int, low=1, high=MAX_COPIES, nullable=True, auto=True, metavar="N|auto",
     )  # fmt: skip
+    expert_shards: int | None = _opt(
+        None, "--expert-shards",
+        "infer and generate modes: split every mixture-of-experts block into N shards of E/N "
+        "experts each (N divides E), each with a copy of the router, summed in turn "
+        "(wsecc.core.experts); default: with --systems auto or N > 1, a block whose experts "
+        "do not fit one system is split into the fewest shards that do",
+        int, low=1, high=MAX_COPIES, nullable=True, metavar="N",
+    )  # fmt: skip
     prompt: int | None = _opt(
         None, "--prompt", "generate mode: prompt tokens (default min(128, context / 2))",
         int, low=1, high=MAX_DIM, nullable=True, metavar="P",
@@ -408,6 +416,11 @@ class Options:
             raise WseccError(
                 "--systems auto is for infer and generate modes; train mode takes a number "
                 "of data-parallel systems (--systems N)"
+            )
+        if self.mode is Mode.TRAIN and self.expert_shards not in (None, 1):
+            raise WseccError(
+                "--expert-shards is for infer and generate modes; train mode keeps each "
+                "mixture-of-experts block whole"
             )
         if self.systems != 1 and self.replicas not in (None, 1):
             raise WseccError(

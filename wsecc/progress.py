@@ -153,6 +153,8 @@ def _systems_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     ]  # fmt: skip
     for r in systems:
         shared = f", placement of system {r['placed_as']}" if r["placed_as"] != r["system"] else ""
+        if r.get("expert_shards"):
+            shared += f"; moe shards {', '.join(r['expert_shards'])}"
         out.append(
             (
                 f"system {r['system']}",

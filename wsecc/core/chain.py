@@ -26,9 +26,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from wsecc.core.experts import expert_shards
 from wsecc.core.flow import fuse as run_passes
 from wsecc.core.flow import load as import_model
-from wsecc.core.flow import place_and_route
+from wsecc.core.flow import place_and_route, split_experts
 from wsecc.core.instrument import Instrument, Say, Trace, quiet
 from wsecc.core.partition import PartitionError, place_systems, size_over_systems
 from wsecc.core.program import Program, Systems
@@ -37,6 +38,7 @@ from wsecc.core.stages import Fused, Job, Loaded, Placed, Simulated, Sized
 from wsecc.errors import WseccError
 from wsecc.frontend.common import widened_text
 from wsecc.hashing import sha256_beside
+from wsecc.ir.core import Graph, Op
 from wsecc.kernels import Sizing, SizingError
 from wsecc.modes.strategy import Layout, bound_batch, per_sample_batch, strategy
 from wsecc.options import Options, saved_options
@@ -87,6 +89,16 @@ def fuse(loaded: Loaded, say: Say = quiet) -> Fused:
     ins = _instrument(loaded.trace, loaded.job, say)
     with ins.stage("passes"):
         graph, records = run_passes(loaded.graph, loaded.job.model_path, o, ins)
+        shards = expert_shards(graph, loaded.job.target, o)
+        if shards:  # a mixture-of-experts block over several systems (`wsecc.core.experts`)
+            graph, more = split_experts(graph, shards, ins)
+            records = [*records, *more]
+            counts = sorted(set(shards.values())) if isinstance(shards, dict) else [shards]
+            ins.explain(
+                "passes",
+                f"decided: moe blocks split into {' or '.join(map(str, counts))} shards of their "
+                "experts (--expert-shards, or the fewest whose largest fits one system)",
+            )
     for r in records:
         say(
             "passes",
@@ -108,7 +120,20 @@ def fork(fused: Fused, options: Options) -> Fused:
         batch = bound_batch(options)  # the graph is per sample for these options
     if (bound_batch(options), options.seq, dict(options.dims)) != (batch, o.seq, dict(o.dims)):
         raise ValueError("fork: the bindings (batch, seq, dims) must stay the same")
-    return in_job(fused, Job(fused.job.model_path, options, load_target(options.target)))
+    job = Job(fused.job.model_path, options, load_target(options.target))
+    if _shards_may_differ(fused.graph, o, options):  # split again from the imported graph
+        return fuse(dataclasses.replace(fused.loaded, job=job))
+    return in_job(fused, job)
+
+
+def _shards_may_differ(graph: Graph, old: Options, new: Options) -> bool:
+    """Whether a fused graph with moe ops, split for `old` (`wsecc.core.experts`), might be split
+    otherwise for `new`: the options that choice reads differ."""
+
+    def reads(o: Options) -> tuple[object, ...]:
+        return (o.expert_shards, o.systems == 1, o.target, o.precision, o.mode, o.chunk_tokens)
+
+    return reads(old) != reads(new) and any(n.op is Op.MOE for n in graph.nodes)
 
 
 def in_job(fused: Fused, job: Job) -> Fused:

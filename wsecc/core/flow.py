@@ -57,7 +57,7 @@ from wsecc.kernels import (
     sizing_at,
 )
 from wsecc.options import Options
-from wsecc.passes import DEFAULT_PIPELINE, LOWERING
+from wsecc.passes import DEFAULT_PIPELINE, EXPERT_SHARDS, LOWERING
 from wsecc.place.api import place
 from wsecc.place.from_kernels import placement_problem
 from wsecc.place.manual import load_pins, with_pins
@@ -132,6 +132,17 @@ def fuse(
     fused, records = pm.run(graph, PassContext())
     assert isinstance(fused, Graph)  # the fusion pipeline stays at the graph level
     return fused, records
+
+
+def split_experts(
+    fused: Graph, shards: int | Mapping[str, int], instrument: Instrument | None = None
+) -> tuple[Graph, list[PassRecord]]:
+    """The `split-moe` pass on the fused graph: each moe op split into `shards` (one count for
+    all, or per moe node name; `wsecc.core.experts.expert_shards` chooses them)."""
+    pm = PassManager(EXPERT_SHARDS, instrument=instrument or Instrument.after(Trace()))
+    graph, records = pm.run(fused, PassContext(options={"expert_shards": shards}))
+    assert isinstance(graph, Graph)  # split-moe stays at the graph level
+    return graph, records
 
 
 def lower(fused: Graph) -> KernelGraph:

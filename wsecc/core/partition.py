@@ -19,7 +19,10 @@ time; the split minimises the largest group's bytes (`balanced_bounds`, exact ov
 splits). When the groups so balanced do not size, they are balanced by the PEs each needs at
 its kernels' smallest shapes (`least_pes`) instead. Only this pipeline split is modelled:
 splitting each layer over systems (tensor parallelism across wafers) is not, so the report says
-that it was not compared.
+that it was not compared. The one cut inside a layer is at the shard boundaries of a
+mixture-of-experts block split over its experts (`wsecc.passes.split_moe`, `segments`): the
+balance runs over segments, a layer cut before each shard that adds to an earlier one's sum,
+and the cut carries the block's input and the running sum.
 
 Over several systems the host holds the embeddings that lead the first layer (`host_lookups`:
 a lookup of one row per token, sent by the host in place of the ids), and generate mode sizes
@@ -33,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from wsecc.core.flow import FILL_STEPS, ForDecode, Placed, SizingRule, place_and_route
-from wsecc.core.layers import find_layers
+from wsecc.core.layers import Layers, find_layers
 from wsecc.core.program import Crossing, Program, Systems
 from wsecc.errors import WseccError
 from wsecc.kernels import (
@@ -234,6 +237,36 @@ def least_pes(
     return out
 
 
+@dataclass(frozen=True)
+class Segment:
+    """Kernels `start` to `stop` - 1 of a graph, all of layer `layer`: a whole layer, or the
+    part of one between two cuts at a split mixture-of-experts block's shard boundaries."""
+
+    start: int
+    stop: int
+    layer: int
+
+
+def segments(kg: KernelGraph, layers: Layers) -> list[Segment]:
+    """`layers`' spans of `kg`, each cut before every moe shard that adds to an earlier one's
+    running sum (`accumulate`: `wsecc.passes.split_moe`), so that one block's shards may sit on
+    different systems. A model without split blocks has one segment a layer. The last layer's
+    span runs to the end of `kg` here: the layer finder takes the last layer as long as the
+    one before, so a larger last layer (a MoE layer after a dense one) leaves its shards in
+    what follows, which always goes with the last segment's system anyway."""
+    out = []
+    spans = layers.spans
+    spans[-1] = (spans[-1][0], len(kg.kernels))
+    for i, (a, b) in enumerate(spans):
+        cuts = [
+            j for j in range(a + 1, b)
+            if kg.kernels[j].kind == KernelKind.MOE and kg.kernels[j].params["accumulate"]
+        ]  # fmt: skip
+        bounds = [a, *cuts, b]
+        out += [Segment(lo, hi, i) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    return out
+
+
 def split_layers(
     kg: KernelGraph, precision: Precision, n: int, weigh: Sequence[int] | None = None
 ) -> Partition:
@@ -247,16 +280,18 @@ def split_layers(
             f"{kg.name}: no transformer layers found to split over {n} systems: "
             "compile it with --systems 1"
         )
-    if n > len(layers):
+    spans = segments(kg, layers)
+    if n > len(spans):
+        what = "layer" if len(spans) == len(layers) else "layer or shard of a split moe block"
         raise PartitionError(
-            f"{kg.name}: {n} systems for {len(layers)} layers: a system holds at least one "
-            f"layer, so use --systems {len(layers)} or fewer"
+            f"{kg.name}: {n} systems for {len(spans)} {what}s: a system holds at least one "
+            f"{what}, so use --systems {len(spans)} or fewer"
         )
     per_kernel = resident_bytes(kg, precision)
     w = list(per_kernel if weigh is None else weigh)
-    costs = [sum(w[a:b]) for a, b in layers.spans]
-    cuts = balanced_bounds(costs, sum(w[: layers.start]), sum(w[layers.end :]), n)
-    starts = [0, *(layers.bounds[c] for c in cuts[1:-1]), len(kg.kernels)]
+    costs = [sum(w[g.start : g.stop]) for g in spans]  # the last with what follows the layers
+    cuts = balanced_bounds(costs, sum(w[: layers.start]), 0, n)
+    starts = [0, *(spans[c].start for c in cuts[1:-1]), len(kg.kernels)]
     system_of = {
         k.name: s for s, (a, b) in enumerate(zip(starts, starts[1:], strict=False))
         for k in kg.kernels[a:b]
@@ -264,7 +299,8 @@ def split_layers(
     parts = []
     for s, (a, b) in enumerate(zip(starts, starts[1:], strict=False)):
         graph = system_graph(kg, s, system_of)
-        parts.append(SystemPart(s, cuts[s], cuts[s + 1] - 1, graph, sum(per_kernel[a:b])))
+        first, last = spans[cuts[s]].layer, spans[cuts[s + 1] - 1].layer
+        parts.append(SystemPart(s, first, last, graph, sum(per_kernel[a:b])))
     return Partition(tuple(parts), crossings(kg, system_of, precision))
 
 
@@ -468,11 +504,15 @@ def size_over_systems(
     resident = whole - host.resident_bytes
     least = 1 if systems_needed(whole, per_system) == 1 else systems_needed(resident, per_system)
     layers = find_layers([k.kind for k in kg.kernels])
-    most = min(max_systems(target), len(layers) if layers is not None else 1)
+    most = min(max_systems(target), len(segments(kg, layers)) if layers is not None else 1)
     held = (
-        f"{_gb(resident)} of weights and K/V cache in {precision}"
-        + (f" besides the host's {_gb(host.resident_bytes)} of embeddings" if host.kernels else "")
-        + f", {_gb(per_system)} per {target.name} system"
+        f"{bytes_text(resident)} of weights and K/V cache in {precision}"
+        + (
+            f" besides the host's {bytes_text(host.resident_bytes)} of embeddings"
+            if host.kernels
+            else ""
+        )
+        + f", {bytes_text(per_system)} per {target.name} system"
     )
     if least > 1:
         held += f" at {FILL_STEPS[0]:.0%} fill"
@@ -485,7 +525,7 @@ def size_over_systems(
         why = (
             f"the target allows {max_systems(target)}"
             if most == max_systems(target)
-            else f"the model has {most} layers, at least one a system"
+            else f"the model has {most} layers or moe shards, at least one a system"
         )
         raise PartitionError(
             f"{kg.name}: {held} need at least {least} systems and {why}: use a larger "
@@ -494,8 +534,21 @@ def size_over_systems(
     chunks = [chunk_tokens]
     if isinstance(rule, ForDecode) and chunk_tokens > ONE_TOKEN:
         chunks.append(ONE_TOKEN)
-    counts = [requested] if requested is not None else list(range(least, most + 1))
+    pes: list[int] | None | bool = False  # `least_pes`, computed when first needed
+    start = least
+    if requested is None and least > 1 and layers is not None:
+        pes = _least_pes(host.graph, target, precision, chunks[-1])
+        alone = lone_segments(host.graph, pes, target) if pes is not None else 0
+        if alone > most:
+            raise PartitionError(
+                f"{kg.name}: {alone} layers or moe shards each need more than half a system's "
+                f"PEs and the target allows {max_systems(target)} systems: use a larger target "
+                "or a lower precision"
+            )
+        start = max(least, alone)
+    counts = [requested] if requested is not None else list(range(start, most + 1))
     failed = ""
+    memo: SizingMemo = {}  # groups recur from one count to the next: each sized once
     for n in counts:
         if n == 1:
             part = SystemPart(0, 0, max(0, len(layers or ()) - 1), kg, whole)
@@ -503,17 +556,16 @@ def size_over_systems(
         else:
             partition = replace(split_layers(host.graph, precision, n), host_held=host.kernels)
             partition = replace(partition, why=split_why(host))
-        sized = _sized_at(partition, rule, target, precision, chunks[: 1 if n == 1 else None])
+        tried = chunks[: 1 if n == 1 else None]
+        sized = _sized_at(partition, rule, target, precision, tried, memo=memo)
         if isinstance(sized, str) and n > 1:  # balanced by the PEs the groups need instead
-            try:
-                pes = least_pes(host.graph, target, precision, chunks[-1])
-            except SizingError:
-                pes = None
-            if pes is not None:
+            if pes is False:
+                pes = _least_pes(host.graph, target, precision, chunks[-1])
+            if isinstance(pes, list):
                 by_pes = split_layers(host.graph, precision, n, pes)
                 by_pes = replace(by_pes, host_held=host.kernels, why=split_why(host, True))
                 for fill in (FILL_STEPS[0], DENSE_FILL):
-                    again = _sized_at(by_pes, rule, target, precision, chunks[-1:], fill)
+                    again = _sized_at(by_pes, rule, target, precision, chunks[-1:], fill, memo)
                     if not isinstance(again, str):
                         partition, sized = by_pes, again
                         break
@@ -529,9 +581,15 @@ def size_over_systems(
             fits = "; it fits one wafer" if least == 1 and n > 1 else ""
             why = f"{n} requested ({held}: at least {least}{fits}){at}"
         elif n == 1:
-            why = f"fits one wafer ({_gb(whole)} of weights and K/V cache in {precision})"
+            why = f"fits one wafer ({bytes_text(whole)} of weights and K/V cache in {precision})"
         elif n == least:
             why = f"the fewest that hold it: {held}{at}"
+        elif n == start:
+            why = (
+                f"{held}: {least} would hold the bytes, but {n} layers or moe shards each "
+                f"need more than half a system's PEs at their kernels' smallest shapes (over "
+                f"half of {DENSE_FILL:.0%} of {target.usable_pes:,}), so no two share one{at}"
+            )
         else:
             why = (
                 f"{held}: {least} would hold the bytes, but with each group's buffers "
@@ -549,6 +607,34 @@ def size_over_systems(
     )
 
 
+def _least_pes(
+    kg: KernelGraph, target: Target, precision: Precision, chunk_tokens: int
+) -> list[int] | None:
+    """`least_pes`, or None when some kernel fits no shape (sizing then says which)."""
+    try:
+        return least_pes(kg, target, precision, chunk_tokens)
+    except SizingError:
+        return None
+
+
+def lone_segments(kg: KernelGraph, pes: Sequence[int], target: Target) -> int:
+    """How many of `kg`'s segments (`segments`) need more than half of the densest fill a
+    split sizes at (`DENSE_FILL` of the usable PEs) at their kernels' smallest shapes (`pes`,
+    `least_pes` in `kg`'s order): no two of them can share a system, so a split needs at least
+    that many (a bin-packing bound). Auto starts there: Llama 4 Maverick's 48 halves of MoE
+    blocks (16.1 GB of experts each) take about 640,000 PEs apiece."""
+    layers = find_layers([k.kind for k in kg.kernels])
+    if layers is None:
+        return 0
+    half = DENSE_FILL * target.usable_pes / 2
+    return sum(1 for g in segments(kg, layers) if sum(pes[g.start : g.stop]) > half)
+
+
+SizingMemo = dict[tuple[object, ...], "Sizing | str"]
+"""A group's sizing (or its sizing error) by its shapes (`shape_key`), fill and chunk: within
+one `size_over_systems` call, where the rule, target and precision are fixed."""
+
+
 def _sized_at(
     partition: Partition,
     rule: SizingRule,
@@ -556,24 +642,30 @@ def _sized_at(
     precision: Precision,
     chunks: Sequence[int],
     fill: float = FILL_STEPS[0],
+    memo: SizingMemo | None = None,
 ) -> tuple[tuple[Sizing, ...], int] | str:
     """Every group of `partition` sized by `rule` at `fill`, at the first of `chunks` (tokens
     per chunk) at which all fit: the sizings and that chunk, else the last error. A group with
-    the shapes of an earlier one (`shape_key`) takes its sizing, renamed."""
+    the shapes of an earlier one (`shape_key`) takes its sizing, renamed; `memo` keeps them
+    (and the errors) across calls of one rule, target and precision."""
+    done: SizingMemo = {} if memo is None else memo
     failed = ""
     for chunk in chunks:
-        done: dict[tuple[object, ...], Sizing] = {}
         sizings = []
-        try:
-            for p in partition.parts:
-                key = shape_key(p.graph)
-                if key not in done:
+        for p in partition.parts:
+            key = (shape_key(p.graph), fill, chunk)
+            if key not in done:
+                try:
                     done[key] = rule.size(p.graph, target, precision, fill, chunk)
-                sizings.append(renamed(done[key], p.graph))
-        except SizingError as e:
-            failed = str(e)
-            continue
-        return tuple(sizings), chunk
+                except SizingError as e:
+                    done[key] = str(e)
+            got = done[key]
+            if isinstance(got, str):
+                failed = got
+                break
+            sizings.append(renamed(got, p.graph))
+        else:
+            return tuple(sizings), chunk
     return failed
 
 
@@ -586,7 +678,7 @@ def renamed(sizing: Sizing, kg: KernelGraph) -> Sizing:
     return replace(sizing, graph=kg.name, kernels=kernels)
 
 
-def _gb(n: float) -> str:
+def bytes_text(n: float) -> str:
     """Bytes as a reader takes them in: GB, MB or B."""
     if n >= 1e9:
         return f"{n / 1e9:,.1f} GB"
@@ -604,12 +696,17 @@ def split_why(host: HostLookups, by_pes: bool = False) -> str:
             "balanced by the PEs each group needs at its kernels' smallest shapes (balanced by "
             "resident bytes, a group did not fit its system)",
         )
+    if any(k.kind == KernelKind.MOE and k.params["accumulate"] for k in host.graph.kernels):
+        split += (
+            "; a mixture-of-experts block split into shards of its experts may be cut between "
+            "shards, the block's input and the running sum crossing"
+        )
     if not host.kernels:
         return split
     tokens = host.graph.tokens_per_sample
     return (
         f"{split}; the host holds the embedding ({', '.join(host.kernels)}, "
-        f"{_gb(host.resident_bytes)}: a lookup of one row per token) and sends its rows, "
+        f"{bytes_text(host.resident_bytes)}: a lookup of one row per token) and sends its rows, "
         f"{host.rows_bytes_per_sample // tokens:,} B per token in place of "
         f"{host.ids_bytes_per_sample // tokens:,} B of ids, on the system I/O"
     )
@@ -642,9 +739,9 @@ def shortfall(partition: Partition, target: Target, precision: Precision, chunk_
         f"system {worst}'s group needs {need[worst]:,} PEs at its kernels' smallest fitting "
         f"shapes, over {FILL_STEPS[0]:.0%} of {pes:,} usable PEs = {int(FILL_STEPS[0] * pes):,}; "
         f"the {n} groups need {total:,} PEs ({total / pes:.2f} systems), whose "
-        f"{_gb(total * sram)} of SRAM hold {_gb(resident)} of weights and K/V cache, "
-        f"{_gb(reserve)} of per-PE reserve ({target.sram.reserved_bytes:,} B a PE) and "
-        f"{_gb(rest)} of buffers at {chunk_tokens} token(s) per chunk and shape rounding"
+        f"{bytes_text(total * sram)} of SRAM hold {bytes_text(resident)} of weights and K/V cache, "
+        f"{bytes_text(reserve)} of per-PE reserve ({target.sram.reserved_bytes:,} B a PE) and "
+        f"{bytes_text(rest)} of buffers at {chunk_tokens} token(s) per chunk and shape rounding"
     )
 
 
@@ -656,12 +753,16 @@ __all__ = [
     "HostLookups",
     "Partition",
     "PartitionError",
+    "Segment",
     "SizedSystems",
     "SystemPart",
     "balanced_bounds",
+    "bytes_text",
     "crossing_latency_s",
     "host_lookups",
+    "lone_segments",
     "resident_bytes",
+    "segments",
     "shape_key",
     "shortfall",
     "regroup",

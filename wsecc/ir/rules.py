@@ -584,11 +584,20 @@ def _moe_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     x, wr, wg, wu, wd = ts[:5]
     h = x.shape[-1] if x.rank else 0
     e, i = (wg.shape[0], wg.shape[2]) if wg.rank == 3 else (0, 0)
-    if wr.shape != (h, e) or wg.shape != (e, h, i) or wu != wg or wd.shape != (e, i, h):
+    r = wr.shape[-1] if wr.rank == 2 else 0
+    if wr.shape != (h, r) or wg.shape != (e, h, i) or wu != wg or wd.shape != (e, i, h):
         raise IRError(
             f"moe expects x[..., H], W_router[H, E], W_gate and W_up [E, H, I], W_down [E, I, H], "
             f"got {x.shape}, {wr.shape}, {wg.shape}, {wu.shape}, {wd.shape}"
         )
+    first = int(a.get("first", 0))
+    if not 0 <= first <= r - e:
+        raise IRError(
+            f"moe holds experts {first} to {first + e - 1} of its router's {r}: a shard's "
+            "experts must lie within the router's"
+        )
+    if a.get("accumulate", False) and ts[-1].shape != x.shape:
+        raise IRError(f"moe's running sum must be x's shape {x.shape}, got {ts[-1].shape}")
     if a["router"] not in MOE_ROUTERS or a["activation"] not in MOE_ACTIVATIONS:
         raise IRError(
             f"moe router must be one of {MOE_ROUTERS}, activation one of {MOE_ACTIVATIONS}"
@@ -597,15 +606,17 @@ def _moe_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
         raise IRError(f"moe scale must be one of {MOE_SCALES}")
     if a["activation"] == "clamped_silu" and not float(a.get("limit", 0.0)) > 0:
         raise IRError("moe's clamped_silu needs a positive limit")
-    if not 1 <= a["k"] <= e:
-        raise IRError(f"moe chooses k={a['k']} of {e} experts")
+    if not 1 <= a["k"] <= r:
+        raise IRError(f"moe chooses k={a['k']} of {r} experts")
     shared = a.get("shared", "none")
     want = moe_bias_start(a) + 4 * int(bool(a.get("bias", False)))
+    want += int(bool(a.get("accumulate", False)))
     if want != len(ts):
         raise IRError(f"moe shared {shared!r} takes {want} operands, got {len(ts)}")
     if a.get("bias", False):
-        got = tuple(t.shape for t in ts[-4:])
-        if got != ((e,), (e, i), (e, i), (e, h)):
+        start = moe_bias_start(a)
+        got = tuple(t.shape for t in ts[start : start + 4])
+        if got != ((r,), (e, i), (e, i), (e, h)):
             raise IRError(
                 f"moe's biases expect b_router [E], b_gate and b_up [E, I], b_down [E, H], "
                 f"got {got}"
@@ -673,15 +684,22 @@ def moe(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     sigmoid(x·w_shared_gate). With `bias` (gpt-oss) the router's logits and each expert's
     gate, up and down projections add their biases; `activation` "clamped_silu" is gpt-oss's
     gate (`moe_gate`). With `scale` "input" (Llama 4) each w_j scales the expert's input, not
-    its output: y = Σ_j expert_{e_j}(w_j · x) (`MOE_SCALES`)."""
+    its output: y = Σ_j expert_{e_j}(w_j · x) (`MOE_SCALES`).
+
+    A shard of a block (`split-moe`): W_router keeps all R of the block's experts and the
+    top k is chosen over all R, but the op holds only experts `first` .. `first` + E - 1 and
+    adds only the choices that fall among them; with `accumulate`, the last operand is the
+    running sum of the shards before, which the op's sum is added to."""
     x, wr, wg, wu, wd = xs[:5]
     x2 = x.reshape(-1, x.shape[-1])
-    br, bg, bu, bd = xs[moe_bias_start(a) :] if a.get("bias", False) else (None,) * 4
+    start = moe_bias_start(a)
+    br, bg, bu, bd = xs[start : start + 4] if a.get("bias", False) else (None,) * 4
     idx, w = moe_routing(x2, wr, a, br)
     y = np.zeros((a["k"],) + x2.shape, x.dtype)
     on_input = a.get("scale", "output") == "input"
+    first = int(a.get("first", 0))
     for e in range(wg.shape[0]):
-        rows, slot = np.nonzero(idx == e)
+        rows, slot = np.nonzero(idx == first + e)
         if rows.size:
             xe = (x2[rows] * w[rows, slot, None]).astype(x.dtype) if on_input else x2[rows]
             zg, zu = _matmul(xe, wg[e]), _matmul(xe, wu[e])
@@ -698,6 +716,8 @@ def moe(xs: Arrays, a: Attrs) -> list[np.ndarray]:
         if a["shared"] == "sigmoid":
             ys = ys * _expit(_matmul(x2, xs[8]).astype(np.float64)).astype(x.dtype)
         out = (out + ys).astype(x.dtype)
+    if a.get("accumulate", False):
+        out = (xs[-1].reshape(x2.shape) + out).astype(x.dtype)
     return [out.reshape(x.shape)]
 
 
@@ -1526,7 +1546,7 @@ RULES: dict[Op, Rule] = {
         _softmax_vjp,
     ),
     Op.TOP_K: Rule(1, 1, _top_k_infer, _top_k_impl, _top_k_vjp),
-    Op.MOE: Rule(5, 13, _moe_infer, moe),
+    Op.MOE: Rule(5, 14, _moe_infer, moe),
     Op.LINEAR: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LM_HEAD: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LAYER_NORM: Rule(3, 3 + MAX_SKIPS, _layer_norm_infer, layer_norm, _layer_norm_vjp),

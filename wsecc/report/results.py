@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from wsecc.core.layers import find_layers
 from wsecc.core.partition import resident_bytes
+from wsecc.kernels import KernelGraph, KernelKind
 
 if TYPE_CHECKING:
     from wsecc.core.stages import Placed
@@ -67,7 +68,9 @@ class SystemRow:
     """One system of a program (`wsecc.core.partition`): its layers (first and last, "L" numbers),
     kernels and PEs, the bytes it keeps resident, its fullest PE, its time (a decode step's, or
     a sample's latency through it) and that time's share of the systems' sum, the system whose
-    placement it uses, and the bytes per sample crossing into it from earlier systems."""
+    placement it uses, the bytes per sample crossing into it from earlier systems, and the
+    shards of split mixture-of-experts blocks it holds (their kernels' names, "L3.moe.e0-63":
+    `wsecc.passes.split_moe`)."""
 
     system: int
     first_layer: int
@@ -80,9 +83,11 @@ class SystemRow:
     share: float
     placed_as: int
     crossing_in_bytes: float
+    expert_shards: tuple[str, ...] = ()  # the moe shards it holds (`wsecc.core.experts`)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        shards = {"expert_shards": list(self.expert_shards)} if self.expert_shards else {}
+        return shards | {
             "system": self.system, "layers": self.last_layer - self.first_layer + 1,
             "first_layer": self.first_layer, "last_layer": self.last_layer,
             "kernels": self.kernels, "pes": self.pes, "resident_bytes": self.resident_bytes,
@@ -116,9 +121,19 @@ def system_rows(placed: Placed, seconds: Sequence[float]) -> tuple[SystemRow, ..
                 t / total,
                 systems.placed(part.index),
                 crossing,
+                expert_shards(part.graph),
             )  # fmt: skip
         )
     return tuple(rows)
+
+
+def expert_shards(kg: KernelGraph) -> tuple[str, ...]:
+    """The moe kernels of `kg` that hold part of a block's experts (a router over more experts
+    than the kernel holds: `wsecc.passes.split_moe`), by name."""
+    return tuple(
+        k.name for k in kg.kernels
+        if k.kind == KernelKind.MOE and k.params["R"] != k.params["E"]
+    )  # fmt: skip
 
 
 def one_system(placed: Placed, seconds: Sequence[float]) -> tuple[SystemRow, ...]:
@@ -130,7 +145,7 @@ def one_system(placed: Placed, seconds: Sequence[float]) -> tuple[SystemRow, ...
         0, 0, max(0, len(layers) - 1) if layers is not None else 0, len(program.kg.kernels),
         sum(r.h * r.w for r in program.placement.rects.values()),
         sum(resident_bytes(program.kg, program.precision)), program.sizing.max_sram_per_pe,
-        seconds[0], 1.0, 0, 0.0,
+        seconds[0], 1.0, 0, 0.0, expert_shards(program.kg),
     )  # fmt: skip
     return (row,)
 

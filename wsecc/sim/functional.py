@@ -460,11 +460,15 @@ def _moe(b: _Build) -> Run:
     order (experts of one cell in index order); those sums are added last cell row first (the
     sum going north); cell row 0's running sum starts from that and adds its own cells' in
     column order; rounded to storage as it leaves. A shared expert's output starts the sum
-    (its S over the er cell rows' w columns, in that order)."""
+    (its S over the er cell rows' w columns, in that order). A shard (`split-moe`) routes over
+    all R of the router's experts and adds the choices among its E (`first` on), its sum
+    starting from the running sum it reads (`accumulate`, in the accumulate type) rather
+    than 0."""
     b.expect(Op.MOE)
     a: dict[str, Any] = b.node.attr_dict
     wr, wg, wu, wd = (b.resident(i) for i in range(1, 5))
     E, H, F = wg.shape
+    R, first = wr.shape[1], int(a.get("first", 0))
     h, w = b.region.h, b.region.w
     grid = moe_grid(E, H, F, h, w)
     hs, ws = grid.hs, grid.ws
@@ -473,7 +477,7 @@ def _moe(b: _Build) -> Run:
     ar = b.ar
     inner = Arithmetic(ar.name, _identity, ar.acc)  # sums that stay in the region
     shared = a.get("shared", "none")
-    router = [_MatmulTiles.of(wr, hs, router_columns(E, w)[0], M, None)]
+    router = [_MatmulTiles.of(wr, hs, router_columns(R, w)[0], M, None)]
     if shared == "sigmoid":  # its gate's column on column 0
         router.append(_MatmulTiles.of(b.resident(8), hs, 1, M, None))
     if shared != "none":
@@ -516,7 +520,7 @@ def _moe(b: _Build) -> Run:
         x = args[0].reshape(-1, shape[-1])
         logits = np.concatenate([_tiled_linear(x, t, inner, None, "none") for t in router], 1)
         if br is not None:
-            logits[:, :E] = ar.acc(logits[:, :E] + br)
+            logits[:, :R] = ar.acc(logits[:, :R] + br)
         acc = np.zeros(x.shape, np.float32)
         if shared != "none":
             y = _tiled_linear(x, shared_gate_up, ar, None, "none")
@@ -525,9 +529,11 @@ def _moe(b: _Build) -> Run:
                 hid = ar.store(ar.acc(ar.acc(g / (np.float32(1) + np.exp(-g))) * u))
                 acc = _tiled_linear(hid, shared_down, inner, None, "none")
                 if shared == "sigmoid":
-                    gate = ar.acc(np.float32(1) / (np.float32(1) + np.exp(-logits[:, E:])))
+                    gate = ar.acc(np.float32(1) / (np.float32(1) + np.exp(-logits[:, R:])))
                     acc = ar.acc(acc * gate)
-            logits = logits[:, :E]
+            logits = logits[:, :R]
+        if a.get("accumulate", False):  # the shards before: the row's sum starts from theirs
+            acc = ar.acc(args[-1].reshape(x.shape) + acc)
         with np.errstate(over="ignore"):
             if a["router"] == "softmax":
                 z = np.exp(logits - logits.max(axis=1, keepdims=True))
@@ -540,8 +546,9 @@ def _moe(b: _Build) -> Run:
             weights = ar.acc(weights / weights.sum(axis=1, keepdims=True, dtype=np.float32))
 
         def add_expert(total: np.ndarray, e: int) -> None:
-            """total[t] += w_e · y_e(x[t]) for the tokens that chose e."""
-            rows, slot = np.nonzero(idx == e)
+            """total[t] += w_e · y_e(x[t]) for the tokens that chose e (of the router's,
+            `first` + e)."""
+            rows, slot = np.nonzero(idx == first + e)
             if not rows.size:
                 return
             bias = None

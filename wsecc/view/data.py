@@ -305,6 +305,11 @@ def systems_payload(
                     f"L{row['first_layer']}\u2013L{row['last_layer']} ({row['layers']} layers)",
                     f"{row['pes']:,} PEs, {row['resident_bytes'] / 1e9:,.2f} GB",
                     f"{1e6 * row['seconds']:,.1f} \u00b5s ({100 * row['time_share']:.0f}%)",
+                    *(
+                        ["moe shards " + ", ".join(row["expert_shards"])]
+                        if row.get("expert_shards")
+                        else []
+                    ),
                 ],
             }
         )

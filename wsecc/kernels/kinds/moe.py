@@ -148,6 +148,21 @@ tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decod
 Each reduction is the chain or a two-level tree, whichever is faster (`reduce`); the gate/up
 one's mapping r (e = hs rows for the chain, G leaders for a tree) is the one whose reduction
 and gate ops together are fastest (`wsecc.kernels.decode.reductions`).
+
+Shards (`wsecc.passes.split_moe`: a block whose experts do not fit one system). A shard holds
+E of the block's R experts and a whole copy of the router: R router columns (nr = min(R, w),
+rc = cdiv(R, nr), the logits gather R - rc, ROUTER_OPS of R, the router's bias R), the same
+top k over all R, and its E experts on the grid above; an unsplit block is R = E. Its
+throughput counts its expected share of the choices, Mb = cdiv(M k ep, R) a cell and
+T k E / R a sample's flops. A shard after the first (`accumulate`) reads the running sum of
+the shards before on the W edge, beside x: row i's slice y[H_i] starts the row's running sum
+in place of 0 (the `sums` buffer it already holds), so it adds M H sb to the bytes in and
+nothing to the buffers; the two inputs share a link at different colors (costed by the
+larger, as every kind's flows). A decode step charges each shard the worst case, a token's
+k choices all among its experts (cb = B min(k, ep), as the unsplit block's busiest cell):
+over a pipeline of systems the token passes every shard, and which shard computes depends on
+the router, so a step is not charged less for the shards a token happens to skip; the
+decode flops likewise count B min(k, E) choices a shard.
 """
 
 from __future__ import annotations
@@ -171,6 +186,12 @@ SIGMOID_OPS = ELEMENTWISE_OPS["sigmoid"]
 CLAMPED_GATE_OPS = GATE_OPS + 5
 """gpt-oss's clamped gate per hidden unit: SwiGLU's, plus min(g, limit), u's two bounds,
 alpha·g inside the sigmoid and u + 1."""
+
+
+def routed(p: Params) -> int:
+    """R, the experts the router chooses among: E for a whole block, more for a shard (module
+    doc, "Shards"); params saved before shards have no R."""
+    return int(p.get("R", p["E"]))
 
 
 def gate_ops(p: Params) -> int:
@@ -254,13 +275,14 @@ def _shared_flops(p: Params) -> int:
 
 
 def _moe_flops(p: Params) -> int:
-    """Work per sample counting only the chosen experts: the router (2 T H E and its vector
+    """Work per sample counting only the chosen experts: the router (2 T H R and its vector
     ops), k SwiGLU experts per token (6 H F multiply-adds as flops, GATE_OPS per hidden
-    unit), the combine's weight and add per output, and the shared expert if any."""
-    T, H, F, E, k = p["tokens"], p["H"], p["F"], p["E"], p["k"]
+    unit), the combine's weight and add per output, and the shared expert if any. A shard
+    (E of the router's R experts) computes its expected share, T k E / R choices."""
+    T, H, F, E, R, k = p["tokens"], p["H"], p["F"], p["E"], routed(p), p["k"]
     per_choice = 6 * H * F + F * gate_ops(p) + 2 * H + _bias_ops(p)
-    per_token = router_ops(E, k) + E * int(p.get("bias", False)) + k * per_choice + _shared_flops(p)
-    return int(2 * T * H * E + T * per_token)
+    per_token = router_ops(R, k) + R * int(p.get("bias", False)) + _shared_flops(p)
+    return int(2 * T * H * R + T * per_token + T * k * E * per_choice // R)
 
 
 def moe_buffers(p: Params, h: int, w: int, ctx: CostContext, c: int) -> int:
@@ -283,14 +305,14 @@ def moe_buffers(p: Params, h: int, w: int, ctx: CostContext, c: int) -> int:
 
 def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     """SRAM per PE and cycles per sample on h x w (module doc)."""
-    M, H, E, k = p["tokens"], p["H"], p["E"], p["k"]
+    M, H, R, k = p["tokens"], p["H"], routed(p), p["k"]
     sb, ab, c = ctx.sb, ctx.ab, ctx.chunk(M)
     g = _grid(p, h, w)
     kh, ni, ep, hs = g.kh, g.ni, g.ep, g.hs
-    Mb = cdiv(M * k * ep, E)
+    Mb = cdiv(M * k * ep, R)
     red, up, vs = int(hs > 1), g.vertical, cdiv(hs, w)
     ns, sig = cdiv(p["S"], g.er * w), int(p["shared"] == "sigmoid")
-    _, rc = router_columns(E, w)
+    _, rc = router_columns(R, w)
     shared_compute = (
         cdiv(2 * M * kh * 3 * ns, ctx.f)
         + cdiv(M * cdiv(ns, hs) * GATE_OPS, ctx.v)
@@ -303,18 +325,18 @@ def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
         h,
         w,
         weights=(ep * 3 * kh * ni + kh * rc + 3 * kh * ns + sig * kh) * sb
-        + bias * (ep * (2 * ni + kh) + E) * sb,
+        + bias * (ep * (2 * ni + kh) + R) * sb,
         buffers=moe_buffers(p, h, w, ctx, c),
         compute=cdiv(2 * M * kh * rc, ctx.f)
-        + cdiv(M * router_ops(E, k), ctx.v)
+        + cdiv(M * router_ops(R, k), ctx.v)
         + cdiv(2 * Mb * kh * 3 * ni, ctx.f)
         + cdiv(Mb * cdiv(ni, hs) * gate_ops(p), ctx.v)
         + cdiv(2 * Mb * kh, ctx.v)
-        + bias * (cdiv(M * E, ctx.v) + cdiv(Mb * (2 * cdiv(ni, hs) + kh), ctx.v))
+        + bias * (cdiv(M * R, ctx.v) + cdiv(Mb * (2 * cdiv(ni, hs) + kh), ctx.v))
         + shared_compute,
         link=max(
             cdiv(M * kh * sb, ctx.L),
-            cdiv(M * (E - rc) * ab, ctx.L),
+            cdiv(M * (R - rc) * ab, ctx.L),
             cdiv(M * 2 * k * sb, ctx.L),
             red * cdiv(Mb * 2 * ni * ab, ctx.L),
             cdiv(Mb * ni * sb, ctx.L),
@@ -324,14 +346,14 @@ def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
             red * cdiv(M * 2 * ns * ab, ctx.L),
             cdiv(M * ns * sb, ctx.L),
         ),
-        in_bytes=M * H * sb,
+        in_bytes=M * H * sb * (1 + int(p.get("accumulate", False))),
         out_bytes=M * H * sb,
     )
 
 
 def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCost:
     """One decode step of B tokens on `moe_cost`'s mapping (module doc)."""
-    H, F, E, k = p["H"], p["F"], p["E"], p["k"]
+    H, F, E, R, k = p["H"], p["F"], p["E"], routed(p), p["k"]
     sb, ab = ctx.sb, ctx.ab
     g = _grid(p, h, w)
     kh, ni, ep, hs, ws, up = g.kh, g.ni, g.ep, g.hs, g.ws, g.vertical
@@ -339,7 +361,7 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
     re = min(ep, cb)
     hop = ctx.target.link.hop_latency_cycles
     ns = cdiv(p["S"], g.er * w)
-    nr, rc = router_columns(E, w)
+    nr, rc = router_columns(R, w)
     rows = rc + int(p["shared"] == "sigmoid")  # column 0's: the shared expert's gate beside
     bias = int(p.get("bias", False))
 
@@ -374,13 +396,13 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
     )
     return DecodeCost(
         compute=matvec(ctx, B * kh * rows, kh * rows * sb)
-        + cdiv(B * router_ops(E, k), ctx.v)
+        + cdiv(B * router_ops(R, k), ctx.v)
         + matvec(ctx, cb * 3 * kh * ni, re * 3 * kh * ni * sb)
         + expert_gate
-        + bias * cdiv(B * E, ctx.v)
+        + bias * cdiv(B * R, ctx.v)
         + shared.compute,
         reduction=reduce(ctx, hs, B * rows * ab).cycles
-        + multicast(ctx, nr, B * (E - rc) * ab)
+        + multicast(ctx, nr, B * (R - rc) * ab)
         + expert_r.cycles
         + reduce(ctx, ws, cb * kh * ab).cycles
         + (w - ws) * hop
@@ -393,11 +415,11 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
         + multicast(ctx, hs, B * ni * sb)
         + shared.broadcast,
         bytes_read=(re * 3 * kh * ni + kh * rows) * sb
-        + bias * (re * (2 * ni + kh) + E) * sb
+        + bias * (re * (2 * ni + kh) + R) * sb
         + shared.bytes_read,
-        flops=2 * B * H * E
-        + B * (router_ops(E, k) + E * bias)
-        + B * k * (6 * H * F + F * gate_ops(p) + 2 * H + _bias_ops(p))
+        flops=2 * B * H * R
+        + B * (router_ops(R, k) + R * bias)
+        + B * min(k, E) * (6 * H * F + F * gate_ops(p) + 2 * H + _bias_ops(p))
         + B * _shared_flops(p),
     )
 
@@ -434,6 +456,8 @@ def _lower_moe(n: Node, b: int) -> dict[str, object]:
         "H": H,
         "F": F,
         "E": E,
+        "R": n.inputs[1].type.shape[1],
+        "accumulate": bool(n.attr("accumulate", False)),
         "k": int(n.attr("k")),
         "router": str(n.attr("router")),
         "normalize": bool(n.attr("normalize")),
@@ -453,7 +477,9 @@ def _check(p: Params) -> str:
         return f"activation {p['activation']!r} is not one of {', '.join(MOE_ACTIVATIONS)}"
     if p["router"] not in MOE_ROUTERS:
         return f"router {p['router']!r} is not one of {', '.join(MOE_ROUTERS)}"
-    return "" if p["k"] <= p["E"] else f"k {p['k']} is more than the {p['E']} experts"
+    if routed(p) < p["E"]:
+        return f"R {routed(p)}: the router's experts are fewer than the {p['E']} held"
+    return "" if p["k"] <= routed(p) else f"k {p['k']} is more than the {routed(p)} experts"
 
 
 MOE = KindDef(
@@ -463,6 +489,8 @@ MOE = KindDef(
         "H": "int+",
         "F": "int+",
         "E": "int+",
+        "R": "int+",
+        "accumulate": "bool",
         "k": "int+",
         "router": "str",
         "normalize": "bool",
@@ -472,14 +500,21 @@ MOE = KindDef(
         "activation": "str",
     },
     check=_check,
-    defaults=lambda p: {"S": 0, "shared": "none", "bias": False, "activation": "silu"},
+    defaults=lambda p: {
+        "S": 0,
+        "shared": "none",
+        "bias": False,
+        "activation": "silu",
+        "R": p["E"],
+        "accumulate": False,
+    },
     flops=_moe_flops,
     weight_elems=lambda p: (
-        p["H"] * p["E"]
+        p["H"] * routed(p)
         + 3 * p["E"] * p["H"] * p["F"]
         + 3 * p["H"] * p["S"]
         + int(p["shared"] == "sigmoid") * p["H"]
-        + int(p.get("bias", False)) * p["E"] * (1 + 2 * p["F"] + p["H"])
+        + int(p.get("bias", False)) * (routed(p) + p["E"] * (2 * p["F"] + p["H"]))
     ),
     in_edge="W",
     out_edge="E",
