@@ -311,8 +311,11 @@ def _reordered_linears(
         if n.op in _WEIGHT_PAIRS
         for i, j in _WEIGHT_PAIRS[n.op]
     ]
+    # a moe's expert stacks and their biases: each its own columns (a fused gate_up stack cut
+    # in halves, or interleaved as gpt-oss's, with each expert's matrix transposed or not)
+    pairs += [(v, None) for n in graph.nodes if n.op is Op.MOE for v in n.inputs[1:]]
     for w, b in pairs:
-        if w.const is None or w in plain or w.const.ndim != 2:
+        if w.const is None or w in plain or w.const.ndim < 2 or w in out:
             continue
         found = _permuted_columns(w.const, inits)
         if found is None:
@@ -336,30 +339,34 @@ def _reordered_linears(
 def _permuted_columns(
     w: np.ndarray, inits: Mapping[str, np.ndarray]
 ) -> tuple[str, bool, tuple[int, ...]] | None:
-    """(initializer, transposed, columns) with w == init[:, columns] (or init.T[:, columns]):
-    its columns in another order (fuse-attention's q, k, v heads), or some of them (fuse-swiglu
-    cuts a fused gate_up projection into one Linear per piece)."""
-    mine = [w[:, j].tobytes() for j in range(w.shape[1])]
+    """(initializer, transposed, columns) with w == init[..., columns] (or, transposed, the
+    initializer with its last two axes swapped): its columns in another order (fuse-attention's
+    q, k, v heads), or some of them (fuse-swiglu cuts a fused gate_up projection into one
+    Linear per piece; fuse-moe cuts an expert stack [E, H, 2F] or [E, 2F, H] into its gate and
+    up halves, or, gpt-oss's, into its even and odd columns). A column is w[..., j], every
+    leading axis of it (each expert's column j of a stack)."""
+    mine = [w[..., j].tobytes() for j in range(w.shape[-1])]
     for name, arr in inits.items():
-        if arr.ndim != 2 or arr.dtype != w.dtype:
+        if arr.ndim != w.ndim or arr.dtype != w.dtype:
             continue
-        for transposed, a in ((False, arr), (True, arr.T)):
-            if a.shape[0] != w.shape[0] or a.shape[1] < w.shape[1]:
+        for transposed, a in ((False, arr), (True, np.swapaxes(arr, -1, -2))):
+            if a.shape[:-1] != w.shape[:-1] or a.shape[-1] < w.shape[-1]:
                 continue
-            where = {a[:, j].tobytes(): j for j in range(a.shape[1])}
+            where = {a[..., j].tobytes(): j for j in range(a.shape[-1])}
             perm = [where.get(col, -1) for col in mine]
-            if -1 not in perm and len(set(perm)) == len(perm) and len(where) == a.shape[1]:
+            if -1 not in perm and len(set(perm)) == len(perm) and len(where) == a.shape[-1]:
                 return name, transposed, tuple(perm)
     return None
 
 
 def _to_initializer(g: np.ndarray, t: _Trace, shape: tuple[int, ...]) -> np.ndarray:
+    transposed = t.transform.startswith("transpose")  # the last two axes swapped
     if t.columns:  # the constant's column j is the initializer's column t.columns[j]
-        width = shape[0] if t.transform.startswith("transpose") else shape[-1]
+        width = shape[-2] if transposed else shape[-1]
         back = np.zeros((*g.shape[:-1], width), g.dtype)
         back[..., list(t.columns)] = g
         g = back
-    return (g.T if t.transform.startswith("transpose") else g).reshape(shape)
+    return (np.swapaxes(g, -1, -2) if transposed else g).reshape(shape)
 
 
 def _rows(traces: list[_Trace]) -> list[list[_Trace]]:
