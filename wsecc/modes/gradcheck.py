@@ -466,8 +466,8 @@ def _central(
 
 def _changed(choices: tuple[np.ndarray, ...], chosen: tuple[np.ndarray, ...]) -> bool:
     """Whether any router chose other experts (as a set per token: the order of the k does
-    not change the loss's branch) than `chosen`."""
-    return any(
+    not change the loss's branch) than `chosen` (none watched: False)."""
+    return bool(chosen) and any(
         not np.array_equal(np.sort(a, axis=-1), np.sort(b, axis=-1))
         for a, b in zip(choices, chosen, strict=True)
     )
