@@ -24,6 +24,7 @@ from wsecc.cli import main
 from wsecc.compiler import Compilation
 from wsecc.frontend.onnx import import_model
 from wsecc.ir import Graph, Op, rules
+from wsecc.ir.grad import choose_loss
 from wsecc.kernels.kinds.matmul import GATE_OPS
 from wsecc.kernels.kinds.moe import MOE_GRAD, SIGMOID_OPS
 from wsecc.modes import gradcheck
@@ -315,7 +316,7 @@ def test_a_step_that_changes_a_choice_gives_no_difference(tmp_path: Path) -> Non
     _, chosen = ort.run_with_choices(feeds)
     name = "model.model.layers.1.mlp.gate.weight"
     coords = np.arange(24)
-    loss = gradcheck.choose_loss(g, feeds, 0)
+    loss = choose_loss(g, feeds, 0)
     step = 1e-4  # changes some tokens' choices here (6 of these 24 coordinates), not all
     held = gradcheck._central(ort, feeds, loss, (name,), coords, step, chosen)
     plain = gradcheck._central(ort, feeds, loss, (name,), coords, step)
