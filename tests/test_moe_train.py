@@ -416,3 +416,18 @@ def test_cli_train_validate_passes_on_every_moe_sample_with_the_full_budget(
     n = json.loads((tmp_path / "out" / "report.json").read_text())["numerics"]
     assert n["passed"] and not n["untraced"] and n["routers"] >= 1
     assert n["measured"] >= 0.95 * sum(min(200, math.prod(r["shape"])) for r in n["rows"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "mixed"])
+@pytest.mark.parametrize("name", MOE_SAMPLES)
+def test_a_scaled_gradient_fails_on_every_moe_sample(name: str, precision: str) -> None:
+    """grad_scale=1.05 (the last Linear's weight gradient × 1.05) fails on each MoE sample in
+    each precision, on exactly that row, its |g|/|fd| 1.05 within the mixed arithmetic's 1e-3."""
+    g, feeds = fused(_sample(name))
+    check = check_gradients(
+        _sample(name), g, feeds, precision, samples=FAST, seed=1, fault="grad_scale=1.05"
+    )
+    failed = [r for r in check.rows if r.status == "failed"]
+    assert not check.passed and len(failed) == 1, check.summary()
+    assert failed[0].norm_ratio == pytest.approx(1.05, rel=2e-3)
