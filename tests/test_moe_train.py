@@ -418,7 +418,6 @@ def test_cli_train_validate_passes_on_every_moe_sample_with_the_full_budget(
     assert n["measured"] >= 0.95 * sum(min(200, math.prod(r["shape"])) for r in n["rows"])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "mixed"])
 @pytest.mark.parametrize("name", MOE_SAMPLES)
 def test_a_scaled_gradient_fails_on_every_moe_sample(name: str, precision: str) -> None:
