@@ -47,9 +47,10 @@ GENERATE_FAULTS = (*FAULTS, "rotary_position")
 """Faults for generation's numerics (`wsecc.sim.generate`): the functional simulation's, and
 rotary_position, which rotates every decode step's new keys with the position before their own
 (t - 1 for token t), a broken rotary rule that prefill cannot show."""
-TRAIN_FAULTS = ("layernorm_gamma", "grad_scale=F")
+TRAIN_FAULTS = ("layernorm_gamma", "moe_router", "grad_scale=F")
 """Faults for train mode's gradient check (`wsecc.ir.grad`): layernorm_gamma breaks the gradient
-rule of LayerNorm's scale; grad_scale=F (F a positive number, e.g. grad_scale=1.05) multiplies
+rule of LayerNorm's scale; moe_router gives a mixture-of-experts router no weight gradient;
+grad_scale=F (F a positive number, e.g. grad_scale=1.05) multiplies
 the last Linear's weight gradient by F, a wrong scale."""
 
 MAX_DIM = 2**31 - 1
@@ -356,8 +357,8 @@ class Options:
         None, "--inject-fault",
         "a check of the checks: break the functional simulation on purpose (drop_partial: lose "
         "one PE's partial sum; misplace_tile: swap two PEs' weight tiles, both in the first "
-        "linear kernel; in train mode layernorm_gamma breaks LayerNorm's scale gradient rule and "
-        "grad_scale=F multiplies the last linear kernel's weight gradient by F, e.g. 1.05; in "
+        "linear kernel; in train mode layernorm_gamma breaks LayerNorm's scale gradient rule, "
+        "moe_router gives a moe router no weight gradient and grad_scale=F multiplies the last linear kernel's weight gradient by F, e.g. 1.05; in "
         "generate mode rotary_position rotates each decode step's new keys with the position "
         "before their own); the numerics verdict must then FAIL",
         str, nullable=True, check=_check_fault, metavar="{" + ",".join(_ALL_FAULTS) + "}",

@@ -125,6 +125,12 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
                     else ""
                 )
                 + (f"; not trained (buffer): {', '.join(n['buffers'])}" if n.get("buffers") else "")
+                + (
+                    f"; routers' choices held: {n.get('routing_excluded', 0)} coordinates left "
+                    f"out of {n.get('measured', 0) + n.get('routing_excluded', 0)}"
+                    if n.get("routers")
+                    else ""
+                )
                 + (f"; untraced {', '.join(n['untraced'])}" if n["untraced"] else ""),
             )
         )

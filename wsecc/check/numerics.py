@@ -679,6 +679,17 @@ def _erf_in_double_ops(g: Any) -> None:
     g.node.extend(nodes)
 
 
+def _watch_top_k(g: onnx.GraphProto) -> tuple[str, ...]:
+    """The indices outputs of g's TopK nodes, each added to g's outputs when not one already."""
+    listed = {o.name for o in g.output}
+    names = [n.output[1] for n in g.node if n.op_type == "TopK" and len(n.output) > 1]
+    names = [n for n in dict.fromkeys(names) if n]
+    for name in names:
+        if name not in listed:
+            g.output.append(helper.make_tensor_value_info(name, TensorProto.INT64, None))
+    return tuple(names)
+
+
 class OrtWithWeights:
     """The file in onnxruntime as the compiler reads it (`_reference_model`: float16 read as
     float32; graph optimizations off, one thread: runs repeat bit for bit) with its float
@@ -692,7 +703,11 @@ class OrtWithWeights:
 
     `float64=True` runs the model widened to double (`widen_floats`): `weights` are then
     float64, float feeds are cast to float64 when fed, and the outputs are float64. Raises
-    WseccError when onnxruntime cannot load the file (widened or not)."""
+    WseccError when onnxruntime cannot load the file (widened or not).
+
+    `choices` names the indices output of every TopK of the file's main graph (a
+    mixture-of-experts router's choice of experts), listed as graph outputs too, so that
+    `run_with_choices` also says which experts each token chose at those weights."""
 
     def __init__(self, path: str | os.PathLike[str], *, float64: bool = False) -> None:
         import onnxruntime as ort
@@ -708,6 +723,8 @@ class OrtWithWeights:
             model = widen_floats(model, TensorProto.FLOAT, TensorProto.DOUBLE) or model
             _erf_in_double_ops(model.graph)
         g = model.graph
+        written = {o.name for o in g.output}
+        self.choices = _watch_top_k(g)
         self.frequencies = _sinusoid_frequencies(g)
         # the initializers read as a Gather's table (nn.Embedding's lookup: learned tables), as
         # against a buffer computed once (a sin/cos table read by GatherND, ALiBi's slopes)
@@ -739,7 +756,8 @@ class OrtWithWeights:
             i.name: np.float64 if i.type == "tensor(double)" else None
             for i in self._session.get_inputs()
         }
-        self.output_names = [o.name for o in self._session.get_outputs()]
+        outputs = [o.name for o in self._session.get_outputs()]
+        self.output_names = [n for n in outputs if n in written or n not in self.choices]
         if self._generation is not None:
             presents = _presents(self._generation, self.output_names)
             self.output_names = [n for n in self.output_names if n not in presents]
@@ -759,6 +777,20 @@ class OrtWithWeights:
             args = {**{k: v for k, v in bound.items() if k in self._inputs}, **args}
         outs = self._session.run(self.output_names, args)
         return dict(zip(self.output_names, outs, strict=True))
+
+    def run_with_choices(
+        self, feeds: Mapping[str, np.ndarray], weights: Mapping[str, np.ndarray] | None = None
+    ) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, ...]]:
+        """`run`'s outputs and each of `choices` (the TopKs' indices) at those weights."""
+        if not self.choices:
+            return self.run(feeds, weights), ()
+        names = self.output_names
+        self.output_names = names + [c for c in self.choices if c not in names]
+        try:
+            outs = self.run(feeds, weights)
+        finally:
+            self.output_names = names
+        return {n: outs[n] for n in names}, tuple(outs[n] for n in self.choices)
 
 
 def float64_session(

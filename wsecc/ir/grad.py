@@ -10,9 +10,10 @@ value_and_grad(graph, feeds, loss)  runs the forward with the reference rules, k
 choose_loss(graph, feeds)           the training loss, chosen from the graph (`Loss`).
 
 Precisions: fp32 evaluates forward and backward in float32. mixed rounds the float operands of
-every contraction (linear, lm_head, matmul, gemm, attention) to float16 and accumulates in
+every contraction (linear, lm_head, matmul, gemm, attention, moe) to float16 and accumulates in
 float32, forward and backward: the backward also rounds the cotangent a contraction receives
-(the other operand of its backward products). Everything else stays float32.
+(the other operand of its backward products). Everything else stays float32. (A moe's router
+chooses from the rounded x and W_router, as the mixed program's does.)
 
 An op on a differentiable path (an operand that depends on a weight, an output that reaches the
 loss) without a vjp is an error naming it, never a silent zero.
@@ -27,10 +28,10 @@ import numpy as np
 
 from wsecc.interp import evaluate
 from wsecc.ir.core import Graph, IRError, Node, Op, Value
-from wsecc.ir.rules import RULES, Arrays, Attrs, Vjp
+from wsecc.ir.rules import RULES, Arrays, Attrs, Vjp, moe_bias_start
 from wsecc.vocab import Precision
 
-CONTRACTIONS = frozenset({Op.LINEAR, Op.LM_HEAD, Op.MATMUL, Op.GEMM, Op.ATTENTION})
+CONTRACTIONS = frozenset({Op.LINEAR, Op.LM_HEAD, Op.MATMUL, Op.GEMM, Op.ATTENTION, Op.MOE})
 
 
 # ---------------------------------------------------------------- the loss
@@ -162,8 +163,23 @@ def _drop_gamma_xhat(vjp: Vjp) -> Vjp:
     return broken
 
 
+def _drop_router(vjp: Vjp) -> Vjp:
+    """MOE's vjp with no gradient for the router's weight and bias, as if the kept weights were
+    constants (a fault for the checks: the x the router reads keeps its share)."""
+
+    def broken(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+        out = vjp(xs, ys, gs, a)
+        out[1] = np.zeros_like(xs[1])
+        if a.get("bias", False):
+            out[moe_bias_start(a)] = np.zeros_like(xs[moe_bias_start(a)])
+        return out
+
+    return broken
+
+
 FAULTS: Mapping[str, tuple[Op, Callable[[Vjp], Vjp]]] = {
     "layernorm_gamma": (Op.LAYER_NORM, _drop_gamma_xhat),
+    "moe_router": (Op.MOE, _drop_router),
 }
 """Deliberately broken gradient rules, to show a check fails on exactly what they break."""
 

@@ -721,6 +721,157 @@ def moe(xs: Arrays, a: Attrs) -> list[np.ndarray]:
     return [out.reshape(x.shape)]
 
 
+def _moe_gate_grads(
+    g: np.ndarray, u: np.ndarray, a: Attrs
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An expert's hidden units h (`moe_gate`) and dh/dg, dh/du, elementwise in float64.
+    silu: h = silu(g)·u. clamped_silu: with g' = min(g, limit), u' = clip(u, -limit, limit) and
+    s = σ(alpha·g'), h = g'·s·(u' + 1); a clamp passes the gradient inside its bounds (bounds
+    included, as torch's clamp) and stops it outside."""
+    g, u = g.astype(np.float64), u.astype(np.float64)
+    if a["activation"] != "clamped_silu":
+        s = _expit(g)
+        return g * s * u, s * (1 + g * (1 - s)) * u, g * s
+    lim, alpha = float(a["limit"]), float(a["alpha"])
+    gc, uc = np.minimum(g, lim), np.clip(u, -lim, lim)
+    s = _expit(alpha * gc)
+    dg = (g <= lim) * (s + alpha * gc * s * (1 - s)) * (uc + 1)
+    du = (np.abs(u) <= lim) * gc * s
+    return gc * s * (uc + 1), dg, du
+
+
+@dataclass(frozen=True)
+class _SwigluGrads:
+    """One SwiGLU MLP's backward on z[T, H] (`_swiglu_vjp`): its output y (before any scale,
+    down bias included), dz and the weights' and biases' gradients (float64)."""
+
+    y: np.ndarray
+    dz: np.ndarray
+    dw_gate: np.ndarray
+    dw_up: np.ndarray
+    dw_down: np.ndarray
+    db_gate: np.ndarray
+    db_up: np.ndarray
+    db_down: np.ndarray
+
+
+def _swiglu_vjp(
+    z: np.ndarray,
+    dy: np.ndarray,
+    w: tuple[np.ndarray, np.ndarray, np.ndarray],
+    b: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+    a: Attrs,
+) -> _SwigluGrads:
+    """y = gate(z·W_gate + b_gate, z·W_up + b_up)·W_down + b_down (an expert, `moe_gate`'s
+    activation) and its vjp for dy: dh = dy·W_downᵀ, dz_gate = dh·∂h/∂g, dz_up = dh·∂h/∂u,
+    dz = dz_gate·W_gateᵀ + dz_up·W_upᵀ, dW = (its input)ᵀ·(its output's cotangent),
+    db = Σ over tokens. float64 throughout."""
+    wg, wu, wd = (m.astype(np.float64) for m in w)
+    zg, zu = z @ wg, z @ wu
+    if b is not None:
+        zg, zu = zg + b[0], zu + b[1]
+    h, dhdg, dhdu = _moe_gate_grads(zg, zu, a)
+    y = h @ wd + (b[2] if b is not None else 0.0)
+    dh = dy @ wd.T
+    dzg, dzu = dh * dhdg, dh * dhdu
+    return _SwigluGrads(
+        y=y,
+        dz=dzg @ wg.T + dzu @ wu.T,
+        dw_gate=z.T @ dzg,
+        dw_up=z.T @ dzu,
+        dw_down=h.T @ dy,
+        db_gate=dzg.sum(axis=0),
+        db_up=dzu.sum(axis=0),
+        db_down=dy.sum(axis=0),
+    )
+
+
+def _moe_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | None]:
+    """`moe`'s vjp with the router's choice held (locally constant, as TopK's: a perturbation
+    small enough not to change any token's top k leaves it unchanged), in float64.
+
+    Per token, with w_j the kept weight of its j-th choice e_j and y_j that expert's output:
+    - scale "output" (y = Σ_j w_j·y_j): the expert gets dy_j = w_j·dy, and dw_j = dy·y_j;
+      scale "input" (y = Σ_j expert(w_j·x)): the expert gets dy, its input's cotangent dz_j
+      goes to x as w_j·dz_j, and dw_j = x·dz_j;
+    - the experts backward (`_swiglu_vjp`); an expert no token chose gets zero gradients;
+    - the kept weights back to the scores of the chosen experts: renormalised (w = s/Σs over
+      the kept), ds_j = (dw_j − Σ_i dw_i w_i)/Σs, else ds_j = dw_j; the others' ds is 0;
+    - the scores back to the logits l: softmax over all E, dl = s·(ds − Σ ds·s); sigmoid,
+      dl = ds·s·(1 − s). gpt-oss's softmax of the kept logits is the renormalised softmax,
+      the same rule; the router's bias gets Σ dl;
+    - dW_router = xᵀ·dl, and x gets dl·W_routerᵀ besides the experts';
+    - a shared expert: its own backward on x, scaled by σ(x·w_gate) when "sigmoid", whose gate
+      gets dq = Σ_H dy·y_shared, dl_q = dq·q·(1 − q), dw_gate = xᵀ·dl_q, dx += dl_q·w_gateᵀ;
+    - a shard (`split-moe`): only the choices among its experts, its router copy getting their
+      part of dl; with `accumulate`, the running sum's cotangent is dy.
+    """
+    x, wr, wg, wu, wd = xs[:5]
+    x64 = x.reshape(-1, x.shape[-1]).astype(np.float64)
+    dy = gs[0].reshape(x64.shape).astype(np.float64)
+    bias = bool(a.get("bias", False))
+    start = moe_bias_start(a)
+    br, bg, bu, bd = xs[start : start + 4] if bias else (None,) * 4
+    idx, _ = moe_routing(x.reshape(x64.shape), wr, a, br)  # the forward's choice, exactly
+    logits = x64 @ wr.astype(np.float64) + (0.0 if br is None else br.astype(np.float64))
+    if a["router"] == "softmax":
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        scores = e / e.sum(axis=1, keepdims=True)
+    else:
+        scores = _expit(logits)
+    kept = np.take_along_axis(scores, idx, axis=1)
+    total = kept.sum(axis=1, keepdims=True)
+    w = kept / total if a["normalize"] else kept
+    on_input = a.get("scale", "output") == "input"
+    dx = np.zeros_like(x64)
+    dw = np.zeros_like(w)
+    dwg, dwu, dwd = (np.zeros(m.shape, np.float64) for m in (wg, wu, wd))
+    dbg, dbu, dbd = np.zeros(wg.shape[::2]), np.zeros(wg.shape[::2]), np.zeros(wd.shape[::2])
+    first = int(a.get("first", 0))  # a shard's experts (`split-moe`): first .. first + E - 1
+    for ex in range(wg.shape[0]):
+        rows, slot = np.nonzero(idx == first + ex)
+        if not rows.size:
+            continue
+        wj = w[rows, slot, None]
+        z = x64[rows] * wj if on_input else x64[rows]
+        b = None if bg is None or bu is None or bd is None else (bg[ex], bu[ex], bd[ex])
+        r = _swiglu_vjp(z, dy[rows] if on_input else dy[rows] * wj, (wg[ex], wu[ex], wd[ex]), b, a)
+        if on_input:
+            dw[rows, slot] = np.sum(r.dz * x64[rows], axis=1)
+            np.add.at(dx, rows, r.dz * wj)
+        else:
+            dw[rows, slot] = np.sum(dy[rows] * r.y, axis=1)
+            np.add.at(dx, rows, r.dz)
+        dwg[ex], dwu[ex], dwd[ex] = r.dw_gate, r.dw_up, r.dw_down
+        dbg[ex], dbu[ex], dbd[ex] = r.db_gate, r.db_up, r.db_down
+    dkept = (dw - np.sum(dw * w, axis=1, keepdims=True)) / total if a["normalize"] else dw
+    ds = np.zeros_like(scores)
+    np.put_along_axis(ds, idx, dkept, axis=1)
+    if a["router"] == "softmax":
+        dl = scores * (ds - np.sum(ds * scores, axis=1, keepdims=True))
+    else:
+        dl = ds * scores * (1 - scores)
+    dx += dl @ wr.astype(np.float64).T
+    out: list[np.ndarray | None] = [dx, x64.T @ dl, dwg, dwu, dwd]
+    shared = a.get("shared", "none")
+    if shared != "none":
+        q = _expit(x64 @ xs[8].astype(np.float64)) if shared == "sigmoid" else None
+        ws = (xs[5], xs[6], xs[7])
+        r = _swiglu_vjp(x64, dy if q is None else dy * q, ws, None, a | {"activation": "silu"})
+        dx += r.dz
+        out += [r.dw_gate, r.dw_up, r.dw_down]
+        if q is not None:  # r.y: the shared expert's output before the gate
+            dlq = np.sum(dy * r.y, axis=1, keepdims=True) * q * (1 - q)
+            dx += dlq @ xs[8].astype(np.float64).T
+            out.append(x64.T @ dlq)
+    if bias:
+        out += [dl.sum(axis=0), dbg, dbu, dbd]
+    if a.get("accumulate", False):  # the running sum of the shards before passes through
+        out.append(dy.reshape(xs[-1].shape))
+    out[0] = dx.reshape(x.shape)
+    return [None if d is None else d.astype(s.dtype) for d, s in zip(out, xs, strict=True)]
+
+
 def _gated_linear_infer(ts: Sequence[TensorType], a: Attrs) -> list[TensorType]:
     x, wg, wu = ts[0], ts[1], ts[2]
     if wg.rank != 2 or wg != wu or x.shape[-1] != wg.shape[0]:
@@ -1546,7 +1697,7 @@ RULES: dict[Op, Rule] = {
         _softmax_vjp,
     ),
     Op.TOP_K: Rule(1, 1, _top_k_infer, _top_k_impl, _top_k_vjp),
-    Op.MOE: Rule(5, 14, _moe_infer, moe),
+    Op.MOE: Rule(5, 14, _moe_infer, moe, _moe_vjp),
     Op.LINEAR: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LM_HEAD: Rule(2, 3, _linear_infer, linear, _linear_vjp),
     Op.LAYER_NORM: Rule(3, 3 + MAX_SKIPS, _layer_norm_infer, layer_norm, _layer_norm_vjp),

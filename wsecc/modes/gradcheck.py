@@ -139,6 +139,9 @@ class GradRow:
     resolution: float = 0.0  # ||spread of the steps|| / ||fd||: what the differences resolve
     arithmetic: float = 0.0  # mixed: ||g_mixed - g_fp32|| / ||fd||, the precision's own share
     status: str = ""  # "passed", "failed" or "unchecked" ("" before the verdict)
+    # sampled coordinates left out because every step that could measure them changed some
+    # token's top-k choice (a mixture-of-experts router's): `sampled` counts the rest
+    routing_excluded: int = 0
 
     @property
     def unchecked(self) -> bool:
@@ -194,6 +197,18 @@ class GradCheck:
     # lookup folded into a constant (ALBERT's token types, T5's and MPNet's relative position
     # bias): the file trains them, the compiled program does not; neither passed nor failed
     not_trained: tuple[str, ...] = ()
+    # the routers whose choices each finite difference watches (the file's TopK outputs)
+    routers: int = 0
+
+    @property
+    def routing_excluded(self) -> int:
+        """Sampled coordinates left out: every step changed some token's top-k choice."""
+        return sum(r.routing_excluded for r in self.rows)
+
+    @property
+    def measured(self) -> int:
+        """Coordinates the verdicts rest on, over every row."""
+        return sum(r.sampled for r in self.rows)
 
     @property
     def unchecked(self) -> tuple[str, ...]:
@@ -207,6 +222,8 @@ class GradCheck:
             {"name": r.name, **asdict(r), "noisy": r.noisy, "bound": r.bound} for r in self.rows
         ]  # fmt: skip
         d["unchecked"] = list(self.unchecked)
+        d["routing_excluded"] = self.routing_excluded
+        d["measured"] = self.measured
         return d
 
     def summary(self) -> str:
@@ -241,6 +258,12 @@ class GradCheck:
             )
         if self.buffers:
             text += f"; not trained (buffer): {', '.join(self.buffers)}"
+        if self.routers:
+            text += (
+                f"; top-k choices of {self.routers} router{'s' if self.routers > 1 else ''} "
+                f"held: {self.measured} coordinates measured, "
+                f"{self.routing_excluded} left out (their steps change a token's top-k choice)"
+            )
         if self.untraced:
             text += f"; untraced: {', '.join(self.untraced)}"
         return text + (f"; fault {self.fault} injected" if self.fault else "")
@@ -311,8 +334,11 @@ def _reordered_linears(
         if n.op in _WEIGHT_PAIRS
         for i, j in _WEIGHT_PAIRS[n.op]
     ]
+    # a moe's expert stacks and their biases: each its own columns (a fused gate_up stack cut
+    # in halves, or interleaved as gpt-oss's, with each expert's matrix transposed or not)
+    pairs += [(v, None) for n in graph.nodes if n.op is Op.MOE for v in n.inputs[1:]]
     for w, b in pairs:
-        if w.const is None or w in plain or w.const.ndim != 2:
+        if w.const is None or w in plain or w.const.ndim < 2 or w in out:
             continue
         found = _permuted_columns(w.const, inits)
         if found is None:
@@ -336,30 +362,34 @@ def _reordered_linears(
 def _permuted_columns(
     w: np.ndarray, inits: Mapping[str, np.ndarray]
 ) -> tuple[str, bool, tuple[int, ...]] | None:
-    """(initializer, transposed, columns) with w == init[:, columns] (or init.T[:, columns]):
-    its columns in another order (fuse-attention's q, k, v heads), or some of them (fuse-swiglu
-    cuts a fused gate_up projection into one Linear per piece)."""
-    mine = [w[:, j].tobytes() for j in range(w.shape[1])]
+    """(initializer, transposed, columns) with w == init[..., columns] (or, transposed, the
+    initializer with its last two axes swapped): its columns in another order (fuse-attention's
+    q, k, v heads), or some of them (fuse-swiglu cuts a fused gate_up projection into one
+    Linear per piece; fuse-moe cuts an expert stack [E, H, 2F] or [E, 2F, H] into its gate and
+    up halves, or, gpt-oss's, into its even and odd columns). A column is w[..., j], every
+    leading axis of it (each expert's column j of a stack)."""
+    mine = [w[..., j].tobytes() for j in range(w.shape[-1])]
     for name, arr in inits.items():
-        if arr.ndim != 2 or arr.dtype != w.dtype:
+        if arr.ndim != w.ndim or arr.dtype != w.dtype:
             continue
-        for transposed, a in ((False, arr), (True, arr.T)):
-            if a.shape[0] != w.shape[0] or a.shape[1] < w.shape[1]:
+        for transposed, a in ((False, arr), (True, np.swapaxes(arr, -1, -2))):
+            if a.shape[:-1] != w.shape[:-1] or a.shape[-1] < w.shape[-1]:
                 continue
-            where = {a[:, j].tobytes(): j for j in range(a.shape[1])}
+            where = {a[..., j].tobytes(): j for j in range(a.shape[-1])}
             perm = [where.get(col, -1) for col in mine]
-            if -1 not in perm and len(set(perm)) == len(perm) and len(where) == a.shape[1]:
+            if -1 not in perm and len(set(perm)) == len(perm) and len(where) == a.shape[-1]:
                 return name, transposed, tuple(perm)
     return None
 
 
 def _to_initializer(g: np.ndarray, t: _Trace, shape: tuple[int, ...]) -> np.ndarray:
+    transposed = t.transform.startswith("transpose")  # the last two axes swapped
     if t.columns:  # the constant's column j is the initializer's column t.columns[j]
-        width = shape[0] if t.transform.startswith("transpose") else shape[-1]
+        width = shape[-2] if transposed else shape[-1]
         back = np.zeros((*g.shape[:-1], width), g.dtype)
         back[..., list(t.columns)] = g
         g = back
-    return (g.T if t.transform.startswith("transpose") else g).reshape(shape)
+    return (np.swapaxes(g, -1, -2) if transposed else g).reshape(shape)
 
 
 def _rows(traces: list[_Trace]) -> list[list[_Trace]]:
@@ -407,8 +437,12 @@ def _central(
     members: tuple[str, ...],
     coords: np.ndarray,
     step: float,
+    chosen: tuple[np.ndarray, ...] = (),
 ) -> np.ndarray:
-    """d loss / d w[coord] for each coord, perturbing every member at once."""
+    """d loss / d w[coord] for each coord, perturbing every member at once; NaN where w ± h
+    changes any token's top-k choice from `chosen` (the routers' choices at the unperturbed
+    weights, `OrtWithWeights.choices`): there the loss is another branch's, not the smooth one
+    whose derivative the gradient (the router's choice held) is."""
     work = {m: ort.weights[m].copy() for m in members}
     flat = {m: w.reshape(-1) for m, w in work.items()}
     out = np.empty(len(coords))
@@ -416,15 +450,27 @@ def _central(
     for i, j in enumerate(coords):
         base = {m: f[j] for m, f in flat.items()}
         sides = []
+        crossed = False
         for sign in (1.0, -1.0):
             for m, f in flat.items():
                 f[j] = base[m] + f.dtype.type(sign * step)
-            sides.append((loss(ort.run(feeds, work)), float(first[j])))
+            outputs, choices = ort.run_with_choices(feeds, work)
+            crossed = crossed or _changed(choices, chosen)
+            sides.append((loss(outputs), float(first[j])))
         for m, f in flat.items():
             f[j] = base[m]
         # divided by the step taken, as the weight's dtype rounded w ± h
-        out[i] = (sides[0][0] - sides[1][0]) / (sides[0][1] - sides[1][1])
+        out[i] = np.nan if crossed else (sides[0][0] - sides[1][0]) / (sides[0][1] - sides[1][1])
     return out
+
+
+def _changed(choices: tuple[np.ndarray, ...], chosen: tuple[np.ndarray, ...]) -> bool:
+    """Whether any router chose other experts (as a set per token: the order of the k does
+    not change the loss's branch) than `chosen` (none watched: False)."""
+    return bool(chosen) and any(
+        not np.array_equal(np.sort(a, axis=-1), np.sort(b, axis=-1))
+        for a, b in zip(choices, chosen, strict=True)
+    )
 
 
 STEPS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)  # h, absolute; the first pair tried is (1e-3, 3e-3)
@@ -437,6 +483,7 @@ def _differences(
     members: tuple[str, ...],
     coords: np.ndarray,
     tol: float,
+    chosen: tuple[np.ndarray, ...] = (),
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each coordinate's derivative and its noise (both absolute). Every coordinate gets
     h = 3e-4, 1e-3 and 3e-3 first: where the three agree to within tol/10 of the tensor's largest
@@ -445,25 +492,35 @@ def _differences(
     steps where ReLU kinks or curvature spoil 1e-3, larger ones where the rounding of fp32
     onnxruntime's loss (~1e-7 of it) swamps a small gradient — and take the three consecutive
     steps that agree best: their median, and their spread as the noise (three, not two, so that
-    one lucky agreement does not pass for a clean estimate)."""
+    one lucky agreement does not pass for a clean estimate).
+
+    A step whose w ± h changes a router's top-k choice (`_central` with `chosen`) is left out:
+    a coordinate whose first three include one takes the ladder's best three consecutive steps
+    that change none, and one with no such three is NaN (left out of the row, counted)."""
     fds = np.full((len(STEPS), len(coords)), np.nan)
     first = [STEPS.index(3e-4), STEPS.index(1e-3), STEPS.index(3e-3)]
     for k in first:
-        fds[k] = _central(ort, feeds, loss, members, coords, STEPS[k])
+        fds[k] = _central(ort, feeds, loss, members, coords, STEPS[k], chosen)
     est = np.median(fds[first], axis=0)
     noise = fds[first].max(axis=0) - fds[first].min(axis=0)
-    scale = float(np.max(np.abs(fds[first[1]]))) if len(coords) else 0.0
-    unsure = noise > 0.1 * tol * scale
+    middle = np.abs(fds[first[1]])
+    scale = float(np.max(middle, initial=0.0, where=~np.isnan(middle)))
+    unsure = ~(noise <= 0.1 * tol * scale)  # a NaN (a step that changed a choice) too
     if unsure.any():
         for k in range(len(STEPS)):
             if k not in first:
-                fds[k, unsure] = _central(ort, feeds, loss, members, coords[unsure], STEPS[k])
+                fds[k, unsure] = _central(
+                    ort, feeds, loss, members, coords[unsure], STEPS[k], chosen
+                )
         triples = np.stack([fds[k : k + 3, unsure] for k in range(len(STEPS) - 2)])
         spread = triples.max(axis=1) - triples.min(axis=1)
+        spread[np.isnan(spread)] = np.inf
         best = np.argmin(spread, axis=0)
         cols = np.arange(int(unsure.sum()))
         est[unsure] = np.median(triples[best, :, cols], axis=1)
         noise[unsure] = spread[best, cols]
+        none = np.isinf(noise)
+        est[none], noise[none] = np.nan, np.nan
     return est, noise
 
 
@@ -490,8 +547,12 @@ def check_gradients(
     if precision == Precision.MIXED:
         exact = value_and_grad(graph, feeds, loss, consts, Precision.FP32, fault)[1]
     ort = OrtWithWeights(model_path)
-    theirs = loss(ort.run(feeds))
+    outputs, chosen = ort.run_with_choices(feeds)  # the routers' choices, if any
+    theirs = loss(outputs)
     ort64 = float64_session(model_path, feeds)
+    if isinstance(ort64, OrtWithWeights) and _changed(ort64.run_with_choices(feeds)[1], chosen):
+        # its differences would be another branch's than the gradient's (float32's choice)
+        ort64 = "its routers choose other experts than float32's at these weights"
     traces = trace_weights(consts, ort.weights, graph)
     rows = []
     for group in _rows(traces):
@@ -501,7 +562,7 @@ def check_gradients(
             continue  # not a deduplicated copy: left untraced below
         g = _row_gradient(grads, group, shape)
         coords = _sample(g.size, samples, g, rng)
-        fd, gaps = _differences(ort, feeds, loss, members, coords, RESOLUTION)
+        fd, gaps = _differences(ort, feeds, loss, members, coords, RESOLUTION, chosen)
         mine = g.reshape(-1)[coords]
         # mixed: the same coordinates of the fp32 gradient, to measure the precision's share
         g32 = None if exact is None else _row_gradient(exact, group, shape).reshape(-1)[coords]
@@ -510,9 +571,19 @@ def check_gradients(
             for t in group
             if t.initializer == members[0]
         )
-        row = _judge(members, tuple(shape), traced, mine, fd, gaps, g32, abs(theirs))
+        m = ~np.isnan(fd)  # the rest: every step changed some token's top-k choice
+        if m.any():
+            row = _judge(
+                members, tuple(shape), traced, mine[m], fd[m], gaps[m],
+                None if g32 is None else g32[m], abs(theirs),
+            )  # fmt: skip
+            row = _enough_measured(replace(row, routing_excluded=int(np.count_nonzero(~m))))
+        else:
+            row = _unmeasured(members, tuple(shape), traced, len(coords))
         if isinstance(ort64, OrtWithWeights) and row.status != "passed":
-            row = _judge_in_float64(row, ort64, feeds, loss, coords, mine, theirs, g32)
+            # every sampled coordinate: float64's step is 300 times smaller than fp32's least
+            row = _judge_in_float64(row, ort64, feeds, loss, coords, mine, theirs, g32, chosen)
+            row = _enough_measured(row)
         rows.append(row)
     in_rows = {m for r in rows for m in r.initializers}
     candidates = [
@@ -540,7 +611,7 @@ def check_gradients(
         rows=tuple(rows), untraced=tuple(untraced), off_path=tuple(off_path),
         positional=positional, buffers=buffers, not_trained=not_trained, samples=samples,
         seed=seed, seconds=time.perf_counter() - start, fault=fault,
-        float64=ort64 if isinstance(ort64, str) else "available",
+        float64=ort64 if isinstance(ort64, str) else "available", routers=len(ort.choices),
     )  # fmt: skip
 
 
@@ -644,6 +715,7 @@ def _judge_in_float64(
     mine: np.ndarray,
     fp32_loss: float,
     fp32: np.ndarray | None = None,
+    chosen: tuple[np.ndarray, ...] = (),
 ) -> GradRow:
     """`row` judged again by central differences of the float64 session at the same
     coordinates: passes when max_rel_err and the whole tensor's relative error are both at most
@@ -653,8 +725,16 @@ def _judge_in_float64(
     precision's own share, measured). A row whose
     float64 gradient is too small for the largest fp32 step to move fp32's loss (OPT's key bias,
     truly zero) keeps its fp32 verdict: our fp32 gradient's rounding is all max_rel_err would
-    measure there."""
-    fd = _central(ort64, feeds, loss, row.initializers, coords, H_FLOAT64)
+    measure there. It measures every sampled coordinate, the fp32 steps' left out too; one
+    whose step changes a router's choice (`chosen`) is left out and counted in
+    `routing_excluded`; when every one does, the row keeps its fp32 verdict."""
+    fd = _central(ort64, feeds, loss, row.initializers, coords, H_FLOAT64, chosen)
+    measured = ~np.isnan(fd)
+    if not measured.any():
+        return row
+    left_out = int(np.count_nonzero(~measured))
+    fd, mine = fd[measured], mine[measured]
+    fp32 = None if fp32 is None else fp32[measured]
     scale = float(np.max(np.abs(fd))) if fd.size else 0.0
     if scale * STEPS[-1] <= _F32_EPS * abs(fp32_loss):
         return row
@@ -669,9 +749,29 @@ def _judge_in_float64(
     return replace(
         row, max_rel_err=err.max_rel_err, pcc=err.pcc, noise=0.0, beyond_noise=err.max_rel_err,
         max_grad=scale, passed=passed, reference="float64 FD", norm_ratio=_norm_rel(mine, fd),
-        rel_err=rel, resolution=0.0, arithmetic=arithmetic,
-        status="passed" if passed else "failed",
+        rel_err=rel, resolution=0.0, arithmetic=arithmetic, sampled=int(fd.size),
+        routing_excluded=left_out, status="passed" if passed else "failed",
     )  # fmt: skip
+
+
+def _unmeasured(
+    members: tuple[str, ...], shape: tuple[int, ...], traced: tuple[str, ...], left_out: int
+) -> GradRow:
+    """A row none of whose sampled coordinates could be measured (every step changed some
+    token's top-k choice): unchecked."""
+    return GradRow(
+        members, shape, traced, 0, 0.0, 0.0, 0.0, 0.0, 0.0, passed=False,
+        routing_excluded=left_out, status="unchecked",
+    )  # fmt: skip
+
+
+def _enough_measured(row: GradRow) -> GradRow:
+    """A row that passed on fewer coordinates than the routers' choices left out of it is
+    unchecked, not passed: what remains is not the sample drawn, but its part far from every
+    router's decision. (A failure on the measured ones stands.)"""
+    if row.status == "passed" and row.routing_excluded > row.sampled:
+        return replace(row, passed=False, status="unchecked")
+    return row
 
 
 def _moves_loss(

@@ -177,7 +177,7 @@ from wsecc.kernels.conv import cdiv
 from wsecc.kernels.costs import CostContext, KernelCost, breakpoints
 from wsecc.kernels.decode import DecodeCost, Reduction, matvec, multicast, reduce, reductions, relay
 from wsecc.kernels.ir import KernelKind
-from wsecc.kernels.kind import TRANSCENDENTAL_OPS, KindDef, Params
+from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule, KindDef, Params
 from wsecc.kernels.kinds.common import rows_per_sample
 from wsecc.kernels.kinds.matmul import GATE_OPS
 from wsecc.kernels.kinds.rowwise import ELEMENTWISE_OPS
@@ -424,6 +424,62 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
     )
 
 
+# --- training: the backward of `wsecc.ir.rules._moe_vjp`, the router's choice held ------------
+
+GATE_GRAD_OPS = 4
+"""Per hidden unit of an expert's backward, besides recomputing its gate (gate_ops): dh·∂h/∂g
+and dh·∂h/∂u, and the two products that form ∂h/∂g from σ (as gated_linear's backward)."""
+
+
+def router_grad_ops(E: int, k: int) -> int:
+    """Vector ops per token of the router's backward, from the kept weights' cotangents to the
+    logits': the renormalisation's (Σ dw·w, a subtract and a divide each, 4k), the scores' (the
+    softmax's s·(ds − Σ ds·s) or the sigmoid's ds·s·(1 − s), 4 per expert)."""
+    return 4 * E + 4 * k
+
+
+def _moe_grad_flops(p: Params) -> int:
+    """The backward per sample (docs/training.md, "Mixture of experts"), counting only the
+    experts each token chose, as the forward does:
+
+        router    4 T H E + T router_grad_ops(E, k)       dW_router = xᵀ dl, dx += dl W_routerᵀ
+                  (+ T E: the router bias's Σ dl)
+        per (token, choice) pair
+                  12 H F + F (gate_ops + GATE_GRAD_OPS)   dx, dW_gate, dW_up, dW_down, dh (2 H F
+                                                          each) and the gate's derivative
+                  + 4 H                                   the weight's cotangent (a dot, 2 H), its
+                                                          scale of dy or dz (H), the add into dx
+                  (+ 2 F + H: the gate, up and down biases' sums)
+        shared    12 H S + S (GATE_OPS + GATE_GRAD_OPS) + H, and with its sigmoid gate
+                  7 H + SIGMOID_OPS: Σ dy·y_s (2 H), its weight's and dx's products (4 H), dy·q
+
+    The weights' gradients accumulate in the multiply-adds of dW = xᵀ·dz over the tokens that
+    chose the expert (no separate pass)."""
+    T, H, F, E, k, S = p["tokens"], p["H"], p["F"], p["E"], p["k"], p["S"]
+    bias = int(p.get("bias", False))
+    per_choice = 12 * H * F + F * (gate_ops(p) + GATE_GRAD_OPS) + 4 * H + bias * (2 * F + H)
+    sig = int(p["shared"] == "sigmoid")
+    shared = 12 * H * S + S * (GATE_OPS + GATE_GRAD_OPS) + H + sig * (7 * H + SIGMOID_OPS)
+    per_token = router_grad_ops(E, k) + bias * E + k * per_choice + (shared if S else 0)
+    return int(4 * T * H * E + T * per_token)
+
+
+def _moe_saved_elems(p: Params) -> int:
+    """Activations per sample the forward keeps for the backward: x (T H: every weight's
+    gradient reads it), the router's logits (T E: the scores are recomputed from them), the
+    routing decision (T 2k: ids and weights), each (token, choice) pair's gate and up
+    pre-activations (2F: h and its derivative are recomputed from them), the shared expert's
+    (2S) and its gate's logit (1)."""
+    T, F, E, k, S = p["tokens"], p["F"], p["E"], p["k"], p["S"]
+    sig = int(p["shared"] == "sigmoid")
+    return int(T * (p["H"] + E + 2 * k + k * 2 * F + 2 * S + sig))
+
+
+MOE_GRAD = GradRule(flops=_moe_grad_flops, saved_elems=_moe_saved_elems)
+"""The moe kind's training rule (`wsecc.kernels.kind.GradRule`); the tensor-level gradient it
+counts is `wsecc.ir.rules._moe_vjp`."""
+
+
 MAX_CELL_ROWS = 4
 """The most cell rows sizing offers (er = 1, 2, 4 dividing E): on wse3 gpt-oss-120B's block
 fits a PE on 204,800 PEs with 4 cell rows (400 x 512), about what its bytes need, against
@@ -525,4 +581,5 @@ MOE = KindDef(
     lower=_lower_moe,
     tokens="tokens",
     decode=moe_decode,
+    grad=MOE_GRAD,
 )
