@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from wsecc.core.flow import FILL_STEPS, ForDecode, Placed, SizingRule, place_and_route
 from wsecc.core.layers import find_layers
 from wsecc.core.program import Crossing, Program, Systems
+from wsecc.core.sizing_bytes import SramBytes, sram_bytes
 from wsecc.errors import WseccError
 from wsecc.kernels import (
     Flow,
@@ -45,6 +46,7 @@ from wsecc.kernels import (
     SizingError,
     fit_bounds,
 )
+from wsecc.kernels.sizing import smallest_costs
 from wsecc.modes.generate import kv_cache_bytes
 from wsecc.targets import Target
 from wsecc.vocab import Precision
@@ -531,7 +533,8 @@ def size_over_systems(
         elif n == 1:
             why = f"fits one wafer ({_gb(whole)} of weights and K/V cache in {precision})"
         elif n == least:
-            why = f"the fewest that hold it: {held}{at}"
+            fewer = _fewer(host.graph, n, target, precision, chunk)
+            why = f"the fewest that hold it: {held}{at}{fewer}"
         else:
             why = (
                 f"{held}: {least} would hold the bytes, but with each group's buffers "
@@ -547,6 +550,28 @@ def size_over_systems(
         f"{kg.name}: no split over {least} to {most} systems fits ({failed}): use a "
         "larger target or a lower precision"
     )
+
+
+def sram_at_smallest(
+    kg: KernelGraph, target: Target, precision: Precision, chunk_tokens: int
+) -> SramBytes:
+    """`kg`'s SRAM at its kernels' smallest fitting shapes, split into weights and K/V cache,
+    reserve, buffers, tables, tile rounding and free bytes (`wsecc.core.sizing_bytes`). Raises
+    SizingError when a kernel fits no shape."""
+    costs = smallest_costs(kg, target, precision, chunk_tokens=chunk_tokens)
+    return sram_bytes(kg, costs, resident_bytes(kg, precision), target, precision, chunk_tokens)
+
+
+def _fewer(kg: KernelGraph, n: int, target: Target, precision: Precision, chunk: int) -> str:
+    """Why auto's fewest count `n` is not one fewer, in bytes (`SramBytes.line`), when one
+    fewer is still several systems; "" otherwise."""
+    if n < 3:
+        return ""
+    try:
+        line = sram_at_smallest(kg, target, precision, chunk).line(n - 1)
+    except SizingError:
+        return ""
+    return f"; at {n - 1}: {line}"
 
 
 def _sized_at(

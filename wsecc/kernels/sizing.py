@@ -624,6 +624,23 @@ def fit_bounds(
     )
 
 
+def smallest_costs(
+    kg: KernelGraph,
+    target: Target,
+    precision: Precision,
+    *,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    max_aspect: float = DEFAULT_MAX_ASPECT,
+) -> list[KernelCost]:
+    """Each kernel's smallest fitting shape as its kind costs it (the shapes `fit_bounds` sums),
+    in `kg`'s order: what the SRAM of a model's fewest PEs holds (`wsecc.core.sizing_bytes`).
+    Raises SizingError as `fit_bounds` does."""
+    kg.verify()
+    check_precision(precision)
+    ctx = CostContext(target, precision, chunk_tokens)
+    return [m.smallest for _, m in _menus(kg, ctx, max_aspect)]
+
+
 def fits_a_region(
     kernel: Kernel,
     target: Target,
