@@ -106,6 +106,79 @@ def test_auto_says_in_bytes_why_not_one_system_fewer() -> None:
     graph = host_lookups(lower(chain.fuse(chain.load(job)).graph), MIXED).graph
     target = load_target("wse3")
     want = sram_at_smallest(graph, target, MIXED, 1).line(2)
-    assert _fewer(graph, 3, target, MIXED, 1) == f"; at 2: {want}"
+    assert _fewer(graph, 3, target, MIXED, 1, False) == f"; at 2: {want}"
     assert "2 systems' 2 x 883,350 PEs x 49,152 B = 86.8 GB of SRAM" in want
-    assert _fewer(graph, 2, target, MIXED, 1) == ""
+    assert _fewer(graph, 2, target, MIXED, 1, False) == ""
+
+
+def test_single_buffered_holds_one_chunk_a_stream_by_hand() -> None:
+    """Single-buffered (a decode step's one token a stream), the 70B's gate and up projections
+    at 51 x 471 hold one input chunk (161 x 2 B) and one set of partial sums (122 x 4 B): 810
+    B, half the double-buffered 1,620; nothing overlaps, so a chunk's compute cycles are its
+    compute and its link cycles added. Its smallest shape then needs fewer PEs."""
+    from wsecc.kernels.costs import CostContext, cost_at
+
+    kg, target = _llama_70b_layer_mlp(), load_target("wse3")
+    (k,) = kg.kernels
+    double = cost_at(k, 51, 471, CostContext(target, MIXED, 1))
+    single = cost_at(k, 51, 471, CostContext(target, MIXED, 1, single_buffered=True))
+    assert (double.sram.buffers, single.sram.buffers) == (1_620, 810)
+    assert single.sram.weights == double.sram.weights
+    assert single.link_cycles == double.link_cycles
+    assert single.compute_cycles == double.compute_cycles + double.link_cycles
+    (one,) = smallest_costs(kg, target, MIXED, chunk_tokens=1, single_buffered=True)
+    assert one.area < 51 * 471 and one.sram.buffers < 1_620
+
+
+def test_a_split_that_fits_only_single_buffered(tmp_path) -> None:
+    """On 10 x 10 PEs of 2,048 B of data SRAM the sample's two groups fit neither at 8 tokens
+    per chunk nor at one double-buffered; single-buffered (a decode step holds one token a
+    stream) they size, and the why says so; the sizings carry it, so placement's re-sizing,
+    the SRAM map and L0 cost the regions alike."""
+    from test_partition import GEN, LLAMA, _small
+
+    from wsecc.core import chain
+    from wsecc.core.flow import ForDecode, lower
+    from wsecc.core.partition import size_over_systems
+
+    kg = lower(chain.fuse(chain.load(chain.job(LLAMA, **GEN))).graph)
+    target = load_target(_small(tmp_path, 10, 2048))
+    over = size_over_systems(kg, target, MIXED, ForDecode(1), 8, None)
+    assert over.count == 2
+    assert [(s.chunk_tokens, s.single_buffered) for s in over.sizings] == [(1, True), (1, True)]
+    assert "single-buffered (a decode step's one chunk a stream" in over.why
+    assert over.sizings[0].to_json()["single_buffered"] is True
+    double = ForDecode(1).size(over.partition.parts[0].graph, target, MIXED, 0.85, 1)
+    assert "single_buffered" not in double.to_json()
+
+
+def test_a_single_buffered_split_places_and_costs_alike() -> None:
+    """The sample over two wse3 systems sized single-buffered: each system's placed program
+    keeps it (placement re-costs its regions single-buffered), and its SRAM map and L0 pipeline
+    cost every region as its sizing did (they refuse a region whose cost differs)."""
+    from test_partition import GEN, LLAMA
+
+    from wsecc.core import chain
+    from wsecc.core.flow import ForDecode, lower
+    from wsecc.core.partition import place_systems, size_over_systems
+    from wsecc.kernels.costs import CostContext, cost_at
+    from wsecc.sim.perf import simulate_l0
+    from wsecc.sim.sram import sram_map
+
+    kg = lower(chain.fuse(chain.load(chain.job(LLAMA, **GEN))).graph)
+    target = load_target("wse3")
+    rule = ForDecode(1, single_buffered=True)
+    over = size_over_systems(kg, target, MIXED, rule, 1, 2)
+    assert [s.single_buffered for s in over.sizings] == [True, True]
+    _, systems = place_systems(
+        over, target, MIXED, placer="greedy", time_budget_s=5.0, rule=ForDecode(1)
+    )
+    single = CostContext(target, MIXED, 1, single_buffered=True)
+    for program in systems.programs:
+        assert program.sizing.single_buffered
+        for ks in program.sizing.kernels:
+            rect = program.placement.rects[ks.name]
+            want = cost_at(program.kg.kernel(ks.name), rect.h, rect.w, single)
+            assert ks.sram == want.sram
+        sram_map(program)
+        assert simulate_l0(program).tokens_per_s > 0

@@ -222,9 +222,12 @@ class ForThroughput:
 @dataclass(frozen=True)
 class ForDecode:
     """Regions sized for the latency of a decode step of `batch` sequences
-    (`size_for_decode`), flows given the lanes a decode step wants (generate mode)."""
+    (`size_for_decode`), flows given the lanes a decode step wants (generate mode);
+    `single_buffered`: every stream holds one chunk (`CostContext.single_buffered`), what a
+    split over systems falls back to (`wsecc.core.partition.size_over_systems`)."""
 
     batch: int
+    single_buffered: bool = False
 
     @property
     def checked(self) -> bool:
@@ -234,8 +237,9 @@ class ForDecode:
         self, kg: KernelGraph, target: Target, precision: Precision, fill: float, chunk_tokens: int
     ) -> Sizing:
         return size_for_decode(
-            kg, target, precision, batch=self.batch, fill=fill, chunk_tokens=chunk_tokens
-        )
+            kg, target, precision, batch=self.batch, fill=fill, chunk_tokens=chunk_tokens,
+            single_buffered=self.single_buffered,
+        )  # fmt: skip
 
     def at_shapes(
         self,
@@ -560,6 +564,8 @@ def place_and_route(
     solver-free validators. Raises PlacementError / RoutingError (one line) when no legal
     result exists.
     """
+    if isinstance(rule, ForDecode) and sizing.single_buffered:  # re-sized as it was sized
+        rule = replace(rule, single_buffered=True)
     search = Search(placer, time_budget_s, seed, deterministic, time.perf_counter() + time_budget_s)
     work = Work(kg, sizing, target, precision, rule)
     blocked = REQUESTED

@@ -64,6 +64,7 @@ class SramBytes:
     bytes_per_pe: int
     usable_pes: int
     chunk_tokens: int
+    single_buffered: bool = False
 
     @property
     def pes(self) -> int:
@@ -91,7 +92,9 @@ class SramBytes:
         return (
             f"{systems} systems' {systems} x {self.usable_pes:,} PEs x {self.bytes_per_pe:,} B = "
             f"{_gb(cap)} of SRAM against the {_gb(need)} the kernels' smallest shapes take at "
-            f"{self.chunk_tokens} token(s) per chunk ({self.pes:,} PEs, "
+            f"{self.chunk_tokens} token(s) per chunk"
+            + (", single-buffered" if self.single_buffered else "")
+            + f" ({self.pes:,} PEs, "
             f"{self.pes / (systems * self.usable_pes):.1%} of their PEs): "
             f"{_gb(self.part('resident'))} weights and K/V cache, "
             f"{_gb(self.part('reserve'))} per-PE reserve, "
@@ -114,6 +117,7 @@ def sram_bytes(
     target: Target,
     precision: Precision,
     chunk_tokens: int,
+    single_buffered: bool = False,
 ) -> SramBytes:
     """`kg`'s kernels on `regions` (one shape and its fullest PE's SRAM per kernel, in order:
     their smallest shapes, `smallest_costs`, or a sizing's), their SRAM split into `PARTS` by
@@ -143,7 +147,7 @@ def sram_bytes(
             key=lambda k: (-k.total, k.kind),
         )
     )
-    return SramBytes(kinds, per_pe, target.usable_pes, chunk_tokens)
+    return SramBytes(kinds, per_pe, target.usable_pes, chunk_tokens, single_buffered)
 
 
 def _gb(n: float) -> str:
