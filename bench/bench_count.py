@@ -24,11 +24,12 @@ import dataclasses
 import json
 from pathlib import Path
 
-from wsecc.core.partition import host_lookups, least_pes, sram_at_smallest, split_layers
+from wsecc.targets import Target, load_target
+
+from wsecc.core.partition import host_lookups, least_pes, split_layers, sram_at_smallest
 from wsecc.kernels import KernelGraph
 from wsecc.kernels.costs import CostContext, cdiv, costs_over
 from wsecc.kernels.sizing import DEFAULT_MAX_ASPECT
-from wsecc.targets import Target, load_target
 from wsecc.vocab import Precision
 
 FILLS = (0.85, 0.9, 1.0)
