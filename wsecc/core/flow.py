@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from wsecc.check.numerics import make_inputs, ort_run
+from wsecc.core.bands import band_layout
 from wsecc.core.instrument import Instrument, Trace
 from wsecc.core.lanes import edge_cycles, lane_bytes, lanes_within
 from wsecc.core.program import Program
@@ -52,6 +53,7 @@ from wsecc.kernels import (
     DEFAULT_CHUNK_TOKENS,
     KernelGraph,
     Sizing,
+    SizingError,
     size_for_decode,
     size_regions,
     sizing_at,
@@ -60,7 +62,7 @@ from wsecc.options import Options
 from wsecc.passes import DEFAULT_PIPELINE, LOWERING
 from wsecc.place.api import place
 from wsecc.place.from_kernels import placement_problem
-from wsecc.place.manual import load_pins, with_pins
+from wsecc.place.manual import load_pins, place_manual, with_pins
 from wsecc.place.problem import (
     Placement,
     PlacementError,
@@ -575,21 +577,57 @@ def place_and_route(
             return tiled
         blocked = tiled
     fills = fills_from(sizing.fill)
+    sized = sizing
     for i, fill in enumerate(fills):
-        if i:
-            sizing = rule.size(kg, target, precision, fill, sizing.chunk_tokens)
-            say("size", f"re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
         try:
+            if i:
+                sizing = rule.size(kg, target, precision, fill, sizing.chunk_tokens)
+                say("size", f"re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
             work = replace(work, sizing=sizing)
             problem, placement = _place_in(_problem(kg, sizing, target, precision, pins), search)
             break
-        except PlacementError as e:
-            if i == len(fills) - 1:
-                raise
+        except (PlacementError, SizingError) as e:
+            if i == len(fills) - 1 or isinstance(e, SizingError):
+                banded = None if pins else _in_bands(kg, sized, target, precision, rule, say)
+                if banded is None:
+                    raise
+                work, problem, placement = replace(work, sizing=banded[0]), *banded[1:]
+                break
             say("place", f"regions at {100 * fill:.0f}% fill do not pack: {str(e)[:100]}...")
     placement, _, program = _route_in(work, problem, placement, search, say)
     program = replace(program, replicas=Replicas(1, blocked))
     return Placed(problem, program, pool_shapes(sizing, placement))
+
+
+def _in_bands(
+    kg: KernelGraph,
+    sized: Sizing,
+    target: Target,
+    precision: Precision,
+    rule: SizingRule,
+    say: Callable[[str, str], None],
+) -> tuple[Sizing, PlacementProblem, Placement] | None:
+    """`kg`'s layers in full-width bands (`wsecc.core.bands`), costed as `sized` was (its chunk
+    and buffering): the sizing at the bands' shapes, the problem with every region pinned and
+    its placement; None when no band height fits or a region does not fit at its band."""
+    rects = band_layout(kg, sized.context(target, precision))
+    if rects is None:
+        return None
+    try:
+        sizing = rule.at_shapes(
+            sized, kg, target, precision, {n: (r.h, r.w) for n, r in rects.items()}
+        )
+        problem = with_pins(placement_problem(kg, sizing, target, precision), rects)
+    except (SizingError, PlacementError):
+        return None
+    placement = place_manual(problem)
+    bands = len({r.y for r in rects.values()})
+    say(
+        "place",
+        f"no fill packed: {bands} bands of layers across the fabric, each kernel as narrow as "
+        f"its SRAM allows ({sizing.pes_used:,} PEs, {sizing.fabric_fraction:.1%})",
+    )
+    return sizing, problem, placement
 
 
 def _problem(
