@@ -10,8 +10,9 @@ whole model, before the split) and prints, for its layers with the embedding on 
   buffers, tables, tile rounding and free bytes (`wsecc.core.sizing_bytes`), against N systems;
 - per count N: the groups balanced by those PEs (`least_pes`, as auto's fallback balances them)
   and the fullest group's share of a system, against sizing's 85% and 90% fills;
-- the largest per-PE reserve at which N systems' smallest shapes would fit a fill (bisection
-  over the target's `sram.reserved_bytes`, the one figure here that no source settles);
+- when N systems do not hold them at 85% fill: the largest per-PE reserve at which they would
+  at 85%, 90% and 100% (bisection over the target's `sram.reserved_bytes`, the one figure here
+  that no source settles; the PEs in all, not the fullest group's);
 - the same smallest shapes with the linear kinds' menus not thinned (every breakpoint).
 
 Arithmetic on the cost models only: no placement, nothing timed.
@@ -117,17 +118,19 @@ def main() -> None:
         for n in args.counts:
             print(f"- {got.line(n)}")
             print(f"  - {groups_line(kg, target, n, single)}")
+            if got.pes <= FILLS[0] * n * target.usable_pes:
+                print(f"  - {n} hold the smallest shapes at {FILLS[0]:.0%} fill with this reserve")
+                continue
             reserves = ", ".join(
                 f"{fill:.0%} fill: {largest_reserve(kg, target, n, fill, single):,} B"
                 for fill in FILLS
             )
-            print(
-                f"  - the largest reserve at which {n} would hold the smallest shapes: {reserves}"
-            )
+            print(f"  - the largest reserve at which {n} would hold them: {reserves}")
         exact = exact_pes(kg, target, single)
         print(
             f"- every breakpoint of the linear kinds' K and N offered: {exact:,} PEs against "
-            f"{got.pes:,} ({got.pes - exact:,} fewer, {(got.pes - exact) * target.sram.bytes_per_pe / 1e9:.2f} GB)"
+            f"{got.pes:,} ({got.pes - exact:,} fewer: "
+            f"{(got.pes - exact) * target.sram.bytes_per_pe / 1e9:.2f} GB)"
         )
 
 

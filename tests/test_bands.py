@@ -102,3 +102,23 @@ def test_no_band_for_one_layer_or_too_many() -> None:
     ctx = CostContext(load_target("wse3"), MIXED, 1)
     assert band_layout(_group(1), ctx) is None
     assert band_layout(_group(200), ctx) is None
+
+
+def test_a_bands_free_columns_shorten_the_decode_step() -> None:
+    """With a batch, the 80 columns each band of 17 layers leaves free go to the kernels whose
+    decode step they shorten most: every band then spans all 755 columns, no kernel is narrower
+    than its narrowest, and a layer's decode step (the sum of its kernels') is shorter."""
+    ctx = CostContext(load_target("wse3"), MIXED, 1)
+    kg = _group(17)
+    narrow, wide = band_layout(kg, ctx), band_layout(kg, ctx, 1)
+    assert narrow is not None and wide is not None
+    layer = _layer(0)
+
+    def step(rects: dict) -> int:
+        return sum(
+            k.spec.decode(k.params, rects[k.name].h, rects[k.name].w, ctx, 1).latency for k in layer
+        )
+
+    assert sum(wide[k.name].w for k in layer) == 755
+    assert all(wide[k.name].w >= narrow[k.name].w for k in layer)
+    assert step(wide) < step(narrow)

@@ -12,10 +12,11 @@ first); the kernels before the
 first layer and after the last (the final norm, the head) side by side in the rows below the
 bands. `band_layout` takes the tallest bands with which all of this fits.
 
-It is a layout, not an optimum: each kernel takes the narrowest width that fits at the band's
-height (its fullest PE), not the shape sizing would choose for the step's latency, and the
-columns a band leaves free stay free. Placement uses it only when every fill failed to pack
-(`wsecc.core.flow.place_and_route`).
+It is a layout, not an optimum: each kernel first takes the narrowest width that fits at the
+band's height (its fullest PE); with `batch` (generate mode) the columns a band leaves free
+then go, a few at a time, to the kernel whose decode step (`KindDef.decode`) they shorten the
+most per column (`_widen`: greedy, not sizing's balance over the whole program). Placement
+uses the layout only when every fill failed to pack (`wsecc.core.flow.place_and_route`).
 """
 
 from __future__ import annotations
@@ -49,10 +50,13 @@ def _row(kernels: Sequence[Kernel], h: int, ctx: CostContext, width: int) -> lis
     return widths
 
 
-def band_layout(kg: KernelGraph, ctx: CostContext) -> dict[str, Rect] | None:
+def band_layout(
+    kg: KernelGraph, ctx: CostContext, batch: int | None = None
+) -> dict[str, Rect] | None:
     """Every kernel of `kg` in a band layout (module doc) on `ctx.target`'s program rectangle,
-    costed in `ctx` (its chunk and buffering), the tallest bands first; None when `kg` has no
-    two layers or no band height fits."""
+    costed in `ctx` (its chunk and buffering), the tallest bands first, each band's free
+    columns given to its kernels' decode steps of `batch` sequences (None: left free); None
+    when `kg` has no two layers or no band height fits."""
     layers = find_layers([k.kind for k in kg.kernels])
     if layers is None or len(layers) < 2:
         return None
@@ -61,7 +65,7 @@ def band_layout(kg: KernelGraph, ctx: CostContext) -> dict[str, Rect] | None:
     n = len(layers)
     others = [*kg.kernels[: layers.start], *kg.kernels[layers.end :]]
     for h in range(H // n, 0, -1):
-        rects = _bands(kg, layers.spans, h, ctx, W)
+        rects = _bands(kg, layers.spans, h, ctx, W, batch)
         if rects is None:
             continue
         rest = H - n * h
@@ -78,7 +82,12 @@ def band_layout(kg: KernelGraph, ctx: CostContext) -> dict[str, Rect] | None:
 
 
 def _bands(
-    kg: KernelGraph, spans: Sequence[tuple[int, int]], h: int, ctx: CostContext, width: int
+    kg: KernelGraph,
+    spans: Sequence[tuple[int, int]],
+    h: int,
+    ctx: CostContext,
+    width: int,
+    batch: int | None,
 ) -> dict[str, Rect] | None:
     """Each layer (`spans` of `kg.kernels`) in a band of `h` rows, serpentine, or None."""
     rects: dict[str, Rect] = {}
@@ -87,12 +96,58 @@ def _bands(
         widths = _row(kernels, h, ctx, width)
         if widths is None:
             return None
+        if batch is not None:
+            widths = _widen(kernels, widths, h, ctx, width, batch)
         x, used = 0, sum(widths)
         for k, w in zip(kernels, widths, strict=True):
             left = x if i % 2 == 0 else used - x - w  # mirrored within the columns it uses
             rects[k.name] = Rect(left, i * h, w, h)
             x += w
     return rects
+
+
+WIDEN_LOOKAHEAD = 64
+"""Columns `_widen` looks ahead for a kernel whose decode step a single column does not shorten
+(tile sizes change at breakpoints only)."""
+
+
+def _widen(
+    kernels: Sequence[Kernel],
+    widths: list[int],
+    h: int,
+    ctx: CostContext,
+    width: int,
+    batch: int,
+) -> list[int]:
+    """`widths` with the band's free columns given, step by step, to the kernel whose decode
+    step of `batch` sequences the fewest further columns shorten the most per column."""
+    widths = list(widths)
+
+    def step(i: int, w: int) -> int:
+        k = kernels[i]
+        decode = k.spec.decode
+        assert decode is not None  # generate mode's kernels all have one (generation_kernels)
+        return int(decode(k.params, h, w, ctx, batch).latency)
+
+    now = [step(i, w) for i, w in enumerate(widths)]
+    spare = width - sum(widths)
+    while spare > 0:
+        best: tuple[float, int, int, int] | None = None  # (gain per column, i, columns, latency)
+        for i in range(len(kernels)):
+            for more in range(1, min(spare, WIDEN_LOOKAHEAD) + 1):
+                lat = step(i, widths[i] + more)
+                if lat < now[i]:
+                    gain = (now[i] - lat) / more
+                    if best is None or gain > best[0]:
+                        best = (gain, i, more, lat)
+                    break
+        if best is None:
+            break
+        _, i, more, lat = best
+        widths[i] += more
+        now[i] = lat
+        spare -= more
+    return widths
 
 
 __all__ = ["band_layout", "narrowest"]

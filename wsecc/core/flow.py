@@ -610,7 +610,8 @@ def _in_bands(
     """`kg`'s layers in full-width bands (`wsecc.core.bands`), costed as `sized` was (its chunk
     and buffering): the sizing at the bands' shapes, the problem with every region pinned and
     its placement; None when no band height fits or a region does not fit at its band."""
-    rects = band_layout(kg, sized.context(target, precision))
+    batch = rule.batch if isinstance(rule, ForDecode) else None
+    rects = band_layout(kg, sized.context(target, precision), batch)
     if rects is None:
         return None
     try:
