@@ -625,8 +625,8 @@ def _in_bands(
     bands = len({r.y for r in rects.values()})
     say(
         "place",
-        f"no fill packed: {bands} bands of layers across the fabric, each kernel as narrow as "
-        f"its SRAM allows ({sizing.pes_used:,} PEs, {sizing.fabric_fraction:.1%})",
+        f"no fill packed: {bands} bands of layers across the fabric, each kernel at least as "
+        f"wide as its SRAM needs ({sizing.pes_used:,} PEs, {sizing.fabric_fraction:.1%})",
     )
     return sizing, problem, placement
 
