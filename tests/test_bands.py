@@ -122,3 +122,37 @@ def test_a_bands_free_columns_shorten_the_decode_step() -> None:
     assert sum(wide[k.name].w for k in layer) == 755
     assert all(wide[k.name].w >= narrow[k.name].w for k in layer)
     assert step(wide) < step(narrow)
+
+
+def test_placement_falls_back_to_bands_when_no_fill_packs(monkeypatch) -> None:
+    """When the placer packs the regions at no fill, `place_and_route` lays the layers out in
+    bands (the sample in generate mode: its two layers in bands, the embedding, final norm and
+    head below them), sized at the bands' shapes and routed as any placement."""
+    from conftest import SAMPLES
+
+    from wsecc.core import chain, flow
+    from wsecc.core.flow import ForDecode, lower, place_and_route
+    from wsecc.place.problem import PlacementError
+
+    job = chain.job(SAMPLES / "llama_dynamo.onnx", mode="generate", seq=64, prompt=16)
+    kg = lower(chain.fuse(chain.load(job)).graph)
+    target = load_target("wse3")
+    sizing = ForDecode(1).size(kg, target, MIXED, 0.85, 8)
+
+    def never(problem, search):
+        raise PlacementError("does not pack (test)")
+
+    monkeypatch.setattr(flow, "_place_in", never)
+    said: list[str] = []
+    placed = place_and_route(
+        kg, sizing, target, MIXED, placer="greedy", time_budget_s=5.0, rule=ForDecode(1),
+        say=lambda stage, s: said.append(s),
+    )  # fmt: skip
+    want = band_layout(kg, sizing.context(target), 1)
+    assert want is not None
+    assert dict(placed.program.placement.rects) == want
+    assert {(k.name, k.h, k.w) for k in placed.program.sizing.kernels} == {
+        (n, r.h, r.w) for n, r in want.items()
+    }
+    assert any("bands of layers across the fabric" in s for s in said)
+    assert placed.program.routing.lanes
