@@ -119,7 +119,10 @@ def main() -> None:
             print(f"- {got.line(n)}")
             print(f"  - {groups_line(kg, target, n, single)}")
             if got.pes <= FILLS[0] * n * target.usable_pes:
-                print(f"  - {n} hold the smallest shapes at {FILLS[0]:.0%} fill with this reserve")
+                print(
+                    f"  - in all within {FILLS[0]:.0%} of {n} systems' PEs with this reserve "
+                    "(the fullest group, above, decides)"
+                )
                 continue
             reserves = ", ".join(
                 f"{fill:.0%} fill: {largest_reserve(kg, target, n, fill, single):,} B"
