@@ -58,14 +58,16 @@ def with_reserve(target: Target, reserve: int) -> Target:
 
 
 def largest_reserve(kg: KernelGraph, target: Target, n: int, fill: float, single: bool) -> int:
-    """The largest reserve (bytes a PE) at which the smallest shapes take at most `fill` of `n`
-    systems' PEs; -1 if none does."""
+    """The largest reserve (bytes a PE, to 16 B; at most the target's) at which the smallest
+    shapes take at most `fill` of `n` systems' PEs; -1 if none does."""
 
     def fits(r: int) -> bool:
         got = sram_at_smallest(kg, with_reserve(target, r), Precision.MIXED, 1, single)
         return got.pes <= fill * n * target.usable_pes
 
     lo, hi = -1, target.sram.reserved_bytes
+    if fits(hi):  # the sourced reserve already does
+        return hi
     while hi - lo > 16:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(max(mid, 0)) else (lo, mid)
