@@ -3,6 +3,8 @@ bytes that decide how many systems it needs (issue 30: Llama 3.1 70B's 4, 5 or 6
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from conftest import SAMPLES
 from wsecc.targets import load_target
@@ -49,6 +51,12 @@ def test_llama_70b_gate_and_up_at_one_token_per_chunk_by_hand() -> None:
     assert k.rounding == area * 39_284 - 939_524_096 == 4_116_868
     assert k.unused == area * 56 and k.tables == 0
     assert k.total == got.total == area * 49_152
+    # the verdict: against one system's PEs, and were a system only as large as the region,
+    # or smaller
+    assert got.line(1).endswith("to spare at 85% fill")
+    same = replace(got, usable_pes=area).line(1)
+    assert same.endswith("0 B to spare only at 100% fill: short by 0.18 GB at 85%")  # 0.15 x area
+    assert replace(got, usable_pes=area - 1).line(1).endswith("short by 49,152 B even at 100% fill")
 
 
 def test_attention_holds_its_rotary_tables_per_pe_by_hand() -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from wsecc.core.flow import FILL_STEPS
 from wsecc.kernels import KernelGraph
 from wsecc.kernels.costs import KernelCost
 from wsecc.kernels.sizing import KernelSizing
@@ -83,12 +84,21 @@ class SramBytes:
         """The SRAM of `systems` systems' usable PEs."""
         return systems * self.usable_pes * self.bytes_per_pe
 
-    def line(self, systems: int) -> str:
+    def line(self, systems: int, fill: float = FILL_STEPS[0]) -> str:
         """`systems` systems' SRAM against these bytes, every part named (buffers and rounding by
-        kind), in one clause."""
+        kind), in one clause; what is short or to spare at 100% and at `fill` of their PEs."""
         cap, need = self.capacity(systems), self.total
         buffers, tables, rounding = (self._by_kind(p) for p in ("buffers", "tables", "rounding"))
-        verdict = f"short by {_gb(need - cap)}" if need > cap else f"{_gb(cap - need)} to spare"
+        at = fill * cap
+        if need > cap:
+            verdict = f"short by {_gb(need - cap)} even at 100% fill"
+        elif need > at:
+            verdict = (
+                f"{_gb(cap - need)} to spare only at 100% fill: short by {_gb(need - at)} at "
+                f"{fill:.0%}"
+            )
+        else:
+            verdict = f"{_gb(at - need)} to spare at {fill:.0%} fill"
         return (
             f"{systems} systems' {systems} x {self.usable_pes:,} PEs x {self.bytes_per_pe:,} B = "
             f"{_gb(cap)} of SRAM against the {_gb(need)} the kernels' smallest shapes take at "
