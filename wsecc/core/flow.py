@@ -607,11 +607,13 @@ def _in_bands(
     rule: SizingRule,
     say: Callable[[str, str], None],
 ) -> tuple[Sizing, PlacementProblem, Placement] | None:
-    """`kg`'s layers in full-width bands (`wsecc.core.bands`), costed as `sized` was (its chunk
-    and buffering): the sizing at the bands' shapes, the problem with every region pinned and
-    its placement; None when no band height fits or a region does not fit at its band."""
-    batch = rule.batch if isinstance(rule, ForDecode) else None
-    rects = band_layout(kg, sized.context(target, precision), batch)
+    """Generate mode (`ForDecode`): `kg`'s layers in full-width bands (`wsecc.core.bands`), the
+    free columns to the decode step, costed as `sized` was (its chunk and buffering): the sizing
+    at the bands' shapes, the problem with every region pinned and its placement; None in
+    another mode, or when no band height fits or a region does not fit at its band."""
+    if not isinstance(rule, ForDecode):  # a decode step's layout; throughput is sizing's balance
+        return None
+    rects = band_layout(kg, sized.context(target, precision), rule.batch)
     if rects is None:
         return None
     try:
