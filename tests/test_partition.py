@@ -150,9 +150,9 @@ def test_auto_chooses_two_systems_by_hand(tmp_path: Path) -> None:
 
 
 def test_a_split_that_does_not_fit_says_which_bytes(tmp_path: Path) -> None:
-    """On 10 x 10 PEs of 2,048 B: two systems hold the bytes (0.85 x 100 x 2,048 = 174,080 B
-    each) but system 1's group needs more PEs than 85 at its smallest shapes; the refusal says
-    so, and what the PEs' SRAM holds."""
+    """On 10 x 10 PEs of 1,900 B: two systems hold the bytes (0.85 x 100 x 1,900 = 161,500 B
+    each) but system 1's group needs more PEs than 85 at its smallest shapes, even
+    single-buffered; the refusal says so, and what the PEs' SRAM holds."""
     from wsecc.targets import load_target
 
     from wsecc.core import chain
@@ -160,7 +160,7 @@ def test_a_split_that_does_not_fit_says_which_bytes(tmp_path: Path) -> None:
     from wsecc.core.partition import PartitionError, size_over_systems
 
     kg = lower(chain.fuse(chain.load(chain.job(LLAMA, **GEN))).graph)
-    target = load_target(_small(tmp_path, 10, 2048))
+    target = load_target(_small(tmp_path, 10, 1900))
     with pytest.raises(PartitionError) as e:
         size_over_systems(kg, target, Precision.MIXED, ForDecode(1), 8, None)
     line = str(e.value)

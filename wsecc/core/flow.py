@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from wsecc.check.numerics import make_inputs, ort_run
+from wsecc.core.bands import band_layout
 from wsecc.core.instrument import Instrument, Trace
 from wsecc.core.lanes import edge_cycles, lane_bytes, lanes_within
 from wsecc.core.program import Program
@@ -52,6 +53,7 @@ from wsecc.kernels import (
     DEFAULT_CHUNK_TOKENS,
     KernelGraph,
     Sizing,
+    SizingError,
     size_for_decode,
     size_regions,
     sizing_at,
@@ -60,7 +62,7 @@ from wsecc.options import Options
 from wsecc.passes import DEFAULT_PIPELINE, EXPERT_SHARDS, LOWERING
 from wsecc.place.api import place
 from wsecc.place.from_kernels import placement_problem
-from wsecc.place.manual import load_pins, with_pins
+from wsecc.place.manual import load_pins, place_manual, with_pins
 from wsecc.place.problem import (
     Placement,
     PlacementError,
@@ -233,9 +235,12 @@ class ForThroughput:
 @dataclass(frozen=True)
 class ForDecode:
     """Regions sized for the latency of a decode step of `batch` sequences
-    (`size_for_decode`), flows given the lanes a decode step wants (generate mode)."""
+    (`size_for_decode`), flows given the lanes a decode step wants (generate mode);
+    `single_buffered`: every stream holds one chunk (`CostContext.single_buffered`), what a
+    split over systems falls back to (`wsecc.core.partition.size_over_systems`)."""
 
     batch: int
+    single_buffered: bool = False
 
     @property
     def checked(self) -> bool:
@@ -245,8 +250,9 @@ class ForDecode:
         self, kg: KernelGraph, target: Target, precision: Precision, fill: float, chunk_tokens: int
     ) -> Sizing:
         return size_for_decode(
-            kg, target, precision, batch=self.batch, fill=fill, chunk_tokens=chunk_tokens
-        )
+            kg, target, precision, batch=self.batch, fill=fill, chunk_tokens=chunk_tokens,
+            single_buffered=self.single_buffered,
+        )  # fmt: skip
 
     def at_shapes(
         self,
@@ -571,6 +577,8 @@ def place_and_route(
     solver-free validators. Raises PlacementError / RoutingError (one line) when no legal
     result exists.
     """
+    if isinstance(rule, ForDecode) and sizing.single_buffered:  # re-sized as it was sized
+        rule = replace(rule, single_buffered=True)
     search = Search(placer, time_budget_s, seed, deterministic, time.perf_counter() + time_budget_s)
     work = Work(kg, sizing, target, precision, rule)
     blocked = REQUESTED
@@ -580,21 +588,60 @@ def place_and_route(
             return tiled
         blocked = tiled
     fills = fills_from(sizing.fill)
+    sized = sizing
     for i, fill in enumerate(fills):
-        if i:
-            sizing = rule.size(kg, target, precision, fill, sizing.chunk_tokens)
-            say("size", f"re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
         try:
+            if i:
+                sizing = rule.size(kg, target, precision, fill, sizing.chunk_tokens)
+                say("size", f"re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
             work = replace(work, sizing=sizing)
             problem, placement = _place_in(_problem(kg, sizing, target, precision, pins), search)
             break
-        except PlacementError as e:
-            if i == len(fills) - 1:
-                raise
+        except (PlacementError, SizingError) as e:
+            if i == len(fills) - 1 or isinstance(e, SizingError):
+                banded = None if pins else _in_bands(kg, sized, target, precision, rule, say)
+                if banded is None:
+                    raise
+                work, problem, placement = replace(work, sizing=banded[0]), *banded[1:]
+                break
             say("place", f"regions at {100 * fill:.0f}% fill do not pack: {str(e)[:100]}...")
     placement, _, program = _route_in(work, problem, placement, search, say)
     program = replace(program, replicas=Replicas(1, blocked))
     return Placed(problem, program, pool_shapes(sizing, placement))
+
+
+def _in_bands(
+    kg: KernelGraph,
+    sized: Sizing,
+    target: Target,
+    precision: Precision,
+    rule: SizingRule,
+    say: Callable[[str, str], None],
+) -> tuple[Sizing, PlacementProblem, Placement] | None:
+    """Generate mode (`ForDecode`): `kg`'s layers in full-width bands (`wsecc.core.bands`), the
+    free columns to the decode step, costed as `sized` was (its chunk and buffering): the sizing
+    at the bands' shapes, the problem with every region pinned and its placement; None in
+    another mode, or when no band height fits or a region does not fit at its band."""
+    if not isinstance(rule, ForDecode):  # a decode step's layout; throughput is sizing's balance
+        return None
+    rects = band_layout(kg, sized.context(target, precision), rule.batch)
+    if rects is None:
+        return None
+    try:
+        sizing = rule.at_shapes(
+            sized, kg, target, precision, {n: (r.h, r.w) for n, r in rects.items()}
+        )
+        problem = with_pins(placement_problem(kg, sizing, target, precision), rects)
+    except (SizingError, PlacementError):
+        return None
+    placement = place_manual(problem)
+    bands = len({r.y for r in rects.values()})
+    say(
+        "place",
+        f"no fill packed: {bands} bands of layers across the fabric, each kernel at least as "
+        f"wide as its SRAM needs ({sizing.pes_used:,} PEs, {sizing.fabric_fraction:.1%})",
+    )
+    return sizing, problem, placement
 
 
 def _problem(

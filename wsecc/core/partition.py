@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from wsecc.core.flow import FILL_STEPS, ForDecode, Placed, SizingRule, place_and_route
 from wsecc.core.layers import Layers, find_layers
 from wsecc.core.program import Crossing, Program, Systems
+from wsecc.core.sizing_bytes import SramBytes, sram_bytes
 from wsecc.errors import WseccError
 from wsecc.kernels import (
     Flow,
@@ -48,6 +49,7 @@ from wsecc.kernels import (
     SizingError,
     fit_bounds,
 )
+from wsecc.kernels.sizing import smallest_costs
 from wsecc.modes.generate import kv_cache_bytes
 from wsecc.targets import Target
 from wsecc.vocab import Precision
@@ -220,7 +222,11 @@ def alone(kg: KernelGraph, name: str) -> KernelGraph:
 
 
 def least_pes(
-    kg: KernelGraph, target: Target, precision: Precision, chunk_tokens: int
+    kg: KernelGraph,
+    target: Target,
+    precision: Precision,
+    chunk_tokens: int,
+    single_buffered: bool = False,
 ) -> list[int]:
     """Each kernel's PEs at its smallest shape that fits a PE's SRAM (`fit_bounds` of the
     kernel alone, so without its flows' edge charges), in `kg`'s order; kernels of one kind
@@ -232,7 +238,8 @@ def least_pes(
         key = (k.kind, repr(sorted(k.params.items())))
         if key not in memo:
             memo[key] = fit_bounds(alone(kg, k.name), target, precision,
-                                   chunk_tokens=chunk_tokens).min_pes  # fmt: skip
+                                   chunk_tokens=chunk_tokens,
+                                   single_buffered=single_buffered).min_pes  # fmt: skip
         out.append(memo[key])
     return out
 
@@ -477,7 +484,10 @@ ONE_TOKEN = 1
 """Generate mode over several systems: the chunk sizing may fall back to when the groups do not
 fit at the options' chunk. A decode step holds one token per sequence in its buffers; the
 prompt then streams through the same regions one token per chunk (a longer time to first
-token, the decode step's buffers all the same)."""
+token, the decode step's buffers all the same). Then, single-buffered: a decode step has one
+token in flight, the next only after the step, so one chunk buffer a stream serves it; the
+prompt's chunks then do not overlap their arrival with their compute (`CostContext`), a
+longer time to first token again."""
 
 
 def size_over_systems(
@@ -531,13 +541,14 @@ def size_over_systems(
             f"{kg.name}: {held} need at least {least} systems and {why}: use a larger "
             "target or a lower precision"
         )
-    chunks = [chunk_tokens]
-    if isinstance(rule, ForDecode) and chunk_tokens > ONE_TOKEN:
-        chunks.append(ONE_TOKEN)
+    chunks = [(chunk_tokens, False)]  # (tokens per chunk, single-buffered), tried in turn
+    if isinstance(rule, ForDecode):
+        chunks += [(ONE_TOKEN, False)] if chunk_tokens > ONE_TOKEN else []
+        chunks.append((ONE_TOKEN, True))
     pes: list[int] | None | bool = False  # `least_pes`, computed when first needed
     start = least
     if requested is None and least > 1 and layers is not None:
-        pes = _least_pes(host.graph, target, precision, chunks[-1])
+        pes = _least_pes(host.graph, target, precision, *chunks[-1])
         alone = lone_segments(host.graph, pes, target) if pes is not None else 0
         if alone > most:
             raise PartitionError(
@@ -560,7 +571,7 @@ def size_over_systems(
         sized = _sized_at(partition, rule, target, precision, tried, memo=memo)
         if isinstance(sized, str) and n > 1:  # balanced by the PEs the groups need instead
             if pes is False:
-                pes = _least_pes(host.graph, target, precision, chunks[-1])
+                pes = _least_pes(host.graph, target, precision, *chunks[-1])
             if isinstance(pes, list):
                 by_pes = split_layers(host.graph, precision, n, pes)
                 by_pes = replace(by_pes, host_held=host.kernels, why=split_why(host, True))
@@ -570,11 +581,13 @@ def size_over_systems(
                         partition, sized = by_pes, again
                         break
         if isinstance(sized, str):
-            failed = sized if n == 1 else shortfall(partition, target, precision, chunks[-1])
+            failed = sized if n == 1 else shortfall(partition, target, precision, *chunks[-1])
             continue
         sizings, chunk = sized
         slower = f"; sized at {chunk} token per chunk (at {chunk_tokens} they did not fit)"
         at = slower if chunk != chunk_tokens else ""
+        if sizings[0].single_buffered:
+            at += "; single-buffered (a decode step's one chunk a stream: double they did not fit)"
         if sizings[0].fill != FILL_STEPS[0]:
             at += f"; sized at {sizings[0].fill:.0%} fill (at {FILL_STEPS[0]:.0%} they did not fit)"
         if requested is not None:
@@ -583,7 +596,8 @@ def size_over_systems(
         elif n == 1:
             why = f"fits one wafer ({bytes_text(whole)} of weights and K/V cache in {precision})"
         elif n == least:
-            why = f"the fewest that hold it: {held}{at}"
+            fewer = _fewer(host.graph, n, target, precision, chunk, sizings[0].single_buffered)
+            why = f"the fewest that hold it: {held}{at}{fewer}"
         elif n == start:
             why = (
                 f"{held}: {least} would hold the bytes, but {n} layers or moe shards each "
@@ -608,11 +622,15 @@ def size_over_systems(
 
 
 def _least_pes(
-    kg: KernelGraph, target: Target, precision: Precision, chunk_tokens: int
+    kg: KernelGraph,
+    target: Target,
+    precision: Precision,
+    chunk_tokens: int,
+    single_buffered: bool = False,
 ) -> list[int] | None:
     """`least_pes`, or None when some kernel fits no shape (sizing then says which)."""
     try:
-        return least_pes(kg, target, precision, chunk_tokens)
+        return least_pes(kg, target, precision, chunk_tokens, single_buffered)
     except SizingError:
         return None
 
@@ -635,25 +653,60 @@ SizingMemo = dict[tuple[object, ...], "Sizing | str"]
 one `size_over_systems` call, where the rule, target and precision are fixed."""
 
 
+def sram_at_smallest(
+    kg: KernelGraph,
+    target: Target,
+    precision: Precision,
+    chunk_tokens: int,
+    single_buffered: bool = False,
+) -> SramBytes:
+    """`kg`'s SRAM at its kernels' smallest fitting shapes, split into weights and K/V cache,
+    reserve, buffers, tables, tile rounding and free bytes (`wsecc.core.sizing_bytes`). Raises
+    SizingError when a kernel fits no shape."""
+    costs = smallest_costs(
+        kg, target, precision, chunk_tokens=chunk_tokens, single_buffered=single_buffered
+    )
+    return sram_bytes(
+        kg, costs, resident_bytes(kg, precision), target, precision, chunk_tokens, single_buffered
+    )
+
+
+def _fewer(
+    kg: KernelGraph, n: int, target: Target, precision: Precision, chunk: int, single: bool
+) -> str:
+    """Why auto's fewest count `n` is not one fewer, in bytes (`SramBytes.line`), when one
+    fewer is still several systems; "" otherwise."""
+    if n < 3:
+        return ""
+    try:
+        line = sram_at_smallest(kg, target, precision, chunk, single).line(n - 1)
+    except SizingError:
+        return ""
+    return f"; at {n - 1}: {line}"
+
+
 def _sized_at(
     partition: Partition,
     rule: SizingRule,
     target: Target,
     precision: Precision,
-    chunks: Sequence[int],
+    chunks: Sequence[tuple[int, bool]],
     fill: float = FILL_STEPS[0],
     memo: SizingMemo | None = None,
 ) -> tuple[tuple[Sizing, ...], int] | str:
     """Every group of `partition` sized by `rule` at `fill`, at the first of `chunks` (tokens
-    per chunk) at which all fit: the sizings and that chunk, else the last error. A group with
-    the shapes of an earlier one (`shape_key`) takes its sizing, renamed; `memo` keeps them
-    (and the errors) across calls of one rule, target and precision."""
+    per chunk, and whether single-buffered: `ForDecode.single_buffered`) at which all fit: the
+    sizings and that chunk, else the last error. A group with the shapes of an earlier one
+    (`shape_key`) takes its sizing, renamed; `memo` keeps them (and the errors) across calls
+    of one rule, target and precision."""
     done: SizingMemo = {} if memo is None else memo
     failed = ""
-    for chunk in chunks:
+    for chunk, single in chunks:
+        if single and isinstance(rule, ForDecode):
+            rule = replace(rule, single_buffered=True)
         sizings = []
         for p in partition.parts:
-            key = (shape_key(p.graph), fill, chunk)
+            key = (shape_key(p.graph), fill, chunk, single)
             if key not in done:
                 try:
                     done[key] = rule.size(p.graph, target, precision, fill, chunk)
@@ -712,7 +765,13 @@ def split_why(host: HostLookups, by_pes: bool = False) -> str:
     )
 
 
-def shortfall(partition: Partition, target: Target, precision: Precision, chunk_tokens: int) -> str:
+def shortfall(
+    partition: Partition,
+    target: Target,
+    precision: Precision,
+    chunk_tokens: int,
+    single_buffered: bool = False,
+) -> str:
     """Why `partition`'s groups do not fit their systems, in PEs and bytes: the fullest group's
     PEs at its kernels' smallest fitting shapes (`fit_bounds`, `chunk_tokens` per chunk)
     against sizing's fill of a system, and what all the groups' PEs hold: the weights and K/V
@@ -724,8 +783,9 @@ def shortfall(partition: Partition, target: Target, precision: Precision, chunk_
             key = shape_key(p.graph)
             if key not in pes_of:
                 pes_of[key] = fit_bounds(
-                    p.graph, target, precision, chunk_tokens=chunk_tokens
-                ).min_pes
+                    p.graph, target, precision, chunk_tokens=chunk_tokens,
+                    single_buffered=single_buffered,
+                ).min_pes  # fmt: skip
             need.append(pes_of[key])
     except SizingError as e:
         return str(e)

@@ -17,12 +17,16 @@ Notation (integers; "per sample" = one sequence; cdiv(a, b) = ceil(a / b)):
     L       target.link_bytes_per_cycle           one link direction (32 b = 4 B, docs/hardware.md §5.1)
     R       target.sram.reserved_bytes            code + runtime reserve per PE
     c       min(chunk_tokens, tokens streamed)    activations move in chunks of c tokens
+    nb      chunks a stream's buffer holds: 2, double-buffered (the next chunk arrives while
+            this one is computed), or 1 when `single_buffered` (a decode step's one token)
 
 Every model reports the fullest PE's SRAM as {weights, buffers, kv, reserve = R}, the busiest PE's
 compute cycles, and the busiest lane's link cycles (bytes over one PE-to-PE link direction / L).
 `cycles_per_sample = max(compute, link)`: compute and fabric transfers overlap (asynchronous DSD
 operations on microthreads, docs/hardware.md §6), so a stage runs at its slowest resource. Hop and ramp
 latencies lengthen the pipeline fill, not the steady state, and are not charged here.
+Single-buffered (`CostContext.single_buffered`), a chunk can only arrive once the one before it
+is computed, so nothing overlaps: `ctx.cost` charges compute + link as the compute cycles.
 """
 
 from __future__ import annotations
@@ -121,6 +125,10 @@ class CostContext:
     precision: Precision
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS
     train: TrainCosts | None = None
+    # one chunk buffer per stream, not two: what a decode step needs (one token per sequence in
+    # flight, the next only after the step), chosen by generate mode over several systems when
+    # the groups do not fit otherwise (`wsecc.core.partition.size_over_systems`)
+    single_buffered: bool = False
 
     def __hash__(self) -> int:
         return self._hash
@@ -129,7 +137,9 @@ class CostContext:
     def _hash(self) -> int:
         # computed once: `cost_at`'s cache hashes the context on every call, and a Target
         # hashes a dozen nested dataclasses (sizing asks for tens of thousands of shapes)
-        return hash((self.target, self.precision, self.chunk_tokens, self.train))
+        return hash(
+            (self.target, self.precision, self.chunk_tokens, self.train, self.single_buffered)
+        )
 
     # The five numbers below are cached: the kinds' cost models read them for every shape
     # (tens of thousands per compile), and a target's per-precision table checks its key
@@ -158,6 +168,11 @@ class CostContext:
     def chunk(self, tokens: int) -> int:
         return min(self.chunk_tokens, tokens)
 
+    @property
+    def nb(self) -> int:
+        """Chunks a stream's buffer holds: 2 (double-buffered), 1 when `single_buffered`."""
+        return 1 if self.single_buffered else 2
+
     def cost(
         self,
         h: int,
@@ -172,6 +187,8 @@ class CostContext:
         out_bytes: int,
     ) -> KernelCost:
         sram = SramBreakdown(weights, buffers, kv, self.target.sram.reserved_bytes)
+        if self.single_buffered:  # the next chunk waits for this one's compute: no overlap
+            compute += link
         return KernelCost(h, w, sram, compute, link, in_bytes, out_bytes)
 
 
@@ -192,11 +209,13 @@ def kernel_cost(
     target: Target,
     *,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    single_buffered: bool = False,
 ) -> KernelCost:
     """SRAM per PE and cycles per sample of `kernel` on an h x w region of `target`."""
     if h <= 0 or w <= 0:
         raise ValueError(f"{kernel.describe()}: region {h}x{w} must be at least 1x1")
-    return cost_at(kernel, h, w, CostContext(target, precision_name, chunk_tokens))
+    ctx = CostContext(target, precision_name, chunk_tokens, single_buffered=single_buffered)
+    return cost_at(kernel, h, w, ctx)
 
 
 def cost_at(kernel: Kernel, h: int, w: int, ctx: CostContext) -> KernelCost:

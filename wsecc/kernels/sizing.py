@@ -135,6 +135,8 @@ class Sizing:
     # link cycles per sample each region's edge lanes leave for the region they may cross
     # (`crossing_headroom`), charged in every kernel's edge_cycles
     crossing_headroom: int = 0
+    # one chunk buffer per stream (`CostContext.single_buffered`): a decode step's regions
+    single_buffered: bool = False
 
     def kernel(self, name: str) -> KernelSizing:
         for k in self.kernels:
@@ -219,8 +221,19 @@ class Sizing:
 
     def to_json(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k != "kernels"}
+        if not self.single_buffered:  # double-buffered sizings are written as before it
+            del d["single_buffered"]
         d["kernels"] = [k.to_json() for k in self.kernels]
         return d
+
+    def context(self, target: Target, precision: Precision | None = None) -> CostContext:
+        """The cost context its kernels were costed in (`precision`: another one)."""
+        return CostContext(
+            target,
+            self.precision if precision is None else precision,
+            self.chunk_tokens,
+            single_buffered=self.single_buffered,
+        )
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> Sizing:
@@ -570,12 +583,13 @@ def _prepare(
     train: TrainCosts | None = None,
     raw: _RawCosts | None = None,
     generate: bool = False,
+    single_buffered: bool = False,
 ) -> tuple[CostContext, _Choice, int]:
     kg.verify()
     check_precision(precision)
     if not 0 < fill <= 1:
         raise ValueError(f"fill must be in (0, 1], got {fill}")
-    ctx = CostContext(target, precision, chunk_tokens, train)
+    ctx = CostContext(target, precision, chunk_tokens, train, single_buffered)
     menus = _menus(kg, ctx, max_aspect, raw=raw, generate=generate)
     budget = math.floor(fill * target.usable_pes)
     if sum(m.smallest.area for _, m in menus) > budget:
@@ -607,6 +621,7 @@ def fit_bounds(
     *,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     max_aspect: float = DEFAULT_MAX_ASPECT,
+    single_buffered: bool = False,
 ) -> FitBounds:
     """Lower bounds on PEs and SRAM per PE, from each kernel's candidate shapes (no sizing).
 
@@ -614,7 +629,7 @@ def fit_bounds(
     """
     kg.verify()
     check_precision(precision)
-    ctx = CostContext(target, precision, chunk_tokens)
+    ctx = CostContext(target, precision, chunk_tokens, single_buffered=single_buffered)
     menus = _menus(kg, ctx, max_aspect)
     return FitBounds(
         min_pes=sum(m.smallest.area for _, m in menus),
@@ -624,6 +639,24 @@ def fit_bounds(
     )
 
 
+def smallest_costs(
+    kg: KernelGraph,
+    target: Target,
+    precision: Precision,
+    *,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    max_aspect: float = DEFAULT_MAX_ASPECT,
+    single_buffered: bool = False,
+) -> list[KernelCost]:
+    """Each kernel's smallest fitting shape as its kind costs it (the shapes `fit_bounds` sums),
+    in `kg`'s order: what the SRAM of a model's fewest PEs holds (`wsecc.core.sizing_bytes`).
+    Raises SizingError as `fit_bounds` does."""
+    kg.verify()
+    check_precision(precision)
+    ctx = CostContext(target, precision, chunk_tokens, single_buffered=single_buffered)
+    return [m.smallest for _, m in _menus(kg, ctx, max_aspect)]
+
+
 def fits_a_region(
     kernel: Kernel,
     target: Target,
@@ -631,10 +664,12 @@ def fits_a_region(
     *,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     max_aspect: float = DEFAULT_MAX_ASPECT,
+    single_buffered: bool = False,
 ) -> bool:
     """Whether some shape of `kernel`'s menu fits a PE's SRAM on `target` (what sizing needs of
     every kernel before it looks at the area)."""
-    return _menu_of(kernel, CostContext(target, precision, chunk_tokens), max_aspect)[1] is not None
+    ctx = CostContext(target, precision, chunk_tokens, single_buffered=single_buffered)
+    return _menu_of(kernel, ctx, max_aspect)[1] is not None
 
 
 def size_regions(
@@ -701,6 +736,7 @@ def size_for_decode(
     max_aspect: float = DEFAULT_MAX_ASPECT,
     alt_tolerance: float = DEFAULT_ALT_TOLERANCE,
     max_alternatives: int = DEFAULT_MAX_ALTERNATIVES,
+    single_buffered: bool = False,
 ) -> Sizing:
     """Generate mode: region shapes minimising the decode step's latency, the sum of the
     kernels' step latencies (`KindDef.decode`, `batch` sequences), under the same SRAM and area
@@ -709,11 +745,13 @@ def size_for_decode(
     A Lagrangian relaxation of the area budget: at a price p per PE, each kernel independently
     takes the shape of its menu minimising latency + p x area; the least p whose choices fit
     fill x usable PEs is found by bisection. Every kernel is on a decoder's step path, so the
-    sum is the path's kernel time (flows and host I/O are not shaped here). Raises SizingError
+    sum is the path's kernel time (flows and host I/O are not shaped here). `single_buffered`:
+    every stream holds one chunk, not two (`CostContext.single_buffered`). Raises SizingError
     as `size_regions` does, or when a kind has no decode model."""
     ctx, menus, budget = _prepare(
-        kg, target, precision, fill, chunk_tokens, max_aspect, generate=True
-    )
+        kg, target, precision, fill, chunk_tokens, max_aspect, generate=True,
+        single_buffered=single_buffered,
+    )  # fmt: skip
     fronts: dict[int, list[tuple[int, int, KernelCost]]] = {}  # menu -> (area, latency, cost)
     for k, m in menus:
         if id(m) in fronts:
@@ -762,7 +800,7 @@ def sizing_at(
     placement in another precision. Alternatives are dropped (the shapes are decided).
     Raises SizingError when a kernel's PE no longer fits its SRAM in `precision`."""
     check_precision(precision)
-    ctx = CostContext(target, precision, base.chunk_tokens, train)
+    ctx = CostContext(target, precision, base.chunk_tokens, train, base.single_buffered)
     shapes = shapes or {}
     kernels, over = [], []
     flows = routed_flow_bytes(kg, precision)
@@ -886,4 +924,5 @@ def _sizing(
         flops_per_sample=kg.train_flops_per_sample if ctx.train else kg.flops_per_sample,
         peak_flops_per_cycle=target.usable_pes * target.flops_per_cycle[ctx.precision],
         kernels=tuple(kernels),
+        single_buffered=ctx.single_buffered,
     )

@@ -157,7 +157,11 @@ def generation_kernels(
 
         def fits(seq: int, k: Kernel = k) -> bool:
             at = Kernel(k.name, k.kind, {**k.params, "seq": seq})
-            return fits_a_region(at, target, precision, chunk_tokens=chunk_tokens)
+            if one_wafer:
+                return fits_a_region(at, target, precision, chunk_tokens=chunk_tokens)
+            # over several systems a split may size at one token a chunk, single-buffered
+            # (`wsecc.core.partition.ONE_TOKEN`)
+            return fits_a_region(at, target, precision, chunk_tokens=1, single_buffered=True)
 
         if fits(context):
             continue
@@ -218,7 +222,7 @@ def max_context(program: Program) -> int:
     """The largest context (positions per sequence) whose K/V cache, for the program's
     sequences, fits every attention region's SRAM at its placed shape (the weights and buffers
     of every region do not grow with the context)."""
-    ctx = CostContext(program.target, program.precision, program.chunk_tokens)
+    ctx = program.sizing.context(program.target)
     budget = program.target.sram.bytes_per_pe
     shapes = _shapes(program)
     best = MAX_CONTEXT_SEARCH

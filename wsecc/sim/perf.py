@@ -332,7 +332,10 @@ def build_pipeline(program: Program, *, host_io: bool = True) -> Pipeline:
             ks = sizing.kernel(k.name)
         except KeyError:
             raise SimulationError(f"kernel {k.name!r} is not in the sizing") from None
-        cost = kernel_cost(k, rect.h, rect.w, precision, target, chunk_tokens=sizing.chunk_tokens)
+        cost = kernel_cost(
+            k, rect.h, rect.w, precision, target, chunk_tokens=sizing.chunk_tokens,
+            single_buffered=sizing.single_buffered,
+        )  # fmt: skip
         own_shape = (rect.h, rect.w) == (ks.h, ks.w)
         if own_shape and (cost.compute_cycles, cost.link_cycles) != (
             ks.compute_cycles,

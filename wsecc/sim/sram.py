@@ -137,7 +137,13 @@ class SramMap:
 
 
 def _pe_breakdowns(
-    kernel: Kernel, h: int, w: int, precision: Precision, target: Target, chunk_tokens: int
+    kernel: Kernel,
+    h: int,
+    w: int,
+    precision: Precision,
+    target: Target,
+    chunk_tokens: int,
+    single_buffered: bool = False,
 ) -> tuple[dict[tuple[int, int], SramBreakdown], np.ndarray, np.ndarray]:
     """({(row share, col share): bytes}, row shares, col shares) of a kernel on h x w."""
     row_param, col_param = kernel.spec.tile_split
@@ -162,7 +168,10 @@ def _pe_breakdowns(
                 if param and share != fullest:
                     params[param] = share * parts
             k = Kernel(kernel.name, kernel.kind, params, kernel.provenance)
-            out[(r, c)] = kernel_cost(k, h, w, precision, target, chunk_tokens=chunk_tokens).sram
+            out[(r, c)] = kernel_cost(
+                k, h, w, precision, target, chunk_tokens=chunk_tokens,
+                single_buffered=single_buffered,
+            ).sram  # fmt: skip
     return out, rows, cols
 
 
@@ -187,7 +196,7 @@ def sram_map(program: Program, *, extra_buffers: Mapping[str, int] | None = None
             raise SramError(f"kernel {k.name!r} has no rectangle in the placement")
         ks = sizing.kernel(k.name)
         per_pe, rows, cols = _pe_breakdowns(
-            k, rect.h, rect.w, precision, target, sizing.chunk_tokens
+            k, rect.h, rect.w, precision, target, sizing.chunk_tokens, sizing.single_buffered
         )
         for (r, c), b in per_pe.items():
             ys = rect.y + np.flatnonzero(rows == r)
@@ -202,8 +211,9 @@ def sram_map(program: Program, *, extra_buffers: Mapping[str, int] | None = None
             expected, source = ks.sram.total, "sizing"
         else:  # another shape from sizing's alternatives
             cost = kernel_cost(
-                k, rect.h, rect.w, precision, target, chunk_tokens=sizing.chunk_tokens
-            )
+                k, rect.h, rect.w, precision, target, chunk_tokens=sizing.chunk_tokens,
+                single_buffered=sizing.single_buffered,
+            )  # fmt: skip
             expected, source = (
                 cost.sram.total,
                 f"the cost model at the placed {rect.h}x{rect.w} in {precision}",

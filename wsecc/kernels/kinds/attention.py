@@ -93,11 +93,12 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
         kv      = Bs kv_sets kw sh (2 d sb + mask sb)      keys, values, additive mask
         weights = rot 2 sh rd sb                           cos and sin rows of its keys
                 + bias hw sq sh sb                         its part of the bias operand
-        buffers = 2 c hw d sb                              double-buffered query chunk
-                + rot 2 c 2 rd sb                          the chunk's cos and sin rows
+        buffers = nb c hw d sb                             double-buffered query chunk
+                + rot nb c 2 rd sb                         the chunk's cos and sin rows
                 + c sh ab                                  scores of one head for one chunk
-                + 2 c hw (d + 2) ab                        double-buffered partials
-                + full 2 c sh sb                           the chunk's full-mask rows
+                + nb c hw (d + 2) ab                       double-buffered partials
+                + full nb c sh sb                          the chunk's full-mask rows
+                                                           (nb = 2; 1 single-buffered)
         pairs   = hw cdiv(sq (sh + 1), 2) if causal else hw sq sh
         compute = cdiv(4 d pairs, f)                       Q K^T and P V
                 + cdiv(ops pairs, v)                       online softmax per score
@@ -124,11 +125,11 @@ def attention_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
         w,
         weights=rot * 2 * sh * rd * sb + bias * hw * sq * sh * sb,
         kv=p["cache_sequences"] * kv_sets * kw * sh * (2 * d * sb + mask * sb),
-        buffers=2 * c * hw * d * sb
-        + rot * 4 * c * rd * sb
+        buffers=ctx.nb * c * hw * d * sb
+        + rot * ctx.nb * 2 * c * rd * sb
         + c * sh * ab
-        + 2 * c * hw * (d + 2) * ab
-        + full * 2 * c * sh * sb,
+        + ctx.nb * c * hw * (d + 2) * ab
+        + full * ctx.nb * c * sh * sb,
         compute=cdiv(4 * d * pairs, ctx.f)
         + cdiv(_score_ops(p) * pairs, ctx.v)
         + cdiv(hw * sq * (red * 2 * (d + 2) + d), ctx.v)

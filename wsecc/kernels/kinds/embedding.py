@@ -21,7 +21,8 @@ def embedding_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     lookups of a sample landing on one PE row (a repeated token), so it does not shrink with h.
 
         weights = vh dw sb
-        buffers = 2 c n_tables INDEX_BYTES + 2 c dw sb   double-buffered ids and output chunk
+        buffers = nb c n_tables INDEX_BYTES + nb c dw sb   double-buffered ids and output chunk
+                                                           (nb = 2; 1 single-buffered)
         compute = cdiv(rows n_tables dw, v)
         link    = max(cdiv(rows n_tables INDEX_BYTES, L), cdiv(rows dw sb, L))
     """
@@ -32,7 +33,7 @@ def embedding_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
         h,
         w,
         weights=vh * dw * sb,
-        buffers=2 * c * n * INDEX_BYTES + 2 * c * dw * sb,
+        buffers=ctx.nb * c * (n * INDEX_BYTES + dw * sb),
         compute=cdiv(M * n * dw, ctx.v),
         link=max(cdiv(M * n * INDEX_BYTES, ctx.L), cdiv(M * dw * sb, ctx.L)),
         in_bytes=M * n * INDEX_BYTES,

@@ -59,9 +59,9 @@ def matmul_cost(
     (links are full duplex).
 
         weights  = (kh nw + bias own) sb
-        buffers  = 2 c kh sb            double-buffered input chunk
-                 + 2 c nw ab            double-buffered partial sums
-                 + residual 2 c own sb  double-buffered residual chunk
+        buffers  = nb c kh sb            double-buffered input chunk (nb = 2; 1 single-buffered)
+                 + nb c nw ab            double-buffered partial sums
+                 + residual nb c own sb  double-buffered residual chunk
         compute  = cdiv(2 M kh nw, f)                          MACs
                  + cdiv(M own (bias + act_ops + residual), v)  epilogue
         link     = max(cdiv(M kh sb, L),        input lane along a row
@@ -85,7 +85,7 @@ def matmul_cost(
         h,
         w,
         weights=(kh * nw + int(bias) * own) * sb,
-        buffers=2 * c * kh * sb + 2 * c * nw * ab + int(residual) * 2 * c * own * sb,
+        buffers=ctx.nb * c * (kh * sb + nw * ab + int(residual) * own * sb),
         compute=cdiv(2 * M * kh * nw, ctx.f) + cdiv(M * cdiv(own, pair) * epilogue, ctx.v),
         link=max(
             cdiv(M * kh * sb, ctx.L),

@@ -72,7 +72,7 @@ def _rowwise(
     along the region row (w > 1). `weight_vectors` per-feature vectors (gamma, beta) are resident.
 
         weights = weight_vectors dw sb
-        buffers = 2 c dw sb (inputs + outputs)   double-buffered chunks
+        buffers = nb c dw sb (inputs + outputs)  double-buffered chunks (nb = 2; 1 single-buffered)
                 + c stats ab                     per-row statistics
         compute = cdiv(mr dw ops, v)
         link    = max(cdiv(rows dw sb inputs, L),   input lane per column
@@ -86,7 +86,7 @@ def _rowwise(
         h,
         w,
         weights=weight_vectors * dw * sb,
-        buffers=2 * c * dw * sb * (inputs + outputs) + c * stats * ab,
+        buffers=ctx.nb * c * dw * sb * (inputs + outputs) + c * stats * ab,
         compute=cdiv(mr * dw * ops, ctx.v),
         link=max(
             cdiv(rows * dw * sb * inputs, L),
