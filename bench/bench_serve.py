@@ -77,6 +77,12 @@ class Row:
     layers_of: int = 0  # a one-layer export standing for a model of this many layers
     also: tuple[tuple[float, str], ...] = ()  # further published figures for the same model:
     # (tokens/s, what they relied on), each held against the same compile as its own table row
+    active_b: float | None = None  # parameters a token reads, in billions (the model's card)
+
+
+ANCHOR_TOKENS_S, ANCHOR_ACTIVE_B = 1800.0, 8.03
+"""The trivial baseline "8B scaled": Cerebras's Llama 3.1 8B figure on one CS-3 (Aug 2024,
+measurements.md §6) times 8.03 B (its card's parameters) over a row's active parameters."""
 
 
 AFTER_OCT_2024 = (
@@ -92,30 +98,33 @@ ROWS = (
     Row(
         "llama-3.1-8b", "wse3", 1800.0,
         "Cerebras Inference, Aug 2024, CS-3, 16-bit weights", published_systems="1",
+        active_b=8.03,
     ),
     Row(
         "llama-3.1-70b", "wse3", 450.0,
         "Cerebras Inference, Aug 2024, 16-bit weights, the model over four CS-3 systems; its "
         "October 2024 row, about 2,100 tokens/s, ran on new kernels, asynchronous wafer I/O "
         "and speculative decoding (measurements.md §6), which wsecc does not model",
-        published_systems="4",
+        published_systems="4", active_b=70.6,
         also=((2100.0, "Oct 2024: new kernels, async wafer I/O, speculative decoding"),),
     ),
     Row(
         "llama-3.1-405b", "wse3", 969.0,
         "Cerebras Inference, Nov 2024, time to first token 0.24 s; systems and precision not "
         "stated (compiled here in 16-bit weights)" + AFTER_OCT_2024,
-        published_ttft_s=0.24,
+        published_ttft_s=0.24, active_b=405.9,
     ),
     Row(
         "llama-4-maverick", "wse3", 2500.0,
         "May 2025, over 2,500 tokens/s per user measured by Artificial Analysis; systems not "
         "stated" + AFTER_OCT_2024,
+        active_b=17.0,  # the card: 17B active of 400B
     ),
     Row(
         "gpt-oss-120b", "wse3", 3000.0,
         "2025, about 3,000 tokens/s; systems not stated; gpt-oss ships its experts in MXFP4 "
         "(4-bit), compiled here in 16-bit weights" + AFTER_OCT_2024,
+        active_b=5.1,  # the card: 5.1B active of 117B
     ),
     Row(
         "llama-3.1-8b-layer", "wse2", 2700.0,
@@ -127,12 +136,12 @@ ROWS = (
     Row(
         "mixtral-8x7b", "wse3", None,
         "no published figure for Mixtral 8x7B on a wafer-scale system; its memory-roofline "
-        "baseline only", published_systems="none",
+        "baseline only", published_systems="none", active_b=12.9,  # the card: 12.9B active
     ),
     Row(
         "qwen3-30b-a3b", "wse3", None,
         "no published figure for Qwen3-30B-A3B on a wafer-scale system; its memory-roofline "
-        "baseline only", published_systems="none",
+        "baseline only", published_systems="none", active_b=3.3,  # the card: 3.3B active
     ),
 )  # fmt: skip
 
@@ -154,7 +163,7 @@ def export(model: str, models: Path) -> tuple[Path, str]:
 
 
 def compile_row(
-    path: Path, row: Row, context: int, prompt: int, placer: str
+    path: Path, row: Row, context: int, prompt: int, placer: list[str]
 ) -> tuple[dict, float, float, float]:
     """The report of `wsecc compile` on `path` (generate, --systems auto), its wall seconds,
     CPU seconds (user + system) and peak resident memory in GB (`/usr/bin/time -v`)."""
@@ -162,7 +171,7 @@ def compile_row(
     systems = "1" if row.layers_of else "auto"
     cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "wsecc.cli", "compile", str(path),
            "--weights", "inputs", "--mode", "generate", "--systems", systems, "--target",
-           row.target, "--context", str(context), "--prompt", str(prompt), "--placer", placer,
+           row.target, "--context", str(context), "--prompt", str(prompt), *placer,
            "-o", str(out / "out")]  # fmt: skip
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -212,7 +221,7 @@ def bound_text(phases: dict[str, float]) -> str:
     return f"{top} ({split})"
 
 
-def run(row: Row, models: Path, context: int, prompt: int, placer: str) -> str:
+def run(row: Row, models: Path, context: int, prompt: int, placer: list[str]) -> str:
     published = "none" if row.published is None else f"{row.published:,.0f}"
     head = f"| {row.model} | {row.target} | {published} |"
     try:
@@ -222,7 +231,7 @@ def run(row: Row, models: Path, context: int, prompt: int, placer: str) -> str:
         msg = str(e)
         generic = "no decode model" in msg or "known kind" in msg or "fuse" in msg
         what = f"does not fuse: {msg}" if generic else msg
-        return f"{head} {what} | | | | | | | |"
+        return f"{head} {what} | | | | | | | | |"
     perf = rep["performance"]
     d = perf["decode"]
     systems = perf.get("systems", 1)
@@ -238,15 +247,25 @@ def run(row: Row, models: Path, context: int, prompt: int, placer: str) -> str:
     ttft = f"{perf['ttft_s']:.3f} s" + (
         f" (published {row.published_ttft_s} s)" if row.published_ttft_s else ""
     )
+    scaled = (
+        f"{ANCHOR_TOKENS_S * ANCHOR_ACTIVE_B / row.active_b:,.0f}"
+        + (
+            f" ({ANCHOR_TOKENS_S * ANCHOR_ACTIVE_B / row.active_b / row.published:.2f})"
+            if row.published
+            else ""
+        )
+        if row.active_b
+        else "—"
+    )
     main = (
-        f"{head} {rate:,.0f} | {ratio} | {ttft} | {systems} "
+        f"{head} {rate:,.0f} | {ratio} | {scaled} | {ttft} | {systems} "
         f"(published {row.published_systems}) | {bound_text(d['phases_s'])} | "
-        f"{tcp:,.0f}{tcp_ratio} | {roof:,.0f} ({rate / roof:.4f}) | "
+        f"{'—' if row.layers_of else f'{tcp:,.0f}{tcp_ratio}'} | {roof:,.0f} ({rate / roof:.4f}) | "
         f"{seconds:.0f} s wall, {cpu:.0f} s CPU, {gb:.1f} GB{', ' + made if made else ''} |"
     )
     later = [
         f"| {row.model} ({label}) | {row.target} | {pub:,.0f} | {rate:,.0f} (the row above) | "
-        f"{rate / pub:.2f} | | | | {tcp:,.0f} ({tcp / pub:.2f}) | | |"
+        f"{rate / pub:.2f} | | | | | {tcp:,.0f} ({tcp / pub:.2f}) | | |"
         for pub, label in row.also
     ]
     return "\n".join([main, *later])
@@ -259,23 +278,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--placer", default="cpsat", help="cpsat (default budget) or greedy")
+    ap.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="compile with --deterministic: CP-SAT on one worker at its deterministic time, so "
+        "a row is the same on a busy machine as on an idle one",
+    )
     args = ap.parse_args(argv)
+    placer = ["--placer", args.placer] + (["--deterministic"] if args.deterministic else [])
     args.models.mkdir(parents=True, exist_ok=True)
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python "
         f"{platform.python_version()}; command: python {' '.join(sys.argv)}; context "
         f"{args.context}, prompt {args.prompt}, batch 1, mixed precision (16-bit weights), "
-        f"placer {args.placer}"
+        f"placer {' '.join(placer[1:])}"
     )
     print(
-        "| model | target | published tokens/s | wsecc tokens/s per user | ratio | first token "
+        "| model | target | published tokens/s | wsecc tokens/s per user | ratio "
+        "| 8B scaled (ratio) | first token "
         "| systems | what bounds a token | tokens/s at 200 us a crossing (ratio) "
         "| memory roofline tokens/s (wsecc / it) | compile |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in ROWS:
         if not args.only or args.only == row.model:
-            print(run(row, args.models, args.context, args.prompt, args.placer), flush=True)
+            print(run(row, args.models, args.context, args.prompt, placer), flush=True)
     for row in ROWS:
         if not args.only or args.only == row.model:
             print(f"- {row.model} on {row.target}: {row.source}")
