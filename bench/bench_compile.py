@@ -10,9 +10,9 @@ markdown row per model, medians over `--runs`: the wall time of the process and 
 the wall time far more than the CPU time), the load average when each run began; the stages from
 report.json's `stage_seconds` — frontend, passes, sizing, placement (`placement.seconds`),
 routing (the "place" stage less placement), simulation — and "other" (the wall time outside
-the stages: imports, the report, PNGs, viewer, trace); the on-wafer throughput (L0, samples/s)
-and the weighted wirelength (generate mode: the decode tokens/s instead), so that speed is never bought with quality; and what CP-SAT's
-search added to its start and why it stopped (the median run's).
+the stages: imports, the report, PNGs, viewer, trace); the on-wafer throughput (L0, samples/s;
+generate mode, whose report has none: the decode tokens/s) and the weighted wirelength, so
+that speed is never bought with quality; and what CP-SAT's search added to its start and why it stopped (the median run's).
 """
 
 from __future__ import annotations
