@@ -10,9 +10,9 @@ markdown row per model, medians over `--runs`: the wall time of the process and 
 the wall time far more than the CPU time), the load average when each run began; the stages from
 report.json's `stage_seconds` — frontend, passes, sizing, placement (`placement.seconds`),
 routing (the "place" stage less placement), simulation — and "other" (the wall time outside
-the stages: imports, the report, PNGs, viewer, trace); the on-wafer throughput (L0, samples/s)
-and the weighted wirelength, so that speed is never bought with quality; and what CP-SAT's
-search added to its start and why it stopped (the median run's).
+the stages: imports, the report, PNGs, viewer, trace); the on-wafer throughput (L0, samples/s;
+generate mode, whose report has none: the decode tokens/s) and the weighted wirelength, so
+that speed is never bought with quality; and what CP-SAT's search added to its start and why it stopped (the median run's).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def one_run(model: str, seq: int, extra: list[str]) -> dict[str, Any]:
         "cpu": cpu,
         "load": load,
         "stages": stages,
-        "on_wafer": report["performance"]["on_wafer_samples_per_s"],
+        "on_wafer": _on_wafer(report["performance"]),
         "wirelength": placement["objective"],
         "search": placement.get("search"),
     }
@@ -96,6 +96,14 @@ def row(spec: str, runs: int, extra: list[str]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
+def _on_wafer(performance: dict[str, Any]) -> float:
+    """The compile's throughput figure: on-wafer samples/s (L0), or in generate mode, whose
+    report has no such figure, the decode tokens/s per system."""
+    if "on_wafer_samples_per_s" in performance:
+        return float(performance["on_wafer_samples_per_s"])
+    return float(performance["tokens_per_s"])
+
+
 def _span(values: list[float]) -> str:
     """The least and the greatest of `values`, one decimal ("3.2-9.5", or "3.2" if equal)."""
     lo, hi = f"{min(values):.1f}", f"{max(values):.1f}"
@@ -122,7 +130,7 @@ def main() -> None:
     print(
         "| model | seq | wall s | CPU s | load | "
         + " | ".join(STAGES)
-        + " | on-wafer samples/s | wirelength "
+        + " | on-wafer samples/s (generate: tokens/s) | wirelength "
         "B·PE | CP-SAT search (median run) |"
     )
     print("|---" * (len(STAGES) + 8) + "|")

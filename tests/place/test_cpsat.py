@@ -108,18 +108,26 @@ _SEARCH_ONLY = CpSatOptions(
 
 def _trace_windows(monkeypatch) -> list[bool]:
     """Whether each window of the next `place_cpsat` improved the placement, in order."""
+    return _trace(monkeypatch)[0]
+
+
+def _trace(monkeypatch) -> tuple[list[bool], list[float]]:
+    """Whether each window of the next `place_cpsat` improved the placement, and the
+    wirelength after it, in order (the lists fill as the placement runs)."""
     import wsecc.place.cpsat as cpsat
 
     flags: list[bool] = []
+    after: list[float] = []
 
     def accept(*args):
         out = _accept(*args)
         flags.append(out[2])
+        after.append(out[1])
         return out
 
     _accept = cpsat._accept
     monkeypatch.setattr(cpsat, "_accept", accept)
-    return flags
+    return flags, after
 
 
 def test_the_search_stops_after_its_probe_when_no_neighbourhood_improves(monkeypatch):
@@ -140,24 +148,65 @@ def test_the_search_stops_after_its_probe_when_no_neighbourhood_improves(monkeyp
     assert Placement.from_json(p.to_json()).search == p.search  # report.json: `reason` too
 
 
-def test_the_search_runs_on_while_neighbourhoods_improve(monkeypatch):
-    # a bad start (the chain's kernels in a scrambled row): the search goes on past every run
-    # of fewer than `stall_windows` windows without gain, and stops at the first full run
+def _gain(begun: float, now: float) -> float:
+    return (begun - now) / begun
+
+
+def test_the_search_runs_on_while_neighbourhoods_gain_and_stops_when_they_gain_too_little(
+    monkeypatch,
+):
+    # a bad start (the chain's kernels in a scrambled row): from the probe on, the search
+    # goes on while the last min(n, `stall_windows`) windows took at least `stall_gain` off the
+    # wirelength they began from, and stops at the first window where they did not
     problem, _ = _row_problem(24)
     order = random.Random(5).sample(range(24), 24)
     scrambled = {f"k{i}": Rect(x, 0, 1, 1) for i, x in enumerate(order)}
-    flags = _trace_windows(monkeypatch)
+    opts = replace(_SEARCH_ONLY, stall_gain=0.05)
+    flags, after = _trace(monkeypatch)
     p = place_cpsat(
+        problem, time_budget_s=60.0, deterministic=True, options=opts, initial=scrambled
+    )
+    assert p.search is not None and p.search.start == "initial"
+    trail = [p.search.start_objective, *after]
+    n, k = len(after), opts.stall_windows
+
+    def recent(m: int) -> float:  # the gain of the last min(m, k) of the first m windows
+        return _gain(trail[m - min(m, k)], trail[m])
+
+    assert n > k  # it ran on past the probe and past one full look-back
+    assert all(recent(m) >= opts.stall_gain for m in range(opts.probe_windows, n))
+    assert recent(n) < opts.stall_gain and p.search.stopped == "stalled"
+    assert p.search.windows == n and p.search.improved == sum(flags) >= 2
+    assert p.search.reason == (
+        f"its last {k} neighbourhoods took {100 * recent(n):.2f}% off the wirelength, "
+        "under the 5% that keeps it going"
+    )
+    assert p.objective == p.search.objective == trail[-1] < p.search.start_objective
+    assert validate_placement(problem, p) == []
+
+
+def test_the_search_stops_after_its_probe_when_its_gain_is_below_the_threshold(monkeypatch):
+    # the same start, a threshold no search can reach: the probe's windows improve the start
+    # (so it is not "could not improve") but take less than the threshold off, so the search
+    # stops there, where with the default threshold it runs on
+    problem, _ = _row_problem(24)
+    order = random.Random(5).sample(range(24), 24)
+    scrambled = {f"k{i}": Rect(x, 0, 1, 1) for i, x in enumerate(order)}
+    high = replace(_SEARCH_ONLY, stall_gain=0.99)
+    flags, _ = _trace(monkeypatch)
+    p = place_cpsat(
+        problem, time_budget_s=60.0, deterministic=True, options=high, initial=scrambled
+    )
+    assert p.search is not None and p.search.stopped == "stalled"
+    assert p.search.windows == len(flags) == high.probe_windows and any(flags)
+    assert p.search.reason.startswith(f"its last {high.probe_windows} neighbourhoods took ")
+    assert "under the 99% that keeps it going" in p.search.reason
+    flags.clear()
+    q = place_cpsat(
         problem, time_budget_s=60.0, deterministic=True, options=_SEARCH_ONLY, initial=scrambled
     )
-    k = _SEARCH_ONLY.stall_windows
-    assert p.search is not None and p.search.start == "initial"
-    assert p.search.improved == sum(flags) >= 2 and p.search.windows == len(flags) > k
-    assert p.search.stopped == "stalled" and flags[-k:] == [False] * k and flags[-k - 1]
-    runs = "".join("x" if f else "." for f in flags[:-k]).split("x")
-    assert all(len(run) < k for run in runs)  # it never stopped while it could
-    assert p.objective == p.search.objective < p.search.start_objective
-    assert validate_placement(problem, p) == []
+    assert q.search is not None and q.search.windows > high.probe_windows
+    assert q.objective <= p.objective
 
 
 def test_the_probe_runs_whatever_the_deterministic_quota(monkeypatch):
@@ -174,18 +223,22 @@ def test_the_probe_runs_whatever_the_deterministic_quota(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("windows", "improved", "stale", "gained", "stop"),
+    ("trail", "improved", "gained", "stop"),
     [
-        (3, 0, 3, False, ""),  # the probe is not over
-        (4, 0, 4, False, "no gain"),  # the probe found nothing: stop, could not improve
-        (4, 0, 4, True, "stalled"),  # ... but the whole model's solve had improved the start
-        (4, 1, 3, False, ""),  # the probe gained: run on
-        (9, 1, 7, False, ""),
-        (10, 2, 8, False, "stalled"),  # `stall_windows` in a row without gain
+        ([100.0] * 4, 0, False, ""),  # the probe (4 windows) is not over
+        ([100.0] * 5, 0, False, "no gain"),  # the probe found nothing: stop, could not improve
+        ([100.0] * 5, 0, True, "stalled"),  # ... but the whole model's solve had improved it
+        ([100.0, 99.0, 99.0, 99.0, 99.0], 1, False, ""),  # the probe took 1% off: run on
+        ([100.0, 99.995, 99.99, 99.99, 99.99], 2, False, "stalled"),  # 0.01%: under 0.1%
+        # from then on the last `stall_windows` (8) count: 0.5% over the last 8, run on ...
+        ([100.0, 99.0, *[99.0] * 7, 98.5], 2, False, ""),
+        # ... 0.05% over them, stop, however much the windows before them took off
+        ([100.0, 90.0, 80.0, *[80.0] * 7, 79.96], 3, False, "stalled"),
+        ([100.0, 90.0, 80.0, *[80.0] * 7, 79.9], 3, False, ""),  # 0.125%: run on
     ],
 )
-def test_the_end_rule(windows, improved, stale, gained, stop):
-    assert cpsat_end(windows, improved, stale, gained, _SEARCH_ONLY) == stop
+def test_the_end_rule(trail, improved, gained, stop):
+    assert cpsat_end(trail, improved, gained, _SEARCH_ONLY) == stop
 
 
 def test_deterministic_mode_past_its_wall_clock_guard_fails_in_one_line():

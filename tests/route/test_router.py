@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 
 import networkx as nx
@@ -78,6 +79,50 @@ def test_congested_instance_over_a_3_color_budget_names_a_router():
     assert message.startswith("cannot route within 3 colors: ")
     assert "router (" in message and "budget 3" in message
     assert "flows crossing it: k" in message and "[node_" in message
+
+
+def test_a_failed_routing_says_where_each_of_its_lanes_ended():
+    # the next attempt may start there (`route`'s `warm`): one path per lane, end to end
+    problem = chain_problem(24, width=120, height=120, alt_shapes=True)
+    placement = place_greedy(problem)
+    rp = make_routing_problem(
+        problem, placement, bytes_per_lane=1.0, max_lanes=16, colors_total=24, colors_reserved=21
+    )
+    with pytest.raises(RoutingError) as e:
+        route(rp, placement)
+    assert len(e.value.paths) == sum(f.lanes for f in rp.flows)
+    for (flow_name, s, t), path in e.value.paths.items():
+        assert flow_name in {f.name for f in rp.flows} and path[0] == s and path[-1] == t
+        assert all(abs(a[0] - b[0]) + abs(a[1] - b[1]) == 1 for a, b in pairwise(path))
+
+
+def test_a_warm_start_routes_only_the_lanes_it_has_no_path_for(monkeypatch):
+    # warm from a legal routing of the same problem, but for one flow's lanes and with one
+    # path that does not join its lane's ends: the first iteration routes that flow's lanes
+    # and the bad one, keeps the others where they were, and the result is legal
+    problem = transformer_problem(60)
+    placement = place_greedy(problem)
+    rp = make_routing_problem(problem, placement, bytes_per_lane=1.0, max_lanes=4)
+    routing = route(rp, placement)
+    paths = {(ln.flow, ln.path[0], ln.path[-1]): ln.path for ln in routing.lanes}
+    dropped = rp.flows[0].name
+    bad = next(k for k in paths if k[0] != dropped and len(paths[k]) > 2)
+    warm = {k: p for k, p in paths.items() if k[0] != dropped}
+    warm[bad] = paths[bad][:-1]  # stops one step short of its destination
+    routed: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    best_path = _Negotiation.best_path
+
+    def counted(self, s, t, *args):
+        routed.append((s, t))
+        return best_path(self, s, t, *args)
+
+    monkeypatch.setattr(_Negotiation, "best_path", counted)
+    again = route(rp, placement, warm=warm)
+    fresh = {(s, t) for (f, s, t) in paths if f == dropped} | {bad[1:]}
+    assert again.iterations == 1 and len(routed) == len(fresh) and set(routed) == fresh
+    assert validate_routing(rp, placement, again) == []
+    kept = {(ln.flow, ln.path[0], ln.path[-1]): ln.path for ln in again.lanes}
+    assert all(kept[k] == p for k, p in warm.items() if k != bad)
 
 
 def _counting_iterations(monkeypatch) -> list[int]:
@@ -236,12 +281,16 @@ def test_a_failed_routing_narrows_only_the_flows_at_its_witness(monkeypatch):
     placement = Placement.of(
         place_problem, rects, placer="t", bound=0, status="", seconds=0, seed=0
     )
-    tried = []
+    tried, warms = [], []
+    ended = {(f, (0, 0), (1, 1)): ((0, 0), (1, 0), (1, 1)) for f in ("A->B", "B->C", "C->A")}
 
-    def fake_route(problem, placement, tolls=None):
+    def fake_route(problem, placement, tolls=None, warm=None):
         tried.append(problem)
+        warms.append(warm)
         if len(tried) == 1:
-            raise RoutingError("cannot route: link (1, 1) going E", flows=["A->B", "B->C"])
+            raise RoutingError(
+                "cannot route: link (1, 1) going E", flows=["A->B", "B->C"], paths=ended
+            )
         return "routed"
 
     monkeypatch.setattr(flow, "route", fake_route)
@@ -255,6 +304,8 @@ def test_a_failed_routing_narrows_only_the_flows_at_its_witness(monkeypatch):
     assert routing == "routed" and len(tried) == 2
     assert [f.lanes for f in tried[0].flows] == [4, 4, 6]  # B's west edge: 4 PEs each
     assert [f.lanes for f in rp.flows] == [3, 3, 6]
+    # the retry starts where the failed attempt's lanes ended, but for the narrowed flows'
+    assert warms == [{}, {k: v for k, v in ended.items() if k[0] == "C->A"}]
     assert said == [
         (
             "route",
@@ -336,11 +387,12 @@ def test_widening_checks_each_new_routing_and_keeps_the_least_busy(monkeypatch):
     busiest = {4: 100, 5: 80, 6: 90}  # lanes of the one flow -> its routing's busiest link
     routed = []
 
-    def fake_route(problem, placement, tolls=None):
+    def fake_route(problem, placement, tolls=None, warm=None):
         routed.append(problem.flows[0].lanes)
         return problem.flows[0].lanes  # stands for the routing
 
     monkeypatch.setattr(flow, "route", fake_route)
+    monkeypatch.setattr(flow, "_kept", lambda *args: {})  # the stand-in has no lanes
     monkeypatch.setattr(flow, "_widened", lambda room, pl, s, t, rp, r: ([*wider, None])[r - 4])
     monkeypatch.setattr(flow, "_busiest_link", lambda rp, r, *args: busiest[r])
     said: list[str] = []

@@ -170,7 +170,7 @@ def placement_decision(program: Program, sized_fill: float) -> str:
     the fill it re-sized to when the regions did not pack at sizing's."""
     p, reps = program.placement, program.replicas
     if p.search is not None:
-        stopped = STOPS.get(p.search.stopped, p.search.stopped)
+        stopped = p.search.reason or STOPS.get(p.search.stopped, p.search.stopped)
     elif p.status.startswith("heuristic"):
         stopped = f"after its one heuristic pass ({p.status})"
     else:

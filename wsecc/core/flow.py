@@ -74,6 +74,7 @@ from wsecc.place.problem import (
 )
 from wsecc.pm import NumericsCheck, PassContext, PassManager, PassRecord
 from wsecc.route.problem import (
+    Paths,
     Point,
     Routing,
     RoutingError,
@@ -332,9 +333,10 @@ def _route_widest(
 
     tolls = region_tolls(sizing, target)
     rp = problem_at(None)
+    warm: Paths = {}
     for attempt in range(NARROWINGS + 1):
         try:
-            routing = route(rp, placement, tolls=tolls)
+            routing = route(rp, placement, tolls=tolls, warm=warm)
         except RoutingError as e:
             fewer = {
                 f.name: f.lanes * 3 // 4 for f in rp.flows if f.name in e.flows and f.lanes > 1
@@ -347,6 +349,8 @@ def _route_widest(
             )
             narrower = tuple(replace(f, lanes=fewer.get(f.name, f.lanes)) for f in rp.flows)
             rp = replace(rp, flows=narrower)
+            # the next attempt starts where this one's lanes ended, but for the narrowed flows'
+            warm = {key: path for key, path in e.paths.items() if key[0] not in fewer}
             continue
         return _widest_crossing(problem, placement, sizing, target, tolls, rp, routing, say)
     for cap in LANE_CAPS:
@@ -405,7 +409,10 @@ def _widest_crossing(
             break
         tried = wider
         try:
-            rp, routing = tried, route(tried, placement, tolls=tolls)
+            rp, routing = (
+                tried,
+                route(tried, placement, tolls=tolls, warm=_kept(rp, tried, routing)),
+            )
             best = min(
                 best,
                 (_busiest_link(rp, routing, placement, sizing, target), rp, routing),
@@ -425,6 +432,13 @@ def _widest_crossing(
     if failed:
         say("route", "wider lanes for some flows crossing regions do not route; kept fewer")
     return best[1], best[2]
+
+
+def _kept(rp: RoutingProblem, tried: RoutingProblem, routing: Routing) -> Paths:
+    """The paths of `routing` (of `rp`) for the flows whose lanes `tried` leaves as they are:
+    where the next attempt's lanes of those flows start (`route`'s `warm`)."""
+    same = {f.name for f, g in zip(rp.flows, tried.flows, strict=True) if f == g}
+    return {(ln.flow, ln.path[0], ln.path[-1]): ln.path for ln in routing.lanes if ln.flow in same}
 
 
 def _busiest_link(

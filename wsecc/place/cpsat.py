@@ -30,12 +30,13 @@ is checked between LNS windows; the full model (the only solve whose presolve ca
 limit) runs only for N ≤ full_model_max_kernels. Wall time thus stays within the budget.
 
 Search: large-neighbourhood search over `NEIGHBOURHOODS` in turn (a layer's chain, a window of
-the fabric, the ends of a costly flow), the incumbent as hint, no linear relaxation. Its first
-`probe_windows` neighbourhoods are a probe: when none of them improved the start, the search
-stops there and says it could not (at most 1.5 s in default mode, taken from the cluster
-bound's share if need be, not from the tiled start's packings); else it runs on until
-`stall_windows` neighbourhoods in a row improved nothing (the budget is a ceiling, not a
-target). `Placement.search` says from which start, by how much and why it stopped.
+the fabric, the ends of a costly flow), the incumbent as hint, no linear relaxation. It ends when
+it stalls (`_end`): from its first `probe_windows` neighbourhoods on (the probe), it stops when
+the last min(n, `stall_windows`) of them took less than `stall_gain` (0.1%) off the wirelength
+they began from, and says it could not improve its start when the probe improved nothing (at
+most 1.5 s in default mode, taken from the cluster bound's share if need be, not from the tiled
+start's packings). The budget is a ceiling, not a target. `Placement.search` says from which
+start, by how much and why it stopped.
 
 Deterministic mode: every solve uses one worker, a fixed seed and a deterministic-time limit
 (2-worker interleaved search was measured NOT to be reproducible in 9.15); the LNS runs at most
@@ -91,18 +92,24 @@ class CpSatOptions:
     window_max: int = 12
     window_time_s: float = 0.25
     margin_s: float = 0.1
-    # the search stops when this many neighbourhoods in a row improved nothing (each kind,
-    # `NEIGHBOURHOODS`, had 5 tries): the budget is a ceiling, not a target. GPT-2 small from its
-    # tiled start, deterministic: gains came at most 11 windows apart (bench/RESULTS.md)
+    # the search's end: once its first `probe_windows` neighbourhoods are solved, and after
+    # every one from then on, it stops when the last min(n, `stall_windows`) neighbourhoods
+    # together took less than `stall_gain` off the wirelength they began from: a fixed rule
+    # on neighbourhood counts and objective values (never the clock, so deterministic mode
+    # stays deterministic), the same for every model; the budget is a ceiling, not a target.
+    # 15: GPT-2 small's gains from its tiled start came at most 11 windows apart
+    # (deterministic, bench/RESULTS.md); 0.1%: those 60 windows took 0.6% off, 0.15% per 15,
+    # so a search gaining like that runs on, and 15 windows (3.75 s at `window_time_s`)
+    # that take less than 0.1% off do not earn their time.
     stall_windows: int = 15
-    # the search's probe: when its first `probe_windows` neighbourhoods (two of each kind)
-    # improved nothing, it stops there and says it could not improve its start. Its time
-    # (`probe_windows` × `window_time_s`, at most 1.5 s) may come from the cluster bound's share
-    # (`bound_share`), so that every start gets it and the packings keep theirs (taken from
-    # them, GPT-2 XL's placement was 1.2% longer than without the probe at a like load, one
-    # run each); a probe that gains runs on (`stall_windows`, the budget the ceiling). GPT-2
-    # small's tiled start at 10 s: 2 of its first 5 windows improved (bench/RESULTS.md,
-    # "Issue 34, third pass")
+    stall_gain: float = 0.001
+    # the probe: the first check of that rule, after `probe_windows` neighbourhoods (two of
+    # each kind); when none of them improved the start it stops saying it could not ("no
+    # gain"). The probe's time (`probe_windows` × `window_time_s`, at most 1.5 s) may come from
+    # the cluster bound's share (`bound_share`), so that every start gets it and the packings
+    # keep theirs (taken from them, GPT-2 XL's placement was 1.2% longer than without the
+    # probe at a like load, one run each). GPT-2 small's tiled start at 10 s: 2 of its first 5
+    # windows improved (bench/RESULTS.md, "Issue 34, third pass")
     probe_windows: int = 6
     # windows solve without the linear relaxation: on GPT-2 small's tiled start, 60 windows
     # took 0.55x the wall time and found 0.6% (against 0.4%) with it off (bench/RESULTS.md)
@@ -537,17 +544,38 @@ def _accept(
     return (cand, cand_wl, True) if cand_wl < wl else (rects, wl, False)
 
 
-def _end(windows: int, improved: int, stale: int, gained: bool, opts: CpSatOptions) -> str:
-    """Why the search stops after `windows` neighbourhoods, `improved` of them better and the
-    last `stale` not (a key of `STOPS`), or "" to run on: when the probe's `probe_windows`
-    found nothing, "no gain" (or "stalled" if the whole model's solve, `gained`, had improved
-    the start), "stalled" when `stall_windows` in a row found nothing. Results only, no
-    clock: deterministic mode stays deterministic."""
-    if windows >= opts.probe_windows and improved == 0:
+def _end(trail: Sequence[float], improved: int, gained: bool, opts: CpSatOptions) -> str:
+    """Why the search stops after the neighbourhoods whose wirelengths are `trail` (the
+    search's start first, then one per neighbourhood), `improved` of them better (a key of
+    `STOPS`), or "" to run on. From the probe's `probe_windows` on: "no gain" when none
+    improved the start (or "stalled" if the whole model's solve, `gained`, had improved it),
+    "stalled" when the last min(n, `stall_windows`) neighbourhoods took less than `stall_gain`
+    off the wirelength they began from. Results only, no clock: deterministic mode stays
+    deterministic."""
+    windows = len(trail) - 1
+    if windows < opts.probe_windows:
+        return ""
+    if improved == 0:
         return "stalled" if gained else "no gain"
-    if stale >= opts.stall_windows:
-        return "stalled"
-    return ""
+    return "stalled" if _recent_gain(trail, opts) < opts.stall_gain else ""
+
+
+def _recent_gain(trail: Sequence[float], opts: CpSatOptions) -> float:
+    """The fraction of the wirelength the last min(n, `stall_windows`) neighbourhoods of
+    `trail` (see `_end`) took off the one they began from."""
+    k = min(len(trail) - 1, opts.stall_windows)
+    begun = trail[-k - 1]
+    return (begun - trail[-1]) / begun if begun > 0 else 0.0
+
+
+def _stall_reason(trail: Sequence[float], opts: CpSatOptions) -> str:
+    """The words of a "stalled" stop: how much the last neighbourhoods took off, against what
+    they had to."""
+    k = min(len(trail) - 1, opts.stall_windows)
+    return (
+        f"its last {k} neighbourhoods took {100 * _recent_gain(trail, opts):.2f}% off the "
+        f"wirelength, under the {100 * opts.stall_gain:g}% that keeps it going"
+    )
 
 
 def place_cpsat(
@@ -570,7 +598,8 @@ def place_cpsat(
     Steps: start hint → full model with hint and cuts (if N ≤ full_model_max_kernels and the
     start is not the tiled one) → large-neighbourhood search (`NEIGHBOURHOODS` in turn, the
     incumbent as hint): it stops after the first `probe_windows` when none of them improved
-    the start ("no gain"), else when `stall_windows` in a row improve nothing, or the budget
+    the start ("no gain"), else once the last min(n, `stall_windows`) took less than
+    `stall_gain` off the wirelength they began from ("stalled"), or when the budget
     (deterministic mode: the work quota, which always holds the probe) is spent. `result.search` says from which start,
     by how much, and why it stopped.
     Kernels' pools (`PlaceKernel.pool`): the tiled start may take pool shapes (and `initial`
@@ -648,7 +677,8 @@ def place_cpsat(
             proven = solved.status == "OPTIMAL" and data.exact
 
     rng = random.Random(seed)
-    windows = improved = stale = 0
+    windows = improved = 0
+    trail = [wl]  # the wirelength at the search's start, then after each neighbourhood
     stopped = "optimal" if proven else "nothing to move" if len(data.order) <= 1 else ""
     while not stopped:
         limits = budget.window(windows, full, tiled_dtime)
@@ -661,8 +691,9 @@ def place_cpsat(
         solved = _solve(data, rects, free, box, limits)
         budget.check()
         rects, wl, better = _accept(problem, rects, wl, solved)
-        windows, improved, stale = windows + 1, improved + better, 0 if better else stale + 1
-        stopped = _end(windows, improved, stale, full and wl < start_wl, opts)
+        windows, improved = windows + 1, improved + better
+        trail.append(wl)
+        stopped = _end(trail, improved, full and wl < start_wl, opts)
 
     if not proven and opts.bound_share > 0:
         seconds = opts.bound_share * time_budget_s
@@ -682,7 +713,16 @@ def place_cpsat(
         seconds=time.perf_counter() - budget.t0,
         seed=seed,
         bound_kind="optimal" if proven else bound_kind,
-        search=Search(begun, start_wl, wl, windows, improved, stopped, whole=full),
+        search=Search(
+            begun,
+            start_wl,
+            wl,
+            windows,
+            improved,
+            stopped,
+            whole=full,
+            reason=_stall_reason(trail, opts) if stopped == "stalled" and improved else "",
+        ),
     )
 
 

@@ -295,7 +295,7 @@ class Search:
 # why a CP-SAT search stops (`Search.stopped`)
 STOPS = {
     "optimal": "the full model proved its placement optimal",
-    "stalled": "the last neighbourhoods improved nothing",
+    "stalled": "the last neighbourhoods took too little off the wirelength to go on",
     "no gain": "could not improve its start: its first neighbourhoods improved nothing",
     "budget": "the time budget was spent",
     "quota": "deterministic mode's work quota was spent",

@@ -22,7 +22,7 @@ import functools
 import heapq
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from itertools import chain, pairwise
 from typing import Any
@@ -40,13 +40,20 @@ OPPOSITE = {"E": "W", "W": "E", "S": "N", "N": "S"}
 _DIRECTION = {step: d for d, step in STEPS.items()}
 
 
+Paths = Mapping[tuple[str, Point, Point], tuple[Point, ...]]
+"""Lane paths by (flow, source PE, destination PE): what a routing attempt leaves for the next
+(`wsecc.route.router.route`'s `warm`)."""
+
+
 class RoutingError(WseccError):
     """Routing is impossible within the budget; the message names the router that proves it.
-    `flows`: the flows whose lanes it failed on (crossing an overloaded link, or that router)."""
+    `flows`: the flows whose lanes it failed on (crossing an overloaded link, or that router);
+    `paths`: where the failed attempt's lanes ended, for the next attempt to start from."""
 
-    def __init__(self, message: str, flows: Iterable[str] = ()) -> None:
+    def __init__(self, message: str, flows: Iterable[str] = (), paths: Paths | None = None) -> None:
         super().__init__(message)
         self.flows = tuple(sorted(set(flows)))
+        self.paths: Paths = paths or {}
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,12 @@
    shares the links that region's own traffic uses (L0 adds the two, `wsecc.sim.perf`), so a
    crossing the region has no room for slows the whole pipeline.
 5. Success returns a complete `Routing`; otherwise `RoutingError` names the router that
-   proves (or, when the clique bound fits, witnesses) the shortfall. Never a partial routing.
+   proves (or, when the clique bound fits, witnesses) the shortfall, and carries where its
+   lanes ended (`RoutingError.paths`). Never a partial routing.
+6. Warm start (optional, `warm`): lanes whose (flow, ends) a previous attempt routed start on
+   its paths, and the first iteration routes only the others; the negotiation then proceeds as
+   from any first iteration (a retry after narrowing some flows need not route every lane
+   again).
    The error comes after `max_iterations`, or sooner when the shortfall (link overuse, then
    colors over budget) is not falling fast enough to reach zero by then (`_Progress`): the
    flow retries narrower lanes after each failure, and a hopeless attempt is most of its time.
@@ -49,6 +54,7 @@ from scipy.sparse.csgraph import dijkstra
 from wsecc.place.problem import Placement
 from wsecc.route.problem import (
     STEPS,
+    Paths,
     Point,
     RoutedLane,
     Routing,
@@ -597,9 +603,13 @@ def route(
     placement: Placement,
     options: RouterOptions | None = None,
     tolls: Tolls | None = None,
+    warm: Paths | None = None,
 ) -> Routing:
     """Route and color every lane of every flow within the color budget and link capacity,
-    paying `tolls` for crossing regions that have no room for a lane.
+    paying `tolls` for crossing regions that have no room for a lane. `warm`: paths of a
+    previous attempt by (flow, source, destination); a lane found there (inside this routing's
+    area) starts on its path and is rerouted only when the negotiation rips it up, so the caller
+    must leave out the flows whose closed regions (`tolls`: bytes per lane) changed.
 
     Guarantees: the result passes `validate_routing(problem, placement, ·)`; otherwise
     `RoutingError` (one line: router, colors needed vs budget, flows and their ONNX nodes).
@@ -620,7 +630,7 @@ def route(
     net = _Negotiation(area, problem.link_capacity, opts, tolls.per_link if tolls else 0.0)
     paths: list[tuple[Point, ...]] = [()] * len(lanes)
     ids: list[list[int]] = [[] for _ in lanes]  # each path's link ids
-    todo = list(range(len(lanes)))
+    todo = _warm_start(lanes, warm or {}, area, net, paths, ids)
     colored: tuple[RoutedLane, ...] = ()
     progress = _Progress(opts)
     for iteration in range(1, opts.max_iterations + 1):
@@ -652,7 +662,33 @@ def route(
         hot = passes.shared(over, {j for i in over for j in adj[i]})
         todo = sorted(set(over) | {j for i in over for j in adj[i]})
         net.negotiate(hot)
-    raise RoutingError(*_failure(problem, ids, lanes, colored, net))
+    ended = {(f, s, t): p for (f, _, s, t), p in zip(lanes, paths, strict=True)}
+    raise RoutingError(*_failure(problem, ids, lanes, colored, net), paths=ended)
+
+
+def _warm_start(
+    lanes: list[tuple[str, int, Point, Point]],
+    warm: Paths,
+    area: tuple[int, int, int, int],
+    net: _Negotiation,
+    paths: list[tuple[Point, ...]],
+    ids: list[list[int]],
+) -> list[int]:
+    """Put each lane that `warm` holds a path for (one inside `area`, from its source to its
+    destination) on that path, committed to `net`; the indices of the lanes left to route."""
+    x0, y0, w, h = area
+    todo = []
+    for i, (f, _, s, t) in enumerate(lanes):
+        path = warm.get((f, s, t), ())
+        if len(path) < 2 or path[0] != s or path[-1] != t:
+            todo.append(i)
+            continue
+        if not all(x0 <= x < x0 + w and y0 <= y < y0 + h for x, y in path):
+            todo.append(i)
+            continue
+        paths[i], ids[i] = path, net.link_ids(path)
+        net.commit(ids[i], +1)
+    return todo
 
 
 def _failure(
