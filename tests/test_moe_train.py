@@ -17,12 +17,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
-from wsecc.passes import DEFAULT_PIPELINE
+from test_gradcheck import fused
 
-from wsecc.check.numerics import OrtWithWeights, make_inputs
+from wsecc.check.numerics import OrtWithWeights
 from wsecc.cli import main
 from wsecc.compiler import Compilation
-from wsecc.frontend.onnx import import_model
 from wsecc.ir import Graph, Op, rules
 from wsecc.ir.grad import choose_loss
 from wsecc.kernels.kinds.matmul import GATE_OPS
@@ -30,7 +29,6 @@ from wsecc.kernels.kinds.moe import MOE_GRAD, SIGMOID_OPS
 from wsecc.modes import gradcheck
 from wsecc.modes.gradcheck import GradCheck, check_gradients
 from wsecc.options import Options
-from wsecc.pm import PassContext, PassManager
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 MOE_SAMPLES = ("mixtral", "qwen2moe", "qwen3moe", "gptoss", "llama4")
@@ -39,15 +37,6 @@ FAST = 6  # coordinates per tensor in the default run
 
 def _sample(name: str) -> Path:
     return SAMPLES / f"{name}_dynamo.onnx"
-
-
-@cache
-def fused(path: Path) -> tuple[Graph, dict[str, np.ndarray]]:
-    """The fused graph at batch 2, seq 8 and its numerics feeds (as tests/test_gradcheck.py)."""
-    graph, _ = import_model(path, batch=2, seq=8)
-    g, _ = PassManager(DEFAULT_PIPELINE).run(graph, PassContext())
-    assert isinstance(g, Graph)
-    return g, make_inputs(g, seed=0)
 
 
 # ---------------------------------------------------------------- the rule, by hand and numpy

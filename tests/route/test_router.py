@@ -21,6 +21,7 @@ from wsecc.route.problem import (
     STEPS,
     RoutedLane,
     RoutingError,
+    RoutingProblem,
     crossed_regions,
     make_routing_problem,
     validate_routing,
@@ -66,12 +67,18 @@ def test_wider_links_take_several_lanes():
     assert routing.link_load_max <= 2
 
 
-def test_congested_instance_over_a_3_color_budget_names_a_router():
+def _congested() -> tuple[RoutingProblem, Placement]:
+    """24 kernels in a chain whose flows do not route within 3 colors."""
     problem = chain_problem(24, width=120, height=120, alt_shapes=True)
     placement = place_greedy(problem)
     rp = make_routing_problem(
         problem, placement, bytes_per_lane=1.0, max_lanes=16, colors_total=24, colors_reserved=21
     )
+    return rp, placement
+
+
+def test_congested_instance_over_a_3_color_budget_names_a_router():
+    rp, placement = _congested()
     with pytest.raises(RoutingError) as e:
         route(rp, placement)
     message = str(e.value)
@@ -83,11 +90,7 @@ def test_congested_instance_over_a_3_color_budget_names_a_router():
 
 def test_a_failed_routing_says_where_each_of_its_lanes_ended():
     # the next attempt may start there (`route`'s `warm`): one path per lane, end to end
-    problem = chain_problem(24, width=120, height=120, alt_shapes=True)
-    placement = place_greedy(problem)
-    rp = make_routing_problem(
-        problem, placement, bytes_per_lane=1.0, max_lanes=16, colors_total=24, colors_reserved=21
-    )
+    rp, placement = _congested()
     with pytest.raises(RoutingError) as e:
         route(rp, placement)
     assert len(e.value.paths) == sum(f.lanes for f in rp.flows)

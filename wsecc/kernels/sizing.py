@@ -614,6 +614,22 @@ class FitBounds:
         return {**asdict(self), "fits": self.fits}
 
 
+def _checked_menus(
+    kg: KernelGraph,
+    target: Target,
+    precision: Precision,
+    chunk_tokens: int,
+    max_aspect: float,
+    single_buffered: bool,
+) -> _Choice:
+    """Each kernel's menu of shapes after checking `kg` and `precision` (raises SizingError
+    when a kernel fits no shape): what `fit_bounds` and `smallest_costs` read."""
+    kg.verify()
+    check_precision(precision)
+    ctx = CostContext(target, precision, chunk_tokens, single_buffered=single_buffered)
+    return _menus(kg, ctx, max_aspect)
+
+
 def fit_bounds(
     kg: KernelGraph,
     target: Target,
@@ -627,10 +643,7 @@ def fit_bounds(
 
     Raises SizingError (the same one-line error as sizing) when a kernel fits no shape.
     """
-    kg.verify()
-    check_precision(precision)
-    ctx = CostContext(target, precision, chunk_tokens, single_buffered=single_buffered)
-    menus = _menus(kg, ctx, max_aspect)
+    menus = _checked_menus(kg, target, precision, chunk_tokens, max_aspect, single_buffered)
     return FitBounds(
         min_pes=sum(m.smallest.area for _, m in menus),
         usable_pes=target.usable_pes,
@@ -651,10 +664,8 @@ def smallest_costs(
     """Each kernel's smallest fitting shape as its kind costs it (the shapes `fit_bounds` sums),
     in `kg`'s order: what the SRAM of a model's fewest PEs holds (`wsecc.core.sizing_bytes`).
     Raises SizingError as `fit_bounds` does."""
-    kg.verify()
-    check_precision(precision)
-    ctx = CostContext(target, precision, chunk_tokens, single_buffered=single_buffered)
-    return [m.smallest for _, m in _menus(kg, ctx, max_aspect)]
+    menus = _checked_menus(kg, target, precision, chunk_tokens, max_aspect, single_buffered)
+    return [m.smallest for _, m in menus]
 
 
 def fits_a_region(
