@@ -59,8 +59,8 @@ PIPELINE = "pipeline"
 
 SPLIT_WHY = (
     "pipeline over contiguous layer groups, balanced by the bytes each system keeps resident "
-    "(weights and K/V cache, also what a decode step reads); splitting each layer over systems "
-    "is not modelled, so it was not compared"
+    "(weights and K/V cache, also what a decode step reads); splitting a layer's matrices over "
+    "systems (tensor parallel) is not modelled, so it was not compared"
 )
 
 
