@@ -203,24 +203,6 @@ def host_lookups(kg: KernelGraph, precision: Precision) -> HostLookups:
     return HostLookups(graph, names, sum(per_kernel[n] for n in names), rows, ids)
 
 
-def alone(kg: KernelGraph, name: str) -> KernelGraph:
-    """Kernel `name` of `kg` as a graph of its own: each flow in or out of it from or to a
-    port of the flow's size."""
-    flows: list[Flow] = []
-    ports: dict[str, list[Port]] = {"in": [], "out": []}
-    for f in kg.flows:
-        if name not in (f.src, f.dst) or f.src == f.dst:
-            continue
-        side = "in" if f.dst == name else "out"
-        port = Port(f"{side}{len(ports[side])}", f.elems_per_sample, f.elem_type)
-        ports[side].append(port)
-        flows.append(replace(f, src=port.name) if side == "in" else replace(f, dst=port.name))
-    return KernelGraph(
-        f"{kg.name}:{name}", kg.tokens_per_sample, (kg.kernel(name),), tuple(flows),
-        tuple(ports["in"]), tuple(ports["out"]),
-    )  # fmt: skip
-
-
 def least_pes(
     kg: KernelGraph,
     target: Target,
@@ -228,20 +210,14 @@ def least_pes(
     chunk_tokens: int,
     single_buffered: bool = False,
 ) -> list[int]:
-    """Each kernel's PEs at its smallest shape that fits a PE's SRAM (`fit_bounds` of the
-    kernel alone, so without its flows' edge charges), in `kg`'s order; kernels of one kind
-    and parameters are costed once. What a group needs of a system's area, where resident
-    bytes miss what a kernel keeps besides (buffers, rotary tables, the shapes' rounding)."""
-    memo: dict[tuple[object, ...], int] = {}
-    out = []
-    for k in kg.kernels:
-        key = (k.kind, repr(sorted(k.params.items())))
-        if key not in memo:
-            memo[key] = fit_bounds(alone(kg, k.name), target, precision,
-                                   chunk_tokens=chunk_tokens,
-                                   single_buffered=single_buffered).min_pes  # fmt: skip
-        out.append(memo[key])
-    return out
+    """Each kernel's PEs at its smallest shape that fits a PE's SRAM (`smallest_costs`, the
+    shapes `fit_bounds` sums), in `kg`'s order. What a group needs of a system's area, where
+    resident bytes miss what a kernel keeps besides (buffers, rotary tables, the shapes'
+    rounding)."""
+    costs = smallest_costs(
+        kg, target, precision, chunk_tokens=chunk_tokens, single_buffered=single_buffered
+    )
+    return [c.area for c in costs]
 
 
 @dataclass(frozen=True)
