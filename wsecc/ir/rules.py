@@ -814,11 +814,7 @@ def _moe_vjp(xs: Arrays, ys: Arrays, gs: Arrays, a: Attrs) -> list[np.ndarray | 
     br, bg, bu, bd = xs[start : start + 4] if bias else (None,) * 4
     idx, _ = moe_routing(x.reshape(x64.shape), wr, a, br)  # the forward's choice, exactly
     logits = x64 @ wr.astype(np.float64) + (0.0 if br is None else br.astype(np.float64))
-    if a["router"] == "softmax":
-        e = np.exp(logits - logits.max(axis=1, keepdims=True))
-        scores = e / e.sum(axis=1, keepdims=True)
-    else:
-        scores = _expit(logits)
+    scores = softmax(logits, 1) if a["router"] == "softmax" else _expit(logits)
     kept = np.take_along_axis(scores, idx, axis=1)
     total = kept.sum(axis=1, keepdims=True)
     w = kept / total if a["normalize"] else kept

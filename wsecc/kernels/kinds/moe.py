@@ -80,7 +80,7 @@ column on column 0 beside the router's tile. It adds
              + sig (cdiv(2 M kh, f) + cdiv(M (SIGMOID_OPS + kh), v))
     link     max with red cdiv(M 2 ns ab, L) and cdiv(M ns sb, L)
     decode   compute + matvec(B 3 kh ns, 3 kh ns sb) + cdiv(B cdiv(ns, hs) GATE_OPS, v);
-             reduction + chain(hs, B 2 ns ab) + chain(w, B kh ab); broadcast +
+             reduction + reduce(hs, B 2 ns ab) + reduce(w, B kh ab); broadcast +
              multicast(hs, B ns sb); bytes read + 3 kh ns sb
 with sig = 1 for the sigmoid-gated form.
 
