@@ -28,7 +28,12 @@ from wsecc.check.checks import (
 )
 from wsecc.core.flow import FILL_STEPS, ForDecode, ForThroughput, SizingRule, lower, simulate
 from wsecc.core.instrument import Instrument
-from wsecc.core.partition import SizedSystems, crossing_latency_s, size_over_systems
+from wsecc.core.partition import (
+    SizedSystems,
+    crossing_latency_s,
+    renamed,
+    size_over_systems,
+)
 from wsecc.core.replicas import GENERATE_MODE, TRAIN_MODE
 from wsecc.core.stages import Fused, Placed, Simulated, Sized
 from wsecc.kernels import KernelSizing
@@ -347,11 +352,7 @@ def whole_sizing(placed: Placed) -> Sizing:
         for name in sized.partition.host_held
     ]
     for i, part in enumerate(sized.partition.parts):
-        placed_sizing = systems.programs[i].sizing
-        kernels += [
-            dataclasses.replace(ks, name=k.name)
-            for ks, k in zip(placed_sizing.kernels, part.graph.kernels, strict=True)
-        ]
+        kernels += renamed(systems.programs[i].sizing, part.graph).kernels
     return dataclasses.replace(placed.program.sizing, kernels=tuple(kernels))
 
 
