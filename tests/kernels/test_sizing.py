@@ -148,6 +148,8 @@ def test_too_many_kernels_for_the_area_names_the_largest(gpt2_graph) -> None:
     assert "\n" not in message
     assert "PEs at their smallest fitting shapes but fill 0.85 x 1,024 usable PEs = 870" in message
     assert "(largest: '" in message and "B/PE vs 40,960 B/PE of data SRAM" in message
+    # inference: more systems first, then training's weight streaming
+    assert "would help: more systems (--systems auto" in message and "--mode train" in message
 
 
 def test_rejects_bad_inputs(gpt2_graph) -> None:

@@ -483,7 +483,8 @@ def _menus(
 _REMEDIES: Mapping[str, str] = MappingProxyType(
     {
         "kv": "a shorter sequence (K/V grow with it)",
-        "weights": "training streams weights one layer at a time (--mode train)",
+        "weights": "more systems (--systems auto: a pipeline of layer groups), or training, "
+        "which streams weights one layer at a time (--mode train)",
         "buffers": "a smaller --chunk-tokens (tokens buffered per step)",
     }
 )
