@@ -164,10 +164,12 @@ def test_a_single_buffered_split_places_and_costs_alike() -> None:
     """The sample over two wse3 systems sized single-buffered: each system's placed program
     keeps it (placement re-costs its regions single-buffered), and its SRAM map and L0 pipeline
     cost every region as its sizing did (they refuse a region whose cost differs)."""
+    from dataclasses import replace
+
     from test_partition import GEN, LLAMA
 
     from wsecc.core import chain
-    from wsecc.core.flow import ForDecode, lower
+    from wsecc.core.flow import FILL_STEPS, ForDecode, lower
     from wsecc.core.partition import place_systems, size_over_systems
     from wsecc.kernels.costs import CostContext, cost_at
     from wsecc.sim.perf import simulate_l0
@@ -175,8 +177,13 @@ def test_a_single_buffered_split_places_and_costs_alike() -> None:
 
     kg = lower(chain.fuse(chain.load(chain.job(LLAMA, **GEN))).graph)
     target = load_target("wse3")
-    rule = ForDecode(1, single_buffered=True)
+    rule = ForDecode(1)
     over = size_over_systems(kg, target, MIXED, rule, 1, 2)
+    singles = tuple(
+        rule.size(p.graph, target, MIXED, FILL_STEPS[0], 1, single_buffered=True)
+        for p in over.partition.parts
+    )
+    over = replace(over, sizings=singles)
     assert [s.single_buffered for s in over.sizings] == [True, True]
     _, systems = place_systems(
         over, target, MIXED, placer="greedy", time_budget_s=5.0, rule=ForDecode(1)

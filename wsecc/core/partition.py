@@ -671,21 +671,19 @@ def _sized_at(
     memo: SizingMemo | None = None,
 ) -> tuple[tuple[Sizing, ...], int] | str:
     """Every group of `partition` sized by `rule` at `fill`, at the first of `chunks` (tokens
-    per chunk, and whether single-buffered: `ForDecode.single_buffered`) at which all fit: the
+    per chunk, and whether single-buffered: `CostContext.single_buffered`) at which all fit: the
     sizings and that chunk, else the last error. A group with the shapes of an earlier one
     (`shape_key`) takes its sizing, renamed; `memo` keeps them (and the errors) across calls
     of one rule, target and precision."""
     done: SizingMemo = {} if memo is None else memo
     failed = ""
     for chunk, single in chunks:
-        if single and isinstance(rule, ForDecode):
-            rule = replace(rule, single_buffered=True)
         sizings = []
         for p in partition.parts:
             key = (shape_key(p.graph), fill, chunk, single)
             if key not in done:
                 try:
-                    done[key] = rule.size(p.graph, target, precision, fill, chunk)
+                    done[key] = rule.size(p.graph, target, precision, fill, chunk, single)
                 except SizingError as e:
                     done[key] = str(e)
             got = done[key]
