@@ -58,8 +58,8 @@ import numpy as np
 from wsecc.ir.arrays import content_key, is_uniform
 from wsecc.ir.core import DType, Graph, Node, Op, Value, make_attrs
 from wsecc.ir.rewrite import (
-    ELEMENTWISE,
     LAYOUT,
+    POINTWISE,
     GraphView,
     NoMatch,
     Replacement,
@@ -1002,13 +1002,6 @@ def _chunk_of(base: np.ndarray, sq: int, sk: int) -> int:
     )
 
 
-_ROWWISE = ELEMENTWISE | {
-    Op.AND, Op.OR, Op.XOR, Op.NOT, Op.EQUAL, Op.LESS, Op.LESS_EQUAL, Op.GREATER,
-    Op.GREATER_EQUAL, Op.WHERE, Op.ISNAN, Op.ISINF, Op.IDENTITY, Op.MOD,
-}  # fmt: skip
-"""Ops whose output at a query row is computed from their inputs at that row alone (broadcast)."""
-
-
 def _query_axis(v: Value, sq: int) -> int | None:
     """The axis of `v` that runs over the query rows when it broadcasts against the scores
     [B, H, Sq, Sk] (right-aligned: its second-to-last), or None when it is 1 there."""
@@ -1022,7 +1015,7 @@ def _rowwise_plan(
     """The nodes of a mask subgraph to evaluate a block of query rows at a time, when that is
     exact; the others are small (no operand or result as large as one sample's Sq x Sk) and
     are evaluated whole, once. None unless every node that makes or reads a large value is
-    `_ROWWISE`, has a [B|1, H|1, Sq, Sk|1] result and reads every operand at its own rows (or
+    `POINTWISE`, has a [B|1, H|1, Sq, Sk|1] result and reads every operand at its own rows (or
     broadcast along them): then rows [lo, hi) of every value are the same ops on rows [lo, hi)
     of the subgraph's inputs and constants, and checking every block checks the whole mask."""
     if sq < 2:
@@ -1037,7 +1030,7 @@ def _rowwise_plan(
         if not any(is_large(v) for v in (*n.inputs, *n.outputs)):
             continue
         out = n.outputs[0]
-        if n.op not in _ROWWISE or len(n.outputs) != 1 or out.type.rank != 4:
+        if n.op not in POINTWISE or len(n.outputs) != 1 or out.type.rank != 4:
             return None
         if out.type.shape[2] != sq or any(v.type.rank > 4 for v in n.inputs):
             return None
