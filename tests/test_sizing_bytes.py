@@ -164,8 +164,6 @@ def test_a_single_buffered_split_places_and_costs_alike() -> None:
     """The sample over two wse3 systems sized single-buffered: each system's placed program
     keeps it (placement re-costs its regions single-buffered), and its SRAM map and L0 pipeline
     cost every region as its sizing did (they refuse a region whose cost differs)."""
-    from dataclasses import replace
-
     from test_partition import GEN, LLAMA
 
     from wsecc.core import chain
@@ -197,3 +195,15 @@ def test_a_single_buffered_split_places_and_costs_alike() -> None:
             assert ks.sram == want.sram
         sram_map(program)
         assert simulate_l0(program).tokens_per_s > 0
+
+
+def test_bytes_text_plain_and_fine() -> None:
+    """One formatter: plain (a model's bytes) from whole units; fine (the SRAM line's parts and
+    margins) from a tenth of a unit, two decimals below 10 GB."""
+    from wsecc.core.sizing_bytes import bytes_text
+
+    plain = [bytes_text(n) for n in (999_999, 1e6, 999_999_999, 1e9, 1.234e10)]
+    assert plain == ["999,999 B", "1.0 MB", "1,000.0 MB", "1.0 GB", "12.3 GB"]
+    fine = [bytes_text(n, fine=True) for n in (99_999, 1e5, 99_999_999, 1e8, 9.87e9, 1.234e10)]
+    assert fine == ["99,999 B", "0.1 MB", "100.0 MB", "0.10 GB", "9.87 GB", "12.3 GB"]
+    assert bytes_text(-1.8e8, fine=True) == "-0.18 GB"  # a shortfall's sign is kept

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from wsecc.core.flow import FILL_STEPS, ForDecode, Placed, SizingRule, place_and_route
 from wsecc.core.layers import Layers, find_layers
 from wsecc.core.program import Crossing, Program, Systems
-from wsecc.core.sizing_bytes import SramBytes, sram_bytes
+from wsecc.core.sizing_bytes import SramBytes, bytes_text, sram_bytes
 from wsecc.errors import WseccError
 from wsecc.kernels import (
     Flow,
@@ -703,13 +703,6 @@ def renamed(sizing: Sizing, kg: KernelGraph) -> Sizing:
         replace(ks, name=k.name) for ks, k in zip(sizing.kernels, kg.kernels, strict=True)
     )
     return replace(sizing, graph=kg.name, kernels=kernels)
-
-
-def bytes_text(n: float) -> str:
-    """Bytes as a reader takes them in: GB, MB or B."""
-    if n >= 1e9:
-        return f"{n / 1e9:,.1f} GB"
-    return f"{n / 1e6:,.1f} MB" if n >= 1e6 else f"{n:,.0f} B"
 
 
 def split_why(host: HostLookups, by_pes: bool = False) -> str:
