@@ -534,7 +534,13 @@ def size_over_systems(
             )
         start = max(least, alone)
     counts = [requested] if requested is not None else list(range(start, most + 1))
-    failed = ""
+    unfit: str | Partition = ""  # the last count that did not fit: its error, or its split
+
+    def failed() -> str:
+        """Why the last count tried did not fit: the split's `shortfall`, written only when a
+        message reads it (once, for the last failing count)."""
+        return unfit if isinstance(unfit, str) else shortfall(unfit, target, precision, *chunks[-1])
+
     memo: SizingMemo = {}  # groups recur from one count to the next: each sized once
     for n in counts:
         if n == 1:
@@ -557,7 +563,7 @@ def size_over_systems(
                         partition, sized = by_pes, again
                         break
         if isinstance(sized, str):
-            failed = sized if n == 1 else shortfall(partition, target, precision, *chunks[-1])
+            unfit = sized if n == 1 else partition
             continue
         sizings, chunk = sized
         slower = f"; sized at {chunk} token per chunk (at {chunk_tokens} they did not fit)"
@@ -583,16 +589,16 @@ def size_over_systems(
         else:
             why = (
                 f"{held}: {least} would hold the bytes, but with each group's buffers "
-                f"{n - 1} did not fit ({failed}){at}"
+                f"{n - 1} did not fit ({failed()}){at}"
             )
         return SizedSystems(partition, sizings, why)
     if requested is not None:
         raise PartitionError(
             f"{kg.name}: a group of layers does not fit one of {requested} systems "
-            f"({failed}): raise --systems or use --systems auto"
+            f"({failed()}): raise --systems or use --systems auto"
         )
     raise PartitionError(
-        f"{kg.name}: no split over {least} to {most} systems fits ({failed}): use a "
+        f"{kg.name}: no split over {least} to {most} systems fits ({failed()}): use a "
         "larger target or a lower precision"
     )
 
