@@ -55,7 +55,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from wsecc.ir.arrays import content_key, is_uniform
+from wsecc.ir.arrays import all_equal, content_key, is_uniform
 from wsecc.ir.core import DType, Graph, Node, Op, Value, make_attrs
 from wsecc.ir.rewrite import (
     LAYOUT,
@@ -366,8 +366,7 @@ def _one_value(c: Value, x: Value) -> float | None:
     a = c.const
     if a is None or not a.size or np.broadcast_shapes(a.shape, x.type.shape) != x.type.shape:
         return None
-    first = a.reshape(-1)[0]
-    return float(first) if np.all(a == first) else None
+    return float(a.reshape(-1)[0]) if all_equal(a) else None
 
 
 def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float, _Rope | None]:
@@ -1588,7 +1587,7 @@ def _norm_before_rope(view: GraphView, ln: Node) -> tuple[Replacement, set[Node]
     layout ops start from with the norm input's shape; checked by evaluation on a probe."""
     gamma = ln.inputs[1]
     g = gamma.const
-    if ln.attr("has_skip") or g is None or not np.all(g == g.reshape(-1)[0]):
+    if ln.attr("has_skip") or g is None or not all_equal(g):
         raise NoMatch("not a norm without skip and with one weight for every dim")
     y = ln.inputs[0]
     after: list[Node] = []

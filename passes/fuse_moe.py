@@ -61,7 +61,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from wsecc.ir.arrays import dense, is_uniform, same_data
+from wsecc.ir.arrays import all_equal, dense, is_uniform, same_data
 from wsecc.ir.core import Graph, IRError, Node, Op, TensorType, Value
 from wsecc.ir.rewrite import (
     LAYOUT,
@@ -471,7 +471,7 @@ def _evaluate_rebound(
                     v.const is not None
                     and n.op not in (Op.MATMUL, Op.LINEAR)  # weights keep their shapes
                     and v.type.shape != _tokens_as(v.type.shape, tokens, few)
-                    and np.all(v.const == v.const.reshape(-1)[0])  # a fill, not a weight
+                    and all_equal(v.const)  # a fill, not a weight
                 ):
                     cut = tuple(slice(0, d) for d in _tokens_as(v.type.shape, tokens, few))
                     ins.append(Value.constant(v.name, np.ascontiguousarray(v.const[cut])))
