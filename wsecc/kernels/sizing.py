@@ -669,6 +669,22 @@ def smallest_costs(
     return [m.smallest for _, m in menus]
 
 
+def smallest_region(
+    kernel: Kernel,
+    target: Target,
+    precision: Precision,
+    *,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    max_aspect: float = DEFAULT_MAX_ASPECT,
+    single_buffered: bool = False,
+) -> KernelCost | None:
+    """`kernel`'s smallest shape that fits a PE's SRAM on `target`, alone (no routed flows
+    charged), as its kind costs it; None when no shape of its menu fits."""
+    ctx = CostContext(target, precision, chunk_tokens, single_buffered=single_buffered)
+    menu = _menu_of(kernel, ctx, max_aspect)[1]
+    return None if menu is None else menu.smallest
+
+
 def fits_a_region(
     kernel: Kernel,
     target: Target,
@@ -680,8 +696,11 @@ def fits_a_region(
 ) -> bool:
     """Whether some shape of `kernel`'s menu fits a PE's SRAM on `target` (what sizing needs of
     every kernel before it looks at the area)."""
-    ctx = CostContext(target, precision, chunk_tokens, single_buffered=single_buffered)
-    return _menu_of(kernel, ctx, max_aspect)[1] is not None
+    smallest = smallest_region(
+        kernel, target, precision, chunk_tokens=chunk_tokens, max_aspect=max_aspect,
+        single_buffered=single_buffered,
+    )  # fmt: skip
+    return smallest is not None
 
 
 def size_regions(
