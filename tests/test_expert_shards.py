@@ -173,7 +173,7 @@ def test_auto_takes_the_fewest_shards_that_fit(tmp_path: Path) -> None:
     from wsecc.targets import load_target
 
     from wsecc.core.experts import expert_shards, shard_kernel
-    from wsecc.kernels import smallest_region
+    from wsecc.kernels import CostContext, smallest_region
 
     path = _small(tmp_path, 6, 4096)
     target = load_target(path)
@@ -183,7 +183,7 @@ def test_auto_takes_the_fewest_shards_that_fit(tmp_path: Path) -> None:
     (tmp_path / "big").mkdir()
     big = load_target(_small(tmp_path / "big", 16, 4096))
     shards = [shard_kernel(node, 1, s) for s in (1, 2)]
-    smallest = [smallest_region(k, big, Precision.MIXED, chunk_tokens=1) for k in shards]
+    smallest = [smallest_region(k, CostContext(big, Precision.MIXED, 1)) for k in shards]
     assert [c.area for c in smallest if c is not None] == [48, 24]
     auto = dataclasses.replace(job.options, systems=None)
     moes = [n.name for n in whole.nodes if n.op.value == "moe"]

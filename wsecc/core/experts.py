@@ -20,7 +20,7 @@ from __future__ import annotations
 from wsecc.core.flow import FILL_STEPS
 from wsecc.core.partition import ONE_TOKEN, PartitionError, bytes_text
 from wsecc.ir.core import Graph, Node, Op
-from wsecc.kernels import Kernel, smallest_region
+from wsecc.kernels import CostContext, Kernel, smallest_region
 from wsecc.kernels.kinds import lower_node
 from wsecc.options import Options
 from wsecc.targets import Target
@@ -43,7 +43,7 @@ def fewest_shards(n: Node, batch: int, target: Target, precision: Precision, chu
     room = int(FILL_STEPS[0] * target.usable_pes)
     need = 0
     for s in (d for d in range(1, experts + 1) if experts % d == 0):
-        smallest = smallest_region(shard_kernel(n, batch, s), target, precision, chunk_tokens=chunk)
+        smallest = smallest_region(shard_kernel(n, batch, s), CostContext(target, precision, chunk))
         if smallest is None:
             continue
         need = smallest.area

@@ -670,17 +670,10 @@ def smallest_costs(
 
 
 def smallest_region(
-    kernel: Kernel,
-    target: Target,
-    precision: Precision,
-    *,
-    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-    max_aspect: float = DEFAULT_MAX_ASPECT,
-    single_buffered: bool = False,
+    kernel: Kernel, ctx: CostContext, max_aspect: float = DEFAULT_MAX_ASPECT
 ) -> KernelCost | None:
-    """`kernel`'s smallest shape that fits a PE's SRAM on `target`, alone (no routed flows
+    """`kernel`'s smallest shape that fits a PE's SRAM in `ctx`, alone (no routed flows
     charged), as its kind costs it; None when no shape of its menu fits."""
-    ctx = CostContext(target, precision, chunk_tokens, single_buffered=single_buffered)
     menu = _menu_of(kernel, ctx, max_aspect)[1]
     return None if menu is None else menu.smallest
 
@@ -696,11 +689,8 @@ def fits_a_region(
 ) -> bool:
     """Whether some shape of `kernel`'s menu fits a PE's SRAM on `target` (what sizing needs of
     every kernel before it looks at the area)."""
-    smallest = smallest_region(
-        kernel, target, precision, chunk_tokens=chunk_tokens, max_aspect=max_aspect,
-        single_buffered=single_buffered,
-    )  # fmt: skip
-    return smallest is not None
+    ctx = CostContext(target, precision, chunk_tokens, single_buffered=single_buffered)
+    return smallest_region(kernel, ctx, max_aspect) is not None
 
 
 def size_regions(
