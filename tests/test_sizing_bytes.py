@@ -207,3 +207,26 @@ def test_bytes_text_plain_and_fine() -> None:
     fine = [bytes_text(n, fine=True) for n in (99_999, 1e5, 99_999_999, 1e8, 9.87e9, 1.234e10)]
     assert fine == ["99,999 B", "0.1 MB", "100.0 MB", "0.10 GB", "9.87 GB", "12.3 GB"]
     assert bytes_text(-1.8e8, fine=True) == "-0.18 GB"  # a shortfall's sign is kept
+
+
+def test_placement_sizes_again_single_buffered_as_the_sizing_was(tmp_path) -> None:
+    """On 10 x 10 PEs of 2,048 B of data SRAM the sample's first group, sized single-buffered
+    at 90% fill, does not pack; placement sizes it again at lower fills, single-buffered still:
+    the sizing says so, not the rule (`SizingRule.size`'s argument, as the chunk is)."""
+    from test_partition import GEN, LLAMA, _small
+
+    from wsecc.core import chain
+    from wsecc.core.flow import ForDecode, lower, place_and_route
+    from wsecc.core.partition import size_over_systems
+
+    kg = lower(chain.fuse(chain.load(chain.job(LLAMA, **GEN))).graph)
+    target = load_target(_small(tmp_path, 10, 2048))
+    over = size_over_systems(kg, target, MIXED, ForDecode(1), 8, None)
+    first = over.sizings[0]
+    assert (first.single_buffered, first.fill) == (True, 0.9)
+    placed = place_and_route(
+        over.partition.parts[0].graph, first, target, MIXED, placer="greedy",
+        time_budget_s=5.0, deterministic=True, rule=ForDecode(1),
+    )  # fmt: skip
+    sizing = placed.program.sizing
+    assert sizing.fill < first.fill and sizing.single_buffered and sizing.chunk_tokens == 1
