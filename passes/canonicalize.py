@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wsecc.ir.arrays import content_key, dense, foldable_size, is_uniform
+from wsecc.ir.arrays import all_equal, content_key, dense, foldable_size, is_uniform
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import COMMUTATIVE, Replacement, apply, make_node
 from wsecc.ir.rules import evaluate_op
@@ -100,10 +100,7 @@ def _uniform_fold(n: Node, ins: list[Value]) -> bool:
 def _uniform_const(v: Value) -> bool:
     """A constant with data of at least one element, all of them equal (a zero buffer). Not a
     weight without data (`--weights inputs`: a uniform placeholder stands for unknown values)."""
-    if v.const is None or v.type.size == 0 or is_uniform(v.const):
-        return False
-    a = np.asarray(v.const)
-    return bool(np.all(a == a.reshape(-1)[0]))
+    return v.const is not None and not is_uniform(v.const) and all_equal(v.const)
 
 
 def _fold(n: Node, args: list[np.ndarray]) -> np.ndarray:

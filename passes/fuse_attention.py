@@ -55,11 +55,11 @@ from typing import TypeVar
 
 import numpy as np
 
-from wsecc.ir.arrays import content_key, is_uniform
+from wsecc.ir.arrays import all_equal, content_key, is_uniform
 from wsecc.ir.core import DType, Graph, Node, Op, Value, make_attrs
 from wsecc.ir.rewrite import (
-    ELEMENTWISE,
     LAYOUT,
+    POINTWISE,
     GraphView,
     NoMatch,
     Replacement,
@@ -366,8 +366,7 @@ def _one_value(c: Value, x: Value) -> float | None:
     a = c.const
     if a is None or not a.size or np.broadcast_shapes(a.shape, x.type.shape) != x.type.shape:
         return None
-    first = a.reshape(-1)[0]
-    return float(first) if np.all(a == first) else None
+    return float(a.reshape(-1)[0]) if all_equal(a) else None
 
 
 def _layout_source(view: GraphView, v: Value) -> tuple[Value, list[Node], float, _Rope | None]:
@@ -1002,13 +1001,6 @@ def _chunk_of(base: np.ndarray, sq: int, sk: int) -> int:
     )
 
 
-_ROWWISE = ELEMENTWISE | {
-    Op.AND, Op.OR, Op.XOR, Op.NOT, Op.EQUAL, Op.LESS, Op.LESS_EQUAL, Op.GREATER,
-    Op.GREATER_EQUAL, Op.WHERE, Op.ISNAN, Op.ISINF, Op.IDENTITY, Op.MOD,
-}  # fmt: skip
-"""Ops whose output at a query row is computed from their inputs at that row alone (broadcast)."""
-
-
 def _query_axis(v: Value, sq: int) -> int | None:
     """The axis of `v` that runs over the query rows when it broadcasts against the scores
     [B, H, Sq, Sk] (right-aligned: its second-to-last), or None when it is 1 there."""
@@ -1022,7 +1014,7 @@ def _rowwise_plan(
     """The nodes of a mask subgraph to evaluate a block of query rows at a time, when that is
     exact; the others are small (no operand or result as large as one sample's Sq x Sk) and
     are evaluated whole, once. None unless every node that makes or reads a large value is
-    `_ROWWISE`, has a [B|1, H|1, Sq, Sk|1] result and reads every operand at its own rows (or
+    `POINTWISE`, has a [B|1, H|1, Sq, Sk|1] result and reads every operand at its own rows (or
     broadcast along them): then rows [lo, hi) of every value are the same ops on rows [lo, hi)
     of the subgraph's inputs and constants, and checking every block checks the whole mask."""
     if sq < 2:
@@ -1037,7 +1029,7 @@ def _rowwise_plan(
         if not any(is_large(v) for v in (*n.inputs, *n.outputs)):
             continue
         out = n.outputs[0]
-        if n.op not in _ROWWISE or len(n.outputs) != 1 or out.type.rank != 4:
+        if n.op not in POINTWISE or len(n.outputs) != 1 or out.type.rank != 4:
             return None
         if out.type.shape[2] != sq or any(v.type.rank > 4 for v in n.inputs):
             return None
@@ -1595,7 +1587,7 @@ def _norm_before_rope(view: GraphView, ln: Node) -> tuple[Replacement, set[Node]
     layout ops start from with the norm input's shape; checked by evaluation on a probe."""
     gamma = ln.inputs[1]
     g = gamma.const
-    if ln.attr("has_skip") or g is None or not np.all(g == g.reshape(-1)[0]):
+    if ln.attr("has_skip") or g is None or not all_equal(g):
         raise NoMatch("not a norm without skip and with one weight for every dim")
     y = ln.inputs[0]
     after: list[Node] = []

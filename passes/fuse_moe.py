@@ -61,10 +61,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from wsecc.ir.arrays import dense, is_uniform, same_data
+from wsecc.ir.arrays import all_equal, dense, is_uniform, same_data
 from wsecc.ir.core import Graph, IRError, Node, Op, TensorType, Value
 from wsecc.ir.rewrite import (
     LAYOUT,
+    POINTWISE,
     GraphView,
     NoMatch,
     Replacement,
@@ -282,14 +283,7 @@ def _gathered_matmul(
     return out
 
 
-_ELEMENTWISE = frozenset(
-    {
-        *(Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAX, Op.MIN, Op.MOD, Op.AND, Op.OR, Op.XOR),
-        *(Op.EQUAL, Op.LESS, Op.LESS_EQUAL, Op.GREATER, Op.GREATER_EQUAL, Op.WHERE),
-        *(Op.NEG, Op.ABS, Op.SQRT, Op.RECIPROCAL, Op.EXP, Op.LOG, Op.ERF, Op.TANH, Op.SIGMOID),
-        *(Op.RELU, Op.NOT, Op.ISNAN, Op.ISINF, Op.CAST, Op.IDENTITY, Op.DROPOUT, Op.GELU),
-    }
-)
+_ELEMENTWISE = POINTWISE | {Op.DROPOUT, Op.GELU}
 """Ops that act on each element (with broadcasting): token-wise whatever their operands' layout."""
 _ALONG_LAST = frozenset({Op.LINEAR, Op.GATED_LINEAR, Op.LAYER_NORM, Op.RMS_NORM})
 """Ops over the last axis of their first operand, their other operands (weights) constant or
@@ -477,7 +471,7 @@ def _evaluate_rebound(
                     v.const is not None
                     and n.op not in (Op.MATMUL, Op.LINEAR)  # weights keep their shapes
                     and v.type.shape != _tokens_as(v.type.shape, tokens, few)
-                    and np.all(v.const == v.const.reshape(-1)[0])  # a fill, not a weight
+                    and all_equal(v.const)  # a fill, not a weight
                 ):
                     cut = tuple(slice(0, d) for d in _tokens_as(v.type.shape, tokens, few))
                     ins.append(Value.constant(v.name, np.ascontiguousarray(v.const[cut])))

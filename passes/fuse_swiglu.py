@@ -161,7 +161,8 @@ def _split_linear(view: GraphView, lin: Node) -> tuple[Replacement, set[Node]]:
         raise NoMatch("has an activation, or its weight is not a constant to split")
     if not any(u.op is Op.MUL for v, _, _ in pieces for u in view.users.get(v, [])):
         raise NoMatch("no piece is multiplied: not a gated product")
-    cuts = {view.producer[v] for v, _, _ in pieces}
+    # in graph order: a set of nodes iterates by address, which made the origins' order vary
+    cuts = sorted({view.producer[v] for v, _, _ in pieces}, key=view.index.__getitem__)
     new = []
     for piece, start, end in pieces:
         consts = [

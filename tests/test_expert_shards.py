@@ -172,7 +172,8 @@ def test_auto_takes_the_fewest_shards_that_fit(tmp_path: Path) -> None:
     fitting shape takes 48 PEs, a shard of 2 experts 24: two shards."""
     from wsecc.targets import load_target
 
-    from wsecc.core.experts import expert_shards, least_pes, shard_kernel
+    from wsecc.core.experts import expert_shards, shard_kernel
+    from wsecc.kernels import CostContext, smallest_region
 
     path = _small(tmp_path, 6, 4096)
     target = load_target(path)
@@ -181,8 +182,9 @@ def test_auto_takes_the_fewest_shards_that_fit(tmp_path: Path) -> None:
     node = next(n for n in whole.nodes if n.op.value == "moe")
     (tmp_path / "big").mkdir()
     big = load_target(_small(tmp_path / "big", 16, 4096))
-    pes = [least_pes(shard_kernel(node, 1, s), 16, big, Precision.MIXED, 1) for s in (1, 2)]
-    assert pes == [48, 24]
+    shards = [shard_kernel(node, 1, s) for s in (1, 2)]
+    smallest = [smallest_region(k, CostContext(big, Precision.MIXED, 1)) for k in shards]
+    assert [c.area for c in smallest if c is not None] == [48, 24]
     auto = dataclasses.replace(job.options, systems=None)
     moes = [n.name for n in whole.nodes if n.op.value == "moe"]
     assert expert_shards(whole, target, auto) == dict.fromkeys(moes, 2)

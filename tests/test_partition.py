@@ -149,20 +149,27 @@ def test_auto_chooses_two_systems_by_hand(tmp_path: Path) -> None:
     ]
 
 
-def test_a_split_that_does_not_fit_says_which_bytes(tmp_path: Path) -> None:
+def test_a_split_that_does_not_fit_says_which_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On 10 x 10 PEs of 1,900 B: two systems hold the bytes (0.85 x 100 x 1,900 = 161,500 B
     each) but system 1's group needs more PEs than 85 at its smallest shapes, even
-    single-buffered; the refusal says so, and what the PEs' SRAM holds."""
+    single-buffered; the refusal says so, and what the PEs' SRAM holds: its shortfall is
+    written once, for the message."""
     from wsecc.targets import load_target
 
-    from wsecc.core import chain
+    from wsecc.core import chain, partition
     from wsecc.core.flow import ForDecode, lower
     from wsecc.core.partition import PartitionError, size_over_systems
 
     kg = lower(chain.fuse(chain.load(chain.job(LLAMA, **GEN))).graph)
     target = load_target(_small(tmp_path, 10, 1900))
+    calls = []
+    written = partition.shortfall
+    monkeypatch.setattr(partition, "shortfall", lambda *a: calls.append(a) or written(*a))
     with pytest.raises(PartitionError) as e:
         size_over_systems(kg, target, Precision.MIXED, ForDecode(1), 8, None)
+    assert len(calls) == 1
     line = str(e.value)
     assert "\n" not in line and "no split over 2 to 2 systems fits" in line
     assert "system 1's group needs" in line and "over 85% of 100 usable PEs = 85" in line

@@ -167,7 +167,7 @@ def test_a_single_buffered_split_places_and_costs_alike() -> None:
     from test_partition import GEN, LLAMA
 
     from wsecc.core import chain
-    from wsecc.core.flow import ForDecode, lower
+    from wsecc.core.flow import FILL_STEPS, ForDecode, lower
     from wsecc.core.partition import place_systems, size_over_systems
     from wsecc.kernels.costs import CostContext, cost_at
     from wsecc.sim.perf import simulate_l0
@@ -175,8 +175,13 @@ def test_a_single_buffered_split_places_and_costs_alike() -> None:
 
     kg = lower(chain.fuse(chain.load(chain.job(LLAMA, **GEN))).graph)
     target = load_target("wse3")
-    rule = ForDecode(1, single_buffered=True)
+    rule = ForDecode(1)
     over = size_over_systems(kg, target, MIXED, rule, 1, 2)
+    singles = tuple(
+        rule.size(p.graph, target, MIXED, FILL_STEPS[0], 1, single_buffered=True)
+        for p in over.partition.parts
+    )
+    over = replace(over, sizings=singles)
     assert [s.single_buffered for s in over.sizings] == [True, True]
     _, systems = place_systems(
         over, target, MIXED, placer="greedy", time_budget_s=5.0, rule=ForDecode(1)
@@ -190,3 +195,38 @@ def test_a_single_buffered_split_places_and_costs_alike() -> None:
             assert ks.sram == want.sram
         sram_map(program)
         assert simulate_l0(program).tokens_per_s > 0
+
+
+def test_bytes_text_plain_and_fine() -> None:
+    """One formatter: plain (a model's bytes) from whole units; fine (the SRAM line's parts and
+    margins) from a tenth of a unit, two decimals below 10 GB."""
+    from wsecc.core.sizing_bytes import bytes_text
+
+    plain = [bytes_text(n) for n in (999_999, 1e6, 999_999_999, 1e9, 1.234e10)]
+    assert plain == ["999,999 B", "1.0 MB", "1,000.0 MB", "1.0 GB", "12.3 GB"]
+    fine = [bytes_text(n, fine=True) for n in (99_999, 1e5, 99_999_999, 1e8, 9.87e9, 1.234e10)]
+    assert fine == ["99,999 B", "0.1 MB", "100.0 MB", "0.10 GB", "9.87 GB", "12.3 GB"]
+    assert bytes_text(-1.8e8, fine=True) == "-0.18 GB"  # a shortfall's sign is kept
+
+
+def test_placement_sizes_again_single_buffered_as_the_sizing_was(tmp_path) -> None:
+    """On 10 x 10 PEs of 2,048 B of data SRAM the sample's first group, sized single-buffered
+    at 90% fill, does not pack; placement sizes it again at lower fills, single-buffered still:
+    the sizing says so, not the rule (`SizingRule.size`'s argument, as the chunk is)."""
+    from test_partition import GEN, LLAMA, _small
+
+    from wsecc.core import chain
+    from wsecc.core.flow import ForDecode, lower, place_and_route
+    from wsecc.core.partition import size_over_systems
+
+    kg = lower(chain.fuse(chain.load(chain.job(LLAMA, **GEN))).graph)
+    target = load_target(_small(tmp_path, 10, 2048))
+    over = size_over_systems(kg, target, MIXED, ForDecode(1), 8, None)
+    first = over.sizings[0]
+    assert (first.single_buffered, first.fill) == (True, 0.9)
+    placed = place_and_route(
+        over.partition.parts[0].graph, first, target, MIXED, placer="greedy",
+        time_budget_s=5.0, deterministic=True, rule=ForDecode(1),
+    )  # fmt: skip
+    sizing = placed.program.sizing
+    assert sizing.fill < first.fill and sizing.single_buffered and sizing.chunk_tokens == 1

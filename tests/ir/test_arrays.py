@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from wsecc.passes.canonicalize import canonicalize
 
-from wsecc.ir.arrays import content_key, dense, is_uniform, placeholder, same_data
+from wsecc.ir.arrays import all_equal, content_key, dense, is_uniform, placeholder, same_data
 from wsecc.ir.core import DType, Graph, Node, Op, TensorType, Value
 from wsecc.pm import PassContext
 
@@ -80,3 +80,13 @@ def test_canonicalize_casts_a_weight_without_data_as_one_element():
     g = canonicalize(Graph((x,), mm.outputs, (cast, mm)), PassContext())
     (w,) = g.constants()
     assert w.const.dtype == np.float32 and is_uniform(w.const) and float(w.const[3, 3]) == 8.0
+
+
+def test_all_equal_is_a_fill_uniform_or_laid_out():
+    """One check for "every element the same": a laid-out fill, a uniform array at its one
+    element (not expanded); not an empty array, two values, or NaN (equal to nothing)."""
+    assert all_equal(np.full((3, 4), 2.0)) and all_equal(np.array(5))
+    assert all_equal(placeholder(F32, (50257, 6144), 3))
+    assert not all_equal(np.zeros((0, 3))) and not all_equal(np.array([1.0, 1.0, 2.0]))
+    assert not all_equal(np.full((2, 2), np.nan))
+    assert not all_equal(np.broadcast_to(np.float32(np.nan), (4, 4)))

@@ -797,6 +797,20 @@ def test_fuse_swiglu_does_not_fire_on_a_sigmoid_gate():
     assert any("SiLU" in n for n in ctx.notes)
 
 
+def test_fuse_swiglu_gives_a_split_linears_origins_in_graph_order(samples_dir) -> None:
+    """ModernBERT's Wi Linear cut by two Slices into gate and up: each gated_linear's origin
+    lists them in graph order, every run (a set of nodes iterates by address)."""
+    from wsecc.core import chain
+
+    job = chain.job(samples_dir / "modernbert_legacy_op17.onnx", seq=16)
+    graph = chain.fuse(chain.load(job)).graph
+    origins = [n.origin for n in graph.nodes if n.op is Op.GATED_LINEAR]
+    assert len(origins) == 2
+    for i, origin in enumerate(origins):
+        cuts = [o for o in origin if o.startswith(f"/model/layers.{i}/mlp/Slice")]
+        assert cuts == [f"/model/layers.{i}/mlp/Slice", f"/model/layers.{i}/mlp/Slice_1"]
+
+
 def _partial_rotary_text(form: str, rd: int, passed: str = "%{x}p") -> str:
     """GPT-NeoX-style attention (B=1, S=4, 2 heads of 8, q, k, v slices of a packed input) with
     q and k rotated over their first `rd` dims, rotate-half or interleaved (GPT-J's rotate every

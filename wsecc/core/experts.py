@@ -10,7 +10,7 @@ one block's shards on different systems.
 `expert_shards` chooses S: the user's `--expert-shards N` for every block, else, when the
 compile may span several systems (`--systems auto` or N > 1, infer and generate modes), for
 each block the fewest S dividing E whose largest shard (shard 0, with the shared expert)
-fits one system: its smallest shape's PEs (`fit_bounds` of the shard alone) within sizing's
+fits one system: its smallest shape's PEs (`smallest_region` of the shard) within sizing's
 first fill of the usable PEs (`FILL_STEPS[0]`). A block that fits is left whole, so a model
 whose blocks fit compiles as before.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 from wsecc.core.flow import FILL_STEPS
 from wsecc.core.partition import ONE_TOKEN, PartitionError, bytes_text
 from wsecc.ir.core import Graph, Node, Op
-from wsecc.kernels import Flow, Kernel, KernelGraph, Port, SizingError, fit_bounds
+from wsecc.kernels import CostContext, Kernel, smallest_region
 from wsecc.kernels.kinds import lower_node
 from wsecc.options import Options
 from wsecc.targets import Target
@@ -36,31 +36,17 @@ def shard_kernel(n: Node, batch: int, shards: int) -> Kernel:
     return Kernel(f"{n.name}.shard", kind, params, n.origin)
 
 
-def least_pes(kernel: Kernel, tokens: int, target: Target, precision: Precision, chunk: int) -> int:
-    """PEs of `kernel`'s smallest shape that fits a PE's SRAM on `target` (alone, between an
-    input and an output port); raises SizingError when no shape on the fabric fits."""
-    x = Port("x", tokens * int(kernel.params["H"]))
-    y = Port("y", tokens * int(kernel.params["H"]))
-    kg = KernelGraph(
-        kernel.name, tokens, (kernel,),
-        (Flow.between(x, kernel, x.elems_per_sample), Flow.between(kernel, y, y.elems_per_sample)),
-        (x,), (y,),
-    )  # fmt: skip
-    return fit_bounds(kg, target, precision, chunk_tokens=chunk).min_pes
-
-
 def fewest_shards(n: Node, batch: int, target: Target, precision: Precision, chunk: int) -> int:
     """The fewest shards S (dividing E) of moe node `n` whose largest fits one system (module
     doc); raises PartitionError, one line, when even one expert a shard does not."""
     experts = n.inputs[2].type.shape[0]
-    tokens = max(1, n.inputs[0].type.size // n.inputs[0].type.shape[-1] // batch)
     room = int(FILL_STEPS[0] * target.usable_pes)
     need = 0
     for s in (d for d in range(1, experts + 1) if experts % d == 0):
-        try:
-            need = least_pes(shard_kernel(n, batch, s), tokens, target, precision, chunk)
-        except SizingError:
+        smallest = smallest_region(shard_kernel(n, batch, s), CostContext(target, precision, chunk))
+        if smallest is None:
             continue
+        need = smallest.area
         if need <= room:
             return s
     held = bytes_text(shard_kernel(n, batch, experts).weight_bytes(precision))
@@ -96,4 +82,4 @@ def expert_shards(graph: Graph, target: Target, options: Options) -> int | dict[
     return out
 
 
-__all__ = ["expert_shards", "fewest_shards", "least_pes", "shard_kernel"]
+__all__ = ["expert_shards", "fewest_shards", "shard_kernel"]

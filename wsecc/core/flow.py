@@ -178,9 +178,17 @@ class SizingRule(Protocol):
         ...
 
     def size(
-        self, kg: KernelGraph, target: Target, precision: Precision, fill: float, chunk_tokens: int
+        self,
+        kg: KernelGraph,
+        target: Target,
+        precision: Precision,
+        fill: float,
+        chunk_tokens: int,
+        single_buffered: bool = False,
     ) -> Sizing:
-        """Regions for `kg` filling at most `fill` of the fabric."""
+        """Regions for `kg` filling at most `fill` of the fabric, each stream buffering
+        `chunk_tokens` tokens in two chunks, or one when `single_buffered`
+        (`CostContext.single_buffered`)."""
         ...
 
     def at_shapes(
@@ -213,11 +221,18 @@ class ForThroughput:
         return self.train is None
 
     def size(
-        self, kg: KernelGraph, target: Target, precision: Precision, fill: float, chunk_tokens: int
+        self,
+        kg: KernelGraph,
+        target: Target,
+        precision: Precision,
+        fill: float,
+        chunk_tokens: int,
+        single_buffered: bool = False,
     ) -> Sizing:
         return size_regions(
-            kg, target, precision, fill=fill, chunk_tokens=chunk_tokens, train=self.train
-        )
+            kg, target, precision, fill=fill, chunk_tokens=chunk_tokens, train=self.train,
+            single_buffered=single_buffered,
+        )  # fmt: skip
 
     def at_shapes(
         self,
@@ -236,23 +251,26 @@ class ForThroughput:
 @dataclass(frozen=True)
 class ForDecode:
     """Regions sized for the latency of a decode step of `batch` sequences
-    (`size_for_decode`), flows given the lanes a decode step wants (generate mode);
-    `single_buffered`: every stream holds one chunk (`CostContext.single_buffered`), what a
-    split over systems falls back to (`wsecc.core.partition.size_over_systems`)."""
+    (`size_for_decode`), flows given the lanes a decode step wants (generate mode)."""
 
     batch: int
-    single_buffered: bool = False
 
     @property
     def checked(self) -> bool:
         return False
 
     def size(
-        self, kg: KernelGraph, target: Target, precision: Precision, fill: float, chunk_tokens: int
+        self,
+        kg: KernelGraph,
+        target: Target,
+        precision: Precision,
+        fill: float,
+        chunk_tokens: int,
+        single_buffered: bool = False,
     ) -> Sizing:
         return size_for_decode(
             kg, target, precision, batch=self.batch, fill=fill, chunk_tokens=chunk_tokens,
-            single_buffered=self.single_buffered,
+            single_buffered=single_buffered,
         )  # fmt: skip
 
     def at_shapes(
@@ -591,8 +609,6 @@ def place_and_route(
     solver-free validators. Raises PlacementError / RoutingError (one line) when no legal
     result exists.
     """
-    if isinstance(rule, ForDecode) and sizing.single_buffered:  # re-sized as it was sized
-        rule = replace(rule, single_buffered=True)
     search = Search(placer, time_budget_s, seed, deterministic, time.perf_counter() + time_budget_s)
     work = Work(kg, sizing, target, precision, rule)
     blocked = REQUESTED
@@ -606,7 +622,9 @@ def place_and_route(
     for i, fill in enumerate(fills):
         try:
             if i:
-                sizing = rule.size(kg, target, precision, fill, sizing.chunk_tokens)
+                sizing = rule.size(
+                    kg, target, precision, fill, sizing.chunk_tokens, sizing.single_buffered
+                )
                 say("size", f"re-sized at {100 * fill:.0f}% fill: {sizing.summary()}")
             work = replace(work, sizing=sizing)
             problem, placement = _place_in(_problem(kg, sizing, target, precision, pins), search)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from wsecc.core.flow import FILL_STEPS, ForDecode, Placed, SizingRule, place_and_route
 from wsecc.core.layers import Layers, find_layers
 from wsecc.core.program import Crossing, Program, Systems
-from wsecc.core.sizing_bytes import SramBytes, sram_bytes
+from wsecc.core.sizing_bytes import SramBytes, bytes_text, sram_bytes
 from wsecc.errors import WseccError
 from wsecc.kernels import (
     Flow,
@@ -534,7 +534,13 @@ def size_over_systems(
             )
         start = max(least, alone)
     counts = [requested] if requested is not None else list(range(start, most + 1))
-    failed = ""
+    unfit: str | Partition = ""  # the last count that did not fit: its error, or its split
+
+    def failed() -> str:
+        """Why the last count tried did not fit: the split's `shortfall`, written only when a
+        message reads it (once, for the last failing count)."""
+        return unfit if isinstance(unfit, str) else shortfall(unfit, target, precision, *chunks[-1])
+
     memo: SizingMemo = {}  # groups recur from one count to the next: each sized once
     for n in counts:
         if n == 1:
@@ -557,7 +563,7 @@ def size_over_systems(
                         partition, sized = by_pes, again
                         break
         if isinstance(sized, str):
-            failed = sized if n == 1 else shortfall(partition, target, precision, *chunks[-1])
+            unfit = sized if n == 1 else partition
             continue
         sizings, chunk = sized
         slower = f"; sized at {chunk} token per chunk (at {chunk_tokens} they did not fit)"
@@ -583,16 +589,16 @@ def size_over_systems(
         else:
             why = (
                 f"{held}: {least} would hold the bytes, but with each group's buffers "
-                f"{n - 1} did not fit ({failed}){at}"
+                f"{n - 1} did not fit ({failed()}){at}"
             )
         return SizedSystems(partition, sizings, why)
     if requested is not None:
         raise PartitionError(
             f"{kg.name}: a group of layers does not fit one of {requested} systems "
-            f"({failed}): raise --systems or use --systems auto"
+            f"({failed()}): raise --systems or use --systems auto"
         )
     raise PartitionError(
-        f"{kg.name}: no split over {least} to {most} systems fits ({failed}): use a "
+        f"{kg.name}: no split over {least} to {most} systems fits ({failed()}): use a "
         "larger target or a lower precision"
     )
 
@@ -671,21 +677,19 @@ def _sized_at(
     memo: SizingMemo | None = None,
 ) -> tuple[tuple[Sizing, ...], int] | str:
     """Every group of `partition` sized by `rule` at `fill`, at the first of `chunks` (tokens
-    per chunk, and whether single-buffered: `ForDecode.single_buffered`) at which all fit: the
+    per chunk, and whether single-buffered: `CostContext.single_buffered`) at which all fit: the
     sizings and that chunk, else the last error. A group with the shapes of an earlier one
     (`shape_key`) takes its sizing, renamed; `memo` keeps them (and the errors) across calls
     of one rule, target and precision."""
     done: SizingMemo = {} if memo is None else memo
     failed = ""
     for chunk, single in chunks:
-        if single and isinstance(rule, ForDecode):
-            rule = replace(rule, single_buffered=True)
         sizings = []
         for p in partition.parts:
             key = (shape_key(p.graph), fill, chunk, single)
             if key not in done:
                 try:
-                    done[key] = rule.size(p.graph, target, precision, fill, chunk)
+                    done[key] = rule.size(p.graph, target, precision, fill, chunk, single)
                 except SizingError as e:
                     done[key] = str(e)
             got = done[key]
@@ -705,13 +709,6 @@ def renamed(sizing: Sizing, kg: KernelGraph) -> Sizing:
         replace(ks, name=k.name) for ks, k in zip(sizing.kernels, kg.kernels, strict=True)
     )
     return replace(sizing, graph=kg.name, kernels=kernels)
-
-
-def bytes_text(n: float) -> str:
-    """Bytes as a reader takes them in: GB, MB or B."""
-    if n >= 1e9:
-        return f"{n / 1e9:,.1f} GB"
-    return f"{n / 1e6:,.1f} MB" if n >= 1e6 else f"{n:,.0f} B"
 
 
 def split_why(host: HostLookups, by_pes: bool = False) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from wsecc.core.flow import FILL_STEPS
 from wsecc.kernels import KernelGraph
@@ -160,11 +161,17 @@ def sram_bytes(
     return SramBytes(kinds, per_pe, target.usable_pes, chunk_tokens, single_buffered)
 
 
-def _gb(n: float) -> str:
-    """Bytes in GB (two decimals below 10 GB), MB or B."""
-    if abs(n) >= 1e8:
-        return f"{n / 1e9:,.{2 if abs(n) < 1e10 else 1}f} GB"
-    return f"{n / 1e6:,.1f} MB" if abs(n) >= 1e5 else f"{n:,.0f} B"
+def bytes_text(n: float, fine: bool = False) -> str:
+    """Bytes as a reader takes them in: GB from 1 GB, MB from 1 MB, else B. `fine`, for the
+    parts and margins of a wafer's SRAM (`SramBytes.line`), where tenths of a GB matter: GB
+    from 0.1 GB, with two decimals below 10 GB, and MB from 0.1 MB."""
+    least = 0.1 if fine else 1.0
+    if abs(n) >= least * 1e9:
+        return f"{n / 1e9:,.{2 if fine and abs(n) < 1e10 else 1}f} GB"
+    return f"{n / 1e6:,.1f} MB" if abs(n) >= least * 1e6 else f"{n:,.0f} B"
 
 
-__all__ = ["PARTS", "KindBytes", "SramBytes", "sram_bytes"]
+_gb = partial(bytes_text, fine=True)
+
+
+__all__ = ["PARTS", "KindBytes", "SramBytes", "bytes_text", "sram_bytes"]

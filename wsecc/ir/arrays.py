@@ -69,6 +69,15 @@ def same_data(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(b.reshape(-1)[0] == one) if is_uniform(b) else bool(np.all(b == one))
 
 
+def all_equal(a: np.ndarray) -> bool:
+    """Whether `a` has elements and every one equals the first (a fill; NaN equals nothing),
+    a uniform array compared at its one stored element, without being expanded."""
+    if a.size == 0:
+        return False
+    first = a.reshape(-1)[0]
+    return bool(first == first) if is_uniform(a) else bool(np.all(a == first))
+
+
 def dense(a: np.ndarray) -> np.ndarray:
     """`np.ascontiguousarray(a)`, except that a uniform array stays one element."""
     return a if is_uniform(a) else np.ascontiguousarray(a)

@@ -36,6 +36,12 @@ ELEMENTWISE = frozenset(
         Op.RECIPROCAL, Op.EXP, Op.LOG, Op.ERF, Op.TANH, Op.SIGMOID, Op.RELU, Op.CAST,
     }
 )  # fmt: skip
+POINTWISE = ELEMENTWISE | {
+    Op.AND, Op.OR, Op.XOR, Op.NOT, Op.EQUAL, Op.LESS, Op.LESS_EQUAL, Op.GREATER,
+    Op.GREATER_EQUAL, Op.WHERE, Op.ISNAN, Op.ISINF, Op.IDENTITY, Op.MOD,
+}  # fmt: skip
+"""ELEMENTWISE and the logic, comparison, selection and identity ops: each output element is
+computed from its operands' elements at the same (broadcast) index alone."""
 LAYOUT = frozenset({Op.RESHAPE, Op.TRANSPOSE, Op.SPLIT, Op.SLICE, Op.EXPAND})
 COMMUTATIVE = frozenset({Op.ADD, Op.MUL, Op.MAX, Op.MIN, Op.AND, Op.OR, Op.XOR, Op.EQUAL})
 

@@ -34,6 +34,7 @@ from wsecc.kernels.sizing import (
     size_for_decode,
     size_regions,
     sizing_at,
+    smallest_region,
     work_proportional_sizing,
 )
 
@@ -62,5 +63,6 @@ __all__ = [
     "size_for_decode",
     "size_regions",
     "sizing_at",
+    "smallest_region",
     "work_proportional_sizing",
 ]

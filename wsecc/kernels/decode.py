@@ -107,28 +107,25 @@ def chain(ctx: Any, n: int, nbytes: int) -> int:
     return (n - 1) * relay(ctx) + cdiv(nbytes, ctx.L) if n > 1 else 0
 
 
-CHAIN_COLORS = 2
-"""Colors a chain reduction's routes take: two, alternating PE by PE, for a PE cannot send and
-receive on one color with a fixed routing (docs/hardware.md §5.3, csl-examples
-tutorials/gemv-08-routes-3)."""
-
 TREE_COLORS = 4
-"""Colors a two-level tree takes: the chain's two within the groups and two more between the
-leaders, whose routes pass the other PEs' routers (WaferLLM `Decode/WSE-2/src/layout.csl`:
-C_Y_up_reduce_0/1 beside the first phase's pair, one pair a direction)."""
+"""Colors a two-level tree takes: a chain's two within the groups (alternating PE by PE, for a
+PE cannot send and receive on one color with a fixed routing: docs/hardware.md §5.3,
+csl-examples tutorials/gemv-08-routes-3) and two more between the leaders, whose routes pass
+the other PEs' routers (WaferLLM `Decode/WSE-2/src/layout.csl`: C_Y_up_reduce_0/1 beside the
+first phase's pair, one pair a direction). The chain's two fit any budget; a target whose
+budget is short of these four keeps the chain (`reductions`)."""
 
 
 @dataclass(frozen=True)
 class Reduction:
     """A reduction of a vector over n PEs in a line as mapped: `mapping` "chain" or "tree",
-    `groups` G (1 for the chain) of `group_size` g PEs, the `colors` its routes take, its
-    latency in `cycles`, and `ends`, the PEs a reduce-scatter leaves the sums on (the chain's
-    n, the tree's G leaders: the last level's chain scatters over its PEs)."""
+    `groups` G (1 for the chain) of `group_size` g PEs, its latency in `cycles`, and `ends`,
+    the PEs a reduce-scatter leaves the sums on (the chain's n, the tree's G leaders: the last
+    level's chain scatters over its PEs)."""
 
     mapping: Literal["chain", "tree"]
     groups: int
     group_size: int
-    colors: int
     cycles: int
 
     @property
@@ -154,10 +151,10 @@ def reductions(ctx: Any, n: int, nbytes: int) -> tuple[Reduction, ...]:
     the target's color budget holds its `TREE_COLORS` (module doc)."""
     link = ctx.target.link
     s = cdiv(nbytes, ctx.L)
-    out = [Reduction("chain", 1, n, CHAIN_COLORS if n > 1 else 0, chain(ctx, n, nbytes))]
+    out = [Reduction("chain", 1, n, chain(ctx, n, nbytes))]
     if n >= 3 and ctx.target.color_budget >= TREE_COLORS:
         g, cycles = _best_group(n, link.hop_latency_cycles, link.ramp_latency_cycles)
-        out.append(Reduction("tree", cdiv(n, g), g, TREE_COLORS, cycles + 2 * s))
+        out.append(Reduction("tree", cdiv(n, g), g, cycles + 2 * s))
     return tuple(out)
 
 

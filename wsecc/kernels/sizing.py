@@ -669,6 +669,15 @@ def smallest_costs(
     return [m.smallest for _, m in menus]
 
 
+def smallest_region(
+    kernel: Kernel, ctx: CostContext, max_aspect: float = DEFAULT_MAX_ASPECT
+) -> KernelCost | None:
+    """`kernel`'s smallest shape that fits a PE's SRAM in `ctx`, alone (no routed flows
+    charged), as its kind costs it; None when no shape of its menu fits."""
+    menu = _menu_of(kernel, ctx, max_aspect)[1]
+    return None if menu is None else menu.smallest
+
+
 def fits_a_region(
     kernel: Kernel,
     target: Target,
@@ -681,7 +690,7 @@ def fits_a_region(
     """Whether some shape of `kernel`'s menu fits a PE's SRAM on `target` (what sizing needs of
     every kernel before it looks at the area)."""
     ctx = CostContext(target, precision, chunk_tokens, single_buffered=single_buffered)
-    return _menu_of(kernel, ctx, max_aspect)[1] is not None
+    return smallest_region(kernel, ctx, max_aspect) is not None
 
 
 def size_regions(
@@ -695,16 +704,21 @@ def size_regions(
     alt_tolerance: float = DEFAULT_ALT_TOLERANCE,
     max_alternatives: int = DEFAULT_MAX_ALTERNATIVES,
     train: TrainCosts | None = None,
+    single_buffered: bool = False,
 ) -> Sizing:
     """Region shapes minimising the slowest stage's cycles per sample (see the module doc).
-    With `train`, every kernel is costed with what pipelined training adds (`TrainCosts`).
+    With `train`, every kernel is costed with what pipelined training adds (`TrainCosts`);
+    `single_buffered`: every stream holds one chunk, not two (`CostContext.single_buffered`).
 
     Verifies the graph first. Guarantees: every PE within target.sram.bytes_per_pe, every region
     within the program rectangle, total area within fill x usable PEs. Raises SizingError (one
     line) when no assignment exists.
     """
     raw: _RawCosts = {}  # the kinds' costs, shared by both balances
-    ctx, menus, budget = _prepare(kg, target, precision, fill, chunk_tokens, max_aspect, train, raw)
+    ctx, menus, budget = _prepare(
+        kg, target, precision, fill, chunk_tokens, max_aspect, train, raw,
+        single_buffered=single_buffered,
+    )  # fmt: skip
     choice = _balanced(menus, budget)
     # Lanes crossing a region share its links: size again with every region's edges charged
     # the busiest crossable region's link time of this first balance (`_with_edges`).
