@@ -26,6 +26,7 @@ from wsecc.check.checks import (
     check_numerics,
     should_validate,
 )
+from wsecc.core.experts import decode_charges
 from wsecc.core.flow import FILL_STEPS, ForDecode, ForThroughput, SizingRule, lower, simulate
 from wsecc.core.instrument import Instrument
 from wsecc.core.partition import (
@@ -366,11 +367,23 @@ def _generation(placed: Placed, prompt: int) -> tuple[GenerationPerf, tuple[Syst
     distinct placement's computed once, and a row per system."""
     systems = placed.systems
     if placed.sized.systems is None:
-        g = plan_generation(placed.program, prompt)
+        program = placed.program
+        _, (choices,) = decode_charges(program.kg, [(program, program.kg)])
+        g = plan_generation(program, prompt, choices)
         return g, one_system(placed, [g.decode_latency_s])
-    own = {i: plan_generation(systems.programs[i], prompt) for i in set(systems.placed_as or [0])}
-    per = [own[systems.placed(i)] for i in range(systems.count)]
     parts = placed.sized.systems.partition.parts
+    # a block's shards charged the worst split of its k choices (`wsecc.core.experts`): systems
+    # sharing a placement share a plan only when their shards are charged alike
+    _, charged = decode_charges(
+        placed.sized.kernel_graph,
+        [(systems.programs[i], p.graph) for i, p in enumerate(parts)],
+    )
+    key = [(systems.placed(i), tuple(sorted(charged[i].items()))) for i in range(systems.count)]
+    own: dict[tuple[object, ...], GenerationPerf] = {}
+    for i, ki in enumerate(key):
+        if ki not in own:
+            own[ki] = plan_generation(systems.programs[i], prompt, charged[i])
+    per = [own[ki] for ki in key]
     g = over_systems(per, [p.first for p in parts], _crossing_s(placed))
     return g, system_rows(placed, [x.decode_latency_s for x in per])
 
