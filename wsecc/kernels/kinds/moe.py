@@ -140,10 +140,14 @@ tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decod
               + reduce(ws, cb kh ab)             W_down partials along the cell
               + (w - ws) hop + k relay           the combine: across the row's other cells,
                                                  k adds
-              + up ((w - 1) + (h - hs) + (w - 1) + (w - ws)) hop + up (er - 1) relay
-                                                 with er > 1: back west to c_i, north to cell
-                                                 row 0 (a cell row's add each), west to
-                                                 column 0, and east through cell row 0
+              + up (2 (w - 1) + (h - hs)) hop + up (er - 1) relay
+                                                 with er > 1: row i's sum back west to c_i and,
+                                                 in cell row 0, on west to column 0 ((w - 1 -
+                                                 c_i) + c_i = w - 1 hops for every row), north
+                                                 to cell row 0 (a cell row's add each), and
+                                                 east through all of the other cell row's w
+                                                 columns (w - 1; the chosen cell's row is the
+                                                 reduce and the w - ws hops above)
     with cb = B min(k, ep), re = min(ep, cb) and rr = rc + sig (column 0's router columns).
 Each reduction is the chain or a two-level tree, whichever is faster (`reduce`); the gate/up
 one's mapping r (e = hs rows for the chain, G leaders for a tree) is the one whose reduction
@@ -442,7 +446,7 @@ def moe_step(p: Params, h: int, w: int, ctx: CostContext, B: int, c: int) -> Dec
         + cell_sum
         + (w - ws) * hop
         + c * relay(ctx)
-        + up * (((w - 1) + (h - hs) + (w - 1) + (w - ws)) * hop + (g.er - 1) * relay(ctx))
+        + up * ((2 * (w - 1) + (h - hs)) * hop + (g.er - 1) * relay(ctx))
         + shared.reduction,
         broadcast=multicast(ctx, w, B * kh * sb)
         + up * multicast(ctx, h - hs + 1, B * kh * sb)
