@@ -399,6 +399,18 @@ def test_shards_on_different_systems_are_charged_one_split(four: wsecc.Compilati
     assert [(ch.shards, ch.split) for ch in charges] == [
         (("moe.e0-1", "moe.e2-3"), (1, 1)), (("moe.e0-1.2", "moe.e2-3.2"), (1, 1)),
     ]  # fmt: skip
+    # beside the charge: a uniform router puts both choices in a shard 1/6 of the time, one
+    # 4/6, none 1/6
+    for ch in charges:
+        assert ch.uniform_cycles == pytest.approx(sum((a + 4 * b + c) / 6 for a, b, c in ch.steps))
+        assert ch.uniform_cycles < ch.cycles
+    assert (
+        charges[0]
+        .describe()
+        .startswith(
+            f"1 in moe.e0-1 + 1 in moe.e2-3: {charges[0].cycles:,} cycles (each shard all 2: "
+        )
+    )
     stages = {s.name: s.total for s in four.simulated.performance.generation.stages}
     for i, part in enumerate(parts):
         (shard,) = [k for k in programs[i].kg.kernels if k.kind == KernelKind.MOE]
