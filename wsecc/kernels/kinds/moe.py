@@ -123,7 +123,8 @@ at a time holds one pair's. The double buffer assumes a pair's multiply-adds (2 
 cycles) cover its partials' move to the next row (2 ni ab / L); where they do not, the stall
 is the link term's, which the throughput already counts.
 
-The decode step (`moe_decode`, B tokens): only the experts the step's tokens choose are read —
+The decode step (`moe_decode`, B tokens, all k choices among the block's experts; a shard's
+step at c of them is "Shards" below): only the experts the step's tokens choose are read —
 the busiest cell computes B min(k, ep) (token, choice) pairs and reads min(ep, B k) experts'
 tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decode`:
 
