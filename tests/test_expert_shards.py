@@ -420,3 +420,16 @@ def test_shards_on_different_systems_are_charged_one_split(four: wsecc.Compilati
         step = moe_step(shard.params, r.h, r.w, ctx, 1, 1).latency
         (name,) = [k.name for k in part.graph.kernels if k.kind == KernelKind.MOE]
         assert stages[f"s{i}/{shard.name}"] == step, name
+
+
+def test_the_summary_says_the_split_blocks_charge(tmp_path: Path, capsys) -> None:
+    """The compile's generate lines say how the split blocks were charged; the unsplit compile
+    says nothing of it."""
+    args = ["compile", str(MIXTRAL), "--mode", "generate", "--seq", "32", "--prompt", "8",
+            "--placer", "greedy", "--no-validate", "--target", "wse3"]  # fmt: skip
+    assert main([*args, "--expert-shards", "2", "-o", str(tmp_path / "two")]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "expert shards:" in ln]
+    assert len(lines) == 1 and lines[0].split()[0] == "generate", lines
+    assert "2 moe block(s) charged the worst split of a token's k = 2 choices" in lines[0]
+    assert main([*args, "-o", str(tmp_path / "whole")]) == 0
+    assert "expert shards:" not in capsys.readouterr().err

@@ -189,6 +189,22 @@ class ShardCharge:
         )
 
 
+def charges_text(charges: Sequence[ShardCharge]) -> str:
+    """One line for a compile's summary: how many split blocks a decode step charges their
+    worst split, and the blocks' cycles against every shard charged all k and against a
+    uniform router's mean ("" without split blocks)."""
+    if not charges:
+        return ""
+    ks = sorted({c.k for c in charges})
+    return (
+        f"expert shards: {len(charges)} moe block(s) charged the worst split of a token's "
+        f"k = {', '.join(map(str, ks))} choices over their shards: "
+        f"{sum(c.cycles for c in charges):,} cycles a step (all k on every shard: "
+        f"{sum(c.all_on_each_cycles for c in charges):,}; a uniform router's mean: "
+        f"{sum(c.uniform_cycles for c in charges):,.0f})"
+    )
+
+
 def shard_blocks(kg: KernelGraph) -> list[list[str]]:
     """The moe blocks of `kg` split into shards, each as its shards' names in sum order: a
     shard that `accumulate`s follows the moe kernel whose running sum it reads."""
@@ -249,6 +265,7 @@ def decode_charges(
 
 __all__ = [
     "ShardCharge",
+    "charges_text",
     "decode_charges",
     "expert_shards",
     "fewest_shards",
