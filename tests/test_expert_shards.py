@@ -241,3 +241,197 @@ def test_a_fork_with_other_shards_splits_again() -> None:
     assert count == [4, 2, 8]
     same = chain.fork(fused, dataclasses.replace(fused.job.options, placer="greedy"))
     assert same.graph is fused.graph
+
+
+# --- a decode step over a block's shards: the worst split of a token's k choices -------------
+
+
+def _ctx():  # wse3, mixed: sb 2, ab 4, L 4 B a cycle, f 8, v 1, hop 1, ramp 2 (relay 5)
+    from wsecc.targets import load_target
+
+    from wsecc.kernels.costs import CostContext
+
+    return CostContext(load_target("wse3"), Precision.MIXED, 8)
+
+
+MIXTRAL_SHARD = {"tokens": 1, "H": 64, "F": 96, "E": 2, "R": 4, "k": 2, "router": "softmax",
+                 "normalize": True, "S": 0, "shared": "none", "accumulate": True}  # fmt: skip
+
+
+def test_a_shards_step_at_each_count_of_choices_by_hand() -> None:
+    """Mixtral's shard (2 of the router's 4 experts, top 2) on 8 x 24 PEs of wse3, one token:
+    2 cells of hs 8 x ws 12, kh 8, ni 8; the router's 4 columns on 4 PEs (rc 1).
+
+    Every c: compute 2 (router matvec, 16 B) + 56 (router_ops(4, 2) = 4 x 11 + 8 + 4);
+    reduction 25 (logits down 8 rows: a tree of 2-PE groups, 4 + 3 x 6 + 2) + 6 (gathered
+    over 4 columns: 3 hops + 12 B); broadcast 27 (x along 24 columns: 23 + 16 B / 4) + 9 (the
+    decision down 8 rows: 7 + 8 B / 4).
+    c = 0: the running sum passes the cell, 11 + 32 B / 4 = 19, then the other cell's 12
+    hops: (58, 62, 36).
+    c = 1: + 48 (384 B of tiles at f 8) and 12 gate ops on compute; gate/up partials down the
+    cell column 51 (a chain: 7 relays + 64 B / 4), the W_down partials along the cell 47 (a
+    tree of 3-PE groups: 10 + 3 x 7 + 2 x 8), 12 hops and one add (5): 146; h back up the
+    column 7 + 16 B / 4 = 11 more broadcast: (118, 146, 47).
+    c = 2: the same cell (ep 1 holds one expert) and one more add: (118, 151, 47)."""
+    from wsecc.kernels.kinds.moe import moe_step
+
+    ctx = _ctx()
+    steps = [moe_step(MIXTRAL_SHARD, 8, 24, ctx, 1, c) for c in range(3)]
+    assert [(d.compute, d.reduction, d.broadcast) for d in steps] == [
+        (58, 62, 36), (118, 146, 47), (118, 151, 47),
+    ]  # fmt: skip
+    assert [d.bytes_read for d in steps] == [16, 16 + 384, 16 + 384]
+    per_choice = 6 * 64 * 96 + 96 * 12 + 2 * 64
+    assert [d.flops for d in steps] == [2 * 64 * 4 + 56 + c * per_choice for c in range(3)]
+
+
+def test_the_unsplit_blocks_step_is_mains() -> None:
+    """The whole block (4 experts, R = E) on 8 x 48 PEs: 4 cells of 8 x 12, its step with all
+    k = 2 choices as before the split charge: the shard's c = 2 pieces, the combine across
+    36 more columns (reduction 175 = 151 + 24), x along 48 columns (broadcast 71 = 47 + 24);
+    `moe_decode` (no `choices`) is `moe_step` at c = k."""
+    from wsecc.kernels.kinds.moe import moe_decode, moe_step
+
+    whole = {**MIXTRAL_SHARD, "E": 4, "accumulate": False}
+    d = moe_decode(whole, 8, 48, _ctx(), 1)
+    assert (d.compute, d.reduction, d.broadcast) == (118, 175, 71)
+    assert d == moe_step(whole, 8, 48, _ctx(), 1, 2)
+
+
+def test_the_worst_split_of_k_choices_over_shards() -> None:
+    """Shard steps (cycles at c = 0, 1, 2 choices): concave ones are worst split apart, a
+    shard whose first choice costs more takes k = 1; a tie gives the earlier shard more."""
+    from wsecc.core.experts import uniform_odds, worst_split
+
+    assert worst_split([(156, 311, 316)] * 2, 2) == (1, 1)  # 622 against 472 for (2, 0)
+    assert worst_split([(156, 311, 500)] * 2, 2) == (2, 0)  # 656 against 622
+    assert worst_split([(140, 282)] * 4, 2) == (1, 1, 0, 0)
+    assert worst_split([(262, 396), (149, 266)], 1) == (1, 0)  # 545 against 528
+    assert worst_split([(262, 396)], 1) == (1,)  # unsplit: the one split, c = k
+    with pytest.raises(ValueError, match="cannot take 3 choices"):
+        worst_split([(1, 2)] * 2, 3)
+    # 2 of 4 experts, top 2 uniform: both in (1/6), one (4/6), none (1/6)
+    assert uniform_odds(2, 4, 2) == pytest.approx((1 / 6, 4 / 6, 1 / 6))
+    assert uniform_odds(64, 128, 1) == pytest.approx((0.5, 0.5))
+
+
+def _plan(sample: str, shards: int) -> tuple[wsecc.Compilation, list, dict[str, int]]:
+    """A 1-system generate compile of `sample` split `shards` ways: the compile, its blocks'
+    charges, and each moe stage's decode cycles."""
+    from wsecc.core.experts import decode_charges
+
+    c = wsecc.compile(SAMPLES / sample, mode="generate", seq=32, prompt=8, placer="greedy",
+                      validate=False, expert_shards=shards, target="wse3")  # fmt: skip
+    program = c.simulated.placed.program
+    charges, _ = decode_charges(program.kg, [(program, program.kg)])
+    g = c.simulated.performance.generation
+    stages = {s.name: s.total for s in g.stages if s.kernel_kind == "moe"}
+    return c, list(charges), stages
+
+
+@pytest.mark.parametrize(
+    ("sample", "shards"),
+    [("mixtral_dynamo.onnx", 2), ("mixtral_dynamo.onnx", 4), ("llama4_dynamo.onnx", 2)],
+)
+def test_a_decode_step_charges_each_block_its_worst_split(sample: str, shards: int) -> None:
+    """Each block's shards on their placed regions: the block's step is the largest of
+    sum_s step_s(c_s) over every split of the k choices (enumerated here, c_s <= min(k, E_s)),
+    each shard's stage in the decode step is its step at the charged c_s, and the step's
+    latency is what charging all k on every shard gave less the difference (the shards are
+    on the critical path: one after the other)."""
+    import itertools
+
+    from wsecc.kernels.costs import CostContext
+    from wsecc.kernels.kinds.moe import moe_step
+    from wsecc.modes.generate import plan_generation
+
+    c, charges, stages = _plan(sample, shards)
+    program = c.simulated.placed.program
+    ctx = CostContext(program.target, program.precision, program.chunk_tokens)
+    assert len(charges) == 2 if sample.startswith("mixtral") else len(charges) == 1
+    saved = 0
+    for ch in charges:
+        ks = [program.kg.kernel(n) for n in ch.shards]
+        rects = [program.placement.rects[n] for n in ch.shards]
+        k = int(ks[0].params["k"])
+
+        def step(i: int, c_: int, ks=ks, rects=rects) -> int:
+            return moe_step(ks[i].params, rects[i].h, rects[i].w, ctx, 1, c_).latency
+
+        tops = [range(min(k, int(x.params["E"])) + 1) for x in ks]
+        splits = [s for s in itertools.product(*tops) if sum(s) == k]
+        worst = max(sum(step(i, c_) for i, c_ in enumerate(s)) for s in splits)
+        assert ch.cycles == worst == sum(step(i, c_) for i, c_ in enumerate(ch.split))
+        assert [stages[n] for n in ch.shards] == [step(i, c_) for i, c_ in enumerate(ch.split)]
+        assert ch.all_on_each_cycles == sum(
+            step(i, min(k, ks[i].params["E"])) for i in range(shards)
+        )
+        saved += ch.all_on_each_cycles - ch.cycles
+    every = plan_generation(program, 8)  # no charges: every shard all k
+    assert c.simulated.performance.generation.decode_cycles == every.decode_cycles - saved
+    assert saved > 0
+
+
+def test_an_unsplit_block_is_charged_as_before() -> None:
+    """Unsplit, no block has shards: nothing is charged and each moe stage is its kind's step
+    with all k choices, the same step with or without the charges."""
+    from wsecc.modes.generate import plan_generation
+
+    c, charges, stages = _plan("mixtral_dynamo.onnx", 1)
+    assert charges == [] and sorted(stages) == ["moe", "moe.2"]
+    program = c.simulated.placed.program
+    again = plan_generation(program, 8)
+    assert again.decode_cycles == c.simulated.performance.generation.decode_cycles
+
+
+def test_shards_on_different_systems_are_charged_one_split(four: wsecc.Compilation) -> None:
+    """Over 4 systems each of Mixtral's shards sits alone on a system: the block's split is
+    still chosen over both shards, one choice each (their steps are concave in c), and each
+    system's shard stage is its step at that one choice on its own placement."""
+    from wsecc.core.experts import decode_charges
+    from wsecc.kernels.costs import CostContext
+    from wsecc.kernels.kinds.moe import moe_step
+
+    placed = four.simulated.placed
+    parts = placed.sized.systems.partition.parts
+    programs = placed.systems.programs
+    charges, choices = decode_charges(
+        placed.sized.kernel_graph, [(programs[i], p.graph) for i, p in enumerate(parts)]
+    )
+    assert [(ch.shards, ch.split) for ch in charges] == [
+        (("moe.e0-1", "moe.e2-3"), (1, 1)), (("moe.e0-1.2", "moe.e2-3.2"), (1, 1)),
+    ]  # fmt: skip
+    # beside the charge: a uniform router puts both choices in a shard 1/6 of the time, one
+    # 4/6, none 1/6
+    for ch in charges:
+        assert ch.uniform_cycles == pytest.approx(sum((a + 4 * b + c) / 6 for a, b, c in ch.steps))
+        assert ch.uniform_cycles < ch.cycles
+    assert (
+        charges[0]
+        .describe()
+        .startswith(
+            f"1 in moe.e0-1 + 1 in moe.e2-3: {charges[0].cycles:,} cycles (each shard all 2: "
+        )
+    )
+    stages = {s.name: s.total for s in four.simulated.performance.generation.stages}
+    for i, part in enumerate(parts):
+        (shard,) = [k for k in programs[i].kg.kernels if k.kind == KernelKind.MOE]
+        assert choices[i] == {shard.name: 1}
+        r = programs[i].placement.rects[shard.name]
+        ctx = CostContext(programs[i].target, programs[i].precision, programs[i].chunk_tokens)
+        step = moe_step(shard.params, r.h, r.w, ctx, 1, 1).latency
+        (name,) = [k.name for k in part.graph.kernels if k.kind == KernelKind.MOE]
+        assert stages[f"s{i}/{shard.name}"] == step, name
+
+
+def test_the_summary_says_the_split_blocks_charge(tmp_path: Path, capsys) -> None:
+    """The compile's generate lines say how the split blocks were charged; the unsplit compile
+    says nothing of it."""
+    args = ["compile", str(MIXTRAL), "--mode", "generate", "--seq", "32", "--prompt", "8",
+            "--placer", "greedy", "--no-validate", "--target", "wse3"]  # fmt: skip
+    assert main([*args, "--expert-shards", "2", "-o", str(tmp_path / "two")]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "expert shards:" in ln]
+    assert len(lines) == 1 and lines[0].split()[0] == "generate", lines
+    assert "2 moe block(s) charged the worst split of a token's k = 2 choices" in lines[0]
+    assert main([*args, "-o", str(tmp_path / "whole")]) == 0
+    assert "expert shards:" not in capsys.readouterr().err

@@ -189,10 +189,11 @@ def test_moe_decode_and_buffers_on_a_2x2_grid_by_hand() -> None:
     # against the chain's 16), 3 gathered along 4 PEs (12 B), gate/up down a cell column (88 B:
     # the chain's 15 + 22 against the tree's 11 + 44), W_down along the cell's 3 columns (64 B:
     # the chain's 10 + 16 against the tree's 5 + 6 + 32), 3 hops past the other cell, k = 2
-    # adds; then the cell row 1 sum: 5 hops back west, 4 north, 5 west, 3 east, and its add
+    # adds; then the cell row 1 sum: 5 hops west in all (to c_i, then on to column 0 in cell
+    # row 0: 5 - c_i + c_i), 4 north, 5 east through cell row 0's 6 columns, and its add
     assert d.reduction == (
-        (5 + 6 + 2) + (3 + 3) + (15 + 22) + (10 + 16) + 3 + 10 + (5 + 4 + 5 + 3 + 5)
-    ) == 117  # fmt: skip
+        (5 + 6 + 2) + (3 + 3) + (15 + 22) + (10 + 16) + 3 + 10 + (5 + 4 + 5 + 5)
+    ) == 114  # fmt: skip
     # x along the row's 6 PEs and down 5, the decision along column 0's 8, h up the cell's 4
     assert d.broadcast == (5 + 8) + (4 + 8) + (7 + 2) + (3 + 6) == 43
     assert d.bytes_read == (3 * 16 * 11 + 16 * 1) * 2 == 1088
@@ -241,7 +242,7 @@ def test_gpt_oss_120b_block_on_4_cell_rows_by_hand() -> None:
         + (3 * 5 + 3 * (2 * 2 + 4) + 2 * 29)
         + (512 - 16) * hop  # past the row's other cells
         + 4 * relay(ctx)  # k = 4 adds
-        + (511 + 300 + 511 + 496) * hop  # west to c_i, north, west to column 0, east
+        + (511 + 300 + 511) * hop  # west to c_i and on to column 0, north, east
         + 3 * relay(ctx)  # cell rows 3, 2, 1's sums added
     )
 

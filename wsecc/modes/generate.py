@@ -42,7 +42,7 @@ multiply-add per token, at the FMAC rate or the SRAM read rate: `matvec`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -397,14 +397,25 @@ class GenerationPerf:
         }
 
 
-def plan_generation(program: Program, prompt: int) -> GenerationPerf:
+def decode_sequences(kg: KernelGraph) -> int:
+    """B, the sequences a decode step of `kg` advances: its attention's `cache_sequences`
+    (1 without attention)."""
+    attention = [k for k in kg.kernels if k.kind is KernelKind.ATTENTION]
+    return int(attention[0].params["cache_sequences"]) if attention else 1
+
+
+def plan_generation(
+    program: Program, prompt: int, choices: Mapping[str, int] | None = None
+) -> GenerationPerf:
     """Prefill of a `prompt`-token prompt and the decode step of `program`, a generation
     program (`generation_kernels`: its attention kernels keep `cache_sequences` sequences, its
-    graph is bound at the context). See the module doc."""
+    graph is bound at the context). See the module doc. `choices`: the moe shard kernels'
+    charged choices a token, the worst split over each block's shards
+    (`wsecc.core.experts.decode_charges`); a kernel not in it is charged as its params say."""
     kg, target, precision = program.kg, program.target, program.precision
     context = kg.tokens_per_sample
-    attention = [k for k in kg.kernels if k.kind is KernelKind.ATTENTION]
-    batch = int(attention[0].params["cache_sequences"]) if attention else 1
+    batch = decode_sequences(kg)
+    choices = choices or {}
     if not 1 <= prompt < context:
         raise WseccError(
             f"the prompt ({prompt} tokens) must be shorter than the context ({context})"
@@ -427,7 +438,8 @@ def plan_generation(program: Program, prompt: int) -> GenerationPerf:
         if s.kind == KERNEL:
             ks, k = kernel_stage[s.name], kg.kernel(s.name)
             assert k.spec.decode is not None  # generation_kernels checked
-            d: DecodeCost = k.spec.decode(k.params, ks.h, ks.w, ctx, batch)
+            params = {**k.params, "choices": choices[k.name]} if k.name in choices else k.params
+            d: DecodeCost = k.spec.decode(params, ks.h, ks.w, ctx, batch)
             stages.append(
                 StageDecode(
                     s.name,
@@ -545,6 +557,7 @@ __all__ = [
     "DECODE_PHASES",
     "GenerationPerf",
     "at_tokens",
+    "decode_sequences",
     "default_prompt",
     "generation_kernels",
     "kv_cache_bytes",

@@ -26,6 +26,7 @@ from wsecc.check.checks import (
     check_numerics,
     should_validate,
 )
+from wsecc.core.experts import charges_text, decode_charges
 from wsecc.core.flow import FILL_STEPS, ForDecode, ForThroughput, SizingRule, lower, simulate
 from wsecc.core.instrument import Instrument
 from wsecc.core.partition import (
@@ -293,7 +294,9 @@ class Generate:
             sram, perf, events = simulate(placed.program, o)
         sized, target = placed.sized, placed.job.target
         with ins.stage("generate"):
-            generation, rows = _generation(placed, self.prompt(sized))
+            generation, rows = _generation(
+                placed, self.prompt(sized), lambda line: ins.say("generate", line)
+            )
         peak = placed.systems.count * target.peak_flops_per_s(o.precision)
         performance = GeneratePerformance(generation, peak, rows)
         ins.say("generate", performance.summary())
@@ -361,16 +364,35 @@ def _crossing_s(placed: Placed) -> float:
     return crossing_latency_s(placed.job.target)
 
 
-def _generation(placed: Placed, prompt: int) -> tuple[GenerationPerf, tuple[SystemRow, ...]]:
+def _generation(
+    placed: Placed, prompt: int, say: Callable[[str], None] = lambda line: None
+) -> tuple[GenerationPerf, tuple[SystemRow, ...]]:
     """The generation figures over the program's systems (`wsecc.modes.generate.over_systems`), each
-    distinct placement's computed once, and a row per system."""
+    distinct placement's computed once, and a row per system; `say` gets the line on the
+    split blocks' charge, if any (`wsecc.core.experts.charges_text`)."""
     systems = placed.systems
     if placed.sized.systems is None:
-        g = plan_generation(placed.program, prompt)
+        program = placed.program
+        blocks, (choices,) = decode_charges(program.kg, [(program, program.kg)])
+        if blocks:
+            say(charges_text(blocks))
+        g = plan_generation(program, prompt, choices)
         return g, one_system(placed, [g.decode_latency_s])
-    own = {i: plan_generation(systems.programs[i], prompt) for i in set(systems.placed_as or [0])}
-    per = [own[systems.placed(i)] for i in range(systems.count)]
     parts = placed.sized.systems.partition.parts
+    # a block's shards charged the worst split of its k choices (`wsecc.core.experts`): systems
+    # sharing a placement share a plan only when their shards are charged alike
+    blocks, charged = decode_charges(
+        placed.sized.kernel_graph,
+        [(systems.programs[i], p.graph) for i, p in enumerate(parts)],
+    )
+    if blocks:
+        say(charges_text(blocks))
+    key = [(systems.placed(i), tuple(sorted(charged[i].items()))) for i in range(systems.count)]
+    own: dict[tuple[object, ...], GenerationPerf] = {}
+    for i, ki in enumerate(key):
+        if ki not in own:
+            own[ki] = plan_generation(systems.programs[i], prompt, charged[i])
+    per = [own[ki] for ki in key]
     g = over_systems(per, [p.first for p in parts], _crossing_s(placed))
     return g, system_rows(placed, [x.decode_latency_s for x in per])
 

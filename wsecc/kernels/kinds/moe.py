@@ -123,7 +123,8 @@ at a time holds one pair's. The double buffer assumes a pair's multiply-adds (2 
 cycles) cover its partials' move to the next row (2 ni ab / L); where they do not, the stall
 is the link term's, which the throughput already counts.
 
-The decode step (`moe_decode`, B tokens): only the experts the step's tokens choose are read —
+The decode step (`moe_decode`, B tokens, all k choices among the block's experts; a shard's
+step at c of them is "Shards" below): only the experts the step's tokens choose are read —
 the busiest cell computes B min(k, ep) (token, choice) pairs and reads min(ep, B k) experts'
 tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decode`:
 
@@ -140,10 +141,14 @@ tiles; the router reads its E columns; latency in phases as `wsecc.kernels.decod
               + reduce(ws, cb kh ab)             W_down partials along the cell
               + (w - ws) hop + k relay           the combine: across the row's other cells,
                                                  k adds
-              + up ((w - 1) + (h - hs) + (w - 1) + (w - ws)) hop + up (er - 1) relay
-                                                 with er > 1: back west to c_i, north to cell
-                                                 row 0 (a cell row's add each), west to
-                                                 column 0, and east through cell row 0
+              + up (2 (w - 1) + (h - hs)) hop + up (er - 1) relay
+                                                 with er > 1: row i's sum back west to c_i and,
+                                                 in cell row 0, on west to column 0 ((w - 1 -
+                                                 c_i) + c_i = w - 1 hops for every row), north
+                                                 to cell row 0 (a cell row's add each), and
+                                                 east through all of the other cell row's w
+                                                 columns (w - 1; the chosen cell's row is the
+                                                 reduce and the w - ws hops above)
     with cb = B min(k, ep), re = min(ep, cb) and rr = rc + sig (column 0's router columns).
 Each reduction is the chain or a two-level tree, whichever is faster (`reduce`); the gate/up
 one's mapping r (e = hs rows for the chain, G leaders for a tree) is the one whose reduction
@@ -158,11 +163,21 @@ T k E / R a sample's flops. A shard after the first (`accumulate`) reads the run
 the shards before on the W edge, beside x: row i's slice y[H_i] starts the row's running sum
 in place of 0 (the `sums` buffer it already holds), so it adds M H sb to the bytes in and
 nothing to the buffers; the two inputs share a link at different colors (costed by the
-larger, as every kind's flows). A decode step charges each shard the worst case, a token's
-k choices all among its experts (cb = B min(k, ep), as the unsplit block's busiest cell):
-over a pipeline of systems the token passes every shard, and which shard computes depends on
-the router, so a step is not charged less for the shards a token happens to skip; the
-decode flops likewise count B min(k, E) choices a shard.
+larger, as every kind's flows).
+
+A decode step over shards (`moe_step`, c of a token's k choices among the kernel's E
+experts; the whole block's step is c = k). A token passes every shard of its block and makes
+exactly k choices across them, so each shard is charged its c of one split of the k
+(`choices`, set by `wsecc.core.experts.decode_charges`: the worst split that can happen over
+the block's shards on their placed regions; without it c = min(k, E), every choice among its
+experts, the worst for the shard alone). With c choices the busiest cell computes cb =
+B min(c, ep) pairs and the combine makes c adds (c relays); with c = 0 the shard still
+scores the token (its router copy), dispatches x through its cells and multicasts the
+routing decision (the program is fixed; which shard computes is the router's), but has no
+expert multiply-adds, no gate/up reduction and no h back up its cells, and the running sum
+only passes each cell, multicast(ws, B kh ab) in place of the W_down reduce; the vertical
+legs (er > 1) are charged as for c > 0, the cell rows' sums added as they pass. The decode
+flops and bytes read count the same c: B c choices' work, re = min(ep, cb) experts' tiles.
 """
 
 from __future__ import annotations
@@ -175,7 +190,7 @@ from wsecc.ir.core import Node, Op
 from wsecc.ir.rules import MOE_ACTIVATIONS, MOE_ROUTERS, MOE_SHARED
 from wsecc.kernels.conv import cdiv
 from wsecc.kernels.costs import CostContext, KernelCost, breakpoints
-from wsecc.kernels.decode import DecodeCost, Reduction, matvec, multicast, reduce, reductions, relay
+from wsecc.kernels.decode import DecodeCost, matvec, multicast, reduce, reductions, relay
 from wsecc.kernels.ir import KernelKind
 from wsecc.kernels.kind import TRANSCENDENTAL_OPS, GradRule, KindDef, Params
 from wsecc.kernels.kinds.common import rows_per_sample
@@ -351,13 +366,30 @@ def moe_cost(p: Params, h: int, w: int, ctx: CostContext) -> KernelCost:
     )
 
 
+def charged_choices(p: Params) -> int:
+    """The choices c a token makes among this kernel's experts that a decode step charges:
+    `choices` where the step's split over a block's shards set it (`wsecc.core.experts`), else
+    min(k, E), all k among them (the whole block's case, and a shard's worst alone)."""
+    return int(p.get("choices", min(p["k"], p["E"])))
+
+
 def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCost:
-    """One decode step of B tokens on `moe_cost`'s mapping (module doc)."""
+    """One decode step of B tokens on `moe_cost`'s mapping (module doc), each token making
+    `charged_choices` of its k choices among the kernel's experts."""
+    return moe_step(p, h, w, ctx, B, charged_choices(p))
+
+
+def moe_step(p: Params, h: int, w: int, ctx: CostContext, B: int, c: int) -> DecodeCost:
+    """One decode step of B tokens on `moe_cost`'s mapping when each token makes c of its k
+    choices among the kernel's E experts (module doc, "The decode step" and "Shards"): c =
+    min(k, E) is the whole block's step; c = 0 a shard the step's tokens skip, which still
+    scores them, dispatches x through its cells and passes the running sum on."""
     H, F, E, R, k = p["H"], p["F"], p["E"], routed(p), p["k"]
+    assert 0 <= c <= min(k, E), f"{c} choices among {E} experts, top {k}"
     sb, ab = ctx.sb, ctx.ab
     g = _grid(p, h, w)
     kh, ni, ep, hs, ws, up = g.kh, g.ni, g.ep, g.hs, g.ws, g.vertical
-    cb = B * min(k, ep)
+    cb = B * min(c, ep)
     re = min(ep, cb)
     hop = ctx.target.link.hop_latency_cycles
     ns = cdiv(p["S"], g.er * w)
@@ -365,14 +397,16 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
     rows = rc + int(p["shared"] == "sigmoid")  # column 0's: the shared expert's gate beside
     bias = int(p.get("bias", False))
 
-    def gate_up(nbytes: int, after: Callable[[int], int]) -> tuple[Reduction, int]:
+    def gate_up(nbytes: int, after: Callable[[int], int]) -> tuple[int, int]:
         """Gate/up partials of `nbytes` down a cell column (hs PEs), scattered over the e PEs
         the reduction ends on, and `after(e)`, the vector ops that follow on the busiest of
-        them: of the mappings (`reductions`), the one fastest in both together."""
-        return min(
+        them: of the mappings (`reductions`), the one fastest in both together, as (its
+        reduction's cycles, its vector ops' cycles)."""
+        r, ops = min(
             ((r, after(r.ends)) for r in reductions(ctx, hs, nbytes)),
             key=lambda ra: ra[0].cycles + ra[1],
         )  # fmt: skip
+        return r.cycles, ops
 
     shared_r, shared_gate = gate_up(
         B * 2 * ns * ab, lambda e: cdiv(B * cdiv(ns, e) * GATE_OPS, ctx.v)
@@ -380,20 +414,26 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
     shared = (
         DecodeCost(
             compute=matvec(ctx, B * 3 * kh * ns, 3 * kh * ns * sb) + shared_gate,
-            reduction=shared_r.cycles + reduce(ctx, w, B * kh * ab).cycles,
+            reduction=shared_r + reduce(ctx, w, B * kh * ab).cycles,
             broadcast=multicast(ctx, hs, B * ns * sb),
             bytes_read=3 * kh * ns * sb,
         )
         if ns
         else DecodeCost()
     )
-    expert_r, expert_gate = gate_up(
-        cb * 2 * ni * ab,
-        lambda e: (
-            cdiv(cb * cdiv(ni, e) * gate_ops(p), ctx.v)
-            + bias * cdiv(cb * (2 * cdiv(ni, e) + kh), ctx.v)
-        ),
+    # the chosen experts' pieces; with no choice the cell's running sum only passes through
+    expert_r, expert_gate = (
+        gate_up(
+            cb * 2 * ni * ab,
+            lambda e: (
+                cdiv(cb * cdiv(ni, e) * gate_ops(p), ctx.v)
+                + bias * cdiv(cb * (2 * cdiv(ni, e) + kh), ctx.v)
+            ),
+        )
+        if cb
+        else (0, 0)
     )
+    cell_sum = reduce(ctx, ws, cb * kh * ab).cycles if cb else multicast(ctx, ws, B * kh * ab)
     return DecodeCost(
         compute=matvec(ctx, B * kh * rows, kh * rows * sb)
         + cdiv(B * router_ops(R, k), ctx.v)
@@ -403,23 +443,23 @@ def moe_decode(p: Params, h: int, w: int, ctx: CostContext, B: int) -> DecodeCos
         + shared.compute,
         reduction=reduce(ctx, hs, B * rows * ab).cycles
         + multicast(ctx, nr, B * (R - rc) * ab)
-        + expert_r.cycles
-        + reduce(ctx, ws, cb * kh * ab).cycles
+        + expert_r
+        + cell_sum
         + (w - ws) * hop
-        + k * relay(ctx)
-        + up * (((w - 1) + (h - hs) + (w - 1) + (w - ws)) * hop + (g.er - 1) * relay(ctx))
+        + c * relay(ctx)
+        + up * ((2 * (w - 1) + (h - hs)) * hop + (g.er - 1) * relay(ctx))
         + shared.reduction,
         broadcast=multicast(ctx, w, B * kh * sb)
         + up * multicast(ctx, h - hs + 1, B * kh * sb)
         + multicast(ctx, h, B * 2 * k * sb)
-        + multicast(ctx, hs, B * ni * sb)
+        + (multicast(ctx, hs, B * ni * sb) if cb else 0)
         + shared.broadcast,
         bytes_read=(re * 3 * kh * ni + kh * rows) * sb
         + bias * (re * (2 * ni + kh) + R) * sb
         + shared.bytes_read,
         flops=2 * B * H * R
         + B * (router_ops(R, k) + R * bias)
-        + B * min(k, E) * (6 * H * F + F * gate_ops(p) + 2 * H + _bias_ops(p))
+        + B * c * (6 * H * F + F * gate_ops(p) + 2 * H + _bias_ops(p))
         + B * _shared_flops(p),
     )
 
