@@ -138,11 +138,6 @@ class CpSatOptions:
     unit_height_weight: float = 0.01  # per row of block height, × the block's flow weights
     tiled_share: float = 0.5  # of the budget, at most, for the tiled start's solves
     unit_again_factor: float = 4.0  # the best layer packing is improved for this many times
-    # the layer packings with no_overlap_2d's timetabling propagation: GPT-2 small's "pools"
-    # packing (one worker, load 6) reached objective 3,828 at 1.0 deterministic time in 2.2 s
-    # of CPU with it, 3,802 at 3.0 in 5.1 s without, and 3,532 at 3.0 (5.8 s) with it
-    # (bench/RESULTS.md, "Issue 34, fifth pass")
-    unit_timetabling: bool = True
     # then once more with the kernels' pools in their menus: a larger model, which needs 2-3 s
     # (GPT-2 XL's layer, bench/RESULTS.md "Shapes from the pool"); off the windows' time
     unit_pools_s: float = 3.0
@@ -208,7 +203,6 @@ class _Limits:
     seed: int
     dtime: float | None = None
     lp: bool = True  # False: no linear relaxation (a window needs a better placement, not a bound)
-    timetabling: bool = False  # no_overlap_2d's timetabling propagation (`unit_timetabling`)
 
 
 @dataclass(frozen=True)
@@ -359,7 +353,6 @@ def _solve(
         p.max_deterministic_time = limits.dtime
     if not limits.lp:
         p.linearization_level = 0
-    p.use_timetabling_in_no_overlap_2d = limits.timetabling
     # Ctrl-C must interrupt wsecc (which cleans up and says so), not only end this one solve.
     p.catch_sigint_signal = False
     status = solver.solve(model)
@@ -502,16 +495,14 @@ class _Budget:
             need = dtime + (o.unit_again_factor * o.det_unit_dtime if stage == "first" else 0.0)
             if stage == "first" and spent_dtime + need > share + 1e-9:
                 return None
-            return _Limits(self.guard(), 1, self.seed, dtime, timetabling=o.unit_timetabling)
+            return _Limits(self.guard(), 1, self.seed, dtime)
         if stage == "first":
             left = self.t0 + o.tiled_share * self.seconds - time.perf_counter()
         else:
             left = self.remaining() - (o.bound_share + o.window_share) * self.seconds
         wanted = {"first": o.unit_time_s, "again": o.unit_again_factor * o.unit_time_s}
         seconds = min(wanted.get(stage, o.unit_pools_s), left)
-        if seconds < 0.05:
-            return None
-        return _Limits(seconds, o.workers, self.seed, timetabling=o.unit_timetabling)
+        return _Limits(seconds, o.workers, self.seed) if seconds >= 0.05 else None
 
     def starts_spent(self) -> bool:
         """Default mode: whether the starts have taken their share of the budget
