@@ -610,8 +610,10 @@ def place_cpsat(
     incumbent as hint): it stops after the first `probe_windows` when none of them improved
     the start ("no gain"), else once the last min(n, `stall_windows`) took less than
     `stall_gain` off the wirelength they began from ("stalled"), or when the budget
-    (deterministic mode: the work quota, which always holds the probe) is spent. `result.search` says from which start,
-    by how much, and why it stopped.
+    (deterministic mode: the work quota, which always holds the probe) is spent; beside it, in
+    a thread, the cluster bound (`bound_share` of the budget, one worker; not once the full
+    model proved its placement optimal). `result.search` says from which start, by how much,
+    and why it stopped.
     Kernels' pools (`PlaceKernel.pool`): the tiled start may take pool shapes (and `initial`
     may hold them); everything after the start, the bound included, is on
     `tailored(problem, start)`, whose menus hold the ones taken. The result is legal for
