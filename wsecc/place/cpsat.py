@@ -109,9 +109,10 @@ class CpSatOptions:
     # each kind); when none of them improved the start it stops saying it could not ("no
     # gain"). The probe's time (`probe_windows` × `window_time_s`, at most 1.5 s) is the time
     # the packings leave the cluster bound (`bound_share`), beside which it runs, so that every
-    # start gets it and the packings keep theirs (taken from them, GPT-2 XL's placement was 1.2% longer than without the
-    # probe at a like load, one run each). GPT-2 small's tiled start at 10 s: 2 of its first 5
-    # windows improved (bench/RESULTS.md, "Issue 34, third pass")
+    # start gets it and the packings keep theirs (taken from them, GPT-2 XL's placement was
+    # 1.2% longer than without the probe at a like load, one run each). GPT-2 small's tiled
+    # start at 10 s: 2 of its first 5 windows improved (bench/RESULTS.md, "Issue 34, third
+    # pass")
     probe_windows: int = 6
     # windows solve without the linear relaxation: on GPT-2 small's tiled start, 60 windows
     # took 0.55x the wall time and found 0.6% (against 0.4%) with it off (bench/RESULTS.md)
