@@ -268,3 +268,42 @@ def test_every_way_the_search_stops_fits_the_report_schema(stopped):
     entry = {**asdict(search), "gain": search.gain}
     jsonschema.validate(entry, schema["properties"]["placement"]["properties"]["search"])
     assert search.reason
+
+
+def test_the_cluster_bound_beside_the_search_changes_neither(monkeypatch):
+    """The cluster bound runs in a thread beside the windows: in deterministic mode the
+    placement is the one found with the bound stubbed out, and the bound the one computed
+    alone (`cluster_bound` on the same problem, after the search)."""
+    import threading
+
+    import wsecc.place.cpsat as cpsat
+    from wsecc.place.bounds import lower_bound
+    from wsecc.place.clusters import cluster_bound
+
+    # the BERT-like miniature of tests/place/test_clusters.py: its best bound is the cluster's
+    shapes = [((1, 1),), ((3, 1), (1, 3)), ((3, 1), (1, 3)), ((3, 1), (1, 3)), ((3, 1),)]
+    pairs = [(0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (3, 4)]
+    kernels = tuple(PlaceKernel(f"k{i}", s) for i, s in enumerate(shapes))
+    flows = tuple(PlaceFlow(f"k{i}", f"k{j}", 1.0) for i, j in pairs)
+    problem = PlacementProblem(9, 9, kernels, flows)
+    opts = CpSatOptions(full_model_max_kernels=0)  # no whole-model proof: the windows search
+
+    threads: list[str] = []
+    real = cpsat._cluster_bound
+
+    def traced(*args):
+        threads.append(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(cpsat, "_cluster_bound", traced)
+    placed = place_cpsat(problem, time_budget_s=1.0, seed=1, deterministic=True, options=opts)
+    assert threads and threads[0] != threading.main_thread().name
+    assert placed.bound_kind == "cluster"
+
+    monkeypatch.setattr(cpsat, "_cluster_bound", lambda p, *args: lower_bound(p))
+    stubbed = place_cpsat(problem, time_budget_s=1.0, seed=1, deterministic=True, options=opts)
+    assert stubbed.rects == placed.rects and stubbed.search == placed.search
+
+    seconds = opts.bound_share * 1.0
+    alone = cluster_bound(problem, lambda cs: cpsat.cluster_values(cs, seconds, None, True))
+    assert placed.bound == min(alone.value, placed.objective)

