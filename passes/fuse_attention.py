@@ -478,24 +478,34 @@ def _evaluate_rope(
     and S 0), and keep the first that a third probe confirms and that is a rotation: C and S
     must be tables over (position, feature), equal across batch rows and heads (positions and
     features read from an index tensor carried from src to x), and equal for both members of
-    each rotated pair."""
+    each rotated pair. A slice-wise region whose batch rows and heads read positions in one
+    order (`_slicewise`, Llama's rotate-half) is probed on one [S, dh] slice, not on every one."""
     b, s, n = src.type.shape
     dh = cols.shape[1]
-    iota = np.arange(b * s * n, dtype=np.int64).reshape(b, s, n)
+    index = np.int32 if b * s * n < 2**31 else np.int64  # half the bytes where it holds them
+    iota = np.arange(b * s * n, dtype=index).reshape(b, s, n)
     idx = eval_nodes(before, {src: iota})[rope.x] if before else iota
-    dim_of = np.full(n, -1)  # each source column's dim within its head
+    dim_of = np.full(n, -1, dtype=index)  # each source column's dim within its head
     dim_of[cols] = np.arange(dh)
     pos, feat = (idx // n) % s, dim_of[idx % n]
     if idx.shape[-1] != dh or np.any(feat != np.arange(dh)):
         raise NoMatch("rotary input's last axis is not the head dim")
+    if _slicewise(rope, idx.ndim) and _same_slices(pos):
+        # every [S, dh] slice of x (batch row, head) is rotated by one function and reads the
+        # same positions: probing one slice decides for all (`_slicewise`)
+        probe_shape: tuple[int, ...] = (1,) * (idx.ndim - 2) + idx.shape[-2:]
+        one = (0,) * (idx.ndim - 2)
+        pos, feat = pos[one].reshape(probe_shape), feat[one].reshape(probe_shape)
+    else:
+        probe_shape = idx.shape
     rng = np.random.default_rng(0)
-    xs = [rng.standard_normal(idx.shape) for _ in range(3)]
+    xs = [rng.standard_normal(probe_shape) for _ in range(3)]
     try:
-        nodes = [*rope.tables, *rope.nodes]
-        ys = [eval_nodes(nodes, {rope.x: x})[rope.y].astype(np.float64) for x in xs]
+        tables = eval_nodes(rope.tables, {})
+        ys = [eval_nodes(rope.nodes, {**tables, rope.x: x})[rope.y].astype(np.float64) for x in xs]
     except Exception as e:
         raise NoMatch(f"rotary region could not be evaluated: {e}") from None
-    if ys[0].shape != idx.shape:
+    if ys[0].shape != probe_shape:
         raise NoMatch("rotary region changes the shape")
     # partial rotary passes the dims past rotary_dim through: the last dim it moves bounds them
     moved = np.flatnonzero(np.any(ys[0] != xs[0], axis=tuple(range(ys[0].ndim - 1))))
@@ -522,13 +532,55 @@ def _evaluate_rope(
         first, second = _pairs(form, rd)
         if not all(np.allclose(t[:, first], t[:, second], atol=1e-6) for t in (cos, sin)):
             continue
+        # + 0.0 makes a zero +0.0: its sign is the probes' rounding, not the table's
         return (
             form,
             rd,
-            Value.constant(f"{rope.y.name}/rope_cos", cos.astype(np.float32)),
-            Value.constant(f"{rope.y.name}/rope_sin", sin.astype(np.float32)),
+            Value.constant(f"{rope.y.name}/rope_cos", (cos + 0.0).astype(np.float32)),
+            Value.constant(f"{rope.y.name}/rope_sin", (sin + 0.0).astype(np.float32)),
         )
     raise NoMatch("Add of products is not a rotary embedding (rotate-half or interleaved)")
+
+
+_SLICEWISE_OPS = frozenset({Op.NEG, Op.MUL, Op.ADD, Op.SUB, Op.SLICE, Op.SPLIT, Op.CONCAT})
+
+
+def _slicewise(rope: _Rope, rank: int) -> bool:
+    """Whether the rotary region computes each [S, dh] slice of its input x (rank `rank`: the
+    leading axes are batch rows and heads) from that slice alone, by one function: its nodes are
+    Neg, Mul/Add/Sub whose operands other than the region's own values (the tables) have size 1
+    on every leading axis, and Slice/Split/Concat of the last axis only (rotate-half's). Such a
+    region maps a slice to a slice whatever the other slices hold, the same for every slice, so
+    `_evaluate_rope` probes one slice instead of B·H of them (Llama 3.1 8B at context 2048: one
+    [2048, 128] slice, not 32 of them, for each of q and k)."""
+    if rank < 3:
+        return False
+    inside = {rope.x} | {o for n in rope.nodes for o in n.outputs}
+    for n in rope.nodes:
+        if n.op not in _SLICEWISE_OPS:
+            return False
+        if n.op is Op.SLICE and any(ax % rank != rank - 1 for ax in n.attr("axes")):
+            return False
+        if n.op in (Op.SPLIT, Op.CONCAT) and n.attr("axis") % rank != rank - 1:
+            return False
+        for v in n.inputs:
+            if v in inside:
+                if v.type.rank != rank:
+                    return False
+                continue
+            shape = v.type.shape
+            if n.op not in (Op.MUL, Op.ADD, Op.SUB) or len(shape) > rank:
+                return False
+            if any(d != 1 for d in shape[: max(0, len(shape) - 2)]):
+                return False
+    return True
+
+
+def _same_slices(pos: np.ndarray) -> bool:
+    """Whether every [S, dh] slice of `pos` (the position each element of x reads) is the
+    first one: each batch row and head sees positions in the same order."""
+    flat = pos.reshape(-1, *pos.shape[-2:])
+    return bool(np.array_equal(flat, np.broadcast_to(flat[:1], flat.shape)))
 
 
 def _one_row(chain: Sequence[Node], b: int) -> list[Node] | None:

@@ -1142,3 +1142,102 @@ def test_fuse_embedding_padding_derived_positions():
     assert body(out) == [
         "%h: f32[1,4,2] = embedding(%ids, %wte, %ids, %wpe) {'padded_positions': (1, 1,)}"
     ]
+
+
+def _two_rotary_attentions_text(base_a: float, base_b: float) -> str:
+    """Two attentions over one packed input, alike but for their rotary tables' base (theta):
+    the second is the first with every name prefixed `b_`, its tables made from `base_b`."""
+    import re
+
+    def one(base: float, prefix: str) -> list[str]:
+        text = _partial_rotary_text("half", 8)
+        s, rd = 4, 8
+        angles = np.arange(s)[:, None] / base ** (np.arange(0, rd, 2) / rd)
+        emb = np.concatenate([angles, angles], 1)
+        table = lambda t: str(np.round(t, 6).astype(np.float32).tolist())  # noqa: E731
+        lines = text.splitlines()[1:-2]  # the body: no header, no return, no closing brace
+        lines = [
+            f"      %cos = const f32[4,8] {table(np.cos(emb))}"
+            if ln.strip().startswith("%cos =")
+            else f"      %sin = const f32[4,8] {table(np.sin(emb))}"
+            if ln.strip().startswith("%sin =")
+            else ln
+            for ln in lines
+        ]
+        return [re.sub(r"%(?!qkv\b)(\w+)", rf"%{prefix}\1", ln) for ln in lines]
+
+    body_a, body_b = one(base_a, ""), one(base_b, "b_")
+    return "\n".join(
+        [
+            "graph g(%qkv: f32[1,4,48]) {",
+            *body_a,
+            *body_b,
+            "      %z: f32[1,4,16] = add(%y, %b_y)",
+            "      return %z",
+            "    }",
+        ]
+    )
+
+
+def _rope_tables_of(text: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    fused = PASSES["fuse-attention"](parse_graph(text), PassContext())
+    attns = [n for n in fused.nodes if n.op is Op.ATTENTION]
+    return [(n.inputs[3].const, n.inputs[4].const) for n in attns]
+
+
+def test_fuse_attention_keeps_each_attentions_own_rotary_tables():
+    """Two attentions that differ only in their rotary tables' base (10000 and 500000, as Llama
+    2 and Llama 3 write them) each get their own cos/sin operands: the evaluation, remembered
+    across the layers that share one structure, tells two different tables apart."""
+    text = _two_rotary_attentions_text(10000.0, 500000.0)
+    out, _ = apply("fuse-attention", text)  # the interpreter checks each attention's function
+    assert sum("attention(" in ln for ln in body(out)) == 2
+    (cos_a, sin_a), (cos_b, sin_b) = _rope_tables_of(text)
+    for base, cos, sin in ((10000.0, cos_a, sin_a), (500000.0, cos_b, sin_b)):
+        angles = np.arange(4)[:, None] / base ** (np.arange(0, 8, 2) / 8)
+        emb = np.concatenate([angles, angles], 1)
+        np.testing.assert_allclose(cos, np.round(np.cos(emb), 6), atol=1e-6)
+        np.testing.assert_allclose(sin, np.round(np.sin(emb), 6), atol=1e-6)
+    assert not np.allclose(sin_a, sin_b, atol=1e-4)
+    # the same base twice: one table for both
+    (cos_1, _), (cos_2, _) = _rope_tables_of(_two_rotary_attentions_text(10000.0, 10000.0))
+    np.testing.assert_array_equal(cos_1, cos_2)
+
+
+@pytest.mark.parametrize("form", ["half", "interleaved"])
+@pytest.mark.parametrize("rd", [4, 8])
+def test_fuse_attention_rotary_one_slice_probe_gives_the_whole_probes_tables(form, rd, monkeypatch):
+    """Probing one [S, dh] slice of a slice-wise rotary region (rotate-half: Slice, Neg, Concat
+    of the last axis, tables broadcast over batch and heads) gives the tables that probing every
+    batch row and head gives, to float32: what is fused does not depend on the shortcut."""
+    import wsecc.passes.fuse_attention as fa
+
+    text = _partial_rotary_text(form, rd)
+    fast = _rope_tables_of(text)
+    monkeypatch.setattr(fa, "_slicewise", lambda rope, rank: False)
+    slow = _rope_tables_of(text)
+    assert len(fast) == len(slow) == 1
+    for a, b in zip(fast[0], slow[0], strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+
+
+def test_fuse_attention_rotary_tables_that_differ_by_head_do_not_fuse():
+    """A table with a head axis (here [1, 2, S, dh], head 1's angles twice head 0's) is no rotary
+    embedding shared by the heads: the region is not slice-wise, every head is probed, and the
+    attention is not fused, as before the one-slice shortcut."""
+    text = _partial_rotary_text("half", 8)
+    angles = np.arange(4)[:, None] / 10000 ** (np.arange(0, 8, 2) / 8)
+    emb = np.concatenate([angles, angles], 1)
+    per_head = np.stack([emb, 2 * emb])[None]  # [1, 2, 4, 8]
+    table = lambda t: str(np.round(t, 6).astype(np.float32).tolist())  # noqa: E731
+    lines = [
+        f"      %cos = const f32[1,2,4,8] {table(np.cos(per_head))}"
+        if ln.strip().startswith("%cos =")
+        else f"      %sin = const f32[1,2,4,8] {table(np.sin(per_head))}"
+        if ln.strip().startswith("%sin =")
+        else ln
+        for ln in text.splitlines()
+    ]
+    out, ctx = apply("fuse-attention", "\n".join(lines))
+    assert "attention(" not in out
+    assert any("differ across batch rows or heads" in n for n in ctx.notes)

@@ -490,3 +490,54 @@ def test_prefix_sums_of_every_line_equal_those_of_some_lines(seed):
         net.flush()
     for got, want in zip(net.prefix, whole, strict=True):
         assert np.array_equal(got, want)
+
+
+def _whole_window(box, s, t, cost_to_beat):
+    """`_within_reach` undone: the maze search over the lane's whole window."""
+    return box
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("slack", [0.5, 2.0, 7.0, 40.0])
+def test_maze_path_over_the_part_within_reach_is_the_whole_windows(seed, slack, monkeypatch):
+    """`maze_path` searches only the PEs a path cheaper than the pattern could reach: on uneven
+    costs, for budgets from just above the cheapest cost to far above it, it returns the very
+    path (or None) that the search over the lane's whole window returns."""
+    import wsecc.route.router as router
+
+    rng = np.random.default_rng(seed)
+    net = _Negotiation((3, 2, 60, 40), 1, RouterOptions(detour=16))
+    net.hist[:] = rng.integers(0, 4, net.hist.shape)
+    net.usage[:] = rng.integers(0, 2, net.usage.shape)
+    net.pres = 3.0
+    net.refresh()
+    s, t = (20, 12), (31, 19)
+    best = net.maze_path(s, t, float("inf"))
+    assert best is not None
+    ids = net.link_ids(best)
+    cost = float(net.link_cost(np.unravel_index(ids, net.usage.shape)).sum())
+    got = [net.maze_path(s, t, cost + slack), net.maze_path(s, t, cost)]
+    monkeypatch.setattr(router, "_within_reach", _whole_window)
+    assert got == [net.maze_path(s, t, cost + slack), net.maze_path(s, t, cost)]
+    assert got[0] == best and got[1] is None
+
+
+def test_a_congested_routing_is_the_same_with_the_search_within_reach(monkeypatch):
+    """The congested chain (24 kernels, 16 lanes a flow: its negotiation takes the maze search)
+    routes to byte-identical lanes and colors whether each search covers its whole window or
+    the part within reach; and over a 3-color budget it fails with its lanes at the same ends."""
+    import wsecc.route.router as router
+
+    rp, placement = _congested()
+    roomy = replace(rp, color_budget=24)
+
+    def outcome(problem):
+        try:
+            return route(problem, placement).dumps()
+        except RoutingError as e:
+            return str(e), sorted(e.paths.items())
+
+    fast = [outcome(roomy), outcome(rp)]
+    assert isinstance(fast[0], str) and isinstance(fast[1], tuple)  # routes; fails on colors
+    monkeypatch.setattr(router, "_within_reach", _whole_window)
+    assert fast == [outcome(roomy), outcome(rp)]

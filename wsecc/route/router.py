@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass
 from itertools import pairwise
@@ -356,6 +357,7 @@ class _Negotiation:
         """
         box, near = self.window(s, t, shut)
         (sx, sy), (tx, ty) = self.local(s), self.local(t)
+        box = _within_reach(box, (sx, sy), (tx, ty), cost_to_beat)
         x0, y0 = box[0], box[1]
         w, h = box[2] + 1 - x0, box[3] + 1 - y0
         cost = self.link_cost((slice(None), slice(y0, y0 + h), slice(x0, x0 + w)))
@@ -465,6 +467,28 @@ def _lane_order(ends: list[tuple[Point, Point]]) -> list[tuple[int, tuple[Point,
     same_sense = (tx - sx) * (ty - sy) > 0
     order = list(enumerate(ends))
     return order[::-1] if same_sense else order
+
+
+def _within_reach(
+    box: tuple[int, int, int, int], s: Point, t: Point, cost_to_beat: float
+) -> tuple[int, int, int, int]:
+    """The part of `box` (x0, y0, x1, y1, inclusive) where a path from s to t costing less than
+    `cost_to_beat` may go: every link costs at least 1, so a path through a PE d columns (or
+    rows) outside the bounding box of s and t is at least 2·d longer than their Manhattan
+    distance. `maze_path` searches this part only: scipy's Dijkstra does work for every PE of
+    its graph, and a lane's window (its bounding box grown by `RouterOptions.detour`) is often
+    wider than any path that could beat the pattern; the PEs left out are those its search
+    would never reach, so the path found is the same."""
+    slack = max(0.0, cost_to_beat - abs(s[0] - t[0]) - abs(s[1] - t[1]))
+    if not math.isfinite(slack):
+        return box
+    d = int(slack // 2) + 1  # one PE more than the farthest a cheaper path may stray
+    return (
+        max(box[0], min(s[0], t[0]) - d),
+        max(box[1], min(s[1], t[1]) - d),
+        min(box[2], max(s[0], t[0]) + d),
+        min(box[3], max(s[1], t[1]) + d),
+    )
 
 
 @functools.lru_cache(maxsize=256)
