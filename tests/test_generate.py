@@ -359,3 +359,88 @@ def test_a_full_attention_mask_is_one_error_in_generate_mode() -> None:
     with pytest.raises(WseccError, match=r"full \[S_q, S_kv\] attention mask") as e:
         generation_kernels(kg, 1, load_target("wse2"), "mixed")
     assert "\n" not in str(e.value) and "--mode infer" in str(e.value)
+
+
+def test_a_decode_flow_costs_its_hops_and_its_bytes_over_its_routed_lanes(
+    llama: wsecc.Compilation,
+) -> None:
+    """Every flow of the step, by hand from the routing: its longest lane's hops (1 cycle each)
+    and two ramps (2 cycles each: targets/wse3.toml link), then a token's bytes over the lanes
+    the router gave it, L = 4 B a cycle per lane (docs/hardware.md §5.1): the decode charges no
+    lane that was not routed."""
+    g, program = llama.generation, llama.program
+    assert g is not None and program is not None
+    target, kg = program.target, program.kg
+    paths: dict[str, list[int]] = {}
+    for ln in program.routing.lanes:
+        paths.setdefault(ln.flow, []).append(len(ln.path) - 1)
+    flow_bytes: dict[str, int] = {}
+    for f in kg.flows:
+        flow_bytes[f"{f.src}->{f.dst}"] = flow_bytes.get(f"{f.src}->{f.dst}", 0) + (
+            f.bytes_per_sample(program.precision)
+        )
+    flows = [s for s in g.stages if s.kind == "flow"]
+    assert flows and {s.name for s in flows} == set(paths)
+    L = target.link_bytes_per_cycle
+    assert (L, target.link.hop_latency_cycles, target.link.ramp_latency_cycles) == (4, 1, 2)
+    for s in flows:
+        lanes, step = paths[s.name], cdiv(g.batch * flow_bytes[s.name], kg.tokens_per_sample)
+        assert s.cycles == {"flows": max(lanes) + 2 * 2 + cdiv(step, len(lanes) * L)}
+
+
+def test_decode_sizing_charges_a_regions_edges_by_hand() -> None:
+    """A step's bytes leave and enter a region by its shortest side, whole lanes of one edge
+    PE each at L = 4 B a cycle: two 8 KB flows (a hidden vector of 4,096 16-bit values) through
+    16 PEs take 8 lanes each, 8,192 / 32 = 256 cycles; through 64 PEs they could take 32 lanes
+    (64 cycles), but a flow is asked no more lanes than carry its step in DECODE_LANE_CYCLES
+    (256: `wsecc.core.flow.lane_bytes_per_sample`), so sizing charges 256 there too. With
+    a third flow of 2 KB the 16 PEs split 7 + 7 + 2: the 8 KB flows set the time, cdiv(8192,
+    7 x 4) = 293 cycles (the least T whose lanes fit, `shared_edge_cycles`: at 292 a lane moves
+    1,168 B and 8 KB needs 8 lanes, 8 + 8 + 2 > 16)."""
+    from wsecc.core.lanes import DECODE_LANE_CYCLES
+    from wsecc.kernels.sizing import decode_edge_cycles, step_bytes
+
+    step = step_bytes((8192 * 2048, 8192 * 2048), batch=1, tokens_per_sample=2048)
+    assert step == (8192, 8192)
+    assert step_bytes((8192 * 2048,), batch=4, tokens_per_sample=2048) == (4 * 8192,)
+    assert decode_edge_cycles(step, 16, 100, 4) == 256
+    assert decode_edge_cycles(step, 100, 16, 4) == 256  # the shortest side, either way round
+    assert decode_edge_cycles(step, 64, 64, 4) == DECODE_LANE_CYCLES == 256
+    assert decode_edge_cycles((), 1, 1, 4) == 0  # no routed flows, no edge to charge
+    assert decode_edge_cycles((8192, 8192, 2048), 16, 16, 4) == cdiv(8192, 7 * 4) == 293
+
+
+def test_decode_sizing_widens_a_region_its_edges_starve(
+    llama: wsecc.Compilation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Generate mode sizes a region for its decode step plus the step's bytes through its
+    edges (`decode_edge_cycles`). The Llama sample takes a sliver of the wafer, so the area
+    is unpriced and each kernel takes the shape of its menu with the least of the two: no
+    kernel is charged more than at the shape its step alone would choose (sizing with the
+    edges not charged), and some region (a norm's, sending its row to several linears) is
+    wider than its step alone would make it."""
+    from wsecc.kernels import sizing as sizing_module
+
+    kg, program = llama.kernel_graph, llama.program
+    assert kg is not None and program is not None
+    target, precision = program.target, program.precision
+    with_edges = sizing_module.size_for_decode(kg, target, precision, batch=1)
+    monkeypatch.setattr(sizing_module, "decode_edge_cycles", lambda *a: 0)
+    alone = sizing_module.size_for_decode(kg, target, precision, batch=1)
+    monkeypatch.undo()
+    ctx = with_edges.context(target)
+    flows = sizing_module.routed_flow_bytes(kg, precision)
+    for k, a, b in zip(kg.kernels, with_edges.kernels, alone.kernels, strict=True):
+        assert k.spec.decode is not None and a.name == b.name == k.name
+        step = sizing_module.step_bytes(flows[k.name], 1, kg.tokens_per_sample)
+
+        def charged(h: int, w: int, k: Kernel = k, step: tuple[int, ...] = step) -> int:
+            assert k.spec.decode is not None
+            latency = k.spec.decode(k.params, h, w, ctx, 1).latency
+            return latency + sizing_module.decode_edge_cycles(step, h, w, ctx.L)
+
+        assert charged(a.h, a.w) <= charged(b.h, b.w), k.name
+    assert any(
+        min(a.h, a.w) > min(b.h, b.w)
+        for a, b in zip(with_edges.kernels, alone.kernels, strict=True)
+    )
