@@ -444,3 +444,31 @@ def test_decode_sizing_widens_a_region_its_edges_starve(
         min(a.h, a.w) > min(b.h, b.w)
         for a, b in zip(with_edges.kernels, alone.kernels, strict=True)
     )
+
+
+def test_infer_mode_neither_charges_decode_edges_nor_asks_decode_lanes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The decode step's edge charge and lane budget are generate mode's alone: an inference
+    compile never calls `decode_edge_cycles`, and its lanes and figures do not move when the
+    decode lane budget does."""
+    from wsecc.core import flow
+    from wsecc.kernels import sizing as sizing_module
+
+    opts = {"mode": "infer", "seq": 64, "placer": "greedy", "validate": False}
+    before = wsecc.compile(GPT2, **opts)
+
+    def refuse(*_: object) -> int:
+        raise AssertionError("inference sizing charged a decode edge")
+
+    monkeypatch.setattr(sizing_module, "decode_edge_cycles", refuse)
+    monkeypatch.setattr(flow, "DECODE_LANE_CYCLES", 1)
+    after = wsecc.compile(GPT2, **opts)
+    assert before.routing is not None and after.routing is not None
+    assert len(after.routing.lanes) == len(before.routing.lanes)
+    # every figure but the simulator's own wall time
+    figures = [
+        {k: v for k, v in c.report()["performance"].items() if not k.endswith("_seconds")}
+        for c in (before, after)
+    ]
+    assert figures[0] == figures[1]
