@@ -414,29 +414,31 @@ def test_decode_sizing_widens_a_region_its_edges_starve(
     llama: wsecc.Compilation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Generate mode sizes a region for its decode step plus the step's bytes through its
-    edges (`decode_edge_cycles`). The Llama sample takes a sliver of the wafer, so the area
-    is unpriced and each kernel takes the shape of its menu with the least of the two: no
-    kernel is charged more than at the shape its step alone would choose (sizing with the
-    edges not charged), and some region (a norm's, sending its row to several linears) is
+    edges (`decode_edge_cycles`). The Llama sample at 64 sequences (a step's flow carries 64
+    x 64 16-bit values, 8 KB, as one token of an 8B model's does) takes a sliver of the wafer,
+    so the area is unpriced and each kernel takes the shape of its menu with the least of the
+    two: no kernel is charged more than at the shape its step alone would choose (sizing with
+    the edges not charged), and some region (a norm's, sending its row to several linears) is
     wider than its step alone would make it."""
     from wsecc.kernels import sizing as sizing_module
 
     kg, program = llama.kernel_graph, llama.program
     assert kg is not None and program is not None
     target, precision = program.target, program.precision
-    with_edges = sizing_module.size_for_decode(kg, target, precision, batch=1)
+    B = 64
+    with_edges = sizing_module.size_for_decode(kg, target, precision, batch=B)
     monkeypatch.setattr(sizing_module, "decode_edge_cycles", lambda *a: 0)
-    alone = sizing_module.size_for_decode(kg, target, precision, batch=1)
+    alone = sizing_module.size_for_decode(kg, target, precision, batch=B)
     monkeypatch.undo()
     ctx = with_edges.context(target)
     flows = sizing_module.routed_flow_bytes(kg, precision)
     for k, a, b in zip(kg.kernels, with_edges.kernels, alone.kernels, strict=True):
         assert k.spec.decode is not None and a.name == b.name == k.name
-        step = sizing_module.step_bytes(flows[k.name], 1, kg.tokens_per_sample)
+        step = sizing_module.step_bytes(flows[k.name], B, kg.tokens_per_sample)
 
         def charged(h: int, w: int, k: Kernel = k, step: tuple[int, ...] = step) -> int:
             assert k.spec.decode is not None
-            latency = k.spec.decode(k.params, h, w, ctx, 1).latency
+            latency = k.spec.decode(k.params, h, w, ctx, B).latency
             return latency + sizing_module.decode_edge_cycles(step, h, w, ctx.L)
 
         assert charged(a.h, a.w) <= charged(b.h, b.w), k.name
