@@ -40,8 +40,10 @@ edges than the lanes asked would buy nothing). A step's kernels take hundreds to
 cycles (`wsecc.kernels.decode`) and the hops between regions tens to hundreds. A compiler
 choice, not a hardware fact, set by what routes: on Llama 3.1 8B (wse3, deterministic), with
 decode sizing charging the edges, 128 (16 lanes for a hidden vector) failed to route within 21
-colors and the link capacity five times over and fell to at most 4 lanes a flow (1,268 tokens/s,
-bench/RESULTS.md "A decode step's flows"); 256 routed after one narrowing (1,390)."""
+colors and the link capacity five times over and fell to at most 4 lanes a flow (1,268
+tokens/s); 256 routed after one narrowing (1,390). It costs Llama 3.1 70B, whose 16 KB flows
+routed 32 lanes at 128 and get 16: 418 -> 395 tokens/s (bench/RESULTS.md, issue 30: "a decode
+step's flows between regions")."""
 
 
 def cdiv(a: int, b: int) -> int:
