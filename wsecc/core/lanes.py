@@ -31,20 +31,6 @@ from collections.abc import Sequence
 
 from wsecc.check.bisection import least_true
 
-DECODE_LANE_CYCLES = 256
-"""Generate mode: the cycles a flow's share of one decode step (a token of every sequence) may
-take on its lanes (`wsecc.core.flow.lane_bytes_per_sample`: a flow is asked the lanes that carry
-its step in this time, 8 for a 4,096-wide 16-bit hidden vector at 4 B a cycle), and the least a
-region's edges are charged in decode sizing (`wsecc.kernels.sizing.decode_edge_cycles`: wider
-edges than the lanes asked would buy nothing). A step's kernels take hundreds to thousands of
-cycles (`wsecc.kernels.decode`) and the hops between regions tens to hundreds. A compiler
-choice, not a hardware fact, set by what routes: on Llama 3.1 8B (wse3, deterministic), with
-decode sizing charging the edges, 128 (16 lanes for a hidden vector) failed to route within 21
-colors and the link capacity five times over and fell to at most 4 lanes a flow (1,268
-tokens/s); 256 routed after one narrowing (1,390). It costs Llama 3.1 70B, whose 16 KB flows
-routed 32 lanes at 128 and get 16: 418 -> 395 tokens/s (bench/RESULTS.md, issue 30: "a decode
-step's flows between regions")."""
-
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from wsecc.core.lanes import DECODE_LANE_CYCLES, shared_edge_cycles
+from wsecc.core.lanes import shared_edge_cycles
 from wsecc.errors import WseccError
 from wsecc.kernels.costs import (
     DEFAULT_CHUNK_TOKENS,
@@ -737,24 +737,6 @@ DECODE_SEARCH_STEPS = 60
 """Bisection steps on the area price of `size_for_decode` (a factor 2^-60 of its range)."""
 
 
-def step_bytes(flow_bytes: Sequence[int], batch: int, tokens_per_sample: int) -> tuple[int, ...]:
-    """The bytes a decode step moves on each of a kernel's flows (`routed_flow_bytes`): a
-    sample's bytes over its tokens, one token of each of `batch` sequences (as
-    `wsecc.modes.generate.plan_generation` charges a flow)."""
-    return tuple(-(-batch * b // tokens_per_sample) for b in flow_bytes)
-
-
-def decode_edge_cycles(step: Sequence[int], h: int, w: int, link_bytes_per_cycle: int) -> int:
-    """Cycles a decode step's bytes on a region's flows (`step_bytes`) need through an h x w
-    region's shortest side, all of them sharing it, each on whole lanes of one edge PE
-    (`wsecc.core.lanes.shared_edge_cycles`, one wavelet of L bytes a cycle per link: docs/
-    hardware.md §5.1). As throughput sizing charges its edges (`_with_edges`), the worst case:
-    the placer decides which side faces which neighbour and flows in and out may share one."""
-    if not any(step):
-        return 0
-    return max(DECODE_LANE_CYCLES, shared_edge_cycles(step, min(h, w), link_bytes_per_cycle))
-
-
 def size_for_decode(
     kg: KernelGraph,
     target: Target,
@@ -775,29 +757,23 @@ def size_for_decode(
     A Lagrangian relaxation of the area budget: at a price p per PE, each kernel independently
     takes the shape of its menu minimising latency + p x area; the least p whose choices fit
     fill x usable PEs is found by bisection. Every kernel is on a decoder's step path, so the
-    sum is the path's kernel time. A shape's latency includes its edges (`decode_edge_cycles`):
-    a step's bytes leave and enter a region by its sides, one lane per edge PE, so a small
-    region (a norm of a hundred PEs) would send a token's hidden vector over a few lanes;
-    the hops between regions and host I/O are not shaped here. `single_buffered`: every stream
-    holds one chunk, not two (`CostContext.single_buffered`). Raises SizingError as
-    `size_regions` does, or when a kind has no decode model."""
+    sum is the path's kernel time (flows and host I/O are not shaped here). `single_buffered`:
+    every stream holds one chunk, not two (`CostContext.single_buffered`). Raises SizingError
+    as `size_regions` does, or when a kind has no decode model."""
     ctx, menus, budget = _prepare(
         kg, target, precision, fill, chunk_tokens, max_aspect, generate=True,
         single_buffered=single_buffered,
     )  # fmt: skip
     fronts: dict[int, list[tuple[int, int, KernelCost]]] = {}  # menu -> (area, latency, cost)
-    flows = routed_flow_bytes(kg, precision)  # a menu is shared by kernels of equal flows
     for k, m in menus:
         if id(m) in fronts:
             continue
         decode = k.spec.decode
         if decode is None:
             raise SizingError(f"{k.describe()} has no decode model: it cannot generate")
-        step = step_bytes(flows[k.name], batch, kg.tokens_per_sample)
         front: list[tuple[int, int, KernelCost]] = []
         for c in sorted(m.shapes_within(None), key=lambda c: c.area):
             lat = decode(k.params, c.h, c.w, ctx, batch).latency
-            lat += decode_edge_cycles(step, c.h, c.w, ctx.L)
             if not front or lat < front[-1][1]:  # larger and faster only
                 front.append((c.area, lat, c))
         fronts[id(m)] = front
