@@ -359,3 +359,30 @@ def test_a_full_attention_mask_is_one_error_in_generate_mode() -> None:
     with pytest.raises(WseccError, match=r"full \[S_q, S_kv\] attention mask") as e:
         generation_kernels(kg, 1, load_target("wse2"), "mixed")
     assert "\n" not in str(e.value) and "--mode infer" in str(e.value)
+
+
+def test_a_decode_flow_costs_its_hops_and_its_bytes_over_its_routed_lanes(
+    llama: wsecc.Compilation,
+) -> None:
+    """Every flow of the step, by hand from the routing: its longest lane's hops (1 cycle each)
+    and two ramps (2 cycles each: targets/wse3.toml link), then a token's bytes over the lanes
+    the router gave it, L = 4 B a cycle per lane (docs/hardware.md §5.1): the decode charges no
+    lane that was not routed."""
+    g, program = llama.generation, llama.program
+    assert g is not None and program is not None
+    target, kg = program.target, program.kg
+    paths: dict[str, list[int]] = {}
+    for ln in program.routing.lanes:
+        paths.setdefault(ln.flow, []).append(len(ln.path) - 1)
+    flow_bytes: dict[str, int] = {}
+    for f in kg.flows:
+        flow_bytes[f"{f.src}->{f.dst}"] = flow_bytes.get(f"{f.src}->{f.dst}", 0) + (
+            f.bytes_per_sample(program.precision)
+        )
+    flows = [s for s in g.stages if s.kind == "flow"]
+    assert flows and {s.name for s in flows} == set(paths)
+    L = target.link_bytes_per_cycle
+    assert (L, target.link.hop_latency_cycles, target.link.ramp_latency_cycles) == (4, 1, 2)
+    for s in flows:
+        lanes, step = paths[s.name], cdiv(g.batch * flow_bytes[s.name], kg.tokens_per_sample)
+        assert s.cycles == {"flows": max(lanes) + 2 * 2 + cdiv(step, len(lanes) * L)}
