@@ -1144,26 +1144,38 @@ def test_fuse_embedding_padding_derived_positions():
     ]
 
 
+def _rope_angles(base: float, s: int = 4, rd: int = 8) -> np.ndarray:
+    """Rotate-half's [s, rd] angles at positions 0..s-1 for a rotary base (theta)."""
+    angles = np.arange(s)[:, None] / base ** (np.arange(0, rd, 2) / rd)
+    return np.concatenate([angles, angles], 1)
+
+
+def _with_rope_tables(text: str, emb: np.ndarray) -> list[str]:
+    """`text`'s lines with its %cos and %sin constants made cos(emb) and sin(emb) (emb's
+    shape), rounded to 6 digits as the exporters' float32 tables print."""
+
+    def const(name: str, t: np.ndarray) -> str:
+        shape = ",".join(map(str, emb.shape))
+        return f"      %{name} = const f32[{shape}] {np.round(t, 6).astype(np.float32).tolist()}"
+
+    return [
+        const("cos", np.cos(emb))
+        if ln.strip().startswith("%cos =")
+        else const("sin", np.sin(emb))
+        if ln.strip().startswith("%sin =")
+        else ln
+        for ln in text.splitlines()
+    ]
+
+
 def _two_rotary_attentions_text(base_a: float, base_b: float) -> str:
     """Two attentions over one packed input, alike but for their rotary tables' base (theta):
     the second is the first with every name prefixed `b_`, its tables made from `base_b`."""
     import re
 
     def one(base: float, prefix: str) -> list[str]:
-        text = _partial_rotary_text("half", 8)
-        s, rd = 4, 8
-        angles = np.arange(s)[:, None] / base ** (np.arange(0, rd, 2) / rd)
-        emb = np.concatenate([angles, angles], 1)
-        table = lambda t: str(np.round(t, 6).astype(np.float32).tolist())  # noqa: E731
-        lines = text.splitlines()[1:-2]  # the body: no header, no return, no closing brace
-        lines = [
-            f"      %cos = const f32[4,8] {table(np.cos(emb))}"
-            if ln.strip().startswith("%cos =")
-            else f"      %sin = const f32[4,8] {table(np.sin(emb))}"
-            if ln.strip().startswith("%sin =")
-            else ln
-            for ln in lines
-        ]
+        lines = _with_rope_tables(_partial_rotary_text("half", 8), _rope_angles(base))
+        lines = lines[1:-2]  # the body: no header, no return, no closing brace
         return [re.sub(r"%(?!qkv\b)(\w+)", rf"%{prefix}\1", ln) for ln in lines]
 
     body_a, body_b = one(base_a, ""), one(base_b, "b_")
@@ -1194,8 +1206,7 @@ def test_fuse_attention_keeps_each_attentions_own_rotary_tables():
     assert sum("attention(" in ln for ln in body(out)) == 2
     (cos_a, sin_a), (cos_b, sin_b) = _rope_tables_of(text)
     for base, cos, sin in ((10000.0, cos_a, sin_a), (500000.0, cos_b, sin_b)):
-        angles = np.arange(4)[:, None] / base ** (np.arange(0, 8, 2) / 8)
-        emb = np.concatenate([angles, angles], 1)
+        emb = _rope_angles(base)
         np.testing.assert_allclose(cos, np.round(np.cos(emb), 6), atol=1e-6)
         np.testing.assert_allclose(sin, np.round(np.sin(emb), 6), atol=1e-6)
     assert not np.allclose(sin_a, sin_b, atol=1e-4)
@@ -1225,19 +1236,9 @@ def test_fuse_attention_rotary_tables_that_differ_by_head_do_not_fuse():
     """A table with a head axis (here [1, 2, S, dh], head 1's angles twice head 0's) is no rotary
     embedding shared by the heads: the region is not slice-wise, every head is probed, and the
     attention is not fused, as before the one-slice shortcut."""
-    text = _partial_rotary_text("half", 8)
-    angles = np.arange(4)[:, None] / 10000 ** (np.arange(0, 8, 2) / 8)
-    emb = np.concatenate([angles, angles], 1)
+    emb = _rope_angles(10000.0)
     per_head = np.stack([emb, 2 * emb])[None]  # [1, 2, 4, 8]
-    table = lambda t: str(np.round(t, 6).astype(np.float32).tolist())  # noqa: E731
-    lines = [
-        f"      %cos = const f32[1,2,4,8] {table(np.cos(per_head))}"
-        if ln.strip().startswith("%cos =")
-        else f"      %sin = const f32[1,2,4,8] {table(np.sin(per_head))}"
-        if ln.strip().startswith("%sin =")
-        else ln
-        for ln in text.splitlines()
-    ]
+    lines = _with_rope_tables(_partial_rotary_text("half", 8), per_head)
     out, ctx = apply("fuse-attention", "\n".join(lines))
     assert "attention(" not in out
     assert any("differ across batch rows or heads" in n for n in ctx.notes)
