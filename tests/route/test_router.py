@@ -241,15 +241,22 @@ def test_more_flows_than_edge_pes_still_route():
     assert {ln.path[0] for ln in routing.lanes} == {(2, 5)}
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_maze_path_is_a_cheapest_path_in_its_window(seed):
-    # the routing area starts off the fabric origin; history makes the costs uneven
+def _uneven(seed: int, area: tuple[int, int, int, int], detour: int, hist: int) -> _Negotiation:
+    """A negotiation over `area` whose link costs are uneven: random history below `hist` and
+    random usage, at present-congestion factor 3."""
     rng = np.random.default_rng(seed)
-    net = _Negotiation((3, 2, 30, 20), 1, RouterOptions(detour=4))
-    net.hist[:] = rng.integers(0, 20, net.hist.shape)
+    net = _Negotiation(area, 1, RouterOptions(detour=detour))
+    net.hist[:] = rng.integers(0, hist, net.hist.shape)
     net.usage[:] = rng.integers(0, 2, net.usage.shape)
     net.pres = 3.0
     net.refresh()
+    return net
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_maze_path_is_a_cheapest_path_in_its_window(seed):
+    # the routing area starts off the fabric origin; history makes the costs uneven
+    net = _uneven(seed, (3, 2, 30, 20), detour=4, hist=20)
     s, t = (9, 6), (20, 13)
 
     def cost_of(path):
@@ -505,12 +512,7 @@ def test_maze_path_over_the_part_within_reach_is_the_whole_windows(seed, slack, 
     path (or None) that the search over the lane's whole window returns."""
     import wsecc.route.router as router
 
-    rng = np.random.default_rng(seed)
-    net = _Negotiation((3, 2, 60, 40), 1, RouterOptions(detour=16))
-    net.hist[:] = rng.integers(0, 4, net.hist.shape)
-    net.usage[:] = rng.integers(0, 2, net.usage.shape)
-    net.pres = 3.0
-    net.refresh()
+    net = _uneven(seed, (3, 2, 60, 40), detour=16, hist=4)
     s, t = (20, 12), (31, 19)
     best = net.maze_path(s, t, float("inf"))
     assert best is not None
