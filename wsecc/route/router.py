@@ -31,6 +31,12 @@
    colors over budget) is not falling fast enough to reach zero by then (`_Progress`): the
    flow retries narrower lanes after each failure, and a hopeless attempt is most of its time.
 
+7. `cut_shortfalls` (not called by `route` or the compile): the column and row boundaries that
+   the lanes that must cross them, each inside its window, cannot cross within link capacity.
+   A shortfall proves an attempt fails before any search; on Llama 3.1 8B generate the first
+   attempt fails with no boundary short (its congestion is where lanes cross and turn), so the
+   check is a diagnostic (`bench/bench_route_attempts.py`), not a step of the flow.
+
 No route leaves its lane's window (bounding box grown by `detour`, and by the closed regions
 it meets, grown by `clearance`), so the negotiation's grids cover only the routing area, the
 fabric rectangle holding every window.
