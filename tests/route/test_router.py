@@ -603,3 +603,31 @@ def test_unplaced_spans_are_those_no_assignment_places(spans, capacity):
         g.add_edges_from((i, (p, k)) for p in range(lo, hi + 1) for k in range(capacity))
     matched = len(nx.bipartite.maximum_matching(g, top_nodes=range(len(spans)))) // 2
     assert _unplaced(spans, capacity) == len(spans) - matched
+
+
+@pytest.mark.parametrize("hot", [[], [(5, 4), (9, 12)]])
+def test_negotiate_updates_the_costs_as_a_recomputation_of_every_link_would(hot):
+    # it touches only the overused links' history and base cost unless routers got history;
+    # the costs and prefix sums must be those of the whole formula, to the bit
+    rng = np.random.default_rng(7)
+    nets = [_Negotiation((3, 2, 30, 20), 1, RouterOptions()) for _ in range(2)]
+    usage = rng.integers(0, 4, nets[0].usage.shape)
+    hist = rng.integers(0, 5, nets[0].hist.shape) * 0.75
+    node_hist = rng.integers(0, 3, nets[0].node_hist.shape) * 1.0
+    for net in nets:
+        net.usage[:] = usage
+        net.hist[:] = hist
+        net.node_hist[:] = node_hist
+        net.refresh()
+    fast, whole = nets
+    fast.negotiate(hot)
+    whole.hist += whole.opts.history_step * np.maximum(0, whole.usage - whole.cap)
+    for x, y in hot:
+        whole.node_hist[y - whole.y0, x - whole.x0] += whole.opts.history_step
+    whole.pres *= whole.opts.pres_mult
+    whole.refresh()
+    assert fast.pres == whole.pres
+    for name in ("hist", "node_hist", "into", "base"):
+        assert np.array_equal(getattr(fast, name), getattr(whole, name)), name
+    for a, b in zip(fast.prefix, whole.prefix, strict=True):
+        assert np.array_equal(a, b)

@@ -410,12 +410,24 @@ class _Negotiation:
         return set(np.flatnonzero(self.flat > self.cap).tolist())
 
     def negotiate(self, hot_routers: list[Point]) -> None:
-        """End of an iteration: history += overuse (and += step at hot routers), pres grows."""
-        self.hist += self.opts.history_step * np.maximum(0, self.usage - self.cap)
+        """End of an iteration: history += overuse (and += step at hot routers), pres grows.
+
+        Only the overused links' history and base cost change (and, with hot routers, the
+        router-history charge everywhere): the same numbers as recomputing every link, without
+        a pass over the whole area for each; every prefix sum is recomputed (pres changed)."""
+        over = np.flatnonzero(self.flat > self.cap)
+        hist, base = self.hist.reshape(-1), self.base.reshape(-1)  # views: both contiguous
+        hist[over] += self.opts.history_step * (self.flat[over] - self.cap)
         for x, y in hot_routers:
             self.node_hist[y - self.y0, x - self.x0] += self.opts.history_step
         self.pres *= self.opts.pres_mult
-        self.refresh()
+        if hot_routers:
+            self.refresh()
+            return
+        base[over] = 1.0 + hist[over] + self.into.reshape(-1)[over]
+        for k, stale in enumerate(self.stale):
+            stale.update(range(self.H if k < 2 else self.W))
+        self.flush()
 
 
 class _Progress:
