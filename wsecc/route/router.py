@@ -244,7 +244,10 @@ class _Negotiation:
             if not stale:
                 continue
             if len(stale) == (self.H if k < 2 else self.W):  # every line: slices, no copies
-                cost = self.link_cost((k,))
+                # `link_cost` of every link: a link below capacity costs its base (× 1.0)
+                cost = self.base[k].copy()
+                used = self.usage[k] >= self.cap
+                cost[used] *= 1.0 + self.pres * (self.usage[k][used] + 1 - self.cap)
                 if k < 2:
                     np.cumsum(cost, axis=1, out=self.prefix[k][:, 1:])
                 else:
