@@ -629,5 +629,8 @@ def test_negotiate_updates_the_costs_as_a_recomputation_of_every_link_would(hot)
     assert fast.pres == whole.pres
     for name in ("hist", "node_hist", "into", "base"):
         assert np.array_equal(getattr(fast, name), getattr(whole, name)), name
-    for a, b in zip(fast.prefix, whole.prefix, strict=True):
+    for k, (a, b) in enumerate(zip(fast.prefix, whole.prefix, strict=True)):
         assert np.array_equal(a, b)
+        # and both are the running sums of `link_cost`'s formula, link by link
+        sums = np.cumsum(fast.link_cost((k,)), axis=1 if k < 2 else 0)
+        assert np.array_equal(a[:, 1:] if k < 2 else a[1:], sums)
