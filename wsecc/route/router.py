@@ -31,6 +31,12 @@
    colors over budget) is not falling fast enough to reach zero by then (`_Progress`): the
    flow retries narrower lanes after each failure, and a hopeless attempt is most of its time.
 
+7. `cut_shortfalls` (not called by `route` or the compile): the column and row boundaries that
+   the lanes that must cross them, each inside its window, cannot cross within link capacity.
+   A shortfall proves an attempt fails before any search; on Llama 3.1 8B generate the first
+   attempt fails with no boundary short (its congestion is where lanes cross and turn), so the
+   check is a diagnostic (`bench/bench_route_attempts.py`), not a step of the flow.
+
 No route leaves its lane's window (bounding box grown by `detour`, and by the closed regions
 it meets, grown by `clearance`), so the negotiation's grids cover only the routing area, the
 fabric rectangle holding every window.
@@ -166,6 +172,28 @@ Coords = int | np.ndarray
 """A row or column index, or an array of them (the pattern costs are vectorised)."""
 
 
+def _window(
+    area: tuple[int, int, int, int], s: Point, t: Point, shut: np.ndarray, opts: RouterOptions
+) -> tuple[tuple[int, int, int, int], np.ndarray]:
+    """The window of a lane from s to t (fabric coordinates) as (x0, y0, x1, y1), inclusive, in
+    the coordinates of `area` (x0, y0, width, height): its bounding box grown by `detour`, and
+    further to hold each closed region (`shut`, fabric coordinates) it meets grown by
+    `clearance`; and those regions, in area coordinates. No route of the lane leaves it."""
+    ax, ay, aw, ah = area
+    (x1, y1), (x2, y2), m = (s[0] - ax, s[1] - ay), (t[0] - ax, t[1] - ay), opts.detour
+    c = opts.clearance
+    box = (min(x1, x2) - m, min(y1, y2) - m, max(x1, x2) + m, max(y1, y2) + m)
+    near = _meeting(shut - [ax, ay, 0, 0], box)
+    if len(near):
+        x, y, w, h = (near[:, k] for k in range(4))
+        box = (
+            min(box[0], int(x.min()) - c), min(box[1], int(y.min()) - c),
+            max(box[2], int((x + w).max()) - 1 + c), max(box[3], int((y + h).max()) - 1 + c),
+        )  # fmt: skip
+    x0, y0 = max(0, box[0]), max(0, box[1])
+    return (x0, y0, min(aw - 1, box[2]), min(ah - 1, box[3])), near
+
+
 class _Negotiation:
     """Per-call PathFinder state on the routing area `area` = (x0, y0, width, height): link
     usage and history, router history, and prefix sums of link costs along rows (E/W links)
@@ -216,7 +244,10 @@ class _Negotiation:
             if not stale:
                 continue
             if len(stale) == (self.H if k < 2 else self.W):  # every line: slices, no copies
-                cost = self.link_cost((k,))
+                # `link_cost` of every link: a link below capacity costs its base (× 1.0)
+                cost = self.base[k].copy()
+                used = self.usage[k] >= self.cap
+                cost[used] *= 1.0 + self.pres * (self.usage[k][used] + 1 - self.cap)
                 if k < 2:
                     np.cumsum(cost, axis=1, out=self.prefix[k][:, 1:])
                 else:
@@ -287,21 +318,8 @@ class _Negotiation:
         self, s: Point, t: Point, shut: np.ndarray
     ) -> tuple[tuple[int, int, int, int], np.ndarray]:
         """The window of a lane from s to t (fabric coordinates) as (x0, y0, x1, y1),
-        inclusive, in area coordinates: its bounding box grown by `detour`, and further to
-        hold each closed region (`shut`, fabric coordinates) it meets grown by `clearance`;
-        and those regions, in area coordinates."""
-        (x1, y1), (x2, y2), m = self.local(s), self.local(t), self.opts.detour
-        c = self.opts.clearance
-        box = (min(x1, x2) - m, min(y1, y2) - m, max(x1, x2) + m, max(y1, y2) + m)
-        near = _meeting(shut - [self.x0, self.y0, 0, 0], box)
-        if len(near):
-            x, y, w, h = (near[:, k] for k in range(4))
-            box = (
-                min(box[0], int(x.min()) - c), min(box[1], int(y.min()) - c),
-                max(box[2], int((x + w).max()) - 1 + c), max(box[3], int((y + h).max()) - 1 + c),
-            )  # fmt: skip
-        x0, y0 = max(0, box[0]), max(0, box[1])
-        return (x0, y0, min(self.W - 1, box[2]), min(self.H - 1, box[3])), near
+        inclusive, in area coordinates, and the closed regions it meets (`_window`)."""
+        return _window((self.x0, self.y0, self.W, self.H), s, t, shut, self.opts)
 
     def pattern(
         self, s: Point, t: Point, hvh_first: bool, shut: np.ndarray = _NONE
@@ -395,12 +413,24 @@ class _Negotiation:
         return set(np.flatnonzero(self.flat > self.cap).tolist())
 
     def negotiate(self, hot_routers: list[Point]) -> None:
-        """End of an iteration: history += overuse (and += step at hot routers), pres grows."""
-        self.hist += self.opts.history_step * np.maximum(0, self.usage - self.cap)
+        """End of an iteration: history += overuse (and += step at hot routers), pres grows.
+
+        Only the overused links' history and base cost change (and, with hot routers, the
+        router-history charge everywhere): the same numbers as recomputing every link, without
+        a pass over the whole area for each; every prefix sum is recomputed (pres changed)."""
+        over = np.flatnonzero(self.flat > self.cap)
+        hist, base = self.hist.reshape(-1), self.base.reshape(-1)  # views: both contiguous
+        hist[over] += self.opts.history_step * (self.flat[over] - self.cap)
         for x, y in hot_routers:
             self.node_hist[y - self.y0, x - self.x0] += self.opts.history_step
         self.pres *= self.opts.pres_mult
-        self.refresh()
+        if hot_routers:
+            self.refresh()
+            return
+        base[over] = 1.0 + hist[over] + self.into.reshape(-1)[over]
+        for k, stale in enumerate(self.stale):
+            stale.update(range(self.H if k < 2 else self.W))
+        self.flush()
 
 
 class _Progress:
@@ -767,3 +797,98 @@ def _failure(
     return (
         f"cannot route within {budget} colors: {what}; flows crossing it: {crossing(flow_names)}"
     ), flow_names
+
+
+# ------------------------------------------------------------------------------ capacity check
+
+
+@dataclass(frozen=True)
+class CutShortfall:
+    """A boundary that cannot carry the lanes that must cross it one way.
+
+    `axis` "x": the links going `direction` (E or W) between columns `at` and `at` + 1;
+    "y": those going S or N between rows `at` and `at` + 1 (fabric coordinates). `lanes` must
+    cross it that way inside their windows and `short` of them find no link there; `flows`
+    are theirs, sorted."""
+
+    axis: str
+    direction: str
+    at: int
+    lanes: int
+    short: int
+    flows: tuple[str, ...]
+
+
+def cut_shortfalls(
+    problem: RoutingProblem,
+    placement: Placement,
+    options: RouterOptions | None = None,
+    tolls: Tolls | None = None,
+) -> list[CutShortfall]:
+    """The boundaries between two columns or two rows of the fabric that the lanes cannot
+    cross within link capacity: a necessary condition for `route` (same options and tolls),
+    checked without any search.
+
+    A lane from s to t with s.x < t.x takes at least one E link across every boundary between
+    columns x and x + 1 with s.x ≤ x < t.x (W, S and N alike), in a row of its window (no
+    route leaves it: bounding box grown by `detour`, and by the closed regions it meets), and a
+    link carries at most `link_capacity` lanes. So the lanes crossing one boundary one way,
+    each confined to an interval of rows, fit only if each can be given a row with at most
+    `link_capacity` lanes to a row; `_unplaced` counts exactly how many cannot. A shortfall
+    proves that `route` fails; none proves nothing (lanes also take links along the boundary,
+    cross each other's ways and need colors). On Llama 3.1 8B generate (wse3) the router's
+    first attempt fails while no boundary is short (bench/RESULTS.md, issue 34, route7)."""
+    opts = options or RouterOptions()
+    users = edge_users(problem.flows, placement)
+    lanes = [
+        (f.name, s, t)
+        for fi, f in enumerate(problem.flows)
+        for s, t in lane_endpoints(problem, placement, users, fi)
+    ]
+    shut = _closed(problem, placement, tolls)
+    area = _area(
+        [(f, 0, s, t) for f, s, t in lanes], problem.width, problem.height, opts, [*shut.values()]
+    )
+    ax, ay = area[0], area[1]
+    crossing: dict[tuple[str, str, int], list[tuple[int, int, str]]] = {}
+    for f, s, t in lanes:
+        (x0, y0, x1, y1), _ = _window(area, s, t, shut.get(f, _NONE), opts)
+        for axis, a, b, lo, hi, way in (
+            ("x", s[0], t[0], y0 + ay, y1 + ay, "EW"),
+            ("y", s[1], t[1], x0 + ax, x1 + ax, "SN"),
+        ):
+            d = way[0] if b > a else way[1]
+            for at in range(min(a, b), max(a, b)):
+                crossing.setdefault((axis, d, at), []).append((lo, hi, f))
+    out = []
+    for (axis, d, at), spans in sorted(crossing.items()):
+        if len(spans) <= problem.link_capacity:
+            continue
+        short = _unplaced([(lo, hi) for lo, hi, _ in spans], problem.link_capacity)
+        if short:
+            flows = tuple(sorted({f for _, _, f in spans}))
+            out.append(CutShortfall(axis, d, at, len(spans), short, flows))
+    return out
+
+
+def _unplaced(spans: Sequence[tuple[int, int]], capacity: int) -> int:
+    """How many of the spans [lo, hi] (inclusive integer intervals) cannot each be given a
+    position inside them when a position takes at most `capacity` of them: earliest deadline
+    first (sweep the positions in order, give each to the spans open there that end soonest)
+    places as many as any assignment can."""
+    todo = sorted(spans)
+    ends: list[int] = []
+    short, i, pos = 0, 0, 0
+    while i < len(todo) or ends:
+        if not ends:
+            pos = max(pos, todo[i][0])
+        while i < len(todo) and todo[i][0] <= pos:
+            heapq.heappush(ends, todo[i][1])
+            i += 1
+        while ends and ends[0] < pos:
+            heapq.heappop(ends)
+            short += 1
+        for _ in range(min(capacity, len(ends))):
+            heapq.heappop(ends)
+        pos += 1
+    return short
