@@ -101,6 +101,13 @@ def _row_problem(n: int) -> tuple[PlacementProblem, dict[str, Rect]]:
     return PlacementProblem(n, 1, kernels, flows), {f"k{i}": Rect(i, 0, 1, 1) for i in range(n)}
 
 
+def _scrambled_row(n: int, seed: int) -> tuple[PlacementProblem, dict[str, Rect]]:
+    """`_row_problem(n)` and a bad start for it: the chain's kernels in a shuffled row."""
+    problem, _ = _row_problem(n)
+    order = random.Random(seed).sample(range(n), n)
+    return problem, {f"k{i}": Rect(x, 0, 1, 1) for i, x in enumerate(order)}
+
+
 _SEARCH_ONLY = CpSatOptions(
     full_model_max_kernels=0, bound_share=0.0, stall_windows=8, probe_windows=4
 )
@@ -158,9 +165,7 @@ def test_the_search_runs_on_while_neighbourhoods_gain_and_stops_when_they_gain_t
     # a bad start (the chain's kernels in a scrambled row): from the probe on, the search
     # goes on while the last min(n, `stall_windows`) windows took at least `stall_gain` off the
     # wirelength they began from, and stops at the first window where they did not
-    problem, _ = _row_problem(24)
-    order = random.Random(5).sample(range(24), 24)
-    scrambled = {f"k{i}": Rect(x, 0, 1, 1) for i, x in enumerate(order)}
+    problem, scrambled = _scrambled_row(24, 5)
     opts = replace(_SEARCH_ONLY, stall_gain=0.05)
     flags, after = _trace(monkeypatch)
     p = place_cpsat(
@@ -189,9 +194,7 @@ def test_the_search_stops_after_its_probe_when_its_gain_is_below_the_threshold(m
     # the same start, a threshold no search can reach: the probe's windows improve the start
     # (so it is not "could not improve") but take less than the threshold off, so the search
     # stops there, where with the default threshold it runs on
-    problem, _ = _row_problem(24)
-    order = random.Random(5).sample(range(24), 24)
-    scrambled = {f"k{i}": Rect(x, 0, 1, 1) for i, x in enumerate(order)}
+    problem, scrambled = _scrambled_row(24, 5)
     high = replace(_SEARCH_ONLY, stall_gain=0.99)
     flags, _ = _trace(monkeypatch)
     p = place_cpsat(
@@ -212,9 +215,7 @@ def test_the_search_stops_after_its_probe_when_its_gain_is_below_the_threshold(m
 def test_the_probe_runs_whatever_the_deterministic_quota(monkeypatch):
     # a budget whose work quota holds no window: the probe's windows run all the same (every
     # start gets its chance), and a probe that gains runs on past it
-    problem, _ = _row_problem(16)
-    order = random.Random(2).sample(range(16), 16)
-    scrambled = {f"k{i}": Rect(x, 0, 1, 1) for i, x in enumerate(order)}
+    problem, scrambled = _scrambled_row(16, 2)
     flags = _trace_windows(monkeypatch)
     opts = replace(_SEARCH_ONLY, det_windows_per_second=0.0)  # quota 0
     p = place_cpsat(problem, time_budget_s=1.0, deterministic=True, options=opts, initial=scrambled)
