@@ -9,7 +9,11 @@ are checked against a cap before anything is allocated.
 Before anything reads the graph, load_model also checks what onnx.checker would (less its demand
 for topological order): supported IR and opset versions, UTF-8 strings, every value defined
 exactly once and only read where defined, no cycle, tensor-typed and shaped inputs, and each
-supported ai.onnx node against its ONNX schema (attribute types, arity)."""
+supported ai.onnx node against its ONNX schema (attribute types, arity).
+
+Large weights are not copied: external ones stay on disk, validated, and are memory-mapped when
+converted; with `lazy_weights=True` (the compile's frontend) so are those stored inline, which
+`wsecc.frontend.inline` leaves out of what protobuf parses."""
 
 from __future__ import annotations
 
