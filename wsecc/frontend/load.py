@@ -29,6 +29,7 @@ from onnx import TensorProto, helper
 from wsecc.errors import FrontendError
 from wsecc.frontend.common import (
     DTYPES,
+    INLINE_MARK,
     MAX_MODEL_BYTES,
     MAX_TENSOR_BYTES,
     READ_AS_FLOAT32,
@@ -117,6 +118,7 @@ def _map_inline(t: TensorProto, w: InlineWeight, path: Path) -> None:
         ("location", str(path.resolve())),
         ("offset", str(w.offset)),
         (VALIDATED_MARK, "1"),
+        (INLINE_MARK, "1"),  # `as_stored` reads it in where a tensor must be as onnx.load gives it
     ):
         entry = t.external_data.add()
         entry.key, entry.value = key, value
