@@ -228,3 +228,20 @@ def test_as_stored_is_the_tensor_onnx_load_gives():
     lazy, whole = load.load_model(path, lazy_weights=True), onnx.load(str(path))
     for a, b in zip(lazy.graph.initializer, whole.graph.initializer, strict=True):
         assert as_stored(a).SerializeToString() == b.SerializeToString()
+
+
+def test_a_graph_field_of_another_wire_type_is_left_to_onnx_load(tmp_path, monkeypatch):
+    """A ModelProto.graph key with the varint wire type after the real graph: not walked."""
+    p = tmp_path / "odd.onnx"
+    p.write_bytes((SAMPLES / "gpt2_legacy_op17.onnx").read_bytes() + _varint(7 << 3) + b"\x01")
+    assert inline.parse_leaving_weights(p, BIG + 1) is None
+
+    def outcome() -> str:
+        try:
+            return format_graph(import_model(p, batch=1, seq=8)[0])
+        except FrontendError as e:
+            return f"error: {e}"
+
+    lazy = outcome()
+    _whole(monkeypatch)
+    assert outcome() == lazy

@@ -79,11 +79,13 @@ def _strip(buf: mmap.mmap, size: int, min_bytes: int) -> tuple[bytes, dict[int, 
     """The file's bytes with the large initializers' raw_data fields left out, and where each
     lies. Raises _Malformed on anything unexpected."""
     graphs = [
-        (start, vs, ve) for number, wt, start, vs, ve in _fields(buf, 0, size) if number == _GRAPH
+        (wt, start, vs, ve)
+        for number, wt, start, vs, ve in _fields(buf, 0, size)
+        if number == _GRAPH
     ]
-    if len(graphs) != 1:
+    if len(graphs) != 1 or graphs[0][0] != _LEN:
         raise _Malformed  # none (nothing to leave out) or several (protobuf merges them)
-    start, gs, ge = graphs[0]
+    _, start, gs, ge = graphs[0]
     pieces: list[bytes] = []
     weights: dict[int, InlineWeight] = {}
     last, index = gs, 0
