@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wsecc.ir.arrays import all_equal, content_key, dense, foldable_size, is_uniform
+from wsecc.ir.arrays import FirstOfContent, all_equal, dense, foldable_size, is_uniform
 from wsecc.ir.core import Graph, Node, Op, Value
 from wsecc.ir.rewrite import COMMUTATIVE, Replacement, apply, make_node
 from wsecc.ir.rules import evaluate_op
@@ -27,13 +27,13 @@ _FOLDABLE = frozenset({Op.TRANSPOSE, Op.RESHAPE, Op.CAST, Op.EXPAND, Op.SLICE, O
 
 def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
     reps: list[Replacement] = []
-    consts: dict[tuple[str, tuple[int, ...], str], Value] = {}
+    consts: FirstOfContent[Value] = FirstOfContent()  # keyed by content_key, hashed on demand
 
     def shared(v: Value) -> Value:
         if not v.is_const or v.type.size < 2:
             return v
         assert v.const is not None
-        return consts.setdefault(content_key(v.const), v)
+        return consts.first(v, v.const)
 
     outputs = set(graph.outputs)
     for n in graph.nodes:

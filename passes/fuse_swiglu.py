@@ -20,6 +20,8 @@ Requires fuse-linear's Linears; runs before fuse-gelu folds activations into Lin
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from wsecc.ir.arrays import is_uniform
@@ -40,20 +42,27 @@ from wsecc.passdef import Pass, PassContext
 
 _PROBE = np.linspace(-8.0, 8.0, 401, dtype=np.float32)
 _PROBE64 = _PROBE.astype(np.float64)
-_GATES = {
-    "silu": silu(_PROBE64),
-    "gelu": gelu(_PROBE64),
-    "gelu_tanh": gelu(_PROBE64, "tanh"),
-}
 _GATE_OPS = ELEMENTWISE | {Op.GELU}
 
 
+@functools.cache
+def _gates() -> dict[str, np.ndarray]:
+    """The gate activations at the probe points (float64), computed on first use: SiLU's
+    sigmoid and GELU's erf come from scipy.special, a fifth of a second to import, which a
+    compile whose graph has no candidate gate never needs."""
+    return {
+        "silu": silu(_PROBE64),
+        "gelu": gelu(_PROBE64),
+        "gelu_tanh": gelu(_PROBE64, "tanh"),
+    }
+
+
 def _gate_function(region: list[Node], z: Value) -> str | None:
-    """The gate activation `region` computes of z (`_GATES`), if any."""
+    """The gate activation `region` computes of z (`_gates`), if any."""
     y = probe_function(region, z, _PROBE)
     if y is None:
         return None
-    for name, ref in _GATES.items():
+    for name, ref in _gates().items():
         if np.max(np.abs(y - ref)) <= 1e-5 * 8.0:
             return name
     return None

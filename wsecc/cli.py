@@ -196,7 +196,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     )
 
     target = load_target(args.target)
-    model = load_model(args.model)
+    model = load_model(args.model, lazy_weights=True)  # read for its bindings only
     try:
         seq = args.seq or default_seq(model)[0]
         resolve_bindings(model, args.batch or 1, seq, dict(args.dims))

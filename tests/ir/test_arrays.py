@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 from wsecc.passes.canonicalize import canonicalize
 
-from wsecc.ir.arrays import all_equal, content_key, dense, is_uniform, placeholder, same_data
+from wsecc.ir.arrays import (
+    FirstOfContent,
+    all_equal,
+    content_key,
+    dense,
+    is_uniform,
+    placeholder,
+    same_data,
+)
 from wsecc.ir.core import DType, Graph, Node, Op, TensorType, Value
 from wsecc.pm import PassContext
 
@@ -90,3 +98,51 @@ def test_all_equal_is_a_fill_uniform_or_laid_out():
     assert not all_equal(np.zeros((0, 3))) and not all_equal(np.array([1.0, 1.0, 2.0]))
     assert not all_equal(np.full((2, 2), np.nan))
     assert not all_equal(np.broadcast_to(np.float32(np.nan), (4, 4)))
+
+
+def _cases() -> list[np.ndarray]:
+    """Arrays that are equal, nearly equal and equal only in places: duplicates, views,
+    uniform arrays and their dense copies, arrays that differ only in the middle (where
+    `_sample` does not look), other dtypes and shapes of the same bytes, NaN and -0.0."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((6, 40)).astype(np.float32)
+    middle = w.copy()
+    middle[3, 20] += 1  # the same first and last elements as w
+    nan = w.copy()
+    nan[0, 0] = np.nan
+    neg = np.zeros((6, 40), np.float32)
+    neg[2, 5] = -0.0
+    u = placeholder(F32, (6, 40), 3)
+    return [
+        w, w.copy(), middle, w.T, np.ascontiguousarray(w.T), w.reshape(40, 6), w.view(np.int32),
+        u, dense(u), placeholder(F32, (6, 40), 3), placeholder(F32, (6, 40), 4), middle.copy(),
+        nan, nan.copy(), neg, np.zeros((6, 40), np.float32), w[::2], np.ascontiguousarray(w[::2]),
+        np.arange(3, dtype=np.int64), np.arange(3, dtype=np.int64), np.arange(20, dtype=np.int64),
+    ]  # fmt: skip
+
+
+def test_first_of_content_answers_as_a_dictionary_of_content_keys():
+    """`FirstOfContent.first` gives the same holder as `setdefault(content_key(a), item)`, in
+    every order of the arrays."""
+    cases = _cases()
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        order = rng.permutation(len(cases)).tolist() * 2  # each array twice
+        by_key: dict = {}
+        index: FirstOfContent[int] = FirstOfContent()
+        for i in order:
+            assert index.first(i, cases[i]) == by_key.setdefault(content_key(cases[i]), i)
+
+
+def test_first_of_content_hashes_only_arrays_that_agree_where_it_samples(monkeypatch):
+    """Distinct weights (they differ in their first elements) are told apart without a hash."""
+    from wsecc.ir import arrays
+
+    hashed = []
+    monkeypatch.setattr(arrays, "content_key", lambda a: hashed.append(a) or content_key(a))
+    rng = np.random.default_rng(2)
+    index: FirstOfContent[int] = FirstOfContent()
+    weights = [rng.standard_normal((64, 64)).astype(np.float32) for _ in range(12)]
+    assert [index.first(i, w) for i, w in enumerate(weights)] == list(range(12))
+    assert not hashed
+    assert index.first(99, weights[5].copy()) == 5 and len(hashed) == 2

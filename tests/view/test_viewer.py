@@ -450,3 +450,72 @@ def test_link_load_planes_place_each_link_on_its_plane():
     want[e, 0, 0], want[w, 1, 2], want[n, 1, 1], want[s, 0, 1] = 3, 2, 255, 4
     assert planes.dtype == np.uint8 and (planes == want).all()
     assert not link_load_planes({}, 3, 2).any()
+
+
+def _odd_routing() -> Routing:
+    """Lanes that are hard on vectorized forms: one point, two points, a straight run, turns,
+    a repeated point (a zero step), a diagonal step, a step off the fabric, and lanes that
+    end where the next begins."""
+    from wsecc.route.problem import RoutedLane
+
+    paths = [
+        ((1, 1),),
+        ((0, 0), (1, 0)),
+        ((0, 0), (1, 0), (2, 0), (3, 0)),
+        ((3, 0), (3, 1), (2, 1), (2, 2), (2, 2), (3, 3)),
+        ((2, 2), (3, 2), (4, 2), (4, 1)),  # x = 4 is off a 4-wide fabric
+        ((1, 0), (1, 1), (1, 2)),
+        ((1, 2), (1, 1), (1, 0), (0, 0)),
+        ((4, 1), (4, 2), (3, 2)),
+        ((4, 1), (4, 2)),
+    ]
+    lanes = tuple(RoutedLane(f"f{k % 3}", k, p, k % 5) for k, p in enumerate(paths))
+    return Routing(lanes, 24, 0, {}, 0, (0, 0), 0, sum(len(p) - 1 for p in paths), 1)
+
+
+def _routings(compiled_outdir) -> list[tuple[Routing, int, int]]:
+    v = load_outdir(compiled_outdir)
+    fab = v.program.target.fabric
+    return [(v.program.routing, fab.program_width, fab.program_height), (_odd_routing(), 4, 3)]
+
+
+def test_routed_link_loads_are_the_lane_by_lane_counts(compiled_outdir):
+    """The numpy count of every lane step gives the planes and the busiest link of
+    `link_load_planes(routing.link_loads())`, links off the fabric in the busiest too."""
+    from wsecc.view.data import link_load_planes, routed_link_loads
+
+    for routing, w, h in _routings(compiled_outdir):
+        loads = routing.link_loads()
+        planes, busiest = routed_link_loads(routing, w, h)
+        assert planes.dtype == np.uint8
+        assert np.array_equal(planes, link_load_planes(loads, w, h))
+        assert busiest == max(loads.values(), default=0)
+    _, busiest = routed_link_loads(_odd_routing(), 4, 3)
+    assert busiest == 2  # (4, 1) south, off the fabric, by two lanes
+
+
+def test_router_colors_and_lane_corners_are_the_lane_by_lane_forms(compiled_outdir):
+    """Colors per router (one table of (router, color) marks) and each lane's corners (one
+    numpy pass) equal their definitions: distinct colors of the lanes through each router,
+    and `corners(path)` lane after lane."""
+    from wsecc.view.data import _corner_arrays, corners, router_colors_map
+
+    for routing, w, h in _routings(compiled_outdir):
+        want = np.zeros((h, w), np.uint32)
+        seen: dict[tuple[int, int], set[int]] = {}
+        for ln in routing.lanes:
+            for x, y in ln.path:
+                if 0 <= x < w and 0 <= y < h:
+                    seen.setdefault((x, y), set()).add(ln.color)
+        for (x, y), colors in seen.items():
+            want[y, x] = len(colors)
+        assert np.array_equal(router_colors_map(routing, w, h), want)
+
+        start, pts = _corner_arrays(routing)
+        k = [0]
+        flat: list[int] = []
+        for ln in routing.lanes:
+            flat += [c for p in corners(ln.path) for c in p]
+            k.append(len(flat) // 2)
+        assert start.dtype == pts.dtype == np.uint32
+        assert start.tolist() == k and pts.tolist() == flat

@@ -16,7 +16,7 @@ from onnx import TensorProto
 from onnx.reference import ReferenceEvaluator
 
 from wsecc.errors import FrontendError
-from wsecc.frontend.common import DTYPES, MAX_TENSOR_BYTES
+from wsecc.frontend.common import DTYPES, INLINE_MARK, MAX_TENSOR_BYTES, as_stored
 from wsecc.frontend.generation import GenerationIO, generation_io
 
 BATCH_NAMES = frozenset({"batch", "batch_size", "batchsize", "bs", "n", "b", "batch_dim"})
@@ -381,7 +381,7 @@ def _largest_position(model: onnx.ModelProto, indices: str, seq: int) -> int | N
             "positions",
             [i for i in g.input if i.name in used],
             [onnx.helper.make_tensor_value_info(indices, TensorProto.INT64, None)],
-            [t for t in g.initializer if t.name in used and t.ByteSize() < 1 << 20],
+            _small_initializers(g, used),
         )
         sub = onnx.helper.make_model(sub_graph, opset_imports=model.opset_import)
         feeds = {}
@@ -397,6 +397,27 @@ def _largest_position(model: onnx.ModelProto, indices: str, seq: int) -> int | N
         return int(np.max(out))
     except Exception:  # an exotic subgraph: fall back to the table's rows
         return None
+
+
+def _small_initializers(g: onnx.GraphProto, names: Collection[str]) -> list[TensorProto]:
+    """The initializers of `g` named in `names` that take under 1 MiB as onnx.load reads them,
+    each as onnx.load gives it (`as_stored`: an inline weight that load_model left in the file
+    with its bytes read in), so that the reference evaluator gets what a whole parse gave it."""
+    out = []
+    for t in g.initializer:
+        if t.name not in names:
+            continue
+        if any(e.key == INLINE_MARK for e in t.external_data):
+            if _stored_bytes(t) >= 1 << 20:
+                continue  # parsed whole, its ByteSize is larger still
+            t = as_stored(t)
+        if t.ByteSize() < 1 << 20:
+            out.append(t)
+    return out
+
+
+def _stored_bytes(t: TensorProto) -> int:
+    return math.prod(t.dims) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
 
 
 def default_seq(model: onnx.ModelProto, weights: Collection[str] = ()) -> tuple[int, str]:

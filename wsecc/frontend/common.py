@@ -23,6 +23,7 @@ their own budget): long sequences legitimately pass 16 GiB (GPT-2 13B's attentio
 MAX_MODEL_BYTES = 64 << 30
 
 VALIDATED_MARK = "wsecc-validated"  # marks an external tensor whose location load_model checked
+INLINE_MARK = "wsecc-inline"  # marks one of those that the file holds inline (`lazy_weights`)
 
 DTYPES: dict[int, DType] = {
     TensorProto.FLOAT: DType.FLOAT32,
@@ -66,3 +67,18 @@ def tensor_array(t: TensorProto) -> np.ndarray:
         dt = DTYPES[t.data_type].numpy.newbyteorder("<")
         return np.frombuffer(t.raw_data, dtype=dt).reshape(tuple(t.dims))
     return numpy_helper.to_array(t)
+
+
+def as_stored(t: TensorProto) -> TensorProto:
+    """`t` as onnx.load reads it: a weight stored inline that load_model left in the file
+    (`INLINE_MARK`) is a copy with its bytes read in; any other tensor is `t` itself."""
+    if t.data_location != TensorProto.EXTERNAL or not any(
+        e.key == INLINE_MARK for e in t.external_data
+    ):
+        return t
+    out = TensorProto()
+    out.CopyFrom(t)
+    out.ClearField("external_data")
+    out.ClearField("data_location")  # unset, as in the file (not set to DEFAULT)
+    out.raw_data = np.ascontiguousarray(tensor_array(t)).tobytes()
+    return out

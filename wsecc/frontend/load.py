@@ -9,7 +9,11 @@ are checked against a cap before anything is allocated.
 Before anything reads the graph, load_model also checks what onnx.checker would (less its demand
 for topological order): supported IR and opset versions, UTF-8 strings, every value defined
 exactly once and only read where defined, no cycle, tensor-typed and shaped inputs, and each
-supported ai.onnx node against its ONNX schema (attribute types, arity)."""
+supported ai.onnx node against its ONNX schema (attribute types, arity).
+
+Large weights are not copied: external ones stay on disk, validated, and are memory-mapped when
+converted; with `lazy_weights=True` (the compile's frontend) so are those stored inline, which
+`wsecc.frontend.inline` leaves out of what protobuf parses."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from onnx import TensorProto, helper
 from wsecc.errors import FrontendError
 from wsecc.frontend.common import (
     DTYPES,
+    INLINE_MARK,
     MAX_MODEL_BYTES,
     MAX_TENSOR_BYTES,
     READ_AS_FLOAT32,
@@ -33,10 +38,17 @@ from wsecc.frontend.common import (
 )
 from wsecc.frontend.convert import CONVERTERS, op_key
 from wsecc.frontend.generation import generation_io
+from wsecc.frontend.inline import InlineWeight, parse_leaving_weights
 
 
-def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
-    """Read an ONNX file safely (see the module docstring). Raises FrontendError."""
+def load_model(path: str | os.PathLike[str], *, lazy_weights: bool = False) -> onnx.ModelProto:
+    """Read an ONNX file safely (see the module docstring). Raises FrontendError.
+
+    Large weights stored as external data stay on disk, validated, and are memory-mapped when
+    converted (`tensor_array`). `lazy_weights=True` treats large weights stored inline in the
+    file the same way (`wsecc.frontend.inline`: no copy of them into protobuf), marked as
+    external data at their place in the file: for a model that is converted, not saved again
+    (the compile's frontend, `import_model`); `read_mapped` reads them in."""
     p = Path(path)
     if not p.exists():
         raise FrontendError(f"{p}: no such file")
@@ -44,12 +56,7 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         raise FrontendError(f"{p}: not a regular file")
     if p.stat().st_size > MAX_MODEL_BYTES:
         raise FrontendError(f"{p}: file is larger than {MAX_MODEL_BYTES >> 30} GiB")
-    try:
-        model = onnx.load(str(p), load_external_data=False)
-    except Exception as e:  # protobuf raises DecodeError, RuntimeError, ... on garbage
-        raise FrontendError(
-            f"{p}: not a valid ONNX file ({type(e).__name__}); is it truncated or corrupt?"
-        ) from None
+    model, inline = _parse(p, lazy_weights)
     if model.ir_version <= 0 and not model.opset_import and not model.HasField("graph"):
         raise FrontendError(f"{p}: not an ONNX model (no ir_version, opset_import or graph)")
     _check_model(model, p.name)
@@ -59,10 +66,63 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         tensors += _node_tensors(f.node)
     n_weights = len(model.graph.initializer)  # they come first in `tensors`
     for k, t in enumerate(tensors):
+        if k in inline:
+            _map_inline(t, inline[k], p)
+            continue
         _check_declared_size(t, p)
         if t.data_location == TensorProto.EXTERNAL:
             _load_external(t, base, p, mappable=k < n_weights)
     return model
+
+
+def _parse(p: Path, lazy_weights: bool) -> tuple[onnx.ModelProto, dict[int, InlineWeight]]:
+    """The file's model, with `lazy_weights` its large inline weights left in the file
+    (`parse_leaving_weights`: where each lies, by its index among the initializers) when the
+    file allows it, else all of it as onnx.load reads it."""
+    try:
+        left = parse_leaving_weights(p, _MAP_BYTES + 1) if lazy_weights else None
+    except OSError as e:
+        raise FrontendError(f"{p}: cannot read it ({e.strerror})") from None
+    if left is not None:
+        return left
+    try:
+        return onnx.load(str(p), load_external_data=False), {}
+    except Exception as e:  # protobuf raises DecodeError, RuntimeError, ... on garbage
+        raise FrontendError(
+            f"{p}: not a valid ONNX file ({type(e).__name__}); is it truncated or corrupt?"
+        ) from None
+
+
+def _map_inline(t: TensorProto, w: InlineWeight, path: Path) -> None:
+    """Check an initializer whose raw data `_parse` left in the file as `_check_declared_size`
+    checks one held inline, then mark it as a validated external tensor at its place in the file
+    (memory-mapped when converted, like the weights `_load_external` leaves on disk). A type
+    that `tensor_array` does not map has its bytes read in instead, as onnx.load would have."""
+    nbytes = _declared_bytes(t)
+    if nbytes > MAX_TENSOR_BYTES:
+        raise FrontendError(
+            f"{path.name}: tensor {t.name!r} declares dims {list(t.dims)} "
+            f"(over {MAX_TENSOR_BYTES >> 30} GiB); refusing to allocate it"
+        )
+    if w.length != nbytes:
+        raise FrontendError(
+            f"{path.name}: tensor {t.name!r} holds {w.length} bytes "
+            f"but its dims {list(t.dims)} need {nbytes}"
+        )
+    if t.data_type not in DTYPES and t.data_type not in READ_AS_FLOAT32:
+        with open(path, "rb") as f:
+            f.seek(w.offset)
+            t.raw_data = f.read(w.length)
+        return
+    for key, value in (
+        ("location", str(path.resolve())),
+        ("offset", str(w.offset)),
+        (VALIDATED_MARK, "1"),
+        (INLINE_MARK, "1"),  # `as_stored` reads it in where a tensor must be as onnx.load gives it
+    ):
+        entry = t.external_data.add()
+        entry.key, entry.value = key, value
+    t.data_location = TensorProto.EXTERNAL
 
 
 def read_mapped(model: onnx.ModelProto) -> None:

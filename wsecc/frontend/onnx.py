@@ -105,12 +105,15 @@ class ModelInfo:
         return ", ".join(parts)
 
 
-def load_as_compiled(path: str | os.PathLike[str]) -> tuple[onnx.ModelProto, tuple[str, ...]]:
-    """The file as every stage of a compile reads it: `load_model`, then its float16 and
-    bfloat16 read as float32 (`read_as_float32`); and the names of the types read so. The
-    numerics' onnxruntime reference runs a float16 file as this model (`wsecc.check.numerics`), so
-    that it computes what the compiled program computes."""
-    return read_as_float32(load_model(path))
+def load_as_compiled(
+    path: str | os.PathLike[str], *, lazy_weights: bool = False
+) -> tuple[onnx.ModelProto, tuple[str, ...]]:
+    """The file as every stage of a compile reads it: `load_model` (`lazy_weights`: its large
+    inline weights left in the file, as `import_model` reads it), then its float16 and bfloat16
+    read as float32 (`read_as_float32`); and the names of the types read so. The numerics'
+    onnxruntime reference runs a float16 file as this model (`wsecc.check.numerics`), so that it
+    computes what the compiled program computes."""
+    return read_as_float32(load_model(path, lazy_weights=lazy_weights))
 
 
 def import_model(
@@ -134,7 +137,7 @@ def import_model(
 
     A file that computes in float16 or bfloat16 is read as float32 (`load_as_compiled`);
     `ModelInfo.widened` names the types."""
-    model, widened = load_as_compiled(path)
+    model, widened = load_as_compiled(path, lazy_weights=True)  # converted, never saved
     gen = generation_io(model)
     found = weight_inputs(model)
     as_inputs = parse(Weights, weights, "weights") is Weights.INPUTS

@@ -9,8 +9,12 @@ full — and give every other array exactly what the numpy calls they replace gi
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Hashable
+from typing import Any, Generic, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 FOLD_MAX_BYTES = 1 << 28
 """The largest constant a fold makes (256 MiB): a node whose output would be larger stays a node.
@@ -55,6 +59,47 @@ def content_key(a: np.ndarray) -> tuple[str, tuple[int, ...], str]:
         return str(a.dtype), a.shape, "uniform " + a.reshape(-1)[:1].tobytes().hex()
     # hashed in place: a contiguous array is a buffer (`.tobytes()` would copy every weight)
     return str(a.dtype), a.shape, hashlib.sha1(np.ascontiguousarray(a).data).hexdigest()
+
+
+class FirstOfContent(Generic[T]):
+    """Each array's first holder: `first(item, a)` is the item first given with an array whose
+    `content_key` equals a's, else `item` (which becomes the first of its content).
+
+    The same answers as a dictionary keyed by `content_key`, without hashing every array: a's
+    key is taken only when an array seen before agrees with it on dtype, shape, uniformity and a
+    few of its elements (`_sample`). Weights differ there, so a model's weights are not read in
+    full to find that no two are the same (GPT-2 small's 500 MB: a third of a second)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[Hashable, ...], list[list[Any]]] = {}  # [item, array, key]
+
+    def first(self, item: T, a: np.ndarray) -> T:
+        entries = self._seen.setdefault(_sample(a), [])
+        if not entries:
+            entries.append([item, a, None])
+            return item
+        key = content_key(a)
+        for entry in entries:
+            if entry[2] is None:
+                entry[2] = content_key(entry[1])
+            if entry[2] == key:
+                return entry[0]
+        entries.append([item, a, key])
+        return item
+
+
+_SAMPLED = 8  # elements from each end of an array that `_sample` reads
+
+
+def _sample(a: np.ndarray) -> tuple[Hashable, ...]:
+    """What two arrays of equal `content_key` share, cheap to take: dtype, shape, whether uniform,
+    and the bytes of the first and last `_SAMPLED` elements in row-major order (a uniform array:
+    its one element)."""
+    if is_uniform(a):
+        return (str(a.dtype), a.shape, True, a.reshape(-1)[:1].tobytes())
+    n = a.size
+    at = np.unique(np.r_[0 : min(n, _SAMPLED), max(0, n - _SAMPLED) : n])
+    return (str(a.dtype), a.shape, False, np.ascontiguousarray(a.flat[at]).tobytes())
 
 
 def same_data(a: np.ndarray, b: np.ndarray) -> bool:

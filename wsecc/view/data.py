@@ -13,6 +13,7 @@ import base64
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from wsecc.core.program import Systems
 from wsecc.kernels import KernelGraph, Sizing
 from wsecc.limits import Limits
 from wsecc.place.problem import Placement
-from wsecc.route.problem import Point, Routing
+from wsecc.route.problem import STEPS, Point, Routing
 from wsecc.targets import Target
 
 KIND_COLORS: Mapping[str, str] = {
@@ -119,9 +120,11 @@ def sram_map(
 def _lane_points(routing: Routing) -> tuple[np.ndarray, np.ndarray]:
     """(points N x 2 as x, y; lane index of each point) over every lane's path."""
     counts = np.array([len(ln.path) for ln in routing.lanes], dtype=np.int64)
-    if not counts.sum():
+    n = int(counts.sum())
+    if not n:
         return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.int64)
-    points = np.array([p for ln in routing.lanes for p in ln.path], dtype=np.int64)
+    flat = chain.from_iterable(chain.from_iterable(ln.path for ln in routing.lanes))
+    points = np.fromiter(flat, np.int64, count=2 * n).reshape(-1, 2)
     return points, np.repeat(np.arange(len(routing.lanes)), counts)
 
 
@@ -136,9 +139,20 @@ def router_colors_map(routing: Routing, width: int, height: int) -> np.ndarray:
     colors = np.array([ln.color for ln in routing.lanes], dtype=np.int64)[lane[inside]]
     cell = points[inside, 1] * width + points[inside, 0]
     n_colors = int(colors.max()) + 1
+    if colors.min() >= 0 and width * height * n_colors <= _PRESENCE_CELLS:
+        present = np.zeros((width * height, n_colors), dtype=bool)  # each (router, color) seen
+        present[cell, colors] = True
+        out.ravel()[:] = np.count_nonzero(present, axis=1)
+        return out
     unique = np.unique(cell * n_colors + colors)
     out.ravel()[:] = np.bincount(unique // n_colors, minlength=width * height)
     return out
+
+
+_PRESENCE_CELLS = 1 << 27
+"""`router_colors_map` marks each (router, color) in a table of this many booleans at most (WSE-3's
+program rectangle with 24 colors: 18 million), the same counts as sorting the pairs
+(np.unique) in a tenth of its time; beyond it, it sorts."""
 
 
 def link_load_planes(
@@ -159,6 +173,34 @@ def link_load_planes(
     return out
 
 
+def routed_link_loads(routing: Routing, width: int, height: int) -> tuple[np.ndarray, int]:
+    """`link_load_planes(routing.link_loads(), width, height)` and the busiest link's lanes
+    (the largest of `routing.link_loads()`, links off the fabric included), counted over every
+    lane step at once with numpy rather than a dictionary entry per step (Llama 3.1 8B's
+    routing has millions of them)."""
+    out = np.zeros((len(LINK_DIRS), height, width), dtype=np.uint8)
+    points, lane = _lane_points(routing)
+    if len(points) < 2:
+        return out, 0
+    start, step = points[:-1], points[1:] - points[:-1]
+    plane = np.full(len(step), -1, np.int64)  # a unit step's LINK_DIRS plane, else -1
+    for k, d in enumerate(LINK_DIRS):
+        dx, dy = STEPS[d]
+        plane[(step[:, 0] == dx) & (step[:, 1] == dy)] = k
+    link = (plane >= 0) & (lane[1:] == lane[:-1])  # a step within one lane's path
+    xs, ys, ks = start[link, 0], start[link, 1], plane[link]
+    inside = (xs >= 0) & (xs < width) & (ys >= 0) & (ys < height)
+    counts = np.bincount(
+        (ks[inside] * height + ys[inside]) * width + xs[inside], minlength=out.size
+    )
+    out.ravel()[:] = np.minimum(counts, 255)  # clipped as link_load_planes clips
+    busiest = int(counts.max(initial=0))
+    if not inside.all():  # links off the fabric: counted by (x, y, direction) too
+        off = np.stack([xs[~inside], ys[~inside], ks[~inside]], axis=1)
+        busiest = max(busiest, int(np.unique(off, axis=0, return_counts=True)[1].max()))
+    return out, busiest
+
+
 # --- lanes ---------------------------------------------------------------------------------
 
 
@@ -174,24 +216,38 @@ def corners(path: tuple[Point, ...]) -> list[Point]:
     return out
 
 
+def _corner_arrays(routing: Routing) -> tuple[np.ndarray, np.ndarray]:
+    """(start, pts) of `lane_payload`: every lane's `corners`, as x, y pairs one after another
+    in `pts` (uint32), lane i's from pair start[i] to start[i + 1]; found for every lane step
+    at once (numpy: a point is a corner where its lane begins or ends or its step changes)."""
+    points, lane = _lane_points(routing)
+    if len(points) and points.min() < 0:  # not uint32: fail as the lane-by-lane form fails
+        pairs = [c for ln in routing.lanes for p in corners(ln.path) for c in p]
+        np.array(pairs, dtype=np.uint32)
+    keep = np.ones(len(points), dtype=bool)
+    if len(points) > 2:
+        step = points[1:] - points[:-1]
+        turns = (step[1:] != step[:-1]).any(axis=1)
+        inner = (lane[1:-1] == lane[:-2]) & (lane[1:-1] == lane[2:])  # not a lane's end
+        keep[1:-1] = ~inner | turns
+    n = np.bincount(lane[keep], minlength=len(routing.lanes))
+    start = np.concatenate([[0], np.cumsum(n)]).astype(np.uint32)
+    return start, points[keep].reshape(-1).astype(np.uint32)
+
+
 def lane_payload(routing: Routing) -> dict[str, Any]:
     """Lanes as packed arrays: `start[i]:start[i+1]` are lane i's corners in `pts` (x, y
     pairs), `flow[i]` indexes `flows` (sorted flow names), `index[i]` is the lane's number
     within its flow and `color[i]` its routing color."""
     flows = sorted({ln.flow for ln in routing.lanes})
     index = {f: i for i, f in enumerate(flows)}
-    pts: list[int] = []
-    start = [0]
-    for ln in routing.lanes:
-        for x, y in corners(ln.path):
-            pts += (x, y)
-        start.append(len(pts) // 2)
+    start, pts = _corner_arrays(routing)
     return {
         "count": len(routing.lanes),
         "flows": flows,
         "segments": sum(max(0, len(ln.path) - 1) for ln in routing.lanes),
-        "start": pack_array(np.array(start, dtype=np.uint32)),
-        "pts": pack_array(np.array(pts, dtype=np.uint32)),
+        "start": pack_array(start),
+        "pts": pack_array(pts),
         "flow": pack_array(np.array([index[ln.flow] for ln in routing.lanes], dtype=np.uint32)),
         "index": pack_array(np.array([ln.index for ln in routing.lanes], dtype=np.uint32)),
         "color": pack_array(np.array([ln.color for ln in routing.lanes], dtype=np.uint32)),

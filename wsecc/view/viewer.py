@@ -22,6 +22,7 @@ from wsecc.view.data import (
     limits_payload,
     link_load_planes,
     pack_array,
+    routed_link_loads,
     router_colors_map,
     sram_map,
 )
@@ -74,8 +75,11 @@ def render_viewer(
         )
     sram = np.clip(np.rint(np.asarray(sram_per_pe, dtype=np.float64)), 0, 2**32 - 1)
     kv = sram_map(sizing, placement, target, "kv")
-    loads = routing.link_loads() if link_util is None else link_util
-    links = link_load_planes(loads, W, H)
+    if link_util is None:
+        links, busiest = routed_link_loads(routing, W, H)
+    else:
+        links = link_load_planes(link_util, W, H)
+        busiest = max((int(v) for v in link_util.values()), default=0)
     colors = router_colors_map(routing, W, H)
     kernels = kernel_records(kg, sizing, placement, kernel_info)
     if limits is None and sizing.kernels:
@@ -128,7 +132,7 @@ def render_viewer(
             "lanes": len(routing.lanes),
             "colors_used_max": routing.colors_used_max,
             "color_budget": routing.color_budget,
-            "link_load_max": max((int(v) for v in loads.values()), default=0),
+            "link_load_max": busiest,
             "placer": placement.placer,
             "objective": placement.objective,
             "gap": placement.gap if placement.bound > 0 else None,  # no bound, no gap
