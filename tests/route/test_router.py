@@ -17,6 +17,7 @@ import wsecc.core.flow as flow
 from wsecc.place.greedy import place_greedy
 from wsecc.place.problem import PlaceFlow, PlaceKernel, Placement, PlacementProblem, Rect
 from wsecc.place.synthetic import chain_problem, transformer_problem
+from wsecc.route.compiled import _inside
 from wsecc.route.problem import (
     STEPS,
     RoutedLane,
@@ -30,7 +31,6 @@ from wsecc.route.router import (
     DIRS,
     RouterOptions,
     Tolls,
-    _inside,
     _interior_links,
     _Negotiation,
     _path_inside,
@@ -438,24 +438,27 @@ def test_polyline_steps_one_pe_at_a_time_through_its_corners(start, turns):
 @given(
     path=st.lists(st.integers(0, 3), max_size=12),
     at=st.tuples(st.integers(12, 16), st.integers(12, 16)),
+    seed=st.integers(0, 3),
 )
 @settings(max_examples=100, deadline=None)
-def test_commit_marks_the_row_or_column_of_every_link_it_changes(path, at):
-    """Rows of E/W links, columns of S/N links: the lines whose prefix sums go stale."""
-    net = _Negotiation((2, 1, 30, 30), 1, RouterOptions())
-    net.flush()
+def test_commit_recomputes_the_prefix_sums_of_every_line_it_changes(path, at, seed):
+    """After a lane is committed and ripped up on uneven costs, the prefix sums are those of
+    every line recomputed, to the bit: a commit recomputes the row of each E/W link and the
+    column of each S/N link it changes (leaving out one of them fails this)."""
+    net = _uneven(seed, (2, 1, 30, 30), detour=4, hist=5)
     points = [(at[0], at[1])]
     for k in path:  # a walk (may revisit a router, so no link twice: keep the first visit)
         dx, dy = STEPS[DIRS[k]]
         points.append((points[-1][0] + dx, points[-1][1] + dy))
     ids = list(dict.fromkeys(net.link_ids(points)))
-    net.commit(ids, +1)
-    want: list[set[int]] = [set(), set(), set(), set()]
-    for link in ids:
-        k, y, x = np.unravel_index(link, net.usage.shape)
-        want[int(k)].add(int(y) if k < 2 else int(x))
-    assert net.stale == want
-    assert int(net.usage.sum()) == len(ids)
+    before = net.usage.copy()
+    for delta in (+1, -1, +1):
+        net.commit(ids, delta)
+        got = [p.copy() for p in net.prefix]
+        net.sum_every_line()
+        for a, b in zip(got, net.prefix, strict=True):
+            assert np.array_equal(a, b)
+    assert int((net.usage - before).sum()) == len(ids)
 
 
 @given(path=st.lists(st.sampled_from([*STEPS.values(), (2, 0), (1, 1)]), max_size=10))
@@ -477,28 +480,6 @@ def test_link_ids_number_each_step_by_its_direction_and_router(path):
         dirs[s] * 30 * 30 + (a[1] - 1) * 30 + a[0] - 2 for s, a in zip(steps, points, strict=False)
     ]
     assert net.link_ids(points) == want
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_prefix_sums_of_every_line_equal_those_of_some_lines(seed):
-    """refresh (every line stale: whole-grid slices) and flush of a few stale lines at a time
-    (fancy-indexed lines) leave bit-identical prefix sums."""
-    rng = np.random.default_rng(seed)
-    net = _Negotiation((3, 2, 23, 17), 1, RouterOptions())
-    net.hist[:] = rng.random(net.hist.shape) * 7
-    net.usage[:] = rng.integers(0, 3, net.usage.shape)
-    net.node_hist[:] = rng.integers(0, 4, net.node_hist.shape)
-    net.pres = 2.25
-    net.refresh()
-    whole = [p.copy() for p in net.prefix]
-    for p in net.prefix:
-        p[:] = 0.0
-    for part in (range(0, 9), range(9, 23)):  # never every line at once
-        for k, stale in enumerate(net.stale):
-            stale.update(v for v in part if v < (net.H if k < 2 else net.W))
-        net.flush()
-    for got, want in zip(net.prefix, whole, strict=True):
-        assert np.array_equal(got, want)
 
 
 def _whole_window(box, s, t, cost_to_beat):
@@ -636,3 +617,64 @@ def test_negotiate_updates_the_costs_as_a_recomputation_of_every_link_would(hot)
         # and both are the running sums of `link_cost`'s formula, link by link
         sums = np.cumsum(fast.link_cost((k,)), axis=1 if k < 2 else 0)
         assert np.array_equal(a[:, 1:] if k < 2 else a[1:], sums)
+
+
+def _pattern_by_numpy(net, s, t, hvh_first, shut):
+    """The corners of the cheapest pattern, from the prefix sums in numpy: every jog's cost
+    as the three runs' prefix differences plus the toll of its steps inside `near`."""
+    box, near = net.window(s, t, shut)
+    (x1, y1), (x2, y2) = net.local(s), net.local(t)
+    pe, pw, ps, pn = net.prefix
+
+    def h(y, a, b):
+        return np.where(b >= a, pe[y, b] - pe[y, a], pw[y, a + 1] - pw[y, b + 1])
+
+    def v(x, a, b):
+        return np.where(b >= a, ps[b, x] - ps[a, x], pn[a + 1, x] - pn[b + 1, x])
+
+    def steps(a, b, at, vertical):
+        a, b, at = np.broadcast_arrays(*(np.atleast_1d(v) for v in (a, b, at)))
+        runs = zip(a.tolist(), b.tolist(), at.tolist(), strict=True)
+        return np.array([_inside(near, i, j, k, vertical) for i, j, k in runs])
+
+    cs, rs = np.arange(box[0], box[2] + 1), np.arange(box[1], box[3] + 1)
+    hvh = h(y1, x1, cs) + v(cs, y1, y2) + h(y2, cs, x2)
+    vhv = v(x1, y1, rs) + h(rs, x1, x2) + v(x2, rs, y2)
+    if len(near):
+        hvh = hvh + net.toll * (
+            steps(x1, cs, y1, False) + steps(y1, y2, cs, True) + steps(cs, x2, y2, False)
+        )
+        vhv = vhv + net.toll * (
+            steps(y1, rs, x1, True) + steps(x1, x2, rs, False) + steps(rs, y2, x2, True)
+        )
+    i, j = int(np.argmin(hvh)), int(np.argmin(vhv))
+    if hvh[i] < vhv[j] or (hvh[i] == vhv[j] and hvh_first):
+        corners = [(x1, y1), (int(cs[i]), y1), (int(cs[i]), y2), (x2, y2)]
+    else:
+        corners = [(x1, y1), (x1, int(rs[j])), (x2, int(rs[j])), (x2, y2)]
+    return _polyline([(x + net.x0, y + net.y0) for x, y in corners])
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    ends=st.tuples(*[st.integers(0, 29)] * 4),
+    hvh_first=st.booleans(),
+    closed=st.lists(
+        st.tuples(st.integers(0, 30), st.integers(0, 20), st.integers(1, 9), st.integers(1, 9)),
+        max_size=3,
+    ),  # fmt: skip
+    flat=st.booleans(),
+)
+@settings(max_examples=150, deadline=None)
+def test_the_compiled_pattern_is_the_numpy_formulas_choice(seed, ends, hvh_first, closed, flat):
+    """`_Negotiation.pattern` (compiled) picks the jog the numpy formula over the prefix sums
+    picks, ties included: on costs that tie everywhere (`flat`: no history, no usage) and on
+    uneven ones, with and without closed regions and a toll."""
+    net = _uneven(seed, (3, 2, 40, 30), detour=4, hist=1 if flat else 6)
+    if flat:
+        net.usage[:] = 0
+        net.refresh()
+    net.toll = 1.0
+    s, t = (3 + ends[0], 2 + ends[1] % 30), (3 + ends[2], 2 + ends[3] % 30)
+    shut = np.array(closed, np.int64).reshape(-1, 4)
+    assert net.pattern(s, t, hvh_first, shut) == _pattern_by_numpy(net, s, t, hvh_first, shut)

@@ -126,19 +126,6 @@ def _closed(
     return out
 
 
-def _inside(rects: np.ndarray, a: Any, b: Any, at: Any, vertical: bool) -> np.ndarray:
-    """Per segment, its unit steps between two routers of one of `rects` (rows x, y, w, h):
-    the segments run from `a` to `b` (either way) along row `at` (along column `at` if
-    `vertical`); `a`, `b`, `at` broadcast together."""
-    x, y, w, h = (rects[:, k] for k in range(4))
-    if vertical:
-        x, y, w, h = y, x, h, w
-    a, b, at = (np.asarray(v)[..., None] for v in (a, b, at))
-    on = (y <= at) & (at < y + h)
-    overlap = np.minimum(np.maximum(a, b), x + w - 1) - np.maximum(np.minimum(a, b), x)
-    return (np.maximum(overlap, 0) * on).sum(-1)
-
-
 def _path_inside(rects: np.ndarray, path: np.ndarray) -> int:
     """Steps of `path` (an (n, 2) array of points) between two routers of one of `rects`."""
     x, y, w, h = (rects[:, k] for k in range(4))
@@ -168,8 +155,6 @@ def _meeting(rects: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
 
 
 _NONE = np.zeros((0, 4), np.int64)  # no closed regions
-Coords = int | np.ndarray
-"""A row or column index, or an array of them (the pattern costs are vectorised)."""
 
 
 def _window(
@@ -200,14 +185,18 @@ class _Negotiation:
     and columns (S/N links).
 
     Link grids are indexed (direction index in DIRS, y, x) in area coordinates; a link's id is
-    its flat index. Points in and out are fabric coordinates. A commit marks the rows and
-    columns it changed stale; the next pattern query recomputes their prefix sums together.
+    its flat index. Points in and out are fabric coordinates. A commit recomputes the prefix
+    sums of the rows and columns it changed (`wsecc.route.compiled.commit`); a change of
+    history or `pres` recomputes them all (`refresh`, `negotiate`).
     """
 
     def __init__(
         self, area: tuple[int, int, int, int], capacity: int, opts: RouterOptions, toll: float = 0.0
     ):
         self.x0, self.y0, self.W, self.H = area
+        from wsecc.route import compiled  # numba: loaded by the first routing, not on import
+
+        self.compiled = compiled
         self.cap, self.opts, self.toll = capacity, opts, toll
         self.pres = opts.pres_initial
         shape = (len(DIRS), self.H, self.W)
@@ -218,7 +207,6 @@ class _Negotiation:
         self.step_id = {STEPS[d]: k * self.H * self.W for k, d in enumerate(DIRS)}
         self.prefix = [np.zeros((self.H, self.W + 1)) for _ in "EW"]
         self.prefix += [np.zeros((self.H + 1, self.W)) for _ in "SN"]
-        self.stale: list[set[int]] = [set() for _ in DIRS]  # rows (E/W) or columns (S/N)
         self.refresh()
 
     def link_cost(self, at: tuple[Any, ...]) -> np.ndarray:
@@ -234,33 +222,19 @@ class _Negotiation:
             [np.roll(self.node_hist, (-STEPS[d][1], -STEPS[d][0]), axis=(0, 1)) for d in DIRS]
         )
         self.base = 1.0 + self.hist + self.into  # a link's cost before its overuse factor
-        for k, stale in enumerate(self.stale):
-            stale.update(range(self.H if k < 2 else self.W))
-        self.flush()
+        self.sum_every_line()
 
-    def flush(self) -> None:
-        """Recompute the prefix sums of the stale rows and columns, one batch per direction."""
-        for k, stale in enumerate(self.stale):
-            if not stale:
-                continue
-            if len(stale) == (self.H if k < 2 else self.W):  # every line: slices, no copies
-                # `link_cost` of every link: a link below capacity costs its base (× 1.0)
-                cost = self.base[k].copy()
-                used = self.usage[k] >= self.cap
-                cost[used] *= 1.0 + self.pres * (self.usage[k][used] + 1 - self.cap)
-                if k < 2:
-                    np.cumsum(cost, axis=1, out=self.prefix[k][:, 1:])
-                else:
-                    np.cumsum(cost, axis=0, out=self.prefix[k][1:])
-                stale.clear()
-                continue
-            lines = np.array(sorted(stale))
+    def sum_every_line(self) -> None:
+        """Recompute the prefix sums of every row and column: the running sums of `link_cost`
+        (a link below capacity costs its base × 1.0, so only the others are multiplied)."""
+        for k in range(len(DIRS)):
+            cost = self.base[k].copy()
+            used = self.usage[k] >= self.cap
+            cost[used] *= 1.0 + self.pres * (self.usage[k][used] + 1 - self.cap)
             if k < 2:
-                self.prefix[k][lines, 1:] = np.cumsum(self.link_cost((k, lines)), axis=1)
-            else:  # numpy puts the lines first: the index's array axes go in front of the slice
-                cost = self.link_cost((k, slice(None), lines))
-                self.prefix[k][1:, lines] = np.cumsum(cost, axis=1).T
-            stale.clear()
+                np.cumsum(cost, axis=1, out=self.prefix[k][:, 1:])
+            else:
+                np.cumsum(cost, axis=0, out=self.prefix[k][1:])
 
     def link_ids(self, path: Sequence[Point]) -> list[int]:
         """Ids of the links a path of unit steps takes."""
@@ -275,23 +249,13 @@ class _Negotiation:
         k, y, x = np.unravel_index(link, self.usage.shape)
         return (int(x) + self.x0, int(y) + self.y0), DIRS[k]
 
-    def commit(self, ids: list[int], delta: int) -> None:
-        """Add (delta=+1) or rip up (delta=−1) a lane by its link ids; their lines go stale."""
-        self.flat[ids] += delta
-        hw = self.H * self.W
-        for link in ids:
-            k, at = divmod(link, hw)
-            self.stale[k].add(at // self.W if k < 2 else at % self.W)
-
-    def hcost(self, y: Coords, xa: Coords, xb: Coords) -> np.ndarray:
-        """Cost of running along row(s) y from column xa to xb (either way); vectorised."""
-        pe, pw = self.prefix[0], self.prefix[1]
-        return np.where(xb >= xa, pe[y, xb] - pe[y, xa], pw[y, xa + 1] - pw[y, xb + 1])
-
-    def vcost(self, x: Coords, ya: Coords, yb: Coords) -> np.ndarray:
-        """Cost of running along column(s) x from row ya to yb (either way); vectorised."""
-        ps, pn = self.prefix[2], self.prefix[3]
-        return np.where(yb >= ya, ps[yb, x] - ps[ya, x], pn[ya + 1, x] - pn[yb + 1, x])
+    def commit(self, ids: Sequence[int], delta: int) -> None:
+        """Add (delta=+1) or rip up (delta=−1) a lane by its link ids (each once) and recompute
+        the prefix sums of the rows and columns they are on."""
+        self.compiled.commit(
+            self.usage, self.base, self.cap, self.pres, *self.prefix,
+            np.asarray(ids, np.int64), delta,
+        )  # fmt: skip
 
     def best_path(
         self, s: Point, t: Point, hvh_first: bool, shut: np.ndarray = _NONE
@@ -330,30 +294,15 @@ class _Negotiation:
         Ties go to the family named by `hvh_first`, then to the smallest jog coordinate; with
         `_lane_order` this nests the lanes of one flow instead of crossing them.
         """
-        self.flush()
         box, near = self.window(s, t, shut)
         (x1, y1), (x2, y2) = self.local(s), self.local(t)
-        cs, rs = np.arange(box[0], box[2] + 1), np.arange(box[1], box[3] + 1)
-        hvh = self.hcost(y1, x1, cs) + self.vcost(cs, y1, y2) + self.hcost(y2, cs, x2)
-        vhv = self.vcost(x1, y1, rs) + self.hcost(rs, x1, x2) + self.vcost(x2, rs, y2)
-        if len(near):
-            hvh = hvh + self.toll * (
-                _inside(near, x1, cs, y1, False)
-                + _inside(near, y1, y2, cs, True)
-                + _inside(near, cs, x2, y2, False)
-            )
-            vhv = vhv + self.toll * (
-                _inside(near, y1, rs, x1, True)
-                + _inside(near, x1, x2, rs, False)
-                + _inside(near, rs, y2, x2, True)
-            )
-        i, j = int(np.argmin(hvh)), int(np.argmin(vhv))
-        if hvh[i] < vhv[j] or (hvh[i] == vhv[j] and hvh_first):
-            c = int(cs[i])
-            corners = [(x1, y1), (c, y1), (c, y2), (x2, y2)]
+        family, jog = self.compiled.pattern(
+            *self.prefix, self.toll, near if len(near) else _NONE, *box, x1, y1, x2, y2, hvh_first
+        )
+        if family == 0:
+            corners = [(x1, y1), (jog, y1), (jog, y2), (x2, y2)]
         else:
-            r = int(rs[j])
-            corners = [(x1, y1), (x1, r), (x2, r), (x2, y2)]
+            corners = [(x1, y1), (x1, jog), (x2, jog), (x2, y2)]
         return _polyline([(x + self.x0, y + self.y0) for x, y in corners])
 
     def local(self, p: Point) -> Point:
@@ -428,9 +377,7 @@ class _Negotiation:
             self.refresh()
             return
         base[over] = 1.0 + hist[over] + self.into.reshape(-1)[over]
-        for k, stale in enumerate(self.stale):
-            stale.update(range(self.H if k < 2 else self.W))
-        self.flush()
+        self.sum_every_line()
 
 
 class _Progress:
