@@ -17,7 +17,7 @@ import wsecc.core.flow as flow
 from wsecc.place.greedy import place_greedy
 from wsecc.place.problem import PlaceFlow, PlaceKernel, Placement, PlacementProblem, Rect
 from wsecc.place.synthetic import chain_problem, transformer_problem
-from wsecc.route.compiled import _inside
+from wsecc.route.compiled import _inside, _link_inside
 from wsecc.route.problem import (
     STEPS,
     RoutedLane,
@@ -31,7 +31,6 @@ from wsecc.route.router import (
     DIRS,
     RouterOptions,
     Tolls,
-    _interior_links,
     _Negotiation,
     _path_inside,
     _polyline,
@@ -136,7 +135,7 @@ def _counting_iterations(monkeypatch) -> list[int]:
     negotiate = _Negotiation.negotiate
 
     def counted(self, hot):
-        calls.append(1)
+        calls.append(2 if hot else 1)  # 2: the colors phase (routers get history)
         return negotiate(self, hot)
 
     monkeypatch.setattr(_Negotiation, "negotiate", counted)
@@ -145,7 +144,9 @@ def _counting_iterations(monkeypatch) -> list[int]:
 
 def test_a_negotiation_that_does_not_converge_stops_early(monkeypatch):
     """3 colors cannot route a chain where 4 lanes meet at a router: the colors over budget
-    stop falling, and the router gives up long before its 40 iterations, naming a router."""
+    stop falling, and the router gives up before its 40 iterations, naming a router, one
+    iteration past the stall window of the colors phase (whose iterations give routers
+    history, `negotiate(hot)` with hot routers)."""
     problem = chain_problem(24, width=120, height=120, alt_shapes=True)
     placement = place_greedy(problem)
     rp = make_routing_problem(
@@ -155,7 +156,8 @@ def test_a_negotiation_that_does_not_converge_stops_early(monkeypatch):
     opts = RouterOptions()
     with pytest.raises(RoutingError, match=r"^cannot route within 3 colors: .*router \("):
         route(rp, placement, opts)
-    assert len(calls) <= opts.max_iterations // 2
+    assert len(calls) < opts.max_iterations
+    assert calls.count(2) == opts.stall_window  # the colors phase's 9th iteration stops it
 
 
 def test_a_negotiation_that_converges_slowly_still_routes(monkeypatch):
@@ -359,7 +361,7 @@ def test_lanes_go_around_a_region_that_has_no_room_for_them(room, crosses):
 @settings(max_examples=200, deadline=None)
 def test_toll_counts_agree_with_the_steps_a_path_takes_inside_regions(rects, start, turns):
     # a path of alternating horizontal and vertical runs; regions may overlap here (each is
-    # counted on its own, as `_interior_links` and `_inside` do)
+    # counted on its own, as `_link_inside` and `_inside` do)
     corners = [start]
     for k, to in enumerate(turns):
         x, y = corners[-1]
@@ -373,10 +375,9 @@ def test_toll_counts_agree_with_the_steps_a_path_takes_inside_regions(rects, sta
         )
         for x, y, w, h in rects
     ]
-    links = _interior_links(r, 20, 20)
     ids = {STEPS[d]: k for k, d in enumerate(STEPS)}
     on_grid = sum(
-        links[ids[(int(q[0] - p[0]), int(q[1] - p[1]))], p[1], p[0]]
+        _link_inside(r, ids[(int(q[0] - p[0]), int(q[1] - p[1]))], int(p[1]), int(p[0]))
         for p, q in zip(path[:-1], path[1:], strict=True)
     )
     assert on_grid == sum(inside)
@@ -678,3 +679,80 @@ def test_the_compiled_pattern_is_the_numpy_formulas_choice(seed, ends, hvh_first
     s, t = (3 + ends[0], 2 + ends[1] % 30), (3 + ends[2], 2 + ends[3] % 30)
     shut = np.array(closed, np.int64).reshape(-1, 4)
     assert net.pattern(s, t, hvh_first, shut) == _pattern_by_numpy(net, s, t, hvh_first, shut)
+
+
+def _window_dijkstra(net, s, t, shut):
+    """The cheapest cost from s to t over the lane's whole window by scipy's Dijkstra (no
+    target to stop at), each link costing `link_cost` plus the toll per closed region holding
+    both its routers; and a function giving a path's cost the same way."""
+    from scipy.sparse import coo_array
+    from scipy.sparse.csgraph import dijkstra
+
+    (x0, y0, x1, y1), near = net.window(s, t, shut)
+    w, h = x1 + 1 - x0, y1 + 1 - y0
+
+    def link(k, x, y):  # area coordinates
+        dx, dy = STEPS[DIRS[k]]
+        ends = [(x, y), (x + dx, y + dy)]
+        inside = sum(
+            all(rx <= a < rx + rw and ry <= b < ry + rh for a, b in ends)
+            for rx, ry, rw, rh in near.tolist()
+        )
+        return float(net.link_cost((k, y, x))) + net.toll * inside
+
+    rows, cols, costs = [], [], []
+    for y in range(y0, y1 + 1):
+        for x in range(x0, x1 + 1):
+            for k, (dx, dy) in enumerate(STEPS.values()):
+                if x0 <= x + dx <= x1 and y0 <= y + dy <= y1:
+                    rows.append((y - y0) * w + x - x0)
+                    cols.append((y + dy - y0) * w + x + dx - x0)
+                    costs.append(link(k, x, y))
+    graph = coo_array((costs, (rows, cols)), shape=(w * h, w * h)).tocsr()
+    (sx, sy), (tx, ty) = net.local(s), net.local(t)
+    dist = dijkstra(graph, indices=(sy - y0) * w + sx - x0)
+
+    def cost_of(path):
+        return sum(
+            link(DIRS.index(next(d for d, st_ in STEPS.items() if st_ == (b[0] - a[0], b[1] - a[1]))),
+                 *net.local(a))
+            for a, b in pairwise(path)
+        )  # fmt: skip
+
+    return float(dist[(ty - y0) * w + tx - x0]), cost_of
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    ends=st.tuples(*[st.integers(0, 24)] * 4),
+    pres=st.sampled_from([0.5, 1.5, 3.375]),
+    closed=st.lists(
+        st.tuples(st.integers(0, 30), st.integers(0, 20), st.integers(1, 9), st.integers(1, 9)),
+        max_size=3,
+    ),  # fmt: skip
+    slack=st.sampled_from([None, 0.0, 0.25, 3.0]),
+)
+@settings(max_examples=120, deadline=None)
+def test_the_search_stopping_at_its_target_costs_what_dijkstra_over_the_window_does(
+    seed, ends, pres, closed, slack
+):
+    """`maze_path` (A*, stopping at its target, over the part of the window within reach) finds
+    a path as cheap as scipy's Dijkstra over the lane's whole window, on random uneven costs
+    with closed regions and a toll; and, given a budget, returns a path exactly when the
+    cheapest costs less. The link costs here are multiples of 1/8, so every sum is exact."""
+    net = _uneven(seed, (3, 2, 32, 26), detour=3, hist=6)
+    net.pres, net.toll = pres, 1.0
+    net.refresh()
+    s, t = (3 + ends[0] % 32, 2 + ends[1]), (3 + ends[2] % 32, 2 + ends[3])
+    shut = np.array(closed, np.int64).reshape(-1, 4)
+    best, cost_of = _window_dijkstra(net, s, t, shut)
+    budget = float("inf") if slack is None else best + slack
+    path = net.maze_path(s, t, budget, shut)
+    if s == t or budget <= best:
+        assert path is None or s == t
+        return
+    assert path is not None and path[0] == s and path[-1] == t
+    (x0, y0, x1, y1), _ = net.window(s, t, shut)
+    assert all(x0 <= x - 3 <= x1 and y0 <= y - 2 <= y1 for x, y in path)  # inside the window
+    assert len(set(path)) == len(path)
+    assert cost_of(path) == best

@@ -18,6 +18,7 @@ later imports load them in a fraction of a second.
 
 from __future__ import annotations
 
+import heapq
 import os
 import tempfile
 from pathlib import Path
@@ -72,35 +73,55 @@ def _link_cost(base, usage, cap, pres, k, y, x):  # type: ignore[no-untyped-def]
 )
 def commit(usage, base, cap, pres, pe, pw, ps, pn, ids, delta):  # type: ignore[no-untyped-def]
     """Add `delta` lanes to the links `ids` (flat indices of the (4, H, W) grids, E W S N) and
-    recompute the prefix sums of each row (E, W) or column (S, N) whose links changed: `pe[y]`
-    = 0 then the running sum of row y's E link costs (`pw` W, `ps`/`pn` a column's S/N links,
-    along y), as `_Negotiation.flush` computes them."""
+    bring the prefix sums of each row (E, W) or column (S, N) whose links changed up to date,
+    from its first changed link on (the sums before it are unchanged: each is the running sum
+    from the line's start, as `sum_lines` computes it, so the result is the same to the bit)."""
     _, H, W = usage.shape
-    rows = np.zeros((2, H), np.bool_)
-    cols = np.zeros((2, W), np.bool_)
+    row_from = np.full((2, H), W, np.int64)  # first changed x per row; W: none
+    col_from = np.full((2, W), H, np.int64)  # first changed y per column; H: none
     for i in range(ids.size):
         k, at = divmod(ids[i], H * W)
         y, x = divmod(at, W)
         usage[k, y, x] += delta
         if k < 2:
-            rows[k, y] = True
+            row_from[k, y] = min(row_from[k, y], x)
         else:
-            cols[k - 2, x] = True
+            col_from[k - 2, x] = min(col_from[k - 2, x], y)
     for k in range(2):
         prefix = pe if k == 0 else pw
         for y in range(H):
-            if rows[k, y]:
-                acc = 0.0
-                for x in range(W):
-                    acc += _link_cost(base, usage, cap, pres, k, y, x)
-                    prefix[y, x + 1] = acc
+            acc = prefix[y, row_from[k, y]]
+            for x in range(row_from[k, y], W):
+                acc += _link_cost(base, usage, cap, pres, k, y, x)
+                prefix[y, x + 1] = acc
         prefix = ps if k == 0 else pn
         for x in range(W):
-            if cols[k, x]:
-                acc = 0.0
-                for y in range(H):
-                    acc += _link_cost(base, usage, cap, pres, k + 2, y, x)
-                    prefix[y + 1, x] = acc
+            acc = prefix[col_from[k, x], x]
+            for y in range(col_from[k, x], H):
+                acc += _link_cost(base, usage, cap, pres, k + 2, y, x)
+                prefix[y + 1, x] = acc
+
+
+@njit(types.void(_I3, _F3, _i64, _f64, _F2, _F2, _F2, _F2), nogil=True, cache=True)
+def sum_lines(usage, base, cap, pres, pe, pw, ps, pn):  # type: ignore[no-untyped-def]
+    """Every prefix sum: `pe[y, x + 1]` = the cost of row y's E links 0..x summed in order from
+    `pe[y, 0]` = 0 (`pw` W, along rows; `ps`, `pn` S and N, down the columns, [y + 1, x]), as
+    `np.cumsum` of `_Negotiation.link_cost` sums them."""
+    _, H, W = usage.shape
+    for k in range(2):
+        prefix = pe if k == 0 else pw
+        for y in range(H):
+            acc = 0.0
+            for x in range(W):
+                acc += _link_cost(base, usage, cap, pres, k, y, x)
+                prefix[y, x + 1] = acc
+    for k in range(2):
+        prefix = ps if k == 0 else pn
+        for x in range(W):
+            prefix[0, x] = 0.0
+        for y in range(H):
+            for x in range(W):
+                prefix[y + 1, x] = prefix[y, x] + _link_cost(base, usage, cap, pres, k + 2, y, x)
 
 
 @njit(_f64(_F2, _F2, _i64, _i64, _i64), nogil=True, cache=True, inline="always")
@@ -175,3 +196,88 @@ def pattern(pe, pw, ps, pn, toll, near, bx0, by0, bx1, by1, x1, y1, x2, y2, hvh_
     if best_h < best_v or (best_h == best_v and hvh_first):
         return 0, arg_h
     return 1, arg_v
+
+
+# the link grids' directions, in `wsecc.route.router.DIRS` order: E, W, S, N
+_DX = np.array([1, -1, 0, 0], np.int64)
+_DY = np.array([0, 0, 1, -1], np.int64)
+
+
+@njit(_i64(_RECTS, _i64, _i64, _i64), nogil=True, cache=True)
+def _link_inside(rects, k, y, x):  # type: ignore[no-untyped-def]
+    """The rectangles of `rects` (rows x, y, w, h) holding both routers of link (k, y, x): the
+    toll steps it counts for, as `wsecc.route.router._path_inside` per rectangle."""
+    ax, ay = x + _DX[k], y + _DY[k]
+    n = 0
+    for r in range(rects.shape[0]):
+        rx, ry, rw, rh = rects[r, 0], rects[r, 1], rects[r, 2], rects[r, 3]
+        if rx <= min(x, ax) and max(x, ax) < rx + rw and ry <= min(y, ay) and max(y, ay) < ry + rh:
+            n += 1
+    return n
+
+
+@njit(
+    types.Tuple((types.Array(types.int64, 1, "C"), _f64))(
+        _F3, _I3, _i64, _f64, _f64, _RECTS, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _f64
+    ),
+    nogil=True,
+    cache=True,
+)
+def astar(base, usage, cap, pres, toll, near, bx, by, bw, bh, sx, sy, tx, ty, cost_to_beat):  # type: ignore[no-untyped-def]
+    """The cheapest path from (sx, sy) to (tx, ty) inside the box (bx, by, bw, bh) of the link
+    grids (area coordinates), if it costs less than `cost_to_beat`: (its PEs as box-local ids
+    y·bw + x, from source to target; its cost), or (no PEs, inf).
+
+    A link costs as in `commit` (`_link_cost`) plus `toll` per rectangle of `near` holding both
+    its routers (`_link_inside`). Every link costs at least 1, so the Manhattan distance to the
+    target is a consistent heuristic: each PE is settled once, the first path to settle the
+    target is a cheapest one, and no PE whose cost plus distance reaches `cost_to_beat` is
+    queued. Why A* and not scipy's Dijkstra: the search stops at its target, where Dijkstra
+    settles every PE its limit allows (91% of each window on Llama 3.1 8B generate,
+    bench/RESULTS.md, issue 34). Ties between equal cost plus distance go to the PE nearer
+    the target, then to the lower id: a fixed order, so the path is deterministic.
+    """
+    n = bw * bh
+    g = np.full(n, np.inf)
+    pred = np.full(n, -1, np.int64)
+    done = np.zeros(n, np.bool_)
+    src, dst = (sy - by) * bw + (sx - bx), (ty - by) * bw + (tx - bx)
+    g[src] = 0.0
+    heap = [(float(abs(sx - tx) + abs(sy - ty)), abs(sx - tx) + abs(sy - ty), src)]
+    while heap:
+        f, _, v = heapq.heappop(heap)
+        if done[v]:
+            continue
+        if f >= cost_to_beat:
+            break
+        if v == dst:
+            steps = 0
+            u = v
+            while u != src:
+                u = pred[u]
+                steps += 1
+            path = np.empty(steps + 1, np.int64)
+            u = v
+            for i in range(steps, -1, -1):
+                path[i] = u
+                u = pred[u]
+            return path, g[v]
+        done[v] = True
+        x, y = v % bw + bx, v // bw + by
+        for k in range(4):
+            ax, ay = x + _DX[k], y + _DY[k]
+            if ax < bx or ax >= bx + bw or ay < by or ay >= by + bh:
+                continue
+            u = (ay - by) * bw + (ax - bx)
+            if done[u]:
+                continue
+            c = _link_cost(base, usage, cap, pres, k, y, x)
+            if near.shape[0]:
+                c = c + toll * _link_inside(near, k, y, x)
+            gu = g[v] + c
+            hu = abs(ax - tx) + abs(ay - ty)
+            if gu < g[u] and gu + hu < cost_to_beat:
+                g[u] = gu
+                pred[u] = v
+                heapq.heappush(heap, (gu + hu, hu, u))  # (f, h, PE): ties as in the docstring
+    return np.empty(0, np.int64), np.inf

@@ -46,7 +46,6 @@ Deterministic: no randomness, fixed orders, argmin ties to the first pattern.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,8 +54,6 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
-from scipy.sparse import csr_array
-from scipy.sparse.csgraph import dijkstra
 
 from wsecc.place.problem import Placement
 from wsecc.route.problem import (
@@ -132,19 +129,6 @@ def _path_inside(rects: np.ndarray, path: np.ndarray) -> int:
     px, py = path[:, :1], path[:, 1:]
     inside = (x <= px) & (px < x + w) & (y <= py) & (py < y + h)
     return int((inside[:-1] & inside[1:]).any(-1).sum())
-
-
-def _interior_links(rects: np.ndarray, h: int, w: int) -> np.ndarray:
-    """(4, h, w) counts, indexed like the link grids (direction in DIRS, y, x): the links
-    between two routers of one of `rects` (rows x, y, w, h, window coordinates)."""
-    out = np.zeros((len(DIRS), h, w))
-    for rx, ry, rw, rh in rects.tolist():
-        rows, cols = slice(max(0, ry), max(0, ry + rh)), slice(max(0, rx), max(0, rx + rw))
-        out[0, rows, max(0, rx) : max(0, rx + rw - 1)] += 1  # E: from x to x + 1
-        out[1, rows, max(0, rx + 1) : max(0, rx + rw)] += 1  # W: from x to x − 1
-        out[2, max(0, ry) : max(0, ry + rh - 1), cols] += 1  # S: from y to y + 1
-        out[3, max(0, ry + 1) : max(0, ry + rh), cols] += 1  # N: from y to y − 1
-    return out
 
 
 def _meeting(rects: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
@@ -226,15 +210,8 @@ class _Negotiation:
 
     def sum_every_line(self) -> None:
         """Recompute the prefix sums of every row and column: the running sums of `link_cost`
-        (a link below capacity costs its base × 1.0, so only the others are multiplied)."""
-        for k in range(len(DIRS)):
-            cost = self.base[k].copy()
-            used = self.usage[k] >= self.cap
-            cost[used] *= 1.0 + self.pres * (self.usage[k][used] + 1 - self.cap)
-            if k < 2:
-                np.cumsum(cost, axis=1, out=self.prefix[k][:, 1:])
-            else:
-                np.cumsum(cost, axis=0, out=self.prefix[k][1:])
+        (`wsecc.route.compiled.sum_lines`)."""
+        self.compiled.sum_lines(self.usage, self.base, self.cap, self.pres, *self.prefix)
 
     def link_ids(self, path: Sequence[Point]) -> list[int]:
         """Ids of the links a path of unit steps takes."""
@@ -317,45 +294,28 @@ class _Negotiation:
         """The cheapest path from s to t within the lane's window, the closed regions (`shut`)
         charged their toll, if it costs less than `cost_to_beat`; else None.
 
-        A*: scipy's Dijkstra over the window's grid graph with reduced link costs
-        c(u→v) − h(u) + h(v), h = Manhattan distance to t. Every link costs at least 1, so h is
-        consistent, reduced costs are ≥ 0, and the search stops at PEs with
-        g + h ≥ cost_to_beat.
+        A* to t (`wsecc.route.compiled.astar`), h = the Manhattan distance to t: every link
+        costs at least 1, so h is consistent; the search stops when it settles t and never
+        queues a PE with g + h ≥ cost_to_beat. Its box is the part of the window within reach
+        (`_within_reach`): the PEs a cheaper path may pass.
         """
         box, near = self.window(s, t, shut)
         (sx, sy), (tx, ty) = self.local(s), self.local(t)
-        box = _within_reach(box, (sx, sy), (tx, ty), cost_to_beat)
-        x0, y0 = box[0], box[1]
-        w, h = box[2] + 1 - x0, box[3] + 1 - y0
-        cost = self.link_cost((slice(None), slice(y0, y0 + h), slice(x0, x0 + w)))
-        if len(near):
-            cost = cost + self.toll * _interior_links(near - [x0, y0, 0, 0], h, w)
-        (sx, sy), (tx, ty) = (sx - x0, sy - y0), (tx - x0, ty - y0)  # window coordinates
-        # h(v) − h(u) is ±1: along a row it depends on the column only, along a column on the row
-        xs, ys = np.arange(w), np.arange(h)
-        east, west = (np.abs(xs + d - tx) - np.abs(xs - tx) for d in (1, -1))
-        south, north = (np.abs(ys + d - ty) - np.abs(ys - ty) for d in (1, -1))
-        reduced = np.stack(
-            [cost[0] + east, cost[1] + west, cost[2] + south[:, None], cost[3] + north[:, None]],
-            axis=-1,
-        )
-        nbr, indptr = _grid_graph(h, w)
-        graph = csr_array((reduced.reshape(-1), nbr.copy(), indptr.copy()), shape=(w * h, w * h))
-        src, dst, h_src = sy * w + sx, ty * w + tx, abs(sx - tx) + abs(sy - ty)
-        # max(0, ·): a pattern's summed cost can round a hair below its length
-        limit = max(0.0, cost_to_beat - h_src)
-        dist, pred = dijkstra(graph, indices=src, limit=limit, return_predecessors=True)
-        if not dist[dst] + h_src < cost_to_beat:
+        x0, y0, x1, y1 = _within_reach(box, (sx, sy), (tx, ty), cost_to_beat)
+        w = x1 + 1 - x0
+        path, _ = self.compiled.astar(
+            self.base, self.usage, self.cap, self.pres, self.toll, near if len(near) else _NONE,
+            x0, y0, w, y1 + 1 - y0, sx, sy, tx, ty, float(cost_to_beat),
+        )  # fmt: skip
+        if not len(path):
             return None
-        path = [dst]
-        while path[-1] != src:
-            path.append(int(pred[path[-1]]))
         ox, oy = self.x0 + x0, self.y0 + y0
-        return tuple((ox + v % w, oy + v // w) for v in reversed(path))
+        return tuple((ox + v % w, oy + v // w) for v in path.tolist())
 
     def overuse(self) -> int:
         """Lanes beyond capacity, summed over the links."""
-        return int(np.maximum(0, self.usage - self.cap).sum())
+        over = np.flatnonzero(self.flat > self.cap)
+        return int((self.flat[over] - self.cap).sum())
 
     def overused(self) -> set[int]:
         """Ids of the links carrying more than `capacity` lanes."""
@@ -452,10 +412,10 @@ def _within_reach(
     """The part of `box` (x0, y0, x1, y1, inclusive) where a path from s to t costing less than
     `cost_to_beat` may go: every link costs at least 1, so a path through a PE d columns (or
     rows) outside the bounding box of s and t is at least 2·d longer than their Manhattan
-    distance. `maze_path` searches this part only: scipy's Dijkstra does work for every PE of
-    its graph, and a lane's window (its bounding box grown by `RouterOptions.detour`) is often
-    wider than any path that could beat the pattern; the PEs left out are those its search
-    would never reach, so the path found is the same."""
+    distance. `maze_path` searches this part only: its search allocates its arrays for every
+    PE of its box, and a lane's window (its bounding box grown by `RouterOptions.detour`) is
+    often wider than any path that could beat the pattern; the PEs left out are those its
+    search would never queue, so the path found is the same."""
     slack = max(0.0, cost_to_beat - abs(s[0] - t[0]) - abs(s[1] - t[1]))
     if not math.isfinite(slack):
         return box
@@ -466,18 +426,6 @@ def _within_reach(
         min(box[2], max(s[0], t[0]) + d),
         min(box[3], max(s[1], t[1]) + d),
     )
-
-
-@functools.lru_cache(maxsize=256)
-def _grid_graph(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR column indices and row pointers of the h × w grid's links, node y·w + x, its 4
-    links in DIRS order (`maze_path` copies them: scipy may sort a graph's indices in place).
-    A link leaving the grid is a self-loop, which no search takes."""
-    node = np.arange(w * h).reshape(h, w)
-    nbr = node[..., None] + np.array([dx + dy * w for dx, dy in STEPS.values()])
-    nbr[:, -1, 0], nbr[:, 0, 1] = node[:, -1], node[:, 0]  # E, W
-    nbr[-1, :, 2], nbr[0, :, 3] = node[-1], node[0]  # S, N
-    return nbr.reshape(-1), np.arange(0, nbr.size + 1, len(DIRS))
 
 
 def _polyline(corners: list[Point]) -> tuple[Point, ...]:
