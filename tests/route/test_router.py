@@ -756,3 +756,81 @@ def test_the_search_stopping_at_its_target_costs_what_dijkstra_over_the_window_d
     assert all(x0 <= x - 3 <= x1 and y0 <= y - 2 <= y1 for x, y in path)  # inside the window
     assert len(set(path)) == len(path)
     assert cost_of(path) == best
+
+
+def _scipy_maze_path(net, s, t, cost_to_beat, shut):
+    """The search `maze_path` made before it was compiled: scipy's Dijkstra over the reduced
+    link costs of the part of the window within reach, each PE's links in E, W, S, N order
+    (a link leaving the box a self-loop), with the limit cost_to_beat − h(s)."""
+    from scipy.sparse import csr_array
+    from scipy.sparse.csgraph import dijkstra
+
+    from wsecc.route.router import _within_reach
+
+    box, near = net.window(s, t, shut)
+    (sx, sy), (tx, ty) = net.local(s), net.local(t)
+    x0, y0, x1, y1 = _within_reach(box, (sx, sy), (tx, ty), cost_to_beat)
+    w, h = x1 + 1 - x0, y1 + 1 - y0
+    cost = net.link_cost((slice(None), slice(y0, y0 + h), slice(x0, x0 + w)))
+    if len(near):
+        inside = np.zeros_like(cost)
+        for k in range(4):
+            for y in range(h):
+                for x in range(w):
+                    inside[k, y, x] = _link_inside(near, k, y + y0, x + x0)
+        cost = cost + net.toll * inside
+    sx, sy, tx, ty = sx - x0, sy - y0, tx - x0, ty - y0
+    xs, ys = np.arange(w), np.arange(h)
+    east, west = (np.abs(xs + d - tx) - np.abs(xs - tx) for d in (1, -1))
+    south, north = (np.abs(ys + d - ty) - np.abs(ys - ty) for d in (1, -1))
+    reduced = np.stack(
+        [cost[0] + east, cost[1] + west, cost[2] + south[:, None], cost[3] + north[:, None]],
+        axis=-1,
+    )
+    node = np.arange(w * h).reshape(h, w)
+    nbr = node[..., None] + np.array([dx + dy * w for dx, dy in STEPS.values()])
+    nbr[:, -1, 0], nbr[:, 0, 1], nbr[-1, :, 2], nbr[0, :, 3] = (
+        node[:, -1],
+        node[:, 0],
+        node[-1],
+        node[0],
+    )
+    graph = csr_array((reduced.reshape(-1), nbr.reshape(-1), np.arange(0, nbr.size + 1, 4)),
+                      shape=(w * h, w * h))  # fmt: skip
+    src, dst, h_src = sy * w + sx, ty * w + tx, abs(sx - tx) + abs(sy - ty)
+    dist, pred = dijkstra(graph, indices=src, limit=max(0.0, cost_to_beat - h_src),
+                          return_predecessors=True)  # fmt: skip
+    if not dist[dst] + h_src < cost_to_beat:
+        return None
+    path = [dst]
+    while path[-1] != src:
+        path.append(int(pred[path[-1]]))
+    return tuple((net.x0 + x0 + v % w, net.y0 + y0 + v // w) for v in reversed(path))
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    ends=st.tuples(*[st.integers(0, 24)] * 4),
+    flat=st.booleans(),
+    closed=st.lists(
+        st.tuples(st.integers(0, 30), st.integers(0, 20), st.integers(1, 9), st.integers(1, 9)),
+        max_size=2,
+    ),  # fmt: skip
+    slack=st.sampled_from([None, 0.5, 4.0]),
+)
+@settings(max_examples=100, deadline=None)
+def test_the_search_takes_the_path_scipys_dijkstra_takes(seed, ends, flat, closed, slack):
+    """`maze_path` stops at its target, yet returns the very path scipy's Dijkstra over the
+    whole reduced-cost graph returns, equal-cost ties included (which keeps every routing the
+    same as before the search was compiled): on costs that tie everywhere (`flat`) and on
+    uneven ones, with closed regions and a toll, with and without a budget."""
+    net = _uneven(seed, (3, 2, 32, 26), detour=3, hist=1 if flat else 5)
+    if flat:
+        net.usage[:] = 0
+    net.pres, net.toll = 1.5, 1.0
+    net.refresh()
+    s, t = (3 + ends[0] % 32, 2 + ends[1]), (3 + ends[2] % 32, 2 + ends[3])
+    shut = np.array(closed, np.int64).reshape(-1, 4)
+    free = float(abs(s[0] - t[0]) + abs(s[1] - t[1]))
+    budget = float("inf") if slack is None else free * 1.5 + slack
+    assert net.maze_path(s, t, budget, shut) == _scipy_maze_path(net, s, t, budget, shut)

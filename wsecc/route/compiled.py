@@ -225,61 +225,62 @@ def _link_inside(rects, k, y, x):  # type: ignore[no-untyped-def]
     nogil=True,
     cache=True,
 )
-def astar(base, usage, cap, pres, toll, near, bx, by, bw, bh, sx, sy, tx, ty, cost_to_beat):  # type: ignore[no-untyped-def]
+def search_to(base, usage, cap, pres, toll, near, bx, by, bw, bh, sx, sy, tx, ty, cost_to_beat):  # type: ignore[no-untyped-def]
     """The cheapest path from (sx, sy) to (tx, ty) inside the box (bx, by, bw, bh) of the link
     grids (area coordinates), if it costs less than `cost_to_beat`: (its PEs as box-local ids
     y·bw + x, from source to target; its cost), or (no PEs, inf).
 
-    A link costs as in `commit` (`_link_cost`) plus `toll` per rectangle of `near` holding both
-    its routers (`_link_inside`). Every link costs at least 1, so the Manhattan distance to the
-    target is a consistent heuristic: each PE is settled once, the first path to settle the
-    target is a cheapest one, and no PE whose cost plus distance reaches `cost_to_beat` is
-    queued. Why A* and not scipy's Dijkstra: the search stops at its target, where Dijkstra
-    settles every PE its limit allows (91% of each window on Llama 3.1 8B generate,
-    bench/RESULTS.md, issue 34). Ties between equal cost plus distance go to the PE nearer
-    the target, then to the lower id: a fixed order, so the path is deterministic.
+    A*, as Dijkstra over reduced link costs c(u→v) − h(u) + h(v) with h the Manhattan distance
+    to the target: every link costs at least 1, so reduced costs are ≥ 0. A link costs as in
+    `commit` (`_link_cost`) plus `toll` per rectangle of `near` holding both its routers
+    (`_link_inside`). It is the search `_Negotiation.maze_path` made with scipy's
+    `dijkstra` (1.17, `_shortest_path.pyx`: a priority queue of (distance, PE), the nearest
+    first and, among equally near, the highest PE id; a PE's links scanned E, W, S, N; a PE
+    queued again only when its distance falls, and never beyond the limit cost_to_beat −
+    h(source)), step for step, so it returns the same path; but it stops when it settles the
+    target, where scipy's settles every PE within the limit (91% of each window on Llama 3.1
+    8B generate, bench/RESULTS.md, issue 34). A settled PE's predecessor never changes again
+    (costs are not negative), so stopping there leaves the path as it is.
     """
     n = bw * bh
-    g = np.full(n, np.inf)
+    dist = np.full(n, np.inf)
     pred = np.full(n, -1, np.int64)
-    done = np.zeros(n, np.bool_)
     src, dst = (sy - by) * bw + (sx - bx), (ty - by) * bw + (tx - bx)
-    g[src] = 0.0
-    heap = [(float(abs(sx - tx) + abs(sy - ty)), abs(sx - tx) + abs(sy - ty), src)]
+    h_src = abs(sx - tx) + abs(sy - ty)
+    limit = max(0.0, cost_to_beat - h_src)
+    dist[src] = 0.0
+    heap = [(0.0, -src)]  # (distance, −PE): heapq's least is scipy's queue's top
     while heap:
-        f, _, v = heapq.heappop(heap)
-        if done[v]:
-            continue
-        if f >= cost_to_beat:
-            break
+        d, neg = heapq.heappop(heap)
+        v = -neg
+        if dist[v] < d:
+            continue  # queued again since, nearer: settled then
         if v == dst:
-            steps = 0
-            u = v
-            while u != src:
-                u = pred[u]
-                steps += 1
-            path = np.empty(steps + 1, np.int64)
-            u = v
-            for i in range(steps, -1, -1):
-                path[i] = u
-                u = pred[u]
-            return path, g[v]
-        done[v] = True
+            break
         x, y = v % bw + bx, v // bw + by
         for k in range(4):
             ax, ay = x + _DX[k], y + _DY[k]
             if ax < bx or ax >= bx + bw or ay < by or ay >= by + bh:
-                continue
-            u = (ay - by) * bw + (ax - bx)
-            if done[u]:
-                continue
+                continue  # scipy's graph has a self-loop here, which never shortens a path
             c = _link_cost(base, usage, cap, pres, k, y, x)
             if near.shape[0]:
                 c = c + toll * _link_inside(near, k, y, x)
-            gu = g[v] + c
-            hu = abs(ax - tx) + abs(ay - ty)
-            if gu < g[u] and gu + hu < cost_to_beat:
-                g[u] = gu
+            next_val = d + (c + ((abs(ax - tx) - abs(x - tx)) + (abs(ay - ty) - abs(y - ty))))
+            u = (ay - by) * bw + (ax - bx)
+            if next_val <= limit and dist[u] > next_val:
+                dist[u] = next_val
+                heapq.heappush(heap, (next_val, -u))
                 pred[u] = v
-                heapq.heappush(heap, (gu + hu, hu, u))  # (f, h, PE): ties as in the docstring
-    return np.empty(0, np.int64), np.inf
+    if not dist[dst] + h_src < cost_to_beat:
+        return np.empty(0, np.int64), np.inf
+    steps = 0
+    u = dst
+    while u != src:
+        u = pred[u]
+        steps += 1
+    path = np.empty(steps + 1, np.int64)
+    u = dst
+    for i in range(steps, -1, -1):
+        path[i] = u
+        u = pred[u]
+    return path, dist[dst] + h_src

@@ -294,16 +294,17 @@ class _Negotiation:
         """The cheapest path from s to t within the lane's window, the closed regions (`shut`)
         charged their toll, if it costs less than `cost_to_beat`; else None.
 
-        A* to t (`wsecc.route.compiled.astar`), h = the Manhattan distance to t: every link
-        costs at least 1, so h is consistent; the search stops when it settles t and never
-        queues a PE with g + h ≥ cost_to_beat. Its box is the part of the window within reach
-        (`_within_reach`): the PEs a cheaper path may pass.
+        A* (`wsecc.route.compiled.search_to`): Dijkstra over reduced link costs
+        c(u→v) − h(u) + h(v), h = Manhattan distance to t. Every link costs at least 1, so h is
+        consistent, reduced costs are ≥ 0, and no PE with g + h > cost_to_beat is queued. It
+        takes scipy's Dijkstra's steps and ties (so the same path), but stops at t. Its box is
+        the part of the window within reach (`_within_reach`): the PEs a cheaper path may pass.
         """
         box, near = self.window(s, t, shut)
         (sx, sy), (tx, ty) = self.local(s), self.local(t)
         x0, y0, x1, y1 = _within_reach(box, (sx, sy), (tx, ty), cost_to_beat)
         w = x1 + 1 - x0
-        path, _ = self.compiled.astar(
+        path, _ = self.compiled.search_to(
             self.base, self.usage, self.cap, self.pres, self.toll, near if len(near) else _NONE,
             x0, y0, w, y1 + 1 - y0, sx, sy, tx, ty, float(cost_to_beat),
         )  # fmt: skip
