@@ -630,8 +630,9 @@ def _legal(problem: RoutingProblem, placement: Placement, routing: Routing) -> b
     at_color = router * budget + color
     # no conflict: every lane of one color at one router has one (flow, configuration)
     config = (flow * 5 + came) * 5 + code
-    classes, _ = _runs(at_color * (int(config.max()) + 1) + config)  # (at_color, config) pairs
-    if (_runs(classes // (int(config.max()) + 1))[1] > 1).any():
+    span = int(config.max(initial=0)) + 1
+    classes, _ = _runs(at_color * span + config)  # (router and color, configuration) pairs
+    if (_runs(classes // span)[1] > 1).any():
         return False
     # colors per router are at most `budget` since every color is below it; links within capacity
     on_link = ~last
