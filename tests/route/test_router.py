@@ -834,3 +834,32 @@ def test_the_search_takes_the_path_scipys_dijkstra_takes(seed, ends, flat, close
     free = float(abs(s[0] - t[0]) + abs(s[1] - t[1]))
     budget = float("inf") if slack is None else free * 1.5 + slack
     assert net.maze_path(s, t, budget, shut) == _scipy_maze_path(net, s, t, budget, shut)
+
+
+def test_a_congested_routing_is_the_one_scipys_search_gave(monkeypatch):
+    """The congested chain (its negotiation takes hundreds of maze searches) routes with 24
+    colors, and fails over 3 with its lanes at the same ends, exactly as when every search was
+    scipy's Dijkstra over the reduced-cost graph (`_scipy_maze_path`): the compiled search that
+    stops at its target changed how long routing takes, not what it routes."""
+    rp, placement = _congested()
+    roomy = replace(rp, color_budget=24)
+
+    def outcome(problem):
+        try:
+            return route(problem, placement).dumps()
+        except RoutingError as e:
+            return str(e), sorted(e.paths.items())
+
+    compiled = [outcome(roomy), outcome(rp)]
+    assert isinstance(compiled[0], str) and isinstance(compiled[1], tuple)
+
+    searches = []
+
+    def scipys(self, s, t, cost_to_beat, shut=None):
+        searches.append(1)
+        shut = np.zeros((0, 4), np.int64) if shut is None else shut
+        return _scipy_maze_path(self, s, t, cost_to_beat, shut)
+
+    monkeypatch.setattr(_Negotiation, "maze_path", scipys)
+    assert compiled == [outcome(roomy), outcome(rp)]
+    assert len(searches) > 100
