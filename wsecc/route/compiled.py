@@ -1,5 +1,6 @@
 """The router's inner loops, compiled with numba: committing a lane to the link grids (with the
-prefix sums of the lines it changed) and choosing a lane's cheapest pattern.
+prefix sums of the lines it changed), choosing a lane's cheapest pattern, and the maze search
+(`search_to`: scipy's Dijkstra over reduced costs, step for step, stopped at the target).
 
 Why compiled: the negotiation routes a lane thousands of times a call (6,803 routes of a lane
 in the two calls of Llama 3.1 8B generate, bench/RESULTS.md, issue 34), and each route's work
@@ -9,13 +10,14 @@ and numpy each costs more in per-call overhead than in arithmetic.
 The arithmetic is that of the numpy expressions in `wsecc.route.router._Negotiation` it
 replaces, operation for operation (a link's cost base × (1 + pres · overuse-if-added); prefix
 sums as running sums from the line's start, as `np.cumsum`; a pattern's cost as the sum of its
-three segments' prefix differences, then its toll), so the results are bit-identical.
+three segments' prefix differences, then its toll; the search's queue order and ties), so the
+results are bit-identical.
 
 Each exported function has one signature, compiled when this module is first imported after
 an install and cached in the user's cache directory (`_cache_dir`, the one `wsecc.sim.compiled`
-uses); later imports load them in a fraction of a second. The helpers have none: they are
+uses): 4.4 s of CPU the first time on this 2-core machine. The helpers have none: they are
 compiled into the functions that call them. Loading the four from the cache, numba's import
-included, takes about 0.6 s of CPU (measured on this 2-core machine), once per process.
+included, takes about 0.6 s of CPU (measured on the same machine), once per process.
 """
 
 from __future__ import annotations
