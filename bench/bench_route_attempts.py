@@ -5,7 +5,7 @@ could have known.
 
 Runs `wsecc compile MODEL OPTIONS -o TMP` in this process with `wsecc.core.flow`'s `route`
 wrapped, and prints one markdown row per call: its CPU seconds (`time.process_time`, so the
-load on a shared machine does not count), the lanes, how many came warm (from the attempt
+load on a shared machine does not count) and wall seconds (which it does), the lanes, how many came warm (from the attempt
 before), the negotiation's iterations with the link overuse after each, how it ended, and the
 boundaries `wsecc.route.router.cut_shortfalls` finds short of links before any search (with
 its own CPU seconds). `--cold`: every warm-started call is routed again from nothing (no
@@ -26,15 +26,20 @@ from wsecc import cli
 from wsecc.route.problem import Point, Routing, RoutingError
 
 
-def _attempt(args: tuple[Any, ...], kwargs: dict[str, Any], overuse: list[int]) -> str:
-    """Route once, `overuse` filled with the link overuse at each iteration's end; how it ended."""
+def _attempt(
+    args: tuple[Any, ...], kwargs: dict[str, Any], overuse: list[int]
+) -> tuple[str, float, float]:
+    """Route once, `overuse` filled with the link overuse at each iteration's end: how it ended,
+    and the CPU and wall seconds it took."""
     overuse.clear()
+    t0, w0 = time.process_time(), time.perf_counter()
     try:
         routing = router.route(*args, **kwargs)
+        length = sum(len(ln.path) - 1 for ln in routing.lanes)
+        ended = f"routes: {routing.iterations} iterations, lane length {length:,}"
     except RoutingError as e:
-        return f"fails: {str(e)[:70]}...; narrows {len(set(e.flows))} flows"
-    length = sum(len(ln.path) - 1 for ln in routing.lanes)
-    return f"routes: {routing.iterations} iterations, lane length {length:,}"
+        ended = f"fails: {str(e)[:70]}...; narrows {len(set(e.flows))} flows"
+    return ended, time.process_time() - t0, time.perf_counter() - w0
 
 
 def main() -> None:
@@ -62,32 +67,30 @@ def main() -> None:
     flow.route = router.route  # type: ignore[attr-defined]
     router._Negotiation.negotiate = recording  # type: ignore[method-assign, assignment]
     print(
-        "| call | lanes | warm | CPU s | iterations: link overuse after each | ended "
+        "| call | lanes | warm | CPU s | wall s | iterations: link overuse after each | ended "
         "| short boundaries (check CPU s) |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for n, (args, kwargs) in enumerate(calls, 1):
         rp, placement = args[0], args[1]
         warm = kwargs.get("warm") or {}
-        t0 = time.process_time()
-        ended = _attempt(args, kwargs, overuse)
-        cpu = time.process_time() - t0
+        ended, cpu, wall = _attempt(args, kwargs, overuse)
         trace = ", ".join(f"{o:,}" for o in overuse)
         t0 = time.process_time()
         short = router.cut_shortfalls(rp, placement, kwargs.get("options"), kwargs.get("tolls"))
         check = time.process_time() - t0
         lanes = sum(f.lanes for f in rp.flows)
         print(
-            f"| {n} | {lanes:,} | {len(warm):,} | {cpu:.1f} | {len(overuse)}: {trace} | {ended} "
+            f"| {n} | {lanes:,} | {len(warm):,} | {cpu:.1f} | {wall:.1f} | {len(overuse)}: {trace} "
+            f"| {ended} "
             f"| {len(short)} ({check:.2f}) |"
         )
         if ns.cold and warm:
-            t0 = time.process_time()
-            ended = _attempt(args, {**kwargs, "warm": None}, overuse)
-            cpu = time.process_time() - t0
+            ended, cpu, wall = _attempt(args, {**kwargs, "warm": None}, overuse)
             trace = ", ".join(f"{o:,}" for o in overuse)
             print(
-                f"| {n}, cold | {lanes:,} | 0 | {cpu:.1f} | {len(overuse)}: {trace} | {ended} | |"
+                f"| {n}, cold | {lanes:,} | 0 | {cpu:.1f} | {wall:.1f} | {len(overuse)}: {trace} "
+                f"| {ended} | |"
             )
 
 

@@ -34,7 +34,7 @@ HEAVY = frozenset(
         "ray",  # optional (sweep --ray)
         "playwright",  # optional (viewer tests)
         "matplotlib",  # the PNGs only
-        "numba",  # the functional simulator only
+        "numba",  # the functional simulator and the router's inner loops only
         "ortools",  # the CP-SAT placer only (and the pandas it imports)
         "onnxscript",  # constant folding only
         "onnxruntime",  # the numerics checks only

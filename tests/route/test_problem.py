@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -297,3 +298,15 @@ def test_the_array_check_passes_exactly_the_routings_without_violations(routed, 
     problem, routing = routed
     altered = data.draw(_altered(routing))
     assert _legal(problem, PLACEMENT, altered) == (_violations(problem, PLACEMENT, altered) == [])
+
+
+@given(st.lists(st.integers(0, 2**40), max_size=60), st.integers(1, 5))
+@settings(max_examples=100, deadline=None)
+def test_runs_are_numpys_unique_with_counts(values, spread):
+    """`_runs` (one sort) gives the distinct values, ascending, and their counts, as
+    `np.unique(·, return_counts=True)` does; on repeats and on an empty array too."""
+    from wsecc.route.problem import _runs
+
+    keys = np.array([v // spread for v in values] * spread, np.int64)
+    got, want = _runs(keys), np.unique(keys, return_counts=True)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))

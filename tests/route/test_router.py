@@ -17,6 +17,7 @@ import wsecc.core.flow as flow
 from wsecc.place.greedy import place_greedy
 from wsecc.place.problem import PlaceFlow, PlaceKernel, Placement, PlacementProblem, Rect
 from wsecc.place.synthetic import chain_problem, transformer_problem
+from wsecc.route.compiled import _inside, _link_inside
 from wsecc.route.problem import (
     STEPS,
     RoutedLane,
@@ -30,8 +31,6 @@ from wsecc.route.router import (
     DIRS,
     RouterOptions,
     Tolls,
-    _inside,
-    _interior_links,
     _Negotiation,
     _path_inside,
     _polyline,
@@ -136,7 +135,7 @@ def _counting_iterations(monkeypatch) -> list[int]:
     negotiate = _Negotiation.negotiate
 
     def counted(self, hot):
-        calls.append(1)
+        calls.append(2 if hot else 1)  # 2: the colors phase (routers get history)
         return negotiate(self, hot)
 
     monkeypatch.setattr(_Negotiation, "negotiate", counted)
@@ -145,7 +144,9 @@ def _counting_iterations(monkeypatch) -> list[int]:
 
 def test_a_negotiation_that_does_not_converge_stops_early(monkeypatch):
     """3 colors cannot route a chain where 4 lanes meet at a router: the colors over budget
-    stop falling, and the router gives up long before its 40 iterations, naming a router."""
+    stop falling, and the router gives up before its 40 iterations, naming a router, one
+    iteration past the stall window of the colors phase (whose iterations give routers
+    history, `negotiate(hot)` with hot routers)."""
     problem = chain_problem(24, width=120, height=120, alt_shapes=True)
     placement = place_greedy(problem)
     rp = make_routing_problem(
@@ -155,7 +156,8 @@ def test_a_negotiation_that_does_not_converge_stops_early(monkeypatch):
     opts = RouterOptions()
     with pytest.raises(RoutingError, match=r"^cannot route within 3 colors: .*router \("):
         route(rp, placement, opts)
-    assert len(calls) <= opts.max_iterations // 2
+    assert len(calls) < opts.max_iterations
+    assert calls.count(2) == opts.stall_window  # the colors phase's 9th iteration stops it
 
 
 def test_a_negotiation_that_converges_slowly_still_routes(monkeypatch):
@@ -359,7 +361,7 @@ def test_lanes_go_around_a_region_that_has_no_room_for_them(room, crosses):
 @settings(max_examples=200, deadline=None)
 def test_toll_counts_agree_with_the_steps_a_path_takes_inside_regions(rects, start, turns):
     # a path of alternating horizontal and vertical runs; regions may overlap here (each is
-    # counted on its own, as `_interior_links` and `_inside` do)
+    # counted on its own, as `_link_inside` and `_inside` do)
     corners = [start]
     for k, to in enumerate(turns):
         x, y = corners[-1]
@@ -373,10 +375,9 @@ def test_toll_counts_agree_with_the_steps_a_path_takes_inside_regions(rects, sta
         )
         for x, y, w, h in rects
     ]
-    links = _interior_links(r, 20, 20)
     ids = {STEPS[d]: k for k, d in enumerate(STEPS)}
     on_grid = sum(
-        links[ids[(int(q[0] - p[0]), int(q[1] - p[1]))], p[1], p[0]]
+        _link_inside(r, ids[(int(q[0] - p[0]), int(q[1] - p[1]))], int(p[1]), int(p[0]))
         for p, q in zip(path[:-1], path[1:], strict=True)
     )
     assert on_grid == sum(inside)
@@ -438,24 +439,27 @@ def test_polyline_steps_one_pe_at_a_time_through_its_corners(start, turns):
 @given(
     path=st.lists(st.integers(0, 3), max_size=12),
     at=st.tuples(st.integers(12, 16), st.integers(12, 16)),
+    seed=st.integers(0, 3),
 )
 @settings(max_examples=100, deadline=None)
-def test_commit_marks_the_row_or_column_of_every_link_it_changes(path, at):
-    """Rows of E/W links, columns of S/N links: the lines whose prefix sums go stale."""
-    net = _Negotiation((2, 1, 30, 30), 1, RouterOptions())
-    net.flush()
+def test_commit_recomputes_the_prefix_sums_of_every_line_it_changes(path, at, seed):
+    """After a lane is committed and ripped up on uneven costs, the prefix sums are those of
+    every line recomputed, to the bit: a commit recomputes the row of each E/W link and the
+    column of each S/N link it changes (leaving out one of them fails this)."""
+    net = _uneven(seed, (2, 1, 30, 30), detour=4, hist=5)
     points = [(at[0], at[1])]
     for k in path:  # a walk (may revisit a router, so no link twice: keep the first visit)
         dx, dy = STEPS[DIRS[k]]
         points.append((points[-1][0] + dx, points[-1][1] + dy))
     ids = list(dict.fromkeys(net.link_ids(points)))
-    net.commit(ids, +1)
-    want: list[set[int]] = [set(), set(), set(), set()]
-    for link in ids:
-        k, y, x = np.unravel_index(link, net.usage.shape)
-        want[int(k)].add(int(y) if k < 2 else int(x))
-    assert net.stale == want
-    assert int(net.usage.sum()) == len(ids)
+    before = net.usage.copy()
+    for delta in (+1, -1, +1):
+        net.commit(ids, delta)
+        got = [p.copy() for p in net.prefix]
+        net.sum_every_line()
+        for a, b in zip(got, net.prefix, strict=True):
+            assert np.array_equal(a, b)
+    assert int((net.usage - before).sum()) == len(ids)
 
 
 @given(path=st.lists(st.sampled_from([*STEPS.values(), (2, 0), (1, 1)]), max_size=10))
@@ -477,28 +481,6 @@ def test_link_ids_number_each_step_by_its_direction_and_router(path):
         dirs[s] * 30 * 30 + (a[1] - 1) * 30 + a[0] - 2 for s, a in zip(steps, points, strict=False)
     ]
     assert net.link_ids(points) == want
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_prefix_sums_of_every_line_equal_those_of_some_lines(seed):
-    """refresh (every line stale: whole-grid slices) and flush of a few stale lines at a time
-    (fancy-indexed lines) leave bit-identical prefix sums."""
-    rng = np.random.default_rng(seed)
-    net = _Negotiation((3, 2, 23, 17), 1, RouterOptions())
-    net.hist[:] = rng.random(net.hist.shape) * 7
-    net.usage[:] = rng.integers(0, 3, net.usage.shape)
-    net.node_hist[:] = rng.integers(0, 4, net.node_hist.shape)
-    net.pres = 2.25
-    net.refresh()
-    whole = [p.copy() for p in net.prefix]
-    for p in net.prefix:
-        p[:] = 0.0
-    for part in (range(0, 9), range(9, 23)):  # never every line at once
-        for k, stale in enumerate(net.stale):
-            stale.update(v for v in part if v < (net.H if k < 2 else net.W))
-        net.flush()
-    for got, want in zip(net.prefix, whole, strict=True):
-        assert np.array_equal(got, want)
 
 
 def _whole_window(box, s, t, cost_to_beat):
@@ -636,3 +618,248 @@ def test_negotiate_updates_the_costs_as_a_recomputation_of_every_link_would(hot)
         # and both are the running sums of `link_cost`'s formula, link by link
         sums = np.cumsum(fast.link_cost((k,)), axis=1 if k < 2 else 0)
         assert np.array_equal(a[:, 1:] if k < 2 else a[1:], sums)
+
+
+def _pattern_by_numpy(net, s, t, hvh_first, shut):
+    """The corners of the cheapest pattern, from the prefix sums in numpy: every jog's cost
+    as the three runs' prefix differences plus the toll of its steps inside `near`."""
+    box, near = net.window(s, t, shut)
+    (x1, y1), (x2, y2) = net.local(s), net.local(t)
+    pe, pw, ps, pn = net.prefix
+
+    def h(y, a, b):
+        return np.where(b >= a, pe[y, b] - pe[y, a], pw[y, a + 1] - pw[y, b + 1])
+
+    def v(x, a, b):
+        return np.where(b >= a, ps[b, x] - ps[a, x], pn[a + 1, x] - pn[b + 1, x])
+
+    def steps(a, b, at, vertical):
+        a, b, at = np.broadcast_arrays(*(np.atleast_1d(v) for v in (a, b, at)))
+        runs = zip(a.tolist(), b.tolist(), at.tolist(), strict=True)
+        return np.array([_inside(near, i, j, k, vertical) for i, j, k in runs])
+
+    cs, rs = np.arange(box[0], box[2] + 1), np.arange(box[1], box[3] + 1)
+    hvh = h(y1, x1, cs) + v(cs, y1, y2) + h(y2, cs, x2)
+    vhv = v(x1, y1, rs) + h(rs, x1, x2) + v(x2, rs, y2)
+    if len(near):
+        hvh = hvh + net.toll * (
+            steps(x1, cs, y1, False) + steps(y1, y2, cs, True) + steps(cs, x2, y2, False)
+        )
+        vhv = vhv + net.toll * (
+            steps(y1, rs, x1, True) + steps(x1, x2, rs, False) + steps(rs, y2, x2, True)
+        )
+    i, j = int(np.argmin(hvh)), int(np.argmin(vhv))
+    if hvh[i] < vhv[j] or (hvh[i] == vhv[j] and hvh_first):
+        corners = [(x1, y1), (int(cs[i]), y1), (int(cs[i]), y2), (x2, y2)]
+    else:
+        corners = [(x1, y1), (x1, int(rs[j])), (x2, int(rs[j])), (x2, y2)]
+    return _polyline([(x + net.x0, y + net.y0) for x, y in corners])
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    ends=st.tuples(*[st.integers(0, 29)] * 4),
+    hvh_first=st.booleans(),
+    closed=st.lists(
+        st.tuples(st.integers(0, 30), st.integers(0, 20), st.integers(1, 9), st.integers(1, 9)),
+        max_size=3,
+    ),  # fmt: skip
+    flat=st.booleans(),
+)
+@settings(max_examples=150, deadline=None)
+def test_the_compiled_pattern_is_the_numpy_formulas_choice(seed, ends, hvh_first, closed, flat):
+    """`_Negotiation.pattern` (compiled) picks the jog the numpy formula over the prefix sums
+    picks, ties included: on costs that tie everywhere (`flat`: no history, no usage) and on
+    uneven ones, with and without closed regions and a toll."""
+    net = _uneven(seed, (3, 2, 40, 30), detour=4, hist=1 if flat else 6)
+    if flat:
+        net.usage[:] = 0
+        net.refresh()
+    net.toll = 1.0
+    s, t = (3 + ends[0], 2 + ends[1] % 30), (3 + ends[2], 2 + ends[3] % 30)
+    shut = np.array(closed, np.int64).reshape(-1, 4)
+    assert net.pattern(s, t, hvh_first, shut) == _pattern_by_numpy(net, s, t, hvh_first, shut)
+
+
+def _window_dijkstra(net, s, t, shut):
+    """The cheapest cost from s to t over the lane's whole window by scipy's Dijkstra (no
+    target to stop at), each link costing `link_cost` plus the toll per closed region holding
+    both its routers; and a function giving a path's cost the same way."""
+    from scipy.sparse import coo_array
+    from scipy.sparse.csgraph import dijkstra
+
+    (x0, y0, x1, y1), near = net.window(s, t, shut)
+    w, h = x1 + 1 - x0, y1 + 1 - y0
+
+    def link(k, x, y):  # area coordinates
+        dx, dy = STEPS[DIRS[k]]
+        ends = [(x, y), (x + dx, y + dy)]
+        inside = sum(
+            all(rx <= a < rx + rw and ry <= b < ry + rh for a, b in ends)
+            for rx, ry, rw, rh in near.tolist()
+        )
+        return float(net.link_cost((k, y, x))) + net.toll * inside
+
+    rows, cols, costs = [], [], []
+    for y in range(y0, y1 + 1):
+        for x in range(x0, x1 + 1):
+            for k, (dx, dy) in enumerate(STEPS.values()):
+                if x0 <= x + dx <= x1 and y0 <= y + dy <= y1:
+                    rows.append((y - y0) * w + x - x0)
+                    cols.append((y + dy - y0) * w + x + dx - x0)
+                    costs.append(link(k, x, y))
+    graph = coo_array((costs, (rows, cols)), shape=(w * h, w * h)).tocsr()
+    (sx, sy), (tx, ty) = net.local(s), net.local(t)
+    dist = dijkstra(graph, indices=(sy - y0) * w + sx - x0)
+
+    def cost_of(path):
+        return sum(
+            link(DIRS.index(next(d for d, st_ in STEPS.items() if st_ == (b[0] - a[0], b[1] - a[1]))),
+                 *net.local(a))
+            for a, b in pairwise(path)
+        )  # fmt: skip
+
+    return float(dist[(ty - y0) * w + tx - x0]), cost_of
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    ends=st.tuples(*[st.integers(0, 24)] * 4),
+    pres=st.sampled_from([0.5, 1.5, 3.375]),
+    closed=st.lists(
+        st.tuples(st.integers(0, 30), st.integers(0, 20), st.integers(1, 9), st.integers(1, 9)),
+        max_size=3,
+    ),  # fmt: skip
+    slack=st.sampled_from([None, 0.0, 0.25, 3.0]),
+)
+@settings(max_examples=120, deadline=None)
+def test_the_search_stopping_at_its_target_costs_what_dijkstra_over_the_window_does(
+    seed, ends, pres, closed, slack
+):
+    """`maze_path` (A*, stopping at its target, over the part of the window within reach) finds
+    a path as cheap as scipy's Dijkstra over the lane's whole window, on random uneven costs
+    with closed regions and a toll; and, given a budget, returns a path exactly when the
+    cheapest costs less. The link costs here are multiples of 1/8, so every sum is exact."""
+    net = _uneven(seed, (3, 2, 32, 26), detour=3, hist=6)
+    net.pres, net.toll = pres, 1.0
+    net.refresh()
+    s, t = (3 + ends[0] % 32, 2 + ends[1]), (3 + ends[2] % 32, 2 + ends[3])
+    shut = np.array(closed, np.int64).reshape(-1, 4)
+    best, cost_of = _window_dijkstra(net, s, t, shut)
+    budget = float("inf") if slack is None else best + slack
+    path = net.maze_path(s, t, budget, shut)
+    if s == t or budget <= best:
+        assert path is None or s == t
+        return
+    assert path is not None and path[0] == s and path[-1] == t
+    (x0, y0, x1, y1), _ = net.window(s, t, shut)
+    assert all(x0 <= x - 3 <= x1 and y0 <= y - 2 <= y1 for x, y in path)  # inside the window
+    assert len(set(path)) == len(path)
+    assert cost_of(path) == best
+
+
+def _scipy_maze_path(net, s, t, cost_to_beat, shut):
+    """The search `maze_path` made before it was compiled: scipy's Dijkstra over the reduced
+    link costs of the part of the window within reach, each PE's links in E, W, S, N order
+    (a link leaving the box a self-loop), with the limit cost_to_beat − h(s)."""
+    from scipy.sparse import csr_array
+    from scipy.sparse.csgraph import dijkstra
+
+    from wsecc.route.router import _within_reach
+
+    box, near = net.window(s, t, shut)
+    (sx, sy), (tx, ty) = net.local(s), net.local(t)
+    x0, y0, x1, y1 = _within_reach(box, (sx, sy), (tx, ty), cost_to_beat)
+    w, h = x1 + 1 - x0, y1 + 1 - y0
+    cost = net.link_cost((slice(None), slice(y0, y0 + h), slice(x0, x0 + w)))
+    if len(near):
+        inside = np.zeros_like(cost)
+        for k in range(4):
+            for y in range(h):
+                for x in range(w):
+                    inside[k, y, x] = _link_inside(near, k, y + y0, x + x0)
+        cost = cost + net.toll * inside
+    sx, sy, tx, ty = sx - x0, sy - y0, tx - x0, ty - y0
+    xs, ys = np.arange(w), np.arange(h)
+    east, west = (np.abs(xs + d - tx) - np.abs(xs - tx) for d in (1, -1))
+    south, north = (np.abs(ys + d - ty) - np.abs(ys - ty) for d in (1, -1))
+    reduced = np.stack(
+        [cost[0] + east, cost[1] + west, cost[2] + south[:, None], cost[3] + north[:, None]],
+        axis=-1,
+    )
+    node = np.arange(w * h).reshape(h, w)
+    nbr = node[..., None] + np.array([dx + dy * w for dx, dy in STEPS.values()])
+    nbr[:, -1, 0], nbr[:, 0, 1], nbr[-1, :, 2], nbr[0, :, 3] = (
+        node[:, -1],
+        node[:, 0],
+        node[-1],
+        node[0],
+    )
+    graph = csr_array((reduced.reshape(-1), nbr.reshape(-1), np.arange(0, nbr.size + 1, 4)),
+                      shape=(w * h, w * h))  # fmt: skip
+    src, dst, h_src = sy * w + sx, ty * w + tx, abs(sx - tx) + abs(sy - ty)
+    dist, pred = dijkstra(graph, indices=src, limit=max(0.0, cost_to_beat - h_src),
+                          return_predecessors=True)  # fmt: skip
+    if not dist[dst] + h_src < cost_to_beat:
+        return None
+    path = [dst]
+    while path[-1] != src:
+        path.append(int(pred[path[-1]]))
+    return tuple((net.x0 + x0 + v % w, net.y0 + y0 + v // w) for v in reversed(path))
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    ends=st.tuples(*[st.integers(0, 24)] * 4),
+    flat=st.booleans(),
+    closed=st.lists(
+        st.tuples(st.integers(0, 30), st.integers(0, 20), st.integers(1, 9), st.integers(1, 9)),
+        max_size=2,
+    ),  # fmt: skip
+    slack=st.sampled_from([None, 0.5, 4.0]),
+)
+@settings(max_examples=100, deadline=None)
+def test_the_search_takes_the_path_scipys_dijkstra_takes(seed, ends, flat, closed, slack):
+    """`maze_path` stops at its target, yet returns the very path scipy's Dijkstra over the
+    whole reduced-cost graph returns, equal-cost ties included (which keeps every routing the
+    same as before the search was compiled): on costs that tie everywhere (`flat`) and on
+    uneven ones, with closed regions and a toll, with and without a budget."""
+    net = _uneven(seed, (3, 2, 32, 26), detour=3, hist=1 if flat else 5)
+    if flat:
+        net.usage[:] = 0
+    net.pres, net.toll = 1.5, 1.0
+    net.refresh()
+    s, t = (3 + ends[0] % 32, 2 + ends[1]), (3 + ends[2] % 32, 2 + ends[3])
+    shut = np.array(closed, np.int64).reshape(-1, 4)
+    free = float(abs(s[0] - t[0]) + abs(s[1] - t[1]))
+    budget = float("inf") if slack is None else free * 1.5 + slack
+    assert net.maze_path(s, t, budget, shut) == _scipy_maze_path(net, s, t, budget, shut)
+
+
+def test_a_congested_routing_is_the_one_scipys_search_gave(monkeypatch):
+    """The congested chain (its negotiation takes hundreds of maze searches) routes with 24
+    colors, and fails over 3 with its lanes at the same ends, exactly as when every search was
+    scipy's Dijkstra over the reduced-cost graph (`_scipy_maze_path`): the compiled search that
+    stops at its target changed how long routing takes, not what it routes."""
+    rp, placement = _congested()
+    roomy = replace(rp, color_budget=24)
+
+    def outcome(problem):
+        try:
+            return route(problem, placement).dumps()
+        except RoutingError as e:
+            return str(e), sorted(e.paths.items())
+
+    compiled = [outcome(roomy), outcome(rp)]
+    assert isinstance(compiled[0], str) and isinstance(compiled[1], tuple)
+
+    searches = []
+
+    def scipys(self, s, t, cost_to_beat, shut=None):
+        searches.append(1)
+        shut = np.zeros((0, 4), np.int64) if shut is None else shut
+        return _scipy_maze_path(self, s, t, cost_to_beat, shut)
+
+    monkeypatch.setattr(_Negotiation, "maze_path", scipys)
+    assert compiled == [outcome(roomy), outcome(rp)]
+    assert len(searches) > 100

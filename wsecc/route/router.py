@@ -46,7 +46,6 @@ Deterministic: no randomness, fixed orders, argmin ties to the first pattern.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,8 +54,6 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
-from scipy.sparse import csr_array
-from scipy.sparse.csgraph import dijkstra
 
 from wsecc.place.problem import Placement
 from wsecc.route.problem import (
@@ -126,38 +123,12 @@ def _closed(
     return out
 
 
-def _inside(rects: np.ndarray, a: Any, b: Any, at: Any, vertical: bool) -> np.ndarray:
-    """Per segment, its unit steps between two routers of one of `rects` (rows x, y, w, h):
-    the segments run from `a` to `b` (either way) along row `at` (along column `at` if
-    `vertical`); `a`, `b`, `at` broadcast together."""
-    x, y, w, h = (rects[:, k] for k in range(4))
-    if vertical:
-        x, y, w, h = y, x, h, w
-    a, b, at = (np.asarray(v)[..., None] for v in (a, b, at))
-    on = (y <= at) & (at < y + h)
-    overlap = np.minimum(np.maximum(a, b), x + w - 1) - np.maximum(np.minimum(a, b), x)
-    return (np.maximum(overlap, 0) * on).sum(-1)
-
-
 def _path_inside(rects: np.ndarray, path: np.ndarray) -> int:
     """Steps of `path` (an (n, 2) array of points) between two routers of one of `rects`."""
     x, y, w, h = (rects[:, k] for k in range(4))
     px, py = path[:, :1], path[:, 1:]
     inside = (x <= px) & (px < x + w) & (y <= py) & (py < y + h)
     return int((inside[:-1] & inside[1:]).any(-1).sum())
-
-
-def _interior_links(rects: np.ndarray, h: int, w: int) -> np.ndarray:
-    """(4, h, w) counts, indexed like the link grids (direction in DIRS, y, x): the links
-    between two routers of one of `rects` (rows x, y, w, h, window coordinates)."""
-    out = np.zeros((len(DIRS), h, w))
-    for rx, ry, rw, rh in rects.tolist():
-        rows, cols = slice(max(0, ry), max(0, ry + rh)), slice(max(0, rx), max(0, rx + rw))
-        out[0, rows, max(0, rx) : max(0, rx + rw - 1)] += 1  # E: from x to x + 1
-        out[1, rows, max(0, rx + 1) : max(0, rx + rw)] += 1  # W: from x to x − 1
-        out[2, max(0, ry) : max(0, ry + rh - 1), cols] += 1  # S: from y to y + 1
-        out[3, max(0, ry + 1) : max(0, ry + rh), cols] += 1  # N: from y to y − 1
-    return out
 
 
 def _meeting(rects: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
@@ -168,8 +139,6 @@ def _meeting(rects: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
 
 
 _NONE = np.zeros((0, 4), np.int64)  # no closed regions
-Coords = int | np.ndarray
-"""A row or column index, or an array of them (the pattern costs are vectorised)."""
 
 
 def _window(
@@ -200,14 +169,18 @@ class _Negotiation:
     and columns (S/N links).
 
     Link grids are indexed (direction index in DIRS, y, x) in area coordinates; a link's id is
-    its flat index. Points in and out are fabric coordinates. A commit marks the rows and
-    columns it changed stale; the next pattern query recomputes their prefix sums together.
+    its flat index. Points in and out are fabric coordinates. A commit recomputes the prefix
+    sums of the rows and columns it changed (`wsecc.route.compiled.commit`); a change of
+    history or `pres` recomputes them all (`refresh`, `negotiate`).
     """
 
     def __init__(
         self, area: tuple[int, int, int, int], capacity: int, opts: RouterOptions, toll: float = 0.0
     ):
         self.x0, self.y0, self.W, self.H = area
+        from wsecc.route import compiled  # numba: loaded by the first routing, not on import
+
+        self.compiled = compiled
         self.cap, self.opts, self.toll = capacity, opts, toll
         self.pres = opts.pres_initial
         shape = (len(DIRS), self.H, self.W)
@@ -218,7 +191,6 @@ class _Negotiation:
         self.step_id = {STEPS[d]: k * self.H * self.W for k, d in enumerate(DIRS)}
         self.prefix = [np.zeros((self.H, self.W + 1)) for _ in "EW"]
         self.prefix += [np.zeros((self.H + 1, self.W)) for _ in "SN"]
-        self.stale: list[set[int]] = [set() for _ in DIRS]  # rows (E/W) or columns (S/N)
         self.refresh()
 
     def link_cost(self, at: tuple[Any, ...]) -> np.ndarray:
@@ -234,33 +206,12 @@ class _Negotiation:
             [np.roll(self.node_hist, (-STEPS[d][1], -STEPS[d][0]), axis=(0, 1)) for d in DIRS]
         )
         self.base = 1.0 + self.hist + self.into  # a link's cost before its overuse factor
-        for k, stale in enumerate(self.stale):
-            stale.update(range(self.H if k < 2 else self.W))
-        self.flush()
+        self.sum_every_line()
 
-    def flush(self) -> None:
-        """Recompute the prefix sums of the stale rows and columns, one batch per direction."""
-        for k, stale in enumerate(self.stale):
-            if not stale:
-                continue
-            if len(stale) == (self.H if k < 2 else self.W):  # every line: slices, no copies
-                # `link_cost` of every link: a link below capacity costs its base (× 1.0)
-                cost = self.base[k].copy()
-                used = self.usage[k] >= self.cap
-                cost[used] *= 1.0 + self.pres * (self.usage[k][used] + 1 - self.cap)
-                if k < 2:
-                    np.cumsum(cost, axis=1, out=self.prefix[k][:, 1:])
-                else:
-                    np.cumsum(cost, axis=0, out=self.prefix[k][1:])
-                stale.clear()
-                continue
-            lines = np.array(sorted(stale))
-            if k < 2:
-                self.prefix[k][lines, 1:] = np.cumsum(self.link_cost((k, lines)), axis=1)
-            else:  # numpy puts the lines first: the index's array axes go in front of the slice
-                cost = self.link_cost((k, slice(None), lines))
-                self.prefix[k][1:, lines] = np.cumsum(cost, axis=1).T
-            stale.clear()
+    def sum_every_line(self) -> None:
+        """Recompute the prefix sums of every row and column: the running sums of `link_cost`
+        (`wsecc.route.compiled.sum_lines`)."""
+        self.compiled.sum_lines(self.usage, self.base, self.cap, self.pres, *self.prefix)
 
     def link_ids(self, path: Sequence[Point]) -> list[int]:
         """Ids of the links a path of unit steps takes."""
@@ -275,23 +226,13 @@ class _Negotiation:
         k, y, x = np.unravel_index(link, self.usage.shape)
         return (int(x) + self.x0, int(y) + self.y0), DIRS[k]
 
-    def commit(self, ids: list[int], delta: int) -> None:
-        """Add (delta=+1) or rip up (delta=−1) a lane by its link ids; their lines go stale."""
-        self.flat[ids] += delta
-        hw = self.H * self.W
-        for link in ids:
-            k, at = divmod(link, hw)
-            self.stale[k].add(at // self.W if k < 2 else at % self.W)
-
-    def hcost(self, y: Coords, xa: Coords, xb: Coords) -> np.ndarray:
-        """Cost of running along row(s) y from column xa to xb (either way); vectorised."""
-        pe, pw = self.prefix[0], self.prefix[1]
-        return np.where(xb >= xa, pe[y, xb] - pe[y, xa], pw[y, xa + 1] - pw[y, xb + 1])
-
-    def vcost(self, x: Coords, ya: Coords, yb: Coords) -> np.ndarray:
-        """Cost of running along column(s) x from row ya to yb (either way); vectorised."""
-        ps, pn = self.prefix[2], self.prefix[3]
-        return np.where(yb >= ya, ps[yb, x] - ps[ya, x], pn[ya + 1, x] - pn[yb + 1, x])
+    def commit(self, ids: Sequence[int], delta: int) -> None:
+        """Add (delta=+1) or rip up (delta=−1) a lane by its link ids (each once) and recompute
+        the prefix sums of the rows and columns they are on."""
+        self.compiled.commit(
+            self.usage, self.base, self.cap, self.pres, *self.prefix,
+            np.asarray(ids, np.int64), delta,
+        )  # fmt: skip
 
     def best_path(
         self, s: Point, t: Point, hvh_first: bool, shut: np.ndarray = _NONE
@@ -330,30 +271,15 @@ class _Negotiation:
         Ties go to the family named by `hvh_first`, then to the smallest jog coordinate; with
         `_lane_order` this nests the lanes of one flow instead of crossing them.
         """
-        self.flush()
         box, near = self.window(s, t, shut)
         (x1, y1), (x2, y2) = self.local(s), self.local(t)
-        cs, rs = np.arange(box[0], box[2] + 1), np.arange(box[1], box[3] + 1)
-        hvh = self.hcost(y1, x1, cs) + self.vcost(cs, y1, y2) + self.hcost(y2, cs, x2)
-        vhv = self.vcost(x1, y1, rs) + self.hcost(rs, x1, x2) + self.vcost(x2, rs, y2)
-        if len(near):
-            hvh = hvh + self.toll * (
-                _inside(near, x1, cs, y1, False)
-                + _inside(near, y1, y2, cs, True)
-                + _inside(near, cs, x2, y2, False)
-            )
-            vhv = vhv + self.toll * (
-                _inside(near, y1, rs, x1, True)
-                + _inside(near, x1, x2, rs, False)
-                + _inside(near, rs, y2, x2, True)
-            )
-        i, j = int(np.argmin(hvh)), int(np.argmin(vhv))
-        if hvh[i] < vhv[j] or (hvh[i] == vhv[j] and hvh_first):
-            c = int(cs[i])
-            corners = [(x1, y1), (c, y1), (c, y2), (x2, y2)]
+        family, jog = self.compiled.pattern(
+            *self.prefix, self.toll, near if len(near) else _NONE, *box, x1, y1, x2, y2, hvh_first
+        )
+        if family == 0:
+            corners = [(x1, y1), (jog, y1), (jog, y2), (x2, y2)]
         else:
-            r = int(rs[j])
-            corners = [(x1, y1), (x1, r), (x2, r), (x2, y2)]
+            corners = [(x1, y1), (x1, jog), (x2, jog), (x2, y2)]
         return _polyline([(x + self.x0, y + self.y0) for x, y in corners])
 
     def local(self, p: Point) -> Point:
@@ -368,45 +294,29 @@ class _Negotiation:
         """The cheapest path from s to t within the lane's window, the closed regions (`shut`)
         charged their toll, if it costs less than `cost_to_beat`; else None.
 
-        A*: scipy's Dijkstra over the window's grid graph with reduced link costs
+        A* (`wsecc.route.compiled.search_to`): Dijkstra over reduced link costs
         c(u→v) − h(u) + h(v), h = Manhattan distance to t. Every link costs at least 1, so h is
-        consistent, reduced costs are ≥ 0, and the search stops at PEs with
-        g + h ≥ cost_to_beat.
+        consistent, reduced costs are ≥ 0, and no PE with g + h > cost_to_beat is queued. It
+        takes scipy's Dijkstra's steps and ties (so the same path), but stops at t. Its box is
+        the part of the window within reach (`_within_reach`): the PEs a cheaper path may pass.
         """
         box, near = self.window(s, t, shut)
         (sx, sy), (tx, ty) = self.local(s), self.local(t)
-        box = _within_reach(box, (sx, sy), (tx, ty), cost_to_beat)
-        x0, y0 = box[0], box[1]
-        w, h = box[2] + 1 - x0, box[3] + 1 - y0
-        cost = self.link_cost((slice(None), slice(y0, y0 + h), slice(x0, x0 + w)))
-        if len(near):
-            cost = cost + self.toll * _interior_links(near - [x0, y0, 0, 0], h, w)
-        (sx, sy), (tx, ty) = (sx - x0, sy - y0), (tx - x0, ty - y0)  # window coordinates
-        # h(v) − h(u) is ±1: along a row it depends on the column only, along a column on the row
-        xs, ys = np.arange(w), np.arange(h)
-        east, west = (np.abs(xs + d - tx) - np.abs(xs - tx) for d in (1, -1))
-        south, north = (np.abs(ys + d - ty) - np.abs(ys - ty) for d in (1, -1))
-        reduced = np.stack(
-            [cost[0] + east, cost[1] + west, cost[2] + south[:, None], cost[3] + north[:, None]],
-            axis=-1,
-        )
-        nbr, indptr = _grid_graph(h, w)
-        graph = csr_array((reduced.reshape(-1), nbr.copy(), indptr.copy()), shape=(w * h, w * h))
-        src, dst, h_src = sy * w + sx, ty * w + tx, abs(sx - tx) + abs(sy - ty)
-        # max(0, ·): a pattern's summed cost can round a hair below its length
-        limit = max(0.0, cost_to_beat - h_src)
-        dist, pred = dijkstra(graph, indices=src, limit=limit, return_predecessors=True)
-        if not dist[dst] + h_src < cost_to_beat:
+        x0, y0, x1, y1 = _within_reach(box, (sx, sy), (tx, ty), cost_to_beat)
+        w = x1 + 1 - x0
+        path, _ = self.compiled.search_to(
+            self.base, self.usage, self.cap, self.pres, self.toll, near if len(near) else _NONE,
+            x0, y0, w, y1 + 1 - y0, sx, sy, tx, ty, float(cost_to_beat),
+        )  # fmt: skip
+        if not len(path):
             return None
-        path = [dst]
-        while path[-1] != src:
-            path.append(int(pred[path[-1]]))
         ox, oy = self.x0 + x0, self.y0 + y0
-        return tuple((ox + v % w, oy + v // w) for v in reversed(path))
+        return tuple((ox + v % w, oy + v // w) for v in path.tolist())
 
     def overuse(self) -> int:
         """Lanes beyond capacity, summed over the links."""
-        return int(np.maximum(0, self.usage - self.cap).sum())
+        over = np.flatnonzero(self.flat > self.cap)
+        return int((self.flat[over] - self.cap).sum())
 
     def overused(self) -> set[int]:
         """Ids of the links carrying more than `capacity` lanes."""
@@ -428,9 +338,7 @@ class _Negotiation:
             self.refresh()
             return
         base[over] = 1.0 + hist[over] + self.into.reshape(-1)[over]
-        for k, stale in enumerate(self.stale):
-            stale.update(range(self.H if k < 2 else self.W))
-        self.flush()
+        self.sum_every_line()
 
 
 class _Progress:
@@ -505,10 +413,10 @@ def _within_reach(
     """The part of `box` (x0, y0, x1, y1, inclusive) where a path from s to t costing less than
     `cost_to_beat` may go: every link costs at least 1, so a path through a PE d columns (or
     rows) outside the bounding box of s and t is at least 2·d longer than their Manhattan
-    distance. `maze_path` searches this part only: scipy's Dijkstra does work for every PE of
-    its graph, and a lane's window (its bounding box grown by `RouterOptions.detour`) is often
-    wider than any path that could beat the pattern; the PEs left out are those its search
-    would never reach, so the path found is the same."""
+    distance. `maze_path` searches this part only: its search allocates its arrays for every
+    PE of its box, and a lane's window (its bounding box grown by `RouterOptions.detour`) is
+    often wider than any path that could beat the pattern; the PEs left out are those its
+    search would never queue, so the path found is the same."""
     slack = max(0.0, cost_to_beat - abs(s[0] - t[0]) - abs(s[1] - t[1]))
     if not math.isfinite(slack):
         return box
@@ -519,18 +427,6 @@ def _within_reach(
         min(box[2], max(s[0], t[0]) + d),
         min(box[3], max(s[1], t[1]) + d),
     )
-
-
-@functools.lru_cache(maxsize=256)
-def _grid_graph(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR column indices and row pointers of the h × w grid's links, node y·w + x, its 4
-    links in DIRS order (`maze_path` copies them: scipy may sort a graph's indices in place).
-    A link leaving the grid is a self-loop, which no search takes."""
-    node = np.arange(w * h).reshape(h, w)
-    nbr = node[..., None] + np.array([dx + dy * w for dx, dy in STEPS.values()])
-    nbr[:, -1, 0], nbr[:, 0, 1] = node[:, -1], node[:, 0]  # E, W
-    nbr[-1, :, 2], nbr[0, :, 3] = node[-1], node[0]  # S, N
-    return nbr.reshape(-1), np.arange(0, nbr.size + 1, len(DIRS))
 
 
 def _polyline(corners: list[Point]) -> tuple[Point, ...]:
