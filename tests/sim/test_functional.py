@@ -24,6 +24,7 @@ from wsecc.targets import load_target
 
 import wsecc.sim.functional as functional
 from wsecc.check.numerics import TOLERANCE, make_inputs
+from wsecc.compiled_cache import cache_dir
 from wsecc.core.flow import lower_and_size
 from wsecc.frontend.onnx import import_model
 from wsecc.interp import run as interp_run
@@ -40,7 +41,7 @@ from wsecc.kernels import (
     size_regions,
 )
 from wsecc.pm import PassManager
-from wsecc.sim.compiled import attention_heads, cache_dir, chain_f16, layernorm_rows
+from wsecc.sim.compiled import attention_heads, chain_f16, layernorm_rows
 from wsecc.sim.functional import (
     SimulationError,
     _chain,

@@ -14,47 +14,23 @@ three segments' prefix differences, then its toll; the search's queue order and 
 results are bit-identical.
 
 Each exported function has one signature, compiled when this module is first imported after
-an install and cached in the user's cache directory (`_cache_dir`, the one `wsecc.sim.compiled`
-uses): 4.4 s of CPU the first time on this 2-core machine. The helpers have none: they are
-compiled into the functions that call them. Loading the four from the cache, numba's import
+an install and cached in the user's cache directory (`wsecc.compiled_cache.cache_dir`, the
+one `wsecc.sim.compiled` uses): 4.4 s of CPU the first time on this 2-core machine. The helpers
+have none: they are compiled into the functions that call them. Loading the four from the cache, numba's import
 included, takes about 0.6 s of CPU (measured on the same machine), once per process.
 """
 
 from __future__ import annotations
 
 import heapq
-import os
-import tempfile
-from pathlib import Path
 
 import numpy as np
 from numba import config, njit, types
 
-
-def _cache_dir() -> Path:
-    """`wsecc.sim.compiled.cache_dir`, without importing the simulator's loops: the first of
-    `WSECC_CACHE_DIR`, `$XDG_CACHE_HOME/wsecc`, `~/.cache/wsecc` whose `numba` folder can be
-    written; else one in the temporary directory."""
-    env = os.environ
-    if env.get("WSECC_CACHE_DIR"):
-        roots = [Path(env["WSECC_CACHE_DIR"])]
-    else:
-        xdg = env.get("XDG_CACHE_HOME")
-        roots = [Path(xdg) / "wsecc"] if xdg else []
-        roots.append(Path.home() / ".cache" / "wsecc")
-    for root in roots:
-        path = root / "numba"
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            tempfile.TemporaryFile(dir=path).close()
-            return path
-        except OSError:
-            continue
-    return Path(tempfile.gettempdir()) / "wsecc-numba-cache"
-
+from wsecc.compiled_cache import cache_dir
 
 if not config.CACHE_DIR:  # NUMBA_CACHE_DIR, if the user set it, wins
-    config.CACHE_DIR = str(_cache_dir())
+    config.CACHE_DIR = str(cache_dir())
 
 _i64, _f64, _bool = types.int64, types.float64, types.boolean
 _F2 = types.Array(types.float64, 2, "C")

@@ -5,10 +5,10 @@ kernel's rows, each in the fabric's order (`wsecc.sim.functional` states the ord
 The loops release the GIL (`nogil`), so `wsecc.sim.functional` splits a kernel's blocks, heads
 or rows over several threads; each one's arithmetic is fixed, so the thread count never changes
 a result. Each loop has one signature, compiled when this module is first imported after an
-install (about 6 s) and cached in the user's cache directory (`cache_dir`), never inside the
-installed package (files pip did not install would outlive an uninstall and leave a
-`site-packages/wsecc/` that shadows the next install): later imports load it in a fraction of a
-second.
+install (about 6 s) and cached in the user's cache directory
+(`wsecc.compiled_cache.cache_dir`), never inside the installed package (files pip did not
+install would outlive an uninstall and leave a `site-packages/wsecc/` that shadows the next
+install): later imports load it in a fraction of a second.
 
 Rounding to fp16 is the IEEE conversion, float32 to half and back (`_f16`: LLVM's fptrunc and
 fpext, which x86's F16C and Arm's fcvt do in hardware, many lanes an instruction): round to
@@ -22,10 +22,6 @@ numbers).
 from __future__ import annotations
 
 import math
-import os
-import tempfile
-from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 from llvmlite import binding as llvm
@@ -33,28 +29,7 @@ from llvmlite import ir
 from numba import config, njit, types
 from numba.extending import get_cython_function_address, intrinsic
 
-
-def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
-    """Where the compiled loops are cached: `WSECC_CACHE_DIR`, else `$XDG_CACHE_HOME/wsecc`,
-    else `~/.cache/wsecc` (the XDG convention), each with a `numba` folder; the temporary
-    directory when none of them can be written (a read-only home: numba refuses to cache with
-    nowhere to write)."""
-    if env.get("WSECC_CACHE_DIR"):
-        roots = [Path(env["WSECC_CACHE_DIR"])]
-    else:
-        xdg = env.get("XDG_CACHE_HOME")
-        roots = [Path(xdg) / "wsecc"] if xdg else []
-        roots.append(Path.home() / ".cache" / "wsecc")
-    for root in roots:
-        path = root / "numba"
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            tempfile.TemporaryFile(dir=path).close()
-            return path
-        except OSError:
-            continue
-    return Path(tempfile.gettempdir()) / "wsecc-numba-cache"
-
+from wsecc.compiled_cache import cache_dir
 
 if not config.CACHE_DIR:  # NUMBA_CACHE_DIR, if the user set it, wins
     config.CACHE_DIR = str(cache_dir())
