@@ -16,8 +16,9 @@ results are bit-identical.
 Each exported function has one signature, compiled when this module is first imported after
 an install and cached in the user's cache directory (`wsecc.compiled_cache.cache_dir`, the
 one `wsecc.sim.compiled` uses): 4.4 s of CPU the first time on this 2-core machine. The helpers
-have none: they are compiled into the functions that call them. Loading the four from the cache, numba's import
-included, takes about 0.6 s of CPU (measured on the same machine), once per process.
+have none: they are compiled into the functions that call them. Loading the four from the cache,
+numba's import included, takes about 0.6 s of CPU (measured on the same machine), once per
+process.
 """
 
 from __future__ import annotations
@@ -145,9 +146,9 @@ def pattern(pe, pw, ps, pn, toll, near, bx0, by0, bx1, by1, x1, y1, x2, y2, hvh_
     """The cheapest pattern from (x1, y1) to (x2, y2) with its jog in the box [bx0, bx1] ×
     [by0, by1] (area coordinates, inclusive): (0, c) for H-V-H with its vertical run in column
     c, (1, r) for V-H-V with its horizontal run in row r, from the prefix sums of the E, W
-    (indexed [y, x]), S and N links (also [y, x], running down the columns). Costs, toll (per step inside a rectangle of `near`) and ties as
-    `_Negotiation.pattern`: the first cheapest jog of each family, H-V-H over V-H-V when equal
-    and `hvh_first`."""
+    (indexed [y, x]), S and N links (also [y, x], running down the columns). Costs, toll (per
+    step inside a rectangle of `near`) and ties as `_Negotiation.pattern`: the first cheapest
+    jog of each family, H-V-H over V-H-V when equal and `hvh_first`."""
     has_near = near.shape[0] > 0
     best_h, arg_h = np.inf, bx0
     for c in range(bx0, bx1 + 1):
