@@ -387,7 +387,7 @@ def _solve(
     return _Solved(out, solver.status_name(status), solver.best_objective_bound, starved)
 
 
-def _starved(status: int, wall_s: float, limits: _Limits) -> bool:
+def _starved(status: cp_model.CpSolverStatus, wall_s: float, limits: _Limits) -> bool:
     """Whether a solve that ended with `status` after `wall_s` seconds was cut short by its
     wall-clock limit rather than by its deterministic-time limit or a proof (OPTIMAL,
     INFEASIBLE). Only a solve with a deterministic-time limit can tell the two apart; a
