@@ -100,13 +100,14 @@ class CpSatOptions:
     # same work at any load, and a wall-clock ceiling (`window_time_s`) against a window whose
     # deterministic time runs slow (the budget still caps the search). A window the ceiling cut
     # short without improving ("starved") says nothing about its neighbourhood and is not
-    # counted by the stall rule (`_end`). 0.05 (2 workers: CP-SAT reports ~0.1, both workers'
-    # work): about what the former 0.25 s wall-clock windows did when they got the CPU
-    # (median 0.04-0.11 on Llama 3.1 8B generate and GPT-2 small at load 2.7), where at load
-    # 2.4-2.8 they did 0.003-0.02 and Llama's probe stopped with "no gain" (bench/RESULTS.md,
-    # "Issue 34: windows that do the same work at any load"). 2 s: such a window took 0.4-1.0 s
-    # at load 2.6-2.9 on 2 cores.
-    window_dtime: float = 0.05
+    # counted by the stall rule (`_end`). The former 0.25 s wall-clock windows did 0.04-0.11
+    # (CP-SAT's figure, both workers' work) when they got the CPU and 0.002-0.02 at load 2.4-4
+    # on 2 cores, where Llama 3.1 8B generate's probe then stopped with "no gain" or
+    # "stalled" at its greedy start. 0.025 (~0.05 reported with 2 workers) against 0.05, two
+    # runs each at load 2.6-2.9: Llama 9.7-10.9% off its start against 7.2-9.4%, GPT-2 small
+    # ended 0.5% shorter, in 1.6x the windows (bench/RESULTS.md, "Issue 34: windows that do
+    # the same work at any load"). 2 s: such windows took at most 1 s at load 2.6-2.9.
+    window_dtime: float = 0.025
     window_time_s: float = 2.0
     margin_s: float = 0.1
     # the search's end: once its first `probe_windows` neighbourhoods are solved, and after
