@@ -727,7 +727,8 @@ def place_cpsat(
             proven = solved.status == "OPTIMAL" and data.exact
 
     rng = random.Random(seed)
-    windows = improved = starved = 0  # starved: windows the wall clock cut short (not counted)
+    windows = improved = 0
+    tried = starved = 0  # every window solved; those the window's wall ceiling cut short
     trail = [wl]  # the wirelength at the search's start, then after each counted neighbourhood
     stopped = "optimal" if proven else "nothing to move" if len(data.order) <= 1 else ""
     # The cluster bound's solves (one worker each) run in a thread beside the search, whose
@@ -742,18 +743,20 @@ def place_cpsat(
         )
         while not stopped:
             # the quota counts every window tried, starved or not, so the search ends
-            limits = budget.window(windows + starved, full, tiled_dtime)
+            limits = budget.window(tried, full, tiled_dtime)
             if limits is None:
                 stopped = "quota" if deterministic else "budget"
                 break
-            kind = NEIGHBOURHOODS[(windows + starved) % len(NEIGHBOURHOODS)]
+            kind = NEIGHBOURHOODS[tried % len(NEIGHBOURHOODS)]
             free = _pick_window(data, rects, rng, opts, kind)
             box = _window_box(data, rects, free, problem.width, problem.height)
             solved = _solve(data, rects, free, box, limits)
             budget.check()
             rects, wl, better = _accept(problem, rects, wl, solved)
+            tried += 1
             if solved.starved and not better:  # a verdict on the machine, not the neighbourhood
-                starved += 1
+                if deterministic or limits.seconds >= opts.window_time_s:
+                    starved += 1  # not one the budget's end cut short: the search ends next
                 continue
             windows, improved = windows + 1, improved + better
             trail.append(wl)
@@ -815,8 +818,8 @@ def _reason(
                 "neighbourhoods improved nothing"
             )
     return (
-        f"{said}; {starved} more neighbourhoods were cut short by the wall clock before their "
-        "work limit (a loaded machine) and not counted"
+        f"{said}; {starved} more {'neighbourhood was' if starved == 1 else 'neighbourhoods were'} "
+        "cut short by the wall clock before their work limit (a loaded machine) and not counted"
     )
 
 
