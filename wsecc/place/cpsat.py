@@ -496,7 +496,9 @@ class _Budget:
         return _Limits(min(share, self.remaining()), self.opts.workers, self.seed)
 
     def window(self, done: int, full_model_ran: bool, tiled_dtime: float) -> _Limits | None:
-        """Limits for the next LNS window, or None when the budget (or work quota) is spent.
+        """Limits for the next LNS window (`done` windows tried so far), or None when the
+        budget (or work quota) is spent. Default mode: `window_dtime` of deterministic time
+        under a wall-clock ceiling, `window_time_s` or what is left of the budget.
         Deterministic mode: the tiled start's deterministic time comes off the window quota."""
         if self.deterministic:
             share = 1 - self.opts.full_model_share * full_model_ran - self.opts.bound_share
