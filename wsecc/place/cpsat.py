@@ -653,7 +653,9 @@ def place_cpsat(
     (deterministic mode: the work quota, which always holds the probe) is spent; beside it, in
     a thread, the cluster bound (`bound_share` of the budget, one worker; not once the full
     model proved its placement optimal). `result.search` says from which start, by how much,
-    and why it stopped.
+    and why it stopped. Windows the wall clock cut short before their work limit without
+    improving (a loaded machine; `_Solved.starved`) are not counted by the stall rule; the
+    status and `Search.reason` say how many there were, and the quota counts them.
     Kernels' pools (`PlaceKernel.pool`): the tiled start may take pool shapes (and `initial`
     may hold them); everything after the start, the bound included, is on
     `tailored(problem, start)`, whose menus hold the ones taken. The result is legal for
