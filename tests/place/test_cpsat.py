@@ -392,3 +392,20 @@ def test_default_mode_windows_are_limited_by_work_under_a_wall_clock_ceiling():
     assert not cpsat._starved(cp_model.INFEASIBLE, ceiling, limits)
     wall_only = replace(limits, dtime=None)  # nothing to tell the two ends apart by
     assert not cpsat._starved(cp_model.FEASIBLE, ceiling, wall_only)
+
+
+def test_default_mode_counts_the_windows_its_wall_ceiling_starved_apart(monkeypatch):
+    # the same in default mode, asserting only what holds at any load (a real window the
+    # loaded machine starves is set apart as well): the stubbed windows, given the whole
+    # ceiling, are reported as cut short, and the probe never stops on them
+    import re
+
+    problem, scrambled = _scrambled_row(16, 2)
+    starved = _SEARCH_ONLY.probe_windows + 1
+    tried = _starving_solve(monkeypatch, starved)
+    p = place_cpsat(problem, time_budget_s=10.0, options=_SEARCH_ONLY, initial=scrambled)
+    assert p.search is not None and p.search.stopped in ("stalled", "budget")
+    said = re.search(r"(\d+) more cut short by the wall clock\)$", p.status)
+    assert said is not None and int(said.group(1)) >= starved
+    assert p.search.windows + int(said.group(1)) <= len(tried)  # the budget's end: neither
+    assert validate_placement(problem, p) == []
