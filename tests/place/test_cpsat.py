@@ -308,3 +308,104 @@ def test_the_cluster_bound_beside_the_search_changes_neither(monkeypatch):
     seconds = opts.bound_share * 1.0
     alone = cluster_bound(problem, lambda cs: cpsat.cluster_values(cs, seconds, None, True))
     assert placed.bound == min(alone.value, placed.objective)
+
+
+def _starving_solve(monkeypatch, first: int | None) -> list[bool]:
+    """Make the next `place_cpsat`'s first `first` windows (all when None) come back as the
+    wall clock leaves them on a loaded machine: no solution, cut short (`_Solved.starved`);
+    the list says, per window tried, whether it was starved."""
+    import wsecc.place.cpsat as cpsat
+
+    tried: list[bool] = []
+    real = cpsat._solve
+
+    def solve(data, rects, free, box, limits, period=None):
+        if first is None or len(tried) < first:
+            tried.append(True)
+            return cpsat._Solved(None, "UNKNOWN", 0.0, starved=True)
+        tried.append(False)
+        return real(data, rects, free, box, limits, period)
+
+    monkeypatch.setattr(cpsat, "_solve", solve)
+    return tried
+
+
+def test_windows_the_wall_clock_starved_do_not_make_the_probe_say_no_gain(monkeypatch):
+    # more starved windows than the probe holds, then real ones: the probe is taken from the
+    # windows that ran, so the search improves its bad start instead of stopping with "could
+    # not improve" (what a loaded machine made it say of Llama 3.1 8B)
+    problem, scrambled = _scrambled_row(16, 2)
+    starved = _SEARCH_ONLY.probe_windows + 1
+    tried = _starving_solve(monkeypatch, starved)
+    p = place_cpsat(
+        problem, time_budget_s=60.0, deterministic=True, options=_SEARCH_ONLY, initial=scrambled
+    )
+    assert p.search is not None and p.search.stopped in ("stalled", "quota")
+    assert p.search.improved >= 1 and p.objective < p.search.start_objective
+    assert p.search.windows == len(tried) - starved  # the starved ones are not counted
+    assert f"{p.search.windows} windows, {p.search.improved} improved, {starved} more cut " in (
+        p.status
+    )
+    assert p.search.reason.endswith(
+        f"; {starved} more neighbourhoods were cut short by the wall clock before their work "
+        "limit (a loaded machine) and not counted"
+    )
+    assert validate_placement(problem, p) == []
+
+
+def test_the_deterministic_quota_ends_a_search_whose_every_window_is_starved(monkeypatch):
+    # the quota counts the windows tried, starved or not: a search none of whose windows
+    # counts still ends, at its start, and says why
+    problem, scrambled = _scrambled_row(16, 2)
+    tried = _starving_solve(monkeypatch, None)
+    p = place_cpsat(
+        problem, time_budget_s=1.0, deterministic=True, options=_SEARCH_ONLY, initial=scrambled
+    )
+    quota = round(1.0 * _SEARCH_ONLY.det_windows_per_second)  # no full model, no bound share
+    assert len(tried) == quota and all(tried)
+    assert p.rects == scrambled and p.search is not None
+    assert (p.search.windows, p.search.improved, p.search.stopped) == (0, 0, "quota")
+    assert p.status == f"FEASIBLE (0 windows, 0 improved, {quota} more cut short by the wall clock)"
+    assert p.search.reason.startswith("deterministic mode's work quota was spent; ")
+    assert Placement.from_json(p.to_json()).search == p.search  # report.json: `reason` too
+
+
+def test_default_mode_windows_are_limited_by_work_under_a_wall_clock_ceiling():
+    # a window does the same work at any load (deterministic time); the wall clock is only its
+    # ceiling, and one that reached it without a proof is starved
+    import time
+
+    from ortools.sat.python import cp_model
+
+    import wsecc.place.cpsat as cpsat
+
+    opts = CpSatOptions()
+    budget = cpsat._Budget(time.perf_counter(), 3600.0, False, 0, opts)
+    limits = budget.window(0, False, 0.0)
+    assert limits is not None and limits.dtime == opts.window_dtime
+    assert limits.seconds == opts.window_time_s and limits.workers == opts.workers
+    ceiling = limits.seconds
+    assert cpsat._starved(cp_model.FEASIBLE, ceiling, limits)
+    assert cpsat._starved(cp_model.UNKNOWN, ceiling, limits)
+    assert not cpsat._starved(cp_model.FEASIBLE, 0.5 * ceiling, limits)  # its work limit ended it
+    assert not cpsat._starved(cp_model.OPTIMAL, ceiling, limits)
+    assert not cpsat._starved(cp_model.INFEASIBLE, ceiling, limits)
+    wall_only = replace(limits, dtime=None)  # nothing to tell the two ends apart by
+    assert not cpsat._starved(cp_model.FEASIBLE, ceiling, wall_only)
+
+
+def test_default_mode_counts_the_windows_its_wall_ceiling_starved_apart(monkeypatch):
+    # the same in default mode, asserting only what holds at any load (a real window the
+    # loaded machine starves is set apart as well): the stubbed windows, given the whole
+    # ceiling, are reported as cut short, and the probe never stops on them
+    import re
+
+    problem, scrambled = _scrambled_row(16, 2)
+    starved = _SEARCH_ONLY.probe_windows + 1
+    tried = _starving_solve(monkeypatch, starved)
+    p = place_cpsat(problem, time_budget_s=10.0, options=_SEARCH_ONLY, initial=scrambled)
+    assert p.search is not None and p.search.stopped in ("stalled", "budget")
+    said = re.search(r"(\d+) more cut short by the wall clock\)$", p.status)
+    assert said is not None and int(said.group(1)) >= starved
+    assert p.search.windows + int(said.group(1)) <= len(tried)  # the budget's end: neither
+    assert validate_placement(problem, p) == []

@@ -34,10 +34,13 @@ Search: large-neighbourhood search over `NEIGHBOURHOODS` in turn (a layer's chai
 the fabric, the ends of a costly flow), the incumbent as hint, no linear relaxation. It ends when
 it stalls (`_end`): from its first `probe_windows` neighbourhoods on (the probe), it stops when
 the last min(n, `stall_windows`) of them took less than `stall_gain` (0.1%) off the wirelength
-they began from, and says it could not improve its start when the probe improved nothing (at
-most 1.5 s in default mode, beside the cluster bound, not taken from the tiled start's
-packings). The budget is a ceiling, not a target. `Placement.search` says from which
-start, by how much and why it stopped.
+they began from, and says it could not improve its start when the probe improved nothing
+(beside the cluster bound, not taken from the tiled start's packings). The budget is a
+ceiling, not a target. `Placement.search` says from which start, by how much and why it
+stopped. Default mode limits each window by deterministic time (`window_dtime`), so that it
+does the same work at any load, under a wall-clock ceiling (`window_time_s`); a window that
+ceiling cut short without improving is "starved" and not counted by the stall rule (the
+budget still ends the search), and the status and `Search.reason` say how many there were.
 
 Deterministic mode: every solve uses one worker, a fixed seed and a deterministic-time limit
 (2-worker interleaved search was measured NOT to be reproducible in 9.15); the LNS runs at most
@@ -67,6 +70,7 @@ from wsecc.place.clusters import Cluster, cluster_bound
 from wsecc.place.greedy import flow_order, greedy_rects
 from wsecc.place.layered import layered_rects
 from wsecc.place.problem import (
+    STOPS,
     PlaceFlow,
     Placement,
     PlacementError,
@@ -92,7 +96,19 @@ class CpSatOptions:
     full_model_share: float = 0.4  # of the budget, when the full model runs
     window_min: int = 6
     window_max: int = 12
-    window_time_s: float = 0.25
+    # default mode: a window's work limit in CP-SAT deterministic time, so that it does the
+    # same work at any load, and a wall-clock ceiling (`window_time_s`) against a window whose
+    # deterministic time runs slow (the budget still caps the search). A window the ceiling cut
+    # short without improving ("starved") says nothing about its neighbourhood and is not
+    # counted by the stall rule (`_end`). The former 0.25 s wall-clock windows did 0.04-0.11
+    # (CP-SAT's figure, both workers' work) when they got the CPU and 0.002-0.02 at load 2.4-4
+    # on 2 cores, where Llama 3.1 8B generate's probe then stopped with "no gain" or
+    # "stalled" at its greedy start. 0.025 (~0.05 reported with 2 workers) against 0.05, two
+    # runs each at load 2.6-2.9: Llama 9.7-10.9% off its start against 7.2-9.4%, GPT-2 small
+    # ended 0.5% shorter, in 1.6x the windows (bench/RESULTS.md, "Issue 34: windows that do
+    # the same work at any load"). 2 s: such windows took at most 1 s at load 2.6-2.9.
+    window_dtime: float = 0.025
+    window_time_s: float = 2.0
     margin_s: float = 0.1
     # the search's end: once its first `probe_windows` neighbourhoods are solved, and after
     # every one from then on, it stops when the last min(n, `stall_windows`) neighbourhoods
@@ -101,14 +117,14 @@ class CpSatOptions:
     # stays deterministic), the same for every model; the budget is a ceiling, not a target.
     # 15: GPT-2 small's gains from its tiled start came at most 11 windows apart
     # (deterministic, bench/RESULTS.md); 0.1%: those 60 windows took 0.6% off, 0.15% per 15,
-    # so a search gaining like that runs on, and 15 windows (3.75 s at `window_time_s`)
+    # so a search gaining like that runs on, and 15 windows (3.75 s of 0.25 s windows)
     # that take less than 0.1% off do not earn their time.
     stall_windows: int = 15
     stall_gain: float = 0.001
     # the probe: the first check of that rule, after `probe_windows` neighbourhoods (two of
     # each kind); when none of them improved the start it stops saying it could not ("no
-    # gain"). The probe's time (`probe_windows` × `window_time_s`, at most 1.5 s) is the time
-    # the packings leave the cluster bound (`bound_share`), beside which it runs, so that every
+    # gain"). The probe's time (`probe_windows` windows, 1.5 s when they took 0.25 s) is the
+    # time the packings leave the cluster bound (`bound_share`), beside which it runs, so that every
     # start gets it and the packings keep theirs (taken from them, GPT-2 XL's placement was
     # 1.2% longer than without the probe at a like load, one run each). GPT-2 small's tiled
     # start at 10 s: 2 of its first 5 windows improved (bench/RESULTS.md, "Issue 34, third
@@ -222,6 +238,9 @@ class _Solved:
     rects: dict[str, Rect] | None  # new rectangles of the free kernels, None if none found
     status: str
     bound: float  # CP-SAT's proven objective bound, in q·doubled-PE units
+    # the wall clock ended the solve (its `_Limits.seconds`) before its work limit or a proof:
+    # what it found says more about the machine's load than about the neighbourhood
+    starved: bool = False
 
 
 # ------------------------------------------------------------------------------------ one solve
@@ -357,15 +376,31 @@ def _solve(
     # Ctrl-C must interrupt wsecc (which cleans up and says so), not only end this one solve.
     p.catch_sigint_signal = False
     status = solver.solve(model)
+    starved = _starved(status, solver.wall_time, limits)
 
     # extract
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return _Solved(None, solver.status_name(status), 0.0)
+        return _Solved(None, solver.status_name(status), 0.0, starved)
     out: dict[str, Rect] = {}
     for i in free:
         w, h = next(o for s, o in zip(pick[i], options[i], strict=True) if solver.value(s))
         out[data.names[i]] = Rect(solver.value(xs[i]), solver.value(ys[i]), w, h)
-    return _Solved(out, solver.status_name(status), solver.best_objective_bound)
+    return _Solved(out, solver.status_name(status), solver.best_objective_bound, starved)
+
+
+def _starved(status: cp_model.CpSolverStatus, wall_s: float, limits: _Limits) -> bool:
+    """Whether a solve that ended with `status` after `wall_s` seconds was cut short by its
+    wall-clock limit rather than by its deterministic-time limit or a proof (OPTIMAL,
+    INFEASIBLE). Only a solve with a deterministic-time limit can tell the two apart; a
+    deterministic-mode solve's wall limit is the guard, past which the placement fails."""
+    if limits.dtime is None or status in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+        return False
+    return wall_s >= STARVED_WALL_FRACTION * limits.seconds
+
+
+# a solve that ran this fraction of its wall limit was stopped by it (CP-SAT checks its limits
+# between steps, so it ends a little before or after the limit, never far before)
+STARVED_WALL_FRACTION = 0.95
 
 
 # ------------------------------------------------------------------------------------ windows
@@ -461,7 +496,9 @@ class _Budget:
         return _Limits(min(share, self.remaining()), self.opts.workers, self.seed)
 
     def window(self, done: int, full_model_ran: bool, tiled_dtime: float) -> _Limits | None:
-        """Limits for the next LNS window, or None when the budget (or work quota) is spent.
+        """Limits for the next LNS window (`done` windows tried so far), or None when the
+        budget (or work quota) is spent. Default mode: `window_dtime` of deterministic time
+        under a wall-clock ceiling, `window_time_s` or what is left of the budget.
         Deterministic mode: the tiled start's deterministic time comes off the window quota."""
         if self.deterministic:
             share = 1 - self.opts.full_model_share * full_model_ran - self.opts.bound_share
@@ -478,7 +515,9 @@ class _Budget:
         seconds = min(self.opts.window_time_s, self.remaining())
         if seconds < 0.05:
             return None
-        return _Limits(seconds, self.opts.workers, self.seed, lp=self.opts.window_lp)
+        return _Limits(
+            seconds, self.opts.workers, self.seed, self.opts.window_dtime, lp=self.opts.window_lp
+        )
 
     def unit(self, stage: Stage, spent_dtime: float) -> _Limits | None:
         """Limits for one layer packing of the tiled start (`tiled.Stage`), or None past the
@@ -614,7 +653,9 @@ def place_cpsat(
     (deterministic mode: the work quota, which always holds the probe) is spent; beside it, in
     a thread, the cluster bound (`bound_share` of the budget, one worker; not once the full
     model proved its placement optimal). `result.search` says from which start, by how much,
-    and why it stopped.
+    and why it stopped. Windows the wall clock cut short before their work limit without
+    improving (a loaded machine; `_Solved.starved`) are not counted by the stall rule; the
+    status and `Search.reason` say how many there were, and the quota counts them.
     Kernels' pools (`PlaceKernel.pool`): the tiled start may take pool shapes (and `initial`
     may hold them); everything after the start, the bound included, is on
     `tailored(problem, start)`, whose menus hold the ones taken. The result is legal for
@@ -691,7 +732,8 @@ def place_cpsat(
 
     rng = random.Random(seed)
     windows = improved = 0
-    trail = [wl]  # the wirelength at the search's start, then after each neighbourhood
+    tried = starved = 0  # every window solved; those the window's wall ceiling cut short
+    trail = [wl]  # the wirelength at the search's start, then after each counted neighbourhood
     stopped = "optimal" if proven else "nothing to move" if len(data.order) <= 1 else ""
     # The cluster bound's solves (one worker each) run in a thread beside the search, whose
     # own solves release the GIL: on the core they leave in deterministic mode (one worker),
@@ -704,16 +746,22 @@ def place_cpsat(
             else None
         )
         while not stopped:
-            limits = budget.window(windows, full, tiled_dtime)
+            # the quota counts every window tried, starved or not, so the search ends
+            limits = budget.window(tried, full, tiled_dtime)
             if limits is None:
                 stopped = "quota" if deterministic else "budget"
                 break
-            kind = NEIGHBOURHOODS[windows % len(NEIGHBOURHOODS)]
+            kind = NEIGHBOURHOODS[tried % len(NEIGHBOURHOODS)]
             free = _pick_window(data, rects, rng, opts, kind)
             box = _window_box(data, rects, free, problem.width, problem.height)
             solved = _solve(data, rects, free, box, limits)
             budget.check()
             rects, wl, better = _accept(problem, rects, wl, solved)
+            tried += 1
+            if solved.starved and not better:  # a verdict on the machine, not the neighbourhood
+                if deterministic or limits.seconds >= opts.window_time_s:
+                    starved += 1  # not one the budget's end cut short: the search ends next
+                continue
             windows, improved = windows + 1, improved + better
             trail.append(wl)
             stopped = _end(trail, improved, full and wl < start_wl, opts)
@@ -729,7 +777,7 @@ def place_cpsat(
         rects,
         placer="cpsat",
         bound=wl if proven else min(bound, wl),
-        status=f"{status} ({windows} windows, {improved} improved)",
+        status=f"{status} ({windows} windows, {improved} improved{_starved_note(starved)})",
         seconds=time.perf_counter() - budget.t0,
         seed=seed,
         bound_kind="optimal" if proven else bound_kind,
@@ -741,8 +789,41 @@ def place_cpsat(
             improved,
             stopped,
             whole=full,
-            reason=_stall_reason(trail, opts) if stopped == "stalled" and improved else "",
+            reason=_reason(stopped, trail, improved, starved, begun, opts),
         ),
+    )
+
+
+def _starved_note(starved: int) -> str:
+    """The placement status's words for `starved` windows (none: nothing, so that a search
+    without any reads as before)."""
+    return f", {starved} more cut short by the wall clock" if starved else ""
+
+
+def _reason(
+    stopped: str,
+    trail: Sequence[float],
+    improved: int,
+    starved: int,
+    begun: str,
+    opts: CpSatOptions,
+) -> str:
+    """`Search.reason`: why the search stopped, in words ("" leaves `Search` its own words),
+    and, when the wall clock cut windows short (`_Solved.starved`), that those were not
+    counted."""
+    said = _stall_reason(trail, opts) if stopped == "stalled" and improved else ""
+    if not starved:
+        return said
+    if not said:
+        said = STOPS.get(stopped, stopped)
+        if stopped == "no gain":
+            said = (
+                f"could not improve the {begun} start: its first {len(trail) - 1} "
+                "neighbourhoods improved nothing"
+            )
+    return (
+        f"{said}; {starved} more {'neighbourhood was' if starved == 1 else 'neighbourhoods were'} "
+        "cut short by the wall clock before their work limit (a loaded machine) and not counted"
     )
 
 
