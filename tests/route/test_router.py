@@ -78,6 +78,20 @@ def _congested() -> tuple[RoutingProblem, Placement]:
     return rp, placement
 
 
+def _congested_outcomes() -> list[object]:
+    """The congested chain routed with 24 colors (its routing's text) and over its own 3-color
+    budget (the error and the lanes it had, which fail on colors)."""
+    rp, placement = _congested()
+
+    def outcome(problem: RoutingProblem) -> object:
+        try:
+            return route(problem, placement).dumps()
+        except RoutingError as e:
+            return str(e), sorted(e.paths.items())
+
+    return [outcome(replace(rp, color_budget=24)), outcome(rp)]
+
+
 def test_congested_instance_over_a_3_color_budget_names_a_router():
     rp, placement = _congested()
     with pytest.raises(RoutingError) as e:
@@ -514,19 +528,10 @@ def test_a_congested_routing_is_the_same_with_the_search_within_reach(monkeypatc
     the part within reach; and over a 3-color budget it fails with its lanes at the same ends."""
     import wsecc.route.router as router
 
-    rp, placement = _congested()
-    roomy = replace(rp, color_budget=24)
-
-    def outcome(problem):
-        try:
-            return route(problem, placement).dumps()
-        except RoutingError as e:
-            return str(e), sorted(e.paths.items())
-
-    fast = [outcome(roomy), outcome(rp)]
+    fast = _congested_outcomes()
     assert isinstance(fast[0], str) and isinstance(fast[1], tuple)  # routes; fails on colors
     monkeypatch.setattr(router, "_within_reach", _whole_window)
-    assert fast == [outcome(roomy), outcome(rp)]
+    assert fast == _congested_outcomes()
 
 
 def _two_lanes_in_a_row() -> tuple[RoutingProblem, Placement]:
@@ -841,16 +846,7 @@ def test_a_congested_routing_is_the_one_scipys_search_gave(monkeypatch):
     colors, and fails over 3 with its lanes at the same ends, exactly as when every search was
     scipy's Dijkstra over the reduced-cost graph (`_scipy_maze_path`): the compiled search that
     stops at its target changed how long routing takes, not what it routes."""
-    rp, placement = _congested()
-    roomy = replace(rp, color_budget=24)
-
-    def outcome(problem):
-        try:
-            return route(problem, placement).dumps()
-        except RoutingError as e:
-            return str(e), sorted(e.paths.items())
-
-    compiled = [outcome(roomy), outcome(rp)]
+    compiled = _congested_outcomes()
     assert isinstance(compiled[0], str) and isinstance(compiled[1], tuple)
 
     searches = []
@@ -861,5 +857,5 @@ def test_a_congested_routing_is_the_one_scipys_search_gave(monkeypatch):
         return _scipy_maze_path(self, s, t, cost_to_beat, shut)
 
     monkeypatch.setattr(_Negotiation, "maze_path", scipys)
-    assert compiled == [outcome(roomy), outcome(rp)]
+    assert compiled == _congested_outcomes()
     assert len(searches) > 100
