@@ -209,6 +209,12 @@ def test_place_and_route_are_byte_identical_across_processes():
 
 
 @settings(max_examples=60, deadline=None)
+def _closed_regions(max_size: int) -> st.SearchStrategy[list[tuple[int, int, int, int]]]:
+    """Up to `max_size` closed regions (x, y, w, h) in the area of `_uneven`'s networks."""
+    rect = st.tuples(st.integers(0, 30), st.integers(0, 20), st.integers(1, 9), st.integers(1, 9))
+    return st.lists(rect, max_size=max_size)
+
+
 @given(
     st.integers(1, 40).flatmap(
         lambda n: st.tuples(
@@ -665,10 +671,7 @@ def _pattern_by_numpy(net, s, t, hvh_first, shut):
     seed=st.integers(0, 2**16),
     ends=st.tuples(*[st.integers(0, 29)] * 4),
     hvh_first=st.booleans(),
-    closed=st.lists(
-        st.tuples(st.integers(0, 30), st.integers(0, 20), st.integers(1, 9), st.integers(1, 9)),
-        max_size=3,
-    ),  # fmt: skip
+    closed=_closed_regions(max_size=3),
     flat=st.booleans(),
 )
 @settings(max_examples=150, deadline=None)
@@ -731,10 +734,7 @@ def _window_dijkstra(net, s, t, shut):
     seed=st.integers(0, 2**16),
     ends=st.tuples(*[st.integers(0, 24)] * 4),
     pres=st.sampled_from([0.5, 1.5, 3.375]),
-    closed=st.lists(
-        st.tuples(st.integers(0, 30), st.integers(0, 20), st.integers(1, 9), st.integers(1, 9)),
-        max_size=3,
-    ),  # fmt: skip
+    closed=_closed_regions(max_size=3),
     slack=st.sampled_from([None, 0.0, 0.25, 3.0]),
 )
 @settings(max_examples=120, deadline=None)
@@ -817,10 +817,7 @@ def _scipy_maze_path(net, s, t, cost_to_beat, shut):
     seed=st.integers(0, 2**16),
     ends=st.tuples(*[st.integers(0, 24)] * 4),
     flat=st.booleans(),
-    closed=st.lists(
-        st.tuples(st.integers(0, 30), st.integers(0, 20), st.integers(1, 9), st.integers(1, 9)),
-        max_size=2,
-    ),  # fmt: skip
+    closed=_closed_regions(max_size=2),
     slack=st.sampled_from([None, 0.5, 4.0]),
 )
 @settings(max_examples=100, deadline=None)
