@@ -16,7 +16,7 @@ from onnx import TensorProto
 from onnx.reference import ReferenceEvaluator
 
 from wsecc.errors import FrontendError
-from wsecc.frontend.common import DTYPES, INLINE_MARK, MAX_TENSOR_BYTES, as_stored
+from wsecc.frontend.common import DTYPES, MAX_TENSOR_BYTES, as_stored, left_inline
 from wsecc.frontend.generation import GenerationIO, generation_io
 
 BATCH_NAMES = frozenset({"batch", "batch_size", "batchsize", "bs", "n", "b", "batch_dim"})
@@ -407,7 +407,7 @@ def _small_initializers(g: onnx.GraphProto, names: Collection[str]) -> list[Tens
     for t in g.initializer:
         if t.name not in names:
             continue
-        if any(e.key == INLINE_MARK for e in t.external_data):
+        if left_inline(t):
             if _stored_bytes(t) >= 1 << 20:
                 continue  # parsed whole, its ByteSize is larger still
             t = as_stored(t)

@@ -69,12 +69,18 @@ def tensor_array(t: TensorProto) -> np.ndarray:
     return numpy_helper.to_array(t)
 
 
+def left_inline(t: TensorProto) -> bool:
+    """Whether `t` is a weight the file stores inline that load_model left there
+    (`INLINE_MARK`, `lazy_weights`)."""
+    return t.data_location == TensorProto.EXTERNAL and any(
+        e.key == INLINE_MARK for e in t.external_data
+    )
+
+
 def as_stored(t: TensorProto) -> TensorProto:
     """`t` as onnx.load reads it: a weight stored inline that load_model left in the file
-    (`INLINE_MARK`) is a copy with its bytes read in; any other tensor is `t` itself."""
-    if t.data_location != TensorProto.EXTERNAL or not any(
-        e.key == INLINE_MARK for e in t.external_data
-    ):
+    (`left_inline`) is a copy with its bytes read in; any other tensor is `t` itself."""
+    if not left_inline(t):
         return t
     out = TensorProto()
     out.CopyFrom(t)
