@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from dataclasses import asdict, replace
@@ -23,6 +24,7 @@ from wsecc.place.problem import (
     Rect,
     Search,
     validate_placement,
+    weighted_wirelength,
 )
 from wsecc.place.synthetic import chain_problem, transformer_problem
 
@@ -409,3 +411,38 @@ def test_default_mode_counts_the_windows_its_wall_ceiling_starved_apart(monkeypa
     assert said is not None and int(said.group(1)) >= starved
     assert p.search.windows + int(said.group(1)) <= len(tried)  # the budget's end: neither
     assert validate_placement(problem, p) == []
+
+
+def _brute_force_optimum(problem: PlacementProblem) -> float:
+    """The least weighted wirelength over every legal placement (every shape, every position)."""
+    options = [
+        [Rect(x, y, w, h) for w, h in k.shapes
+         for x in range(problem.width - w + 1) for y in range(problem.height - h + 1)]
+        for k in problem.kernels
+    ]  # fmt: skip
+    names = [k.name for k in problem.kernels]
+    best = float("inf")
+    for rects in itertools.product(*options):
+        if any(a.overlaps(b) for a, b in itertools.combinations(rects, 2)):
+            continue
+        best = min(best, weighted_wirelength(problem, dict(zip(names, rects, strict=True))))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_choice_of_shapes_is_placed_at_the_true_optimum(seed):
+    # each kernel may take any of its shapes (one interval of variable size per axis): the
+    # optimum CP-SAT proves is the one every placement, shape by shape, gives by brute force
+    rng = random.Random(seed)
+    shapes = [((3, 1), (1, 3)), ((2, 2), (4, 1), (1, 4)), ((2, 1), (1, 2)), ((1, 1),)]
+    kernels = tuple(PlaceKernel(f"k{i}", s) for i, s in enumerate(shapes))
+    flows = tuple(
+        PlaceFlow(f"k{i}", f"k{j}", float(rng.randint(1, 9)))
+        for i, j in itertools.combinations(range(len(shapes)), 2)
+        if rng.random() < 0.8
+    )
+    problem = PlacementProblem(4, 3, kernels, flows)
+    p = place_cpsat(problem, time_budget_s=5.0, deterministic=True)
+    assert validate_placement(problem, p) == []
+    assert p.status.startswith("OPTIMAL")
+    assert p.objective == _brute_force_optimum(problem)

@@ -6,9 +6,9 @@ constant intervals; the full model is the window "all unpinned kernels, whole fa
 
 Model (coordinates in PEs, centres doubled so they stay integral):
     x_i ∈ [bx, bx + bw − w_i],  y_i ∈ [by, by + bh − h_i]       (box = fabric for the full model)
-    shape: one Boolean s_ik per allowed shape, Σ_k s_ik = 1, optional intervals per shape
-    NoOverlap2D(all x-intervals, all y-intervals)               (fixed kernels: constant intervals)
-    cx_i = 2x_i + Σ_k w_k s_ik,  cy_i = 2y_i + Σ_k h_k s_ik
+    shape: one Boolean s_ik per allowed shape, Σ_k s_ik = 1, w_i = Σ_k w_k s_ik, h_i likewise
+    NoOverlap2D(x-intervals [x_i, x_i + w_i), y-intervals)     (fixed kernels: constant intervals)
+    cx_i = 2x_i + w_i,  cy_i = 2y_i + h_i
     dx_ij ≥ ±(cx_i − cx_j),  dy_ij ≥ ±(cy_i − cy_j)            (two inequalities per |·|)
     dx_ij + dy_ij ≥ min(min_w_i + min_w_j, min_h_i + min_h_j)   (redundant separation cut)
     minimise Σ_pairs q_ij (dx_ij + dy_ij),  q_ij = ⌊bytes_ij / unit⌋
@@ -58,7 +58,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -278,32 +278,48 @@ def _solve(
     xs: dict[int, cp_model.IntVar] = {}
     ys: dict[int, cp_model.IntVar] = {}
     pick: dict[int, list[cp_model.IntVar | int]] = {}
+    ws: dict[int, cp_model.IntVar | int] = {}  # each free kernel's width and height
+    hs: dict[int, cp_model.IntVar | int] = {}
+    sized: dict[int, tuple[cp_model.IntVar, ...]] = {}  # w, h and the ends of one with a choice
     for i in free:
         xs[i] = model.new_int_var(box.x, x_end - min(w for w, _ in options[i]), f"x{i}")
         ys[i] = model.new_int_var(box.y, y_end - min(h for _, h in options[i]), f"y{i}")
-        # a single shape is a constant choice: plain intervals propagate better than optional
-        many = len(options[i]) > 1
-        pick[i] = [model.new_bool_var(f"s{i}_{k}") for k in range(len(options[i]))] if many else [1]
+        # a single shape is a constant choice: plain intervals propagate best
+        if len(options[i]) == 1:
+            pick[i] = [1]
+            ws[i], hs[i] = options[i][0]
+            continue
+        pick[i] = [model.new_bool_var(f"s{i}_{k}") for k in range(len(options[i]))]
+        model.add_exactly_one(pick[i])
+        wv = model.new_int_var_from_domain(_values(w for w, _ in options[i]), f"w{i}")
+        hv = model.new_int_var_from_domain(_values(h for _, h in options[i]), f"h{i}")
+        model.add(wv == sum(wk * s for s, (wk, _) in zip(pick[i], options[i], strict=True)))
+        model.add(hv == sum(hk * s for s, (_, hk) in zip(pick[i], options[i], strict=True)))
+        x1 = model.new_int_var(box.x, x_end, f"xe{i}")  # the ends: inside the box
+        y1 = model.new_int_var(box.y, y_end, f"ye{i}")
+        ws[i], hs[i], sized[i] = wv, hv, (wv, hv, x1, y1)
     dxs: dict[tuple[int, int], cp_model.IntVar] = {}
     dys: dict[tuple[int, int], cp_model.IntVar] = {}
     for i, j in pairs:
         dxs[(i, j)] = model.new_int_var(0, span, f"dx{i}_{j}")
         dys[(i, j)] = model.new_int_var(0, span, f"dy{i}_{j}")
 
-    # constraints: one shape each, inside the box, no overlap (fixed kernels as constants)
+    # constraints: inside the box, no overlap (fixed kernels as constants). A kernel with a
+    # choice of shapes has one interval of variable size per axis, not an optional interval
+    # per shape: CP-SAT then reached GPT-2 XL's best layer packing with the pools in its menus
+    # in 0.7-1.0 s where the optional intervals took 2.8 s or did not reach it in 3 s, and
+    # the default placement's wirelength fell on every suite model (bench/RESULTS.md,
+    # "Issue 34: one interval of variable size per kernel")
     xivs, yivs = [], []
     for i in free:
-        if len(options[i]) == 1:
+        if i in sized:
+            wv, hv, x1, y1 = sized[i]
+            xivs.append(model.new_interval_var(xs[i], wv, x1, f"xi{i}"))
+            yivs.append(model.new_interval_var(ys[i], hv, y1, f"yi{i}"))
+        else:  # inside the box by x's and y's domains
             (w, h) = options[i][0]
             xivs.append(model.new_fixed_size_interval_var(xs[i], w, f"xi{i}"))
             yivs.append(model.new_fixed_size_interval_var(ys[i], h, f"yi{i}"))
-            continue
-        model.add_exactly_one(pick[i])
-        for s, (w, h) in zip(pick[i], options[i], strict=True):
-            xivs.append(model.new_optional_fixed_size_interval_var(xs[i], w, s, f"xi{i}_{w}"))
-            yivs.append(model.new_optional_fixed_size_interval_var(ys[i], h, s, f"yi{i}_{h}"))
-            model.add(xs[i] + w <= x_end).only_enforce_if(s)
-            model.add(ys[i] + h <= y_end).only_enforce_if(s)
     for k, r in enumerate(obstacles):
         xivs.append(model.new_fixed_size_interval_var(r.x, r.w, f"fx{k}"))
         yivs.append(model.new_fixed_size_interval_var(r.y, r.h, f"fy{k}"))
@@ -311,17 +327,14 @@ def _solve(
     top = model.new_int_var(0, box.h, "top")  # rows the free kernels use (with `period`)
     if period is not None:
         for i in free:
-            for s, (_, h) in zip(pick[i], options[i], strict=True):
-                below = model.add(ys[i] + h <= top)
-                if not isinstance(s, int):
-                    below.only_enforce_if(s)
+            model.add(ys[i] + hs[i] <= top)
     # doubled centres, |Δ| by two inequalities, and the redundant separation cut
     cx: dict[int, cp_model.LinearExpr | int] = {}
     cy: dict[int, cp_model.LinearExpr | int] = {}
     for i, n in enumerate(data.names):
         if i in free_set:
-            cx[i] = 2 * xs[i] + sum(w * s for s, (w, _) in zip(pick[i], options[i], strict=True))
-            cy[i] = 2 * ys[i] + sum(h * s for s, (_, h) in zip(pick[i], options[i], strict=True))
+            cx[i] = 2 * xs[i] + ws[i]
+            cy[i] = 2 * ys[i] + hs[i]
         else:
             cx[i], cy[i] = rects[n].center2()
     for (i, j), dx in dxs.items():
@@ -356,6 +369,10 @@ def _solve(
         for s, shape in zip(pick[i], options[i], strict=True):
             if not isinstance(s, int):
                 model.add_hint(s, shape == (cur.w, cur.h))
+        if i in sized:  # the whole hint: without the sizes and ends, windows found less
+            ends = (cur.w, cur.h, cur.x + cur.w, cur.y + cur.h)
+            for var, value in zip(sized[i], ends, strict=True):
+                model.add_hint(var, value)
     for i, j in pairs:
         (ax, ay), (bx, by) = rects[data.names[i]].center2(), rects[data.names[j]].center2()
         model.add_hint(dxs[(i, j)], abs(ax - bx))
@@ -386,6 +403,10 @@ def _solve(
         w, h = next(o for s, o in zip(pick[i], options[i], strict=True) if solver.value(s))
         out[data.names[i]] = Rect(solver.value(xs[i]), solver.value(ys[i]), w, h)
     return _Solved(out, solver.status_name(status), solver.best_objective_bound, starved)
+
+
+def _values(values: Iterable[int]) -> cp_model.Domain:
+    return cp_model.Domain.from_values(sorted(set(values)))
 
 
 def _starved(status: cp_model.CpSolverStatus, wall_s: float, limits: _Limits) -> bool:
