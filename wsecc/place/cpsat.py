@@ -370,8 +370,8 @@ def _solve(
             if not isinstance(s, int):
                 model.add_hint(s, shape == (cur.w, cur.h))
         if i in sized:  # the whole hint: without the sizes and ends, windows found less
-            ends = (cur.w, cur.h, cur.x + cur.w, cur.y + cur.h)
-            for var, value in zip(sized[i], ends, strict=True):
+            current = (cur.w, cur.h, cur.x + cur.w, cur.y + cur.h)
+            for var, value in zip(sized[i], current, strict=True):
                 model.add_hint(var, value)
     for i, j in pairs:
         (ax, ay), (bx, by) = rects[data.names[i]].center2(), rects[data.names[j]].center2()
