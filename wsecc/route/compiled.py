@@ -28,10 +28,9 @@ import heapq
 import numpy as np
 from numba import config, njit, types
 
-from wsecc.compiled_cache import cache_dir
+from wsecc.compiled_cache import use_for_numba
 
-if not config.CACHE_DIR:  # NUMBA_CACHE_DIR, if the user set it, wins
-    config.CACHE_DIR = str(cache_dir())
+use_for_numba(config)
 
 _i64, _f64, _bool = types.int64, types.float64, types.boolean
 _F2 = types.Array(types.float64, 2, "C")
@@ -47,27 +46,15 @@ def _link_cost(base, usage, cap, pres, k, y, x):  # type: ignore[no-untyped-def]
     return base[k, y, x] * (1.0 + pres * max(0, usage[k, y, x] + 1 - cap))
 
 
-@njit(
-    types.void(_I3, _F3, _i64, _f64, _F2, _F2, _F2, _F2, _IDS, _i64),
-    nogil=True,
-    cache=True,
-)
-def commit(usage, base, cap, pres, pe, pw, ps, pn, ids, delta):  # type: ignore[no-untyped-def]
-    """Add `delta` lanes to the links `ids` (flat indices of the (4, H, W) grids, E W S N) and
-    bring the prefix sums of each row (E, W) or column (S, N) whose links changed up to date,
-    from its first changed link on (the sums before it are unchanged: each is the running sum
-    from the line's start, as `sum_lines` computes it, so the result is the same to the bit)."""
+@njit(nogil=True, cache=True, inline="always")
+def _resum(usage, base, cap, pres, pe, pw, ps, pn, row_from, col_from):  # type: ignore[no-untyped-def]
+    """The prefix sums of each row (E, W: `row_from[k, y]`) and column (S, N: `col_from[k - 2,
+    x]`) from its first changed link on: `pe[y, x + 1]` = the cost of row y's E links 0..x
+    summed in order from `pe[y, 0]` (`pw` W, along rows; `ps`, `pn` S and N, down the
+    columns, [y + 1, x]), as `np.cumsum` of `_Negotiation.link_cost` sums them. A line's sums
+    before its first changed link are unchanged, so starting from the one before it gives the
+    same sums to the bit; index 0 of each line is never written (the arrays start zeroed)."""
     _, H, W = usage.shape
-    row_from = np.full((2, H), W, np.int64)  # first changed x per row; W: none
-    col_from = np.full((2, W), H, np.int64)  # first changed y per column; H: none
-    for i in range(ids.size):
-        k, at = divmod(ids[i], H * W)
-        y, x = divmod(at, W)
-        usage[k, y, x] += delta
-        if k < 2:
-            row_from[k, y] = min(row_from[k, y], x)
-        else:
-            col_from[k - 2, x] = min(col_from[k - 2, x], y)
     for k in range(2):
         prefix = pe if k == 0 else pw
         for y in range(H):
@@ -83,26 +70,35 @@ def commit(usage, base, cap, pres, pe, pw, ps, pn, ids, delta):  # type: ignore[
                 prefix[y + 1, x] = acc
 
 
+@njit(
+    types.void(_I3, _F3, _i64, _f64, _F2, _F2, _F2, _F2, _IDS, _i64),
+    nogil=True,
+    cache=True,
+)
+def commit(usage, base, cap, pres, pe, pw, ps, pn, ids, delta):  # type: ignore[no-untyped-def]
+    """Add `delta` lanes to the links `ids` (flat indices of the (4, H, W) grids, E W S N) and
+    bring the prefix sums of each row (E, W) or column (S, N) whose links changed up to date,
+    from its first changed link on (`_resum`)."""
+    _, H, W = usage.shape
+    row_from = np.full((2, H), W, np.int64)  # first changed x per row; W: none
+    col_from = np.full((2, W), H, np.int64)  # first changed y per column; H: none
+    for i in range(ids.size):
+        k, at = divmod(ids[i], H * W)
+        y, x = divmod(at, W)
+        usage[k, y, x] += delta
+        if k < 2:
+            row_from[k, y] = min(row_from[k, y], x)
+        else:
+            col_from[k - 2, x] = min(col_from[k - 2, x], y)
+    _resum(usage, base, cap, pres, pe, pw, ps, pn, row_from, col_from)
+
+
 @njit(types.void(_I3, _F3, _i64, _f64, _F2, _F2, _F2, _F2), nogil=True, cache=True)
 def sum_lines(usage, base, cap, pres, pe, pw, ps, pn):  # type: ignore[no-untyped-def]
-    """Every prefix sum: `pe[y, x + 1]` = the cost of row y's E links 0..x summed in order from
-    `pe[y, 0]` = 0 (`pw` W, along rows; `ps`, `pn` S and N, down the columns, [y + 1, x]), as
-    `np.cumsum` of `_Negotiation.link_cost` sums them."""
+    """Every prefix sum (`_resum` of every line from its start)."""
     _, H, W = usage.shape
-    for k in range(2):
-        prefix = pe if k == 0 else pw
-        for y in range(H):
-            acc = 0.0
-            for x in range(W):
-                acc += _link_cost(base, usage, cap, pres, k, y, x)
-                prefix[y, x + 1] = acc
-    for k in range(2):
-        prefix = ps if k == 0 else pn
-        for x in range(W):
-            prefix[0, x] = 0.0
-        for y in range(H):
-            for x in range(W):
-                prefix[y + 1, x] = prefix[y, x] + _link_cost(base, usage, cap, pres, k + 2, y, x)
+    zeros = np.zeros((2, H), np.int64), np.zeros((2, W), np.int64)
+    _resum(usage, base, cap, pres, pe, pw, ps, pn, zeros[0], zeros[1])
 
 
 @njit(nogil=True, cache=True, inline="always")
