@@ -98,17 +98,7 @@ def _map_inline(t: TensorProto, w: InlineWeight, path: Path) -> None:
     checks one held inline, then mark it as a validated external tensor at its place in the file
     (memory-mapped when converted, like the weights `_load_external` leaves on disk). A type
     that `tensor_array` does not map has its bytes read in instead, as onnx.load would have."""
-    nbytes = _declared_bytes(t)
-    if nbytes > MAX_TENSOR_BYTES:
-        raise FrontendError(
-            f"{path.name}: tensor {t.name!r} declares dims {list(t.dims)} "
-            f"(over {MAX_TENSOR_BYTES >> 30} GiB); refusing to allocate it"
-        )
-    if w.length != nbytes:
-        raise FrontendError(
-            f"{path.name}: tensor {t.name!r} holds {w.length} bytes "
-            f"but its dims {list(t.dims)} need {nbytes}"
-        )
+    _check_declared_size(t, path, held=w.length)
     if t.data_type not in DTYPES and t.data_type not in READ_AS_FLOAT32:
         with open(path, "rb") as f:
             f.seek(w.offset)
@@ -441,19 +431,22 @@ def _declared_bytes(t: TensorProto) -> int:
     return n * item
 
 
-def _check_declared_size(t: TensorProto, path: Path) -> None:
+def _check_declared_size(t: TensorProto, path: Path, held: int | None = None) -> None:
+    """The tensor's dims within the cap, and the bytes it holds inline (its raw_data, or `held`
+    of them left in the file: `_map_inline`) as many as they need."""
     nbytes = _declared_bytes(t)
     if nbytes > MAX_TENSOR_BYTES:
         raise FrontendError(
             f"{path.name}: tensor {t.name!r} declares dims {list(t.dims)} "
             f"(over {MAX_TENSOR_BYTES >> 30} GiB); refusing to allocate it"
         )
-    if t.data_location != TensorProto.EXTERNAL and t.HasField("raw_data"):
-        if len(t.raw_data) != nbytes:
-            raise FrontendError(
-                f"{path.name}: tensor {t.name!r} holds {len(t.raw_data)} bytes "
-                f"but its dims {list(t.dims)} need {nbytes}"
-            )
+    if held is None and t.data_location != TensorProto.EXTERNAL and t.HasField("raw_data"):
+        held = len(t.raw_data)
+    if held is not None and held != nbytes:
+        raise FrontendError(
+            f"{path.name}: tensor {t.name!r} holds {held} bytes "
+            f"but its dims {list(t.dims)} need {nbytes}"
+        )
 
 
 def _load_external(t: TensorProto, base: Path, path: Path, mappable: bool = True) -> None:
