@@ -1,6 +1,7 @@
 """Where wsecc's compiled loops are cached (`cache_dir`): the simulator's
-(`wsecc.sim.compiled`) and the router's (`wsecc.route.compiled`) share one folder. No numba
-import here, so that either can ask without loading the other's loops."""
+(`wsecc.sim.compiled`) and the router's (`wsecc.route.compiled`) share one folder
+(`use_for_numba`). No numba import here, so that either can ask without loading the other's
+loops."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
@@ -30,3 +32,11 @@ def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
         except OSError:
             continue
     return Path(tempfile.gettempdir()) / "wsecc-numba-cache"
+
+
+def use_for_numba(config: Any) -> None:
+    """Make numba (its `config` module, which the caller imports: only the compiled modules
+    import numba) cache the compiled loops in `cache_dir`, unless the user named a folder with
+    NUMBA_CACHE_DIR (theirs wins)."""
+    if not config.CACHE_DIR:
+        config.CACHE_DIR = str(cache_dir())

@@ -29,10 +29,9 @@ from llvmlite import ir
 from numba import config, njit, types
 from numba.extending import get_cython_function_address, intrinsic
 
-from wsecc.compiled_cache import cache_dir
+from wsecc.compiled_cache import use_for_numba
 
-if not config.CACHE_DIR:  # NUMBA_CACHE_DIR, if the user set it, wins
-    config.CACHE_DIR = str(cache_dir())
+use_for_numba(config)
 
 # scipy's BLAS sgemm (the library scipy.linalg.blas calls), by a symbol name that cached machine
 # code can find again in a later process
