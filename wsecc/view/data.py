@@ -221,9 +221,8 @@ def _corner_arrays(routing: Routing) -> tuple[np.ndarray, np.ndarray]:
     in `pts` (uint32), lane i's from pair start[i] to start[i + 1]; found for every lane step
     at once (numpy: a point is a corner where its lane begins or ends or its step changes)."""
     points, lane = _lane_points(routing)
-    if len(points) and points.min() < 0:  # not uint32: fail as the lane-by-lane form fails
-        pairs = [c for ln in routing.lanes for p in corners(ln.path) for c in p]
-        np.array(pairs, dtype=np.uint32)
+    if len(points) and points.min() < 0:  # numpy's error for a negative uint32, as before
+        raise OverflowError(f"Python integer {int(points.min())} out of bounds for uint32")
     keep = np.ones(len(points), dtype=bool)
     if len(points) > 2:
         step = points[1:] - points[:-1]
